@@ -1,0 +1,78 @@
+"""Command-line entry point: ``nsys-rules <command>``.
+
+Every error the user can cause ends as one line on stderr and a documented exit code
+(2 usage/config, 3 unreadable input); ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from typing import Sequence
+
+from . import __version__
+from .commands import check, explain, rules_cmd, schema
+from .errors import ExitCode, NsysRulesError
+
+#: Subcommand modules, in help order. Each has add_parser(subparsers) and run(args).
+COMMANDS = [check, rules_cmd, explain, schema]
+
+EXIT_CODES = """exit codes:
+  0  nothing at or above --fail-on      1  findings at or above --fail-on
+  2  usage or config error              3  input unreadable or not an nsys export
+  4  incomplete run (a rule or plugin failed)"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # One line, exit 2: bots read the exit code, people read the line.
+        self.exit(ExitCode.USAGE, f"nsys-rules: error: {message} (see `nsys-rules {self.prog.split()[-1]} --help`)\n"
+                  if " " in self.prog else f"nsys-rules: error: {message} (see `nsys-rules --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = _Parser(prog="nsys-rules", description="Rules over NVIDIA Nsight Systems SQLite exports.",
+                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"nsys-rules {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns (and, as a console script, exits with) the exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args_list
+    if debug:
+        args_list.remove("--debug")
+    parser = build_parser()
+    try:
+        args = parser.parse_args(args_list)
+        return int(args.run(args))
+    except NsysRulesError as exc:
+        if debug:
+            traceback.print_exc()
+        sys.stderr.write(f"nsys-rules: {exc}\n")
+        return int(exc.exit_code)
+    except MemoryError:
+        sys.stderr.write("nsys-rules: out of memory; narrow the run with --filter-time or --select\n")
+        return int(ExitCode.BAD_INPUT)
+    except KeyboardInterrupt:
+        sys.stderr.write("nsys-rules: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # noqa: BLE001 - a bug must still end in one line, not a traceback
+        if debug:
+            traceback.print_exc()
+        sys.stderr.write(f"nsys-rules: internal error: {type(exc).__name__}: {exc} (rerun with --debug and report it)\n")
+        return int(ExitCode.INCOMPLETE)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

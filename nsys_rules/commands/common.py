@@ -1,0 +1,68 @@
+"""Pieces shared by subcommands: the registry, the settings, progress on a terminal."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..config import FAIL_ON, Settings, find_config, load_config, parse_set, parse_size
+from ..plugins import Registry, build_registry
+
+
+def add_plugin_flags(parser: argparse.ArgumentParser) -> None:
+    """``--no-plugins``: skip entry-point plugins (same as NSYS_RULES_DISABLE_PLUGIN_AUTOLOAD=1)."""
+    parser.add_argument("--no-plugins", action="store_true",
+                        help="do not load entry-point plugins (env NSYS_RULES_DISABLE_PLUGIN_AUTOLOAD=1 does the same)")
+
+
+def add_filter_flags(parser: argparse.ArgumentParser) -> None:
+    """``--filter-time`` and ``--filter-nvtx``, shared by check and stats."""
+    parser.add_argument("--filter-time", metavar="START/END",
+                        help="only this time window, nsys syntax relative to the session start (5s/7s, 1s2ms/)")
+    parser.add_argument("--filter-nvtx", metavar="RANGE[@DOMAIN][/INDEX]",
+                        help="only the time of this NVTX range (all its instances unless /INDEX), on every thread")
+
+
+def registry_for(args: argparse.Namespace) -> Registry:
+    """The plugin registry for this invocation."""
+    return build_registry(autoload=not getattr(args, "no_plugins", False))
+
+
+def settings_for(args: argparse.Namespace, registry: Registry) -> Settings:
+    """Config file first, then command-line flags."""
+    aliases = registry.aliases()
+    config_path = Path(args.config) if getattr(args, "config", None) else find_config(Path.cwd())
+    settings = load_config(config_path, registry.rules, aliases)
+    if getattr(args, "select", None):
+        settings.select = _split(args.select)
+    if getattr(args, "ignore", None):
+        settings.ignore = _split(args.ignore)
+    if getattr(args, "fail_on", None):
+        settings.fail_on = args.fail_on
+    for rule, opts in parse_set(getattr(args, "set", None) or [], registry.rules, aliases).items():
+        settings.rule_options.setdefault(rule, {}).update(opts)
+    if getattr(args, "max_memory", None):
+        settings.max_memory = parse_size(args.max_memory)
+    settings.filter_time = getattr(args, "filter_time", None)
+    settings.filter_nvtx = getattr(args, "filter_nvtx", None)
+    return settings
+
+
+def _split(items: list[str]) -> list[str]:
+    return [p.strip() for item in items for p in item.split(",") if p.strip()]
+
+
+def progress_printer(total_rules: int):  # type: ignore[no-untyped-def]
+    """A callback that shows which rule runs, on a terminal only (stderr)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(rule: str) -> None:
+        sys.stderr.write(f"\r\033[Kchecking: {rule}")
+        sys.stderr.flush()
+
+    return show
+
+
+FAIL_CHOICES = FAIL_ON

@@ -1,0 +1,19 @@
+"""``nsys-rules schema``: print the JSON Schema of ``check --format json``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..formatters.json_out import report_schema
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("schema", help="print the JSON Schema of the JSON report")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    sys.stdout.write(json.dumps(report_schema(), indent=2) + "\n")
+    return 0

@@ -1,0 +1,200 @@
+"""Configuration: ``[tool.nsys-rules]`` in pyproject.toml or an ``nsys-rules.toml``.
+
+Native TOML types; unknown keys are errors (exit 2) naming the closest valid key.
+Command-line flags override the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import sys
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import UsageError
+from .findings import Severity
+from .rule import Rule
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+FAIL_ON = ("info", "warning", "error", "never")
+TOP_KEYS = ("select", "ignore", "fail-on", "severity", "rules", "steady-ranges", "max-memory")
+
+
+@dataclass
+class Settings:
+    """The effective configuration of one run (file, then flags)."""
+
+    select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    fail_on: str = "error"
+    severity: dict[str, Severity] = field(default_factory=dict)
+    rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    steady_ranges: list[str] = field(default_factory=list)
+    max_memory: int | None = None
+    filter_time: str | None = None
+    filter_nvtx: str | None = None
+    source: str | None = None  # the config file read, if any
+
+
+def suggest(word: str, choices: typing.Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` or an empty string."""
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def find_config(start: Path) -> Path | None:
+    """The nearest nsys-rules.toml, or pyproject.toml with a [tool.nsys-rules] table, from ``start`` upwards."""
+    for folder in [start, *start.parents]:
+        own = folder / "nsys-rules.toml"
+        if own.is_file():
+            return own
+        project = folder / "pyproject.toml"
+        if project.is_file():
+            try:
+                data = tomllib.loads(project.read_text(encoding="utf-8"))
+            except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+                continue
+            if "nsys-rules" in data.get("tool", {}):
+                return project
+    return None
+
+
+def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Mapping[str, str]) -> Settings:
+    """Read and validate a config file (None: defaults)."""
+    settings = Settings()
+    if path is None:
+        return settings
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"config file {path} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"config file {path}: cannot read ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"config file {path}: invalid TOML ({exc})") from None
+    table = data.get("tool", {}).get("nsys-rules", {}) if path.name == "pyproject.toml" else data
+    if not isinstance(table, dict):
+        raise UsageError(f"{path}: [tool.nsys-rules] must be a table")
+    settings.source = str(path)
+    for key, value in table.items():
+        if key not in TOP_KEYS:
+            raise UsageError(f"{path}: unknown key {key!r}{suggest(key, TOP_KEYS)}")
+        if key in ("select", "ignore", "steady-ranges"):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise UsageError(f"{path}: {key} must be a list of strings")
+            setattr(settings, key.replace("-", "_"), list(value))
+        elif key == "fail-on":
+            if value not in FAIL_ON:
+                raise UsageError(f"{path}: fail-on must be one of {', '.join(FAIL_ON)}{suggest(str(value), FAIL_ON)}")
+            settings.fail_on = value
+        elif key == "max-memory":
+            settings.max_memory = parse_size(str(value))
+        elif key == "severity":
+            if not isinstance(value, dict):
+                raise UsageError(f"{path}: severity must be a table of rule = \"info|warning|error\"")
+            for rule, sev in value.items():
+                name = resolve_rule_name(rule, rules, aliases, where=f"{path}: severity")
+                try:
+                    settings.severity[name] = Severity.parse(sev)
+                except ValueError as exc:
+                    raise UsageError(f"{path}: severity.{rule}: {exc}") from None
+        elif key == "rules":
+            if not isinstance(value, dict):
+                raise UsageError(f"{path}: rules must be a table of per-rule option tables")
+            for rule, opts in value.items():
+                name = resolve_rule_name(rule, rules, aliases, where=f"{path}: rules")
+                if not isinstance(opts, dict):
+                    raise UsageError(f"{path}: [rules.{rule}] must be a table of options")
+                for opt, raw in opts.items():
+                    settings.rule_options.setdefault(name, {})[opt] = coerce_option(rules[name], opt, raw, str(path))
+    return settings
+
+
+def resolve_rule_name(name: str, rules: Mapping[str, type[Rule]], aliases: Mapping[str, str], where: str) -> str:
+    """A rule name or alias -> the rule name; UsageError with a suggestion otherwise."""
+    if name in rules:
+        return name
+    if name in aliases:
+        return aliases[name]
+    raise UsageError(f"{where}: unknown rule {name!r}{suggest(name, [*rules, *aliases])}")
+
+
+def coerce_option(rule: type[Rule], option: str, raw: Any, where: str) -> Any:
+    """Check ``option`` exists on ``rule.Options`` and convert ``raw`` (TOML value or CLI text) to its type."""
+    fields = {f.name: f for f in dataclasses.fields(rule.Options)}
+    key = option.replace("-", "_")
+    if key not in fields:
+        raise UsageError(f"{where}: rule {rule.name} has no option {option!r}{suggest(key, fields)}"
+                         + ("" if fields else " (it has no options)"))
+    f = fields[key]
+    default = f.default if f.default is not dataclasses.MISSING else (
+        f.default_factory() if f.default_factory is not dataclasses.MISSING else None)  # type: ignore[misc]
+    kind = type(default)
+    try:
+        if isinstance(raw, str) and kind is not str:
+            if kind is bool:
+                if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(raw)
+                return raw.lower() in ("true", "1", "yes")
+            if kind in (tuple, list):
+                return tuple(p.strip() for p in raw.split(",") if p.strip())
+            if default is None:
+                return _number_or_text(raw)
+            return kind(float(raw)) if kind is int and "e" in raw.lower() else kind(raw)
+        if kind in (tuple, list) and isinstance(raw, list):
+            return tuple(raw)
+        if kind is float and isinstance(raw, int) and not isinstance(raw, bool):
+            return float(raw)
+        if default is not None and not isinstance(raw, kind):
+            raise ValueError(raw)
+        return raw
+    except (TypeError, ValueError):
+        raise UsageError(f"{where}: {rule.name}.{option} expects {kind.__name__}, got {raw!r}") from None
+
+
+def _number_or_text(raw: str) -> Any:
+    for conv in (int, float):
+        try:
+            return conv(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+_SIZE = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3,
+         "t": 1024**4, "tb": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """``512MB``, ``2G``, ``1048576`` -> bytes."""
+    raw = text.strip().lower().replace("ib", "b")
+    num = raw.rstrip("kmgtb")
+    unit = raw[len(num):]
+    try:
+        value = float(num)
+    except ValueError:
+        raise UsageError(f"bad size {text!r}: use a number with K, M, G or T (e.g. 2G)") from None
+    if unit not in _SIZE or value <= 0:
+        raise UsageError(f"bad size {text!r}: use a number with K, M, G or T (e.g. 2G)")
+    return int(value * _SIZE[unit])
+
+
+def parse_set(items: list[str], rules: Mapping[str, type[Rule]], aliases: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """``--set RULE.OPTION=VALUE`` items -> {rule: {option: value}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        head, eq, value = item.partition("=")
+        rule, dot, option = head.partition(".")
+        if not eq or not dot or not rule or not option:
+            raise UsageError(f"bad --set {item!r}: use RULE.OPTION=VALUE, e.g. kernel-tail.min_share=0.02")
+        name = resolve_rule_name(rule.strip(), rules, aliases, where="--set")
+        out.setdefault(name, {})[option.strip().replace("-", "_")] = coerce_option(
+            rules[name], option.strip(), value.strip(), "--set")
+    return out

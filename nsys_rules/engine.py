@@ -1,0 +1,237 @@
+"""The engine: select rules, load what they need once, cut windows, run each rule isolated."""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import __version__
+from .config import Settings, resolve_rule_name
+from .errors import ExitCode, MissingData, UsageError
+from .findings import Finding, Severity, rank_key
+from .plugins import Registry
+from .rule import Rule, RuleContext
+from .trace import Trace
+from .windows import FULL, SteadyOptions, Window, filter_time_window, nvtx_filter_window, steady_state_window
+
+SCHEMA_VERSION = "1.0"
+
+
+@dataclass
+class TraceResult:
+    """What one trace produced."""
+
+    info: dict[str, Any]
+    findings: list[Finding] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """The result of a ``check`` run over one or more traces."""
+
+    rules: list[dict[str, Any]]
+    plugins: list[dict[str, str]]
+    fail_on: str
+    results: list[TraceResult] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)  # plugin errors, not tied to a trace
+    registry: Registry | None = None
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Every finding of every trace, ranked (savings, then severity)."""
+        return sorted((f for r in self.results for f in r.findings), key=rank_key)
+
+    @property
+    def all_errors(self) -> list[dict[str, str]]:
+        """Plugin errors plus rule errors."""
+        return self.errors + [e for r in self.results for e in r.errors]
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """4 when anything failed, else 1 when a finding reaches ``fail_on``, else 0."""
+        if self.all_errors:
+            return ExitCode.INCOMPLETE
+        if self.fail_on != "never":
+            floor = Severity(self.fail_on).rank
+            if any(f.severity.rank >= floor for f in self.findings):
+                return ExitCode.FINDINGS
+        return ExitCode.OK
+
+    def summary(self) -> dict[str, Any]:
+        """Counts by severity and the exit code."""
+        counts = {s.value: 0 for s in Severity}
+        for f in self.findings:
+            counts[f.severity.value] += 1
+        return {"findings": sum(counts.values()), "by_severity": counts,
+                "skipped": sum(len(r.skipped) for r in self.results), "errors": len(self.all_errors),
+                "exit_code": int(self.exit_code)}
+
+
+def select_rules(registry: Registry, settings: Settings) -> list[type[Rule]]:
+    """The rules to run, in registry order: ``select`` (default all) minus ``ignore``; aliases accepted."""
+    aliases = registry.aliases()
+    names = list(registry.rules)
+    if settings.select and not any(s.upper() == "ALL" for s in settings.select):
+        names = [resolve_rule_name(s, registry.rules, aliases, "--select") for s in settings.select]
+    ignored = {resolve_rule_name(s, registry.rules, aliases, "--ignore") for s in settings.ignore}
+    return [registry.rules[n] for n in dict.fromkeys(names) if n not in ignored]
+
+
+def effective_options(rule: type[Rule], settings: Settings) -> Any:
+    """``rule.Options`` with the configured overrides applied."""
+    overrides = settings.rule_options.get(rule.name, {})
+    try:
+        return rule.Options(**overrides)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"options of {rule.name}: {exc}") from None
+
+
+def rule_window_kind(rule: type[Rule], options: Any) -> str:
+    """``steady`` or ``full``: an ``Options.window`` field wins over the class default."""
+    kind = getattr(options, "window", rule.window)
+    if kind not in ("steady", "full"):
+        raise UsageError(f"{rule.name}.window must be 'steady' or 'full', not {kind!r}")
+    return kind
+
+
+def describe_trace(trace: Trace) -> dict[str, Any]:
+    """The ``traces[]`` entry of the JSON envelope."""
+    cap = trace.capture
+    return {
+        "path": trace.label,
+        "nsys_version": trace.export_info.nsys_version,
+        "export_schema_version": trace.export_info.schema_version,
+        "gpus": [dataclasses.asdict(g) for g in sorted(trace.gpus.values(), key=lambda g: g.id)],
+        "capture": {"graph_trace_mode": cap.graph_trace_mode, "traced": list(cap.traced),
+                    "command": cap.command_line or None},
+        "tables": {name: trace.row_count(name) for name in trace.tables_present},
+    }
+
+
+def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
+                  progress: Callable[[str], None] | None = None) -> TraceResult:
+    """Run ``rules`` on one open trace; every rule isolated."""
+    result = TraceResult(describe_trace(trace))
+    needs: dict[str, list[str]] = {}
+    runnable: list[tuple[type[Rule], Any]] = []
+    for rule in rules:
+        options = effective_options(rule, settings)
+        missing = [t for t in rule.requires if not trace.has(t)]
+        if missing:
+            from .loaders.tables import TABLES
+
+            table = TABLES[missing[0]]
+            result.skipped.append({"rule": rule.name, "trace": trace.label,
+                                   "reason": f"the trace has no {table.sources[0]} table ({', '.join(missing)} missing)",
+                                   "fix": table.capture_hint})
+            continue
+        runnable.append((rule, options))
+        for table, cols in rule.needs().items():
+            if trace.has(table):
+                needs.setdefault(table, []).extend(c for c in cols if c not in needs.get(table, []))
+    windows = _Windows(trace, settings)
+    try:
+        trace.preload(needs)
+    except MemoryError:
+        raise
+    for rule, options in runnable:
+        if progress:
+            progress(rule.name)
+        try:
+            window = windows.get(rule_window_kind(rule, options))
+            ctx = RuleContext(trace, rule(), options, window)
+            findings = list(rule().check(ctx))
+            override = settings.severity.get(rule.name)
+            for f in findings:
+                if not isinstance(f, Finding):
+                    raise TypeError(f"check() yielded {type(f).__name__}, not Finding")
+            result.findings.extend(dataclasses.replace(f, severity=override) if override else f for f in findings)
+        except MissingData as gap:
+            result.skipped.append({"rule": rule.name, "trace": trace.label, "reason": gap.reason, "fix": gap.fix})
+        except UsageError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one rule failing must not hide the others
+            result.errors.append({"rule": rule.name, "trace": trace.label,
+                                  "error": f"{type(exc).__name__}: {exc}",
+                                  "traceback": "".join(traceback.format_exception(exc))[-4000:]})
+    result.info["window"] = windows.describe()
+    if trace.damage:
+        result.info["damage"] = list(trace.damage)
+    return result
+
+
+class _Windows:
+    """The windows of one trace, computed once each and shared by the rules."""
+
+    def __init__(self, trace: Trace, settings: Settings) -> None:
+        self.trace = trace
+        self.settings = settings
+        self._cache: dict[str, Window] = {}
+
+    def get(self, kind: str) -> Window:
+        if self.settings.filter_time or self.settings.filter_nvtx:
+            kind = "filter"
+        if kind not in self._cache:
+            self._cache[kind] = self._compute(kind)
+        return self._cache[kind]
+
+    def _compute(self, kind: str) -> Window:
+        if kind == "full":
+            return FULL
+        if kind == "steady":
+            return steady_state_window(self.trace, SteadyOptions(tuple(self.settings.steady_ranges)))
+        window: Window | None = None
+        if self.settings.filter_time:
+            window = filter_time_window(self.settings.filter_time, _session_origin(self.trace))
+        if self.settings.filter_nvtx:
+            nvtx = nvtx_filter_window(self.trace, self.settings.filter_nvtx)
+            window = nvtx if window is None else _intersect(window, nvtx)
+        assert window is not None
+        steady = steady_state_window(self.trace, SteadyOptions(tuple(self.settings.steady_ranges)))
+        steps = tuple(s for s in steady.steps if window.mask([s[0]])[0])
+        return dataclasses.replace(window, steps=steps, step_name=steady.step_name if steps else None)
+
+    def describe(self) -> dict[str, Any]:
+        return {kind: w.to_json() for kind, w in self._cache.items()}
+
+
+def _intersect(a: Window, b: Window) -> Window:
+    out = []
+    for s1, e1 in a.intervals or ():
+        for s2, e2 in b.intervals or ():
+            lo, hi = max(s1, s2), min(e1, e2)
+            if lo <= hi:
+                out.append((lo, hi))
+    return Window(tuple(out) or ((0, -1),), f"{a.source} and {b.source}")
+
+
+def _session_origin(trace: Trace) -> int:
+    """Where nsys's relative times start: the session start, which exports store as time 0."""
+    return 0
+
+
+def run_check(paths: list[Path], registry: Registry, settings: Settings, open_trace: Callable[[Path], Trace],
+              progress: Callable[[str], None] | None = None) -> Report:
+    """Analyze ``paths`` one after the other and collect a :class:`Report`."""
+    rules = select_rules(registry, settings)
+    report = Report(rules=[{"name": r.name, "plugin": registry.rule_plugin.get(r.name, ""),
+                            "severity": r.default_severity.value,
+                            "options": dataclasses.asdict(effective_options(r, settings))} for r in rules],
+                    plugins=registry.plugins, fail_on=settings.fail_on, errors=list(registry.errors), registry=registry)
+    for path in paths:
+        trace = open_trace(path)
+        try:
+            report.results.append(analyze_trace(trace, rules, settings, progress))
+        finally:
+            trace.close()
+    return report
+
+
+def tool_info(report: Report) -> dict[str, Any]:
+    """The ``tool`` object of the envelope."""
+    return {"name": "nsys-rules", "version": __version__, "plugins": report.plugins}

@@ -1,0 +1,44 @@
+"""The versioned JSON envelope (see ``nsys-rules schema``)."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from ..engine import SCHEMA_VERSION, Report, tool_info
+
+
+def envelope(report: Report) -> dict[str, Any]:
+    """The report as the JSON envelope object."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": tool_info(report),
+        "traces": [r.info for r in report.results],
+        "rules": report.rules,
+        "findings": [f.to_json() for f in report.findings],
+        "skipped": [s for r in report.results for s in r.skipped],
+        "errors": [{k: v for k, v in e.items() if k != "traceback"} for e in report.all_errors],
+        "summary": report.summary(),
+    }
+
+
+def format_json(report: Report) -> str:
+    """Deterministic, indented JSON of the envelope."""
+    return json.dumps(envelope(report), indent=2, sort_keys=False, default=_default) + "\n"
+
+
+def _default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)
+
+
+@lru_cache(maxsize=1)
+def report_schema() -> dict[str, Any]:
+    """The JSON Schema of the envelope, shipped in the package."""
+    text = resources.files("nsys_rules").joinpath("schema/report.schema.json").read_text(encoding="utf-8")
+    return json.loads(text)

@@ -1,0 +1,50 @@
+"""The human table: findings ranked by estimated savings, then severity."""
+
+from __future__ import annotations
+
+import textwrap
+
+from tabulate import tabulate
+
+from ..engine import Report
+
+
+def human_ns(ns: float | int | None) -> str:
+    """``1234567`` -> ``1.23 ms``."""
+    if ns is None:
+        return ""
+    ns = float(ns)
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def format_table(report: Report) -> str:
+    """A ranked table per run, then skipped rules and errors."""
+    lines: list[str] = []
+    for result in report.results:
+        info = result.info
+        gpus = ", ".join(g["name"] for g in info.get("gpus", [])) or "GPU unknown"
+        steady = info.get("window", {}).get("steady", {}).get("source")
+        lines.append(f"{info['path']}  (nsys {info.get('nsys_version') or '?'}, {gpus})")
+        if steady:
+            lines.append(f"steady state: {steady}")
+    rows = []
+    for i, f in enumerate(report.findings, 1):
+        rows.append([i, f.severity.value, f.rule, human_ns(f.estimated_savings_ns),
+                     textwrap.fill(f.message, 70), textwrap.fill(f.recommendation, 60)])
+    if rows:
+        lines.append(tabulate(rows, headers=["#", "severity", "rule", "saves", "finding", "next optimization"],
+                              tablefmt="simple_grid"))
+    else:
+        lines.append("no findings")
+    skipped = [s for r in report.results for s in r.skipped]
+    if skipped:
+        lines.append("skipped:")
+        lines.extend(f"  {s['rule']}: {s['reason']}" + (f"; fix: {s['fix']}" if s.get("fix") else "") for s in skipped)
+    for e in report.all_errors:
+        lines.append(f"error: {e.get('rule') or e.get('plugin')}: {e['error']}")
+    s = report.summary()["by_severity"]
+    lines.append(f"{s['error']} error(s), {s['warning']} warning(s), {s['info']} info")
+    return "\n".join(lines) + "\n"

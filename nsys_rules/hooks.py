@@ -1,0 +1,54 @@
+"""Hook specifications: how plugins (and the built-in rule pack) extend nsys-rules.
+
+A plugin is a module or object with functions marked ``@hookimpl`` whose names match
+the specs below; it is found through the ``nsys_rules`` entry-point group::
+
+    [project.entry-points.nsys_rules]
+    my_plugin = "my_package.plugin"
+
+The built-in rules register through the very same hooks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pluggy
+
+PROJECT = "nsys_rules"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def register_rules() -> list[type]:  # type: ignore[empty-body]
+    """Return the rule classes this plugin provides.
+
+    :return: a list of :class:`nsys_rules.rule.Rule` subclasses. Names must be unique
+        across all plugins; a duplicate is reported as a plugin error.
+
+    Called once, when the plugin manager is built (before any trace is read).
+    """
+
+
+@hookspec
+def register_formatters() -> dict[str, Callable[..., str]]:  # type: ignore[empty-body]
+    """Return output formats this plugin provides.
+
+    :return: a mapping of format name (as given to ``--format``) to a callable
+        ``format(report: nsys_rules.engine.Report) -> str``.
+
+    Called once, when the plugin manager is built. A name that is already taken is an error.
+    """
+
+
+@hookspec
+def register_loaders() -> dict[str, Callable[..., Any]]:  # type: ignore[empty-body]
+    """Return trace loaders for file types nsys-rules does not read itself.
+
+    :return: a mapping of file suffix (for example ``".parquet"``) to a callable
+        ``load(path: pathlib.Path) -> nsys_rules.trace.Trace``.
+
+    Called once, when the plugin manager is built; a loader is used for inputs whose
+    suffix matches.
+    """

@@ -1,0 +1,140 @@
+"""The plugin manager: built-in rules first, then entry-point plugins.
+
+A plugin that fails to import, or whose hook raises or returns something unusable,
+is recorded in :attr:`Registry.errors` (the run then ends with exit 4) and the rest
+still loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata as metadata
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pluggy
+
+from . import hooks
+from .rule import Rule
+
+ENTRY_POINT_GROUP = "nsys_rules"
+#: Set to a non-empty value (not "0") to skip entry-point plugins, like pytest's PYTEST_DISABLE_PLUGIN_AUTOLOAD.
+AUTOLOAD_ENV = "NSYS_RULES_DISABLE_PLUGIN_AUTOLOAD"
+BUILTIN = "nsys-rules (built-in)"
+_KEBAB = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+
+
+@dataclass
+class Registry:
+    """Everything the plugins registered."""
+
+    rules: dict[str, type[Rule]] = field(default_factory=dict)
+    rule_plugin: dict[str, str] = field(default_factory=dict)
+    formatters: dict[str, Callable[..., str]] = field(default_factory=dict)
+    loaders: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    plugins: list[dict[str, str]] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+    def aliases(self) -> dict[str, str]:
+        """Alias (e.g. NVIDIA's rule name) -> rule name."""
+        return {alias: name for name, cls in self.rules.items() for alias in cls.aliases}
+
+
+def autoload_disabled() -> bool:
+    """True when the environment asks to skip entry-point plugins."""
+    return os.environ.get(AUTOLOAD_ENV, "") not in ("", "0")
+
+
+def build_registry(autoload: bool = True, extra: tuple[tuple[str, object], ...] = ()) -> Registry:
+    """Build the registry: the built-in pack, ``extra`` (name, plugin) pairs, then entry points."""
+    from . import formatters as builtin_formatters
+    from . import rules as builtin_rules
+
+    pm = pluggy.PluginManager(hooks.PROJECT)
+    pm.add_hookspecs(hooks)
+    registry = Registry()
+    pm.register(builtin_rules, name=BUILTIN)
+    pm.register(builtin_formatters, name=BUILTIN + " formatters")
+    registry.plugins.append({"name": BUILTIN, "version": _own_version()})
+    for name, plugin in extra:
+        pm.register(plugin, name=name)
+        registry.plugins.append({"name": name, "version": ""})
+    if autoload and not autoload_disabled():
+        for ep in sorted(_entry_points(), key=lambda e: e.name):
+            try:
+                plugin = ep.load()
+                pm.register(plugin, name=ep.name)
+            except Exception as exc:  # noqa: BLE001 - a broken plugin must not stop the others
+                registry.errors.append({"plugin": ep.name, "error": f"failed to load: {type(exc).__name__}: {exc}"})
+                continue
+            registry.plugins.append({"name": ep.name, "version": _dist_version(ep)})
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        registry.errors.append({"plugin": str(getattr(exc, "plugin_name", "?")), "error": str(exc)})
+    _collect(pm, registry)
+    return registry
+
+
+def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:
+    for impl in reversed(pm.hook.register_rules.get_hookimpls()):
+        for rule in _call(impl, registry) or []:
+            problem = validate_rule(rule)
+            if problem is None and rule.name in registry.rules:
+                problem = f"rule name {rule.name!r} is already registered by {registry.rule_plugin[rule.name]}"
+            if problem:
+                registry.errors.append({"plugin": impl.plugin_name, "error": problem})
+                continue
+            registry.rules[rule.name] = rule
+            registry.rule_plugin[rule.name] = impl.plugin_name
+    for impl in reversed(pm.hook.register_formatters.get_hookimpls()):
+        for fmt, func in (_call(impl, registry) or {}).items():
+            if fmt in registry.formatters or not callable(func):
+                registry.errors.append({"plugin": impl.plugin_name, "error": f"formatter {fmt!r} is taken or not callable"})
+                continue
+            registry.formatters[fmt] = func
+    for impl in reversed(pm.hook.register_loaders.get_hookimpls()):
+        for suffix, func in (_call(impl, registry) or {}).items():
+            registry.loaders[str(suffix).lower()] = func
+
+
+def _call(impl: Any, registry: Registry) -> Any:
+    try:
+        return impl.function()
+    except Exception as exc:  # noqa: BLE001 - isolate the plugin
+        registry.errors.append({"plugin": impl.plugin_name,
+                                "error": f"{impl.function.__name__} raised {type(exc).__name__}: {exc}"})
+        return None
+
+
+def validate_rule(rule: object) -> str | None:
+    """Why ``rule`` cannot be registered, or None when it can."""
+    if not isinstance(rule, type) or not issubclass(rule, Rule):
+        return f"{rule!r} is not a Rule subclass"
+    if not _KEBAB.match(rule.name or ""):
+        return f"rule {rule.__name__}: name {rule.name!r} is not kebab-case"
+    if not dataclasses.is_dataclass(rule.Options) or not rule.Options.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        return f"rule {rule.name}: Options must be a frozen dataclass"
+    from .loaders.tables import TABLES
+
+    unknown = [t for t in (*rule.requires, *rule.optional) if t not in TABLES]
+    if unknown:
+        return f"rule {rule.name}: unknown tables {unknown} (known: {sorted(TABLES)})"
+    return None
+
+
+def _entry_points() -> list[metadata.EntryPoint]:
+    return list(metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def _dist_version(ep: metadata.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return f"{dist.name} {dist.version}" if dist is not None else ""
+
+
+def _own_version() -> str:
+    from . import __version__
+
+    return __version__

@@ -1,0 +1,146 @@
+"""The rule API: what a rule declares and what it gets when it runs."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from .errors import MissingData
+from .findings import Finding, Location, Metric, Severity
+from .loaders.tables import TABLES
+from .trace import Trace
+from .windows import Window, launch_times
+
+#: Sections every rule docstring carries, in this order (checked by the meta tests).
+DOC_SECTIONS = ("What it detects", "Why it hurts", "Evidence", "Next optimizations", "Options", "Requires",
+                "False positives")
+
+GPU_TABLES = ("kernels", "memcpy", "memset", "sync", "graph_trace")
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """A rule without options."""
+
+
+class Rule:
+    """Base class of every rule, built-in or from a plugin.
+
+    Subclasses set the class attributes and implement :meth:`check`. Thresholds live in
+    the frozen ``Options`` dataclass (field defaults + ``metadata={"help": ...}``), never as
+    literals in ``check``. ``requires`` lists canonical tables that must exist, ``optional``
+    tables used when present, ``columns`` narrows what is read per table (speed), and
+    ``window`` is ``"steady"`` or ``"full"`` (an ``Options.window`` field overrides it).
+    """
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    default_severity: ClassVar[Severity] = Severity.WARNING
+    requires: ClassVar[tuple[str, ...]] = ()
+    optional: ClassVar[tuple[str, ...]] = ()
+    columns: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    window: ClassVar[str] = "steady"
+    aliases: ClassVar[tuple[str, ...]] = ()
+    Options: ClassVar[type] = NoOptions
+
+    def check(self, ctx: "RuleContext") -> Iterable[Finding]:
+        """Yield findings for ``ctx.trace``; raise :class:`MissingData` to be skipped."""
+        raise NotImplementedError
+
+    @classmethod
+    def needs(cls) -> dict[str, tuple[str, ...]]:
+        """Tables and columns this rule reads (all columns of a table unless narrowed)."""
+        out: dict[str, tuple[str, ...]] = {}
+        for table in (*cls.requires, *cls.optional):
+            out[table] = tuple(cls.columns.get(table, TABLES[table].column_names))
+        return out
+
+    @classmethod
+    def option_fields(cls) -> tuple[dataclasses.Field[Any], ...]:
+        """The fields of ``Options`` (name, default, ``metadata['help']``)."""
+        return dataclasses.fields(cls.Options)
+
+
+@dataclass
+class RuleContext:
+    """What :meth:`Rule.check` gets: the trace, the effective options and the window.
+
+    ``frame`` returns a canonical frame cut to the window: host rows by their start, GPU
+    rows by the start of the API call that launched them.
+    """
+
+    trace: Trace
+    rule: Rule
+    options: Any
+    window: Window
+    _cache: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    def frame(self, name: str, columns: Iterable[str] | None = None) -> pd.DataFrame:
+        """Canonical frame ``name`` restricted to the window (a ``launch_start`` column is added to GPU frames)."""
+        if not self.trace.has(name):
+            table = TABLES[name]
+            raise MissingData(f"the trace has no {table.sources[0]} table", table.capture_hint)
+        cols = list(columns) if columns is not None else list(self.rule.needs().get(name, TABLES[name].column_names))
+        key = name + "|" + ",".join(cols)
+        if key not in self._cache:
+            full = self.trace.frame(name, cols)
+            if name in GPU_TABLES:
+                launch = launch_times(self.trace, full)
+                mask = self.window.mask(launch)
+                sub = full.loc[mask, cols].copy() if not mask.all() else full[cols].copy()
+                sub["launch_start"] = launch[mask]
+            else:
+                mask = self.window.mask(full["start"].to_numpy())
+                sub = full.loc[mask, cols] if not mask.all() else full[cols]
+            self._cache[key] = sub.reset_index(drop=True)
+        return self._cache[key]
+
+    def api_base_names(self) -> pd.Series:
+        """Base API names (``_v<digits>`` removed) aligned with ``frame("api")``."""
+        full = self.trace.frame("api", ["start"])
+        mask = self.window.mask(full["start"].to_numpy())
+        return self.trace.api_names()[mask].reset_index(drop=True)
+
+    def span(self) -> tuple[int, int]:
+        """First and last timestamp of GPU and API activity in the whole trace."""
+        lo, hi = [], []
+        for name in ("kernels", "memcpy", "memset", "api"):
+            if self.trace.has(name):
+                f = self.trace.frame(name, ["start", "end"])
+                if len(f):
+                    lo.append(int(f["start"].min()))
+                    hi.append(int(f["end"].max()))
+        return (min(lo), max(hi)) if lo else (0, 0)
+
+    def window_bounds(self) -> tuple[int, int]:
+        """The window clipped to the trace's activity span."""
+        lo, hi = self.span()
+        if self.window.intervals is None:
+            return lo, hi
+        return max(lo, self.window.start or lo), min(hi, self.window.end or hi)
+
+    def finding(self, message: str, recommendation: str, *, severity: Severity | None = None, title: str | None = None,
+                metrics: Mapping[str, Metric] | None = None, location: Location | None = None,
+                estimated_savings_ns: int | float | None = None, key: str = "") -> Finding:
+        """Build a finding of this rule, with the trace filled into its location."""
+        loc = location or Location()
+        loc = dataclasses.replace(loc, trace=loc.trace or self.trace.label)
+        savings = None if estimated_savings_ns is None or not np.isfinite(estimated_savings_ns) else int(
+            max(0, estimated_savings_ns))
+        return Finding(self.rule.name, severity or self.rule.default_severity, title or self.rule.title, message,
+                       recommendation, dict(metrics or {}), loc, savings, key)
+
+
+def metric(value: float | int, unit: str) -> Metric:
+    """Shorthand for :class:`Metric` that turns numpy scalars into Python numbers."""
+    if isinstance(value, (np.integer,)):
+        value = int(value)
+    elif isinstance(value, (np.floating,)):
+        value = float(value)
+    if isinstance(value, float):
+        value = round(value, 6)
+    return Metric(value, unit)

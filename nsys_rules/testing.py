@@ -1,0 +1,315 @@
+"""Test helpers for rule and plugin authors.
+
+:class:`TraceBuilder` writes a real nsys-schema SQLite file (the tables and columns the
+loader reads, with ``StringIds``, GPU info and capture metadata), so a test builds the
+exact scenario it needs and runs the same code path as a real trace::
+
+    b = TraceBuilder(command=["target/release/server"])
+    for step in range(10):
+        b.nvtx("decode_step", step * 1_000_000, step * 1_000_000 + 900_000)
+        b.kernel("gemv_kernel", start=step * 1_000_000 + 10_000, duration=50_000)
+    findings = run_rule("kernel-tail", b.write(tmp_path / "t.sqlite"))
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+PID = 4242
+MAIN_TID = 4242
+VM_BITS = 1 << 48  # nsys stores a VM id above the pid/tid bits of a serialized global id
+
+MEMCPY_KINDS = {"HtoD": 1, "DtoH": 2, "DtoD": 8, "HtoH": 9, "PtoP": 10}
+MEMORY_KINDS = {"pageable": 0, "pinned": 1, "device": 2, "array": 3, "managed": 4}
+SYNC_TYPES = {"event": 1, "stream_wait_event": 2, "stream": 3, "context": 4}
+
+_DDL = {
+    "StringIds": "id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL",
+    "CUPTI_ACTIVITY_KIND_KERNEL": (
+        "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
+        "greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, "
+        "demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL, mangledName INTEGER, launchType INTEGER, "
+        "cacheConfig INTEGER, registersPerThread INTEGER NOT NULL, gridX INTEGER NOT NULL, gridY INTEGER NOT NULL, "
+        "gridZ INTEGER NOT NULL, blockX INTEGER NOT NULL, blockY INTEGER NOT NULL, blockZ INTEGER NOT NULL, "
+        "staticSharedMemory INTEGER NOT NULL, dynamicSharedMemory INTEGER NOT NULL, localMemoryPerThread INTEGER NOT NULL, "
+        "localMemoryTotal INTEGER NOT NULL, gridId INTEGER NOT NULL, sharedMemoryExecuted INTEGER, graphNodeId INTEGER, "
+        "sharedMemoryLimitConfig INTEGER"),
+    "CUPTI_ACTIVITY_KIND_RUNTIME": (
+        "start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL, globalTid INTEGER, "
+        "correlationId INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL, callchainId INTEGER"),
+    "CUPTI_ACTIVITY_KIND_MEMCPY": (
+        "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
+        "greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, "
+        "bytes INTEGER NOT NULL, copyKind INTEGER NOT NULL, deprecatedSrcId INTEGER, srcKind INTEGER, dstKind INTEGER, "
+        "srcDeviceId INTEGER, srcContextId INTEGER, dstDeviceId INTEGER, dstContextId INTEGER, migrationCause INTEGER, "
+        "graphNodeId INTEGER, virtualAddress INTEGER, copyCount INTEGER"),
+    "CUPTI_ACTIVITY_KIND_MEMSET": (
+        "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
+        "greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, "
+        "value INTEGER NOT NULL, bytes INTEGER NOT NULL, graphNodeId INTEGER, memKind INTEGER"),
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": (
+        "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
+        "greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, "
+        "syncType INTEGER NOT NULL, eventId INTEGER NOT NULL"),
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": (
+        "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
+        "greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, "
+        "graphId INTEGER NOT NULL, graphExecId INTEGER NOT NULL"),
+    "NVTX_EVENTS": (
+        "start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER, category INTEGER, "
+        "color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, "
+        "uint64Value INTEGER, int64Value INTEGER, doubleValue REAL, uint32Value INTEGER, int32Value INTEGER, "
+        "floatValue REAL, jsonTextId INTEGER, jsonText TEXT, binaryData TEXT"),
+    "CUDA_GPU_MEMORY_USAGE_EVENTS": (
+        "start INTEGER NOT NULL, globalPid INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
+        "address INTEGER NOT NULL, pc INTEGER NOT NULL, bytes INTEGER NOT NULL, memKind INTEGER NOT NULL, "
+        "memoryOperationType INTEGER NOT NULL, name TEXT, correlationId INTEGER, streamId INTEGER"),
+    "PROFILER_OVERHEAD": (
+        "start INTEGER NOT NULL, end INTEGER NOT NULL, globalTid INTEGER, nameId INTEGER NOT NULL, "
+        "returnValue INTEGER NOT NULL"),
+    "TARGET_INFO_GPU": (
+        "vmId INTEGER NOT NULL, id INTEGER NOT NULL, name TEXT, busLocation TEXT, isDiscrete INTEGER, l2CacheSize INTEGER, "
+        "totalMemory INTEGER, memoryBandwidth INTEGER, clockRate INTEGER, smCount INTEGER, chipName TEXT, "
+        "computeMajor INTEGER, computeMinor INTEGER"),
+    "ThreadNames": "nameId INTEGER NOT NULL, priority INTEGER, globalTid INTEGER",
+    "META_DATA_CAPTURE": "name TEXT NOT NULL, value TEXT",
+    "META_DATA_EXPORT": "name TEXT NOT NULL, value TEXT",
+}
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """A GPU row of ``TARGET_INFO_GPU``; the defaults describe an H200."""
+
+    id: int = 0
+    name: str = "NVIDIA H200"
+    memory_bandwidth: int | None = 4_814_304_000_000
+    sm_count: int = 132
+    clock_hz: int = 1_980_000_000
+    total_memory: int = 150_109_880_320
+
+
+@dataclass
+class TraceBuilder:
+    """Builds an nsys SQLite export row by row.
+
+    Times are ns. Every GPU operation gets a launching API call (same correlationId) that
+    starts ``launch_lead`` ns before it unless ``launch_at`` is given. Tables nobody
+    added rows to are not written, as nsys does not write empty tables.
+    """
+
+    command: Iterable[str] = ("target/release/app",)
+    environment: Mapping[str, str] = field(default_factory=dict)
+    gpus: Iterable[GpuSpec] = (GpuSpec(),)
+    graph_trace_mode: str | None = "Node"
+    nsys_version: str = "2025.3.2.0"
+    schema_version: str = "3.20.3"
+    launch_lead: int = 5_000
+    launch_duration: int = 3_000
+    write_metadata: bool = True
+    _rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict, init=False)
+    _strings: dict[str, int] = field(default_factory=dict, init=False)
+    _corr: int = field(default=0, init=False)
+
+    # -- primitives --------------------------------------------------------------------------
+    def string(self, value: str) -> int:
+        """Id of ``value`` in StringIds (added on first use)."""
+        if value not in self._strings:
+            self._strings[value] = len(self._strings) + 1
+        return self._strings[value]
+
+    def _add(self, table: str, row: tuple[Any, ...]) -> None:
+        self._rows.setdefault(table, []).append(row)
+
+    def _next_corr(self) -> int:
+        self._corr += 1
+        return self._corr
+
+    @staticmethod
+    def global_tid(tid: int = MAIN_TID, pid: int = PID) -> int:
+        """Serialized global thread id, as nsys stores it."""
+        return VM_BITS | (pid << 24) | tid
+
+    @staticmethod
+    def global_pid(pid: int = PID) -> int:
+        """Serialized global process id."""
+        return VM_BITS | (pid << 24)
+
+    # -- host side ---------------------------------------------------------------------------
+    def api(self, name: str, start: int, duration: int = 1_000, *, tid: int = MAIN_TID, pid: int = PID,
+            correlation_id: int | None = None, return_value: int = 0) -> int:
+        """A CUDA runtime or driver API call (``name`` as nsys stores it, e.g. ``cudaMalloc_v3020``)."""
+        corr = self._next_corr() if correlation_id is None else correlation_id
+        self._add("CUPTI_ACTIVITY_KIND_RUNTIME", (start, start + duration, 1, self.global_tid(tid, pid), corr,
+                                                  self.string(name), return_value, None))
+        return corr
+
+    def nvtx(self, name: str, start: int, end: int | None, *, tid: int = MAIN_TID, pid: int = PID,
+             registered: bool = False, domain: int = 0) -> None:
+        """An NVTX push/pop range (``end`` None: a mark). ``registered`` stores the name in StringIds."""
+        text, text_id = (None, self.string(name)) if registered else (name, None)
+        event_type = 59 if end is not None else 34
+        self._add("NVTX_EVENTS", (start, end, event_type, None, None, None, text, self.global_tid(tid, pid), None,
+                                  text_id, domain, None, None, None, None, None, None, None, None, None))
+
+    def profiler_start(self, start: int, *, driver: bool = False) -> None:
+        """The ``cudaProfilerStart`` call that a ``-c cudaProfilerApi`` capture begins with."""
+        self.api("cuProfilerStart" if driver else "cudaProfilerStart_v4000", start, 2_000)
+
+    # -- GPU side ----------------------------------------------------------------------------
+    def _launch(self, api_name: str | None, start: int, launch_at: int | None, tid: int, pid: int) -> int:
+        if api_name is None:
+            return self._next_corr()
+        at = start - self.launch_lead if launch_at is None else launch_at
+        return self.api(api_name, at, self.launch_duration, tid=tid, pid=pid)
+
+    def kernel(self, name: str, start: int, duration: int, *, grid: tuple[int, int, int] = (1, 1, 1),
+               block: tuple[int, int, int] = (128, 1, 1), short_name: str | None = None, device: int = 0,
+               stream: int = 7, api: str | None = "cudaLaunchKernel_v7000", launch_at: int | None = None,
+               tid: int = MAIN_TID, pid: int = PID, graph_node_id: int | None = None, registers: int = 32) -> int:
+        """A kernel and the API call that launched it; returns its correlationId."""
+        corr = self._launch(api, start, launch_at, tid, pid)
+        short = short_name or name.split("(")[0].split("<")[0].split("::")[-1]
+        self._add("CUPTI_ACTIVITY_KIND_KERNEL", (
+            start, start + duration, device, 1, None, stream, corr, self.global_pid(pid), self.string(name),
+            self.string(short), None, 1, 0, registers, *grid, *block, 0, 0, 0, 0, corr, 0, graph_node_id, None))
+        return corr
+
+    def memcpy(self, start: int, duration: int, nbytes: int, *, kind: str = "HtoD", src: str = "pinned",
+               dst: str = "device", device: int = 0, stream: int = 7, api: str | None = "cudaMemcpyAsync_v3020",
+               launch_at: int | None = None, tid: int = MAIN_TID, pid: int = PID) -> int:
+        """A memcpy (``kind`` HtoD/DtoH/DtoD/HtoH/PtoP, memory kinds pageable/pinned/device/managed)."""
+        corr = self._launch(api, start, launch_at, tid, pid)
+        self._add("CUPTI_ACTIVITY_KIND_MEMCPY", (
+            start, start + duration, device, 1, None, stream, corr, self.global_pid(pid), nbytes, MEMCPY_KINDS[kind],
+            None, MEMORY_KINDS[src], MEMORY_KINDS[dst], device, 1, device, 1, None, None, None, 1))
+        return corr
+
+    def memset(self, start: int, duration: int, nbytes: int, *, memory: str = "device", device: int = 0,
+               stream: int = 7, api: str | None = "cudaMemsetAsync_v3020", launch_at: int | None = None,
+               tid: int = MAIN_TID, pid: int = PID) -> int:
+        """A memset on ``memory`` (device/pinned/managed/...)."""
+        corr = self._launch(api, start, launch_at, tid, pid)
+        self._add("CUPTI_ACTIVITY_KIND_MEMSET", (start, start + duration, device, 1, None, stream, corr,
+                                                 self.global_pid(pid), 0, nbytes, None, MEMORY_KINDS[memory]))
+        return corr
+
+    def sync(self, start: int, duration: int, *, kind: str = "stream", api: str = "cudaStreamSynchronize_v3020",
+             device: int = 0, stream: int = 7, tid: int = MAIN_TID, pid: int = PID) -> int:
+        """A blocking synchronization: the API call and its SYNCHRONIZATION row, over the same interval."""
+        corr = self.api(api, start, duration, tid=tid, pid=pid)
+        self._add("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", (start, start + duration, device, 1, None, stream, corr,
+                                                          self.global_pid(pid), SYNC_TYPES[kind], 0))
+        return corr
+
+    def graph_launch(self, start: int, duration: int, *, graph_id: int = 1, exec_id: int = 1, device: int = 0,
+                     stream: int = 7, api: str = "cudaGraphLaunch_v10000", launch_at: int | None = None,
+                     tid: int = MAIN_TID, pid: int = PID, traced_as_graph: bool = True) -> int:
+        """A graph replay: the launch call and, when ``traced_as_graph``, its GRAPH_TRACE row."""
+        corr = self._launch(api, start, launch_at, tid, pid)
+        if traced_as_graph:
+            self._add("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", (start, start + duration, device, 1, None, stream, corr,
+                                                          self.global_pid(pid), graph_id, exec_id))
+        return corr
+
+    def memory_event(self, start: int, nbytes: int, *, allocate: bool = True, device: int = 0, address: int = 0,
+                     pid: int = PID) -> None:
+        """A ``--cuda-memory-usage`` allocation (or free) event."""
+        self._add("CUDA_GPU_MEMORY_USAGE_EVENTS", (start, self.global_pid(pid), device, 1, address, 0, nbytes, 2,
+                                                   0 if allocate else 1, None, 0, None))
+
+    def overhead(self, start: int, end: int, name: str = "CUDA profiling data flush", *, tid: int = MAIN_TID) -> None:
+        """A profiler-overhead interval."""
+        self._add("PROFILER_OVERHEAD", (start, end, self.global_tid(tid), self.string(name), 0))
+
+    # -- output ------------------------------------------------------------------------------
+    def _metadata(self) -> None:
+        if not self.write_metadata:
+            return
+        rows: list[tuple[str, str]] = [("CAPTURE_EVENT_TYPE", "Cuda"), ("CAPTURE_EVENT_TYPE", "NvtxEvents")]
+        command = list(self.command)
+        if command:
+            rows.append(("PROCESS_0:COMMAND", command[0]))
+            rows += [(f"PROCESS_0:ARGUMENT_{i}", a) for i, a in enumerate(command[1:])]
+        rows += [("PROCESS_0:ENVIRONMENT_VARIABLE", f'{k}="{v}"') for k, v in self.environment.items()]
+        if self.graph_trace_mode:
+            rows.append(("PROCESS_0:CUDA_GRAPH_TRACE_OPTIONS:MODE", self.graph_trace_mode))
+        self._rows["META_DATA_CAPTURE"] = rows
+        major, minor, micro = (self.schema_version.split(".") + ["0", "0"])[:3]
+        self._rows["META_DATA_EXPORT"] = [
+            ("EXPORT_PRODUCT_VERSION", self.nsys_version), ("EXPORT_SCHEMA_VERSION", self.schema_version),
+            ("EXPORT_SCHEMA_VERSION_MAJOR", major), ("EXPORT_SCHEMA_VERSION_MINOR", minor),
+            ("EXPORT_SCHEMA_VERSION_MICRO", micro)]
+        self._rows["TARGET_INFO_GPU"] = [
+            (VM_BITS, g.id, g.name, f"0000:00:{g.id:02x}.0", 1, 50_331_648, g.total_memory, g.memory_bandwidth,
+             g.clock_hz, g.sm_count, "GH100", 9, 0) for g in self.gpus]
+        self._rows["ThreadNames"] = [(self.string("main"), 0, self.global_tid())]
+
+    def write(self, path: str | Path) -> Path:
+        """Write the export to ``path`` (replaced if it exists) and return the path."""
+        path = Path(path)
+        if path.exists():
+            path.unlink()
+        self._metadata()
+        db = sqlite3.connect(path)
+        try:
+            db.execute(f"CREATE TABLE StringIds ({_DDL['StringIds']})")
+            db.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, s) for s, i in self._strings.items()])
+            for table, rows in self._rows.items():
+                if not rows:
+                    continue
+                db.execute(f"CREATE TABLE {table} ({_DDL[table]})")
+                marks = ", ".join("?" * len(rows[0]))
+                db.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+            db.commit()
+        finally:
+            db.close()
+        return path
+
+
+def run_rule(rule: str | type, trace_path: str | Path, *, options: Mapping[str, Any] | None = None,
+             filter_time: str | None = None, filter_nvtx: str | None = None) -> list[Any]:
+    """Run one registered rule (by name, or a Rule class) on a trace file; returns its findings.
+
+    Raises ``AssertionError`` when the rule was skipped or raised, with the reason, so a test
+    of a firing case cannot pass by accident.
+    """
+    result = run_rules([rule], trace_path, options={_name(rule): dict(options or {})},
+                       filter_time=filter_time, filter_nvtx=filter_nvtx)
+    if result.errors:
+        raise AssertionError(f"rule raised: {result.errors[0]['error']}\n{result.errors[0].get('traceback', '')}")
+    if result.skipped:
+        raise AssertionError(f"rule skipped: {result.skipped[0]['reason']}")
+    return result.findings
+
+
+def run_rules(rules: Iterable[str | type], trace_path: str | Path, *, options: Mapping[str, Mapping[str, Any]] | None = None,
+              filter_time: str | None = None, filter_nvtx: str | None = None) -> Any:
+    """Run several rules on a trace; returns the :class:`nsys_rules.engine.TraceResult`."""
+    from .config import Settings
+    from .engine import analyze_trace
+    from .inputs import open_trace
+    from .plugins import build_registry
+    from .rule import Rule
+
+    registry = build_registry(autoload=True)
+    classes = []
+    for rule in rules:
+        if isinstance(rule, type) and issubclass(rule, Rule):
+            classes.append(rule)
+        else:
+            classes.append(registry.rules[str(rule)])
+    settings = Settings(rule_options={k: dict(v) for k, v in (options or {}).items()},
+                        filter_time=filter_time, filter_nvtx=filter_nvtx)
+    trace = open_trace(Path(trace_path))
+    try:
+        return analyze_trace(trace, classes, settings)
+    finally:
+        trace.close()
+
+
+def _name(rule: str | type) -> str:
+    return rule if isinstance(rule, str) else getattr(rule, "name", str(rule))

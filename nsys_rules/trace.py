@@ -1,0 +1,211 @@
+"""The normalized trace model: canonical frames plus what the export says about the capture.
+
+Frames are loaded lazily and only with the columns asked for; times are int64 ns and
+names are categoricals resolved from ``StringIds``. A table the export lacks is an empty
+frame with ``has(name)`` False, never an error.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from .loaders.sqlite import SqliteExport
+from .loaders.tables import TABLES
+
+_VERSION_SUFFIX = re.compile(r"_v\d+$")
+
+
+def base_api_name(name: str) -> str:
+    """The API name with any ``_v<digits>`` suffix removed (``cuMemcpyDtoHAsync_v2`` -> ``cuMemcpyDtoHAsync``)."""
+    return _VERSION_SUFFIX.sub("", name)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU of the capture host, keyed by the kernels' ``deviceId``."""
+
+    id: int
+    name: str
+    sm_count: int | None = None
+    memory_bandwidth: int | None = None  # bytes per second; None when the export lacks it
+    clock_hz: int | None = None
+    total_memory: int | None = None
+
+
+@dataclass(frozen=True)
+class CaptureInfo:
+    """How the trace was captured, as far as the export records it."""
+
+    graph_trace_mode: str | None = None  # "Graph", "Node" or None when unrecorded
+    traced: tuple[str, ...] = ()  # CAPTURE_EVENT_TYPE values, e.g. ("Cuda", "NvtxEvents")
+    command: tuple[str, ...] = ()  # program and arguments of the first profiled process
+    working_dir: str | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
+    options: Mapping[str, str] = field(default_factory=dict)  # every META_DATA_CAPTURE row, last wins
+
+    @property
+    def command_line(self) -> str:
+        """The profiled command as one shell-quoted line."""
+        return " ".join(shlex.quote(a) for a in self.command)
+
+
+@dataclass(frozen=True)
+class ExportInfo:
+    """Which nsys wrote the export, and its export schema version."""
+
+    nsys_version: str | None = None
+    schema_version: str | None = None
+
+
+class Trace:
+    """One nsys export, normalized.
+
+    ``frame(name, columns)`` returns a canonical frame (see :mod:`nsys_rules.loaders.tables`);
+    frames are cached, so rules that share a table share one read.
+    """
+
+    def __init__(self, export: SqliteExport, label: str | None = None) -> None:
+        self.export = export
+        self.path: Path = export.path
+        self.label = label or str(export.path)
+        self._frames: dict[str, pd.DataFrame] = {}
+        self.gpus: dict[int, GpuInfo] = _read_gpus(export)
+        self.capture: CaptureInfo = _read_capture(export)
+        self.export_info: ExportInfo = _read_export_info(export)
+
+    # -- capabilities ----------------------------------------------------------------------
+    def has(self, name: str) -> bool:
+        """True when the export has a usable source table for canonical table ``name``."""
+        return self.export.source_of(TABLES[name]) is not None
+
+    def row_count(self, name: str) -> int:
+        """Rows of canonical table ``name`` in the file (0 when absent), without loading it."""
+        source = self.export.source_of(TABLES[name])
+        return self.export.count(source) if source else 0
+
+    @property
+    def tables_present(self) -> tuple[str, ...]:
+        """Canonical tables the export can provide."""
+        return tuple(name for name in TABLES if self.has(name))
+
+    @property
+    def damage(self) -> list[str]:
+        """What the loader had to drop or patch, one line each."""
+        return self.export.damage
+
+    # -- frames ----------------------------------------------------------------------------
+    def frame(self, name: str, columns: Iterable[str] | None = None) -> pd.DataFrame:
+        """Canonical frame ``name`` with at least ``columns`` (all when None)."""
+        table = TABLES[name]
+        wanted = list(columns) if columns is not None else list(table.column_names)
+        cached = self._frames.get(name)
+        if cached is not None and all(c in cached.columns for c in wanted):
+            return cached
+        have = list(cached.columns) if cached is not None else []
+        frame = self.export.read(table, list(dict.fromkeys(have + wanted)))
+        self._frames[name] = frame
+        return frame
+
+    def preload(self, needs: Mapping[str, Iterable[str]]) -> None:
+        """Read every table in ``needs`` once with the union of its columns."""
+        for name, cols in needs.items():
+            self.frame(name, cols)
+
+    def api_names(self) -> pd.Series:
+        """Base API names (``_v<digits>`` removed) of the api frame, aligned with its rows."""
+        api = self.frame("api", ["name"])
+        cats = api["name"].cat.categories
+        mapped = pd.Index([base_api_name(str(c)) for c in cats], dtype=object)
+        codes, uniq = pd.factorize(mapped)
+        raw = api["name"].cat.codes.to_numpy()
+        lookup = np.append(codes, -1)  # index -1 (NULL name) maps to -1
+        return pd.Series(pd.Categorical.from_codes(lookup[raw], categories=uniq), index=api.index)
+
+    def gpu(self, device_id: int) -> GpuInfo | None:
+        """The GPU whose id is the kernels' ``deviceId``."""
+        return self.gpus.get(int(device_id))
+
+    def close(self) -> None:
+        """Release the file."""
+        self._frames.clear()
+        self.export.close()
+
+
+def _int_or_none(value: object) -> int | None:
+    try:
+        return int(value) if value is not None and str(value).strip() != "" else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _read_gpus(export: SqliteExport) -> dict[int, GpuInfo]:
+    gpus: dict[int, GpuInfo] = {}
+    cols = export.columns_of("TARGET_INFO_GPU")
+    if cols:
+        id_col = "id" if "id" in cols else ("deviceId" if "deviceId" in cols else None)
+        pick = {k: (k if k in cols else None) for k in ("name", "smCount", "memoryBandwidth", "clockRate", "totalMemory")}
+        if id_col is not None:
+            select = ", ".join(f'"{c}"' if c else "NULL" for c in [id_col, *pick.values()])
+            for row in export.query(f'SELECT {select} FROM "TARGET_INFO_GPU"'):
+                gid = _int_or_none(row[0])
+                if gid is None:
+                    continue
+                gpus[gid] = GpuInfo(gid, str(row[1] or "unknown GPU"), _int_or_none(row[2]), _int_or_none(row[3]),
+                                    _int_or_none(row[4]), _int_or_none(row[5]))
+    cols = export.columns_of("TARGET_INFO_CUDA_GPU")
+    if not gpus and cols and "deviceId" in cols:
+        # 2020-2021 exports: the GPU table had other names and bandwidth in bytes/s.
+        names = ["deviceId", "name", "numMultiprocessors", "globalMemoryBandwidth", "coreClockRate", "globalMemorySize"]
+        select = ", ".join(f'"{c}"' if c in cols else "NULL" for c in names)
+        for row in export.query(f'SELECT {select} FROM "TARGET_INFO_CUDA_GPU"'):
+            gid = _int_or_none(row[0])
+            if gid is not None:
+                gpus[gid] = GpuInfo(gid, str(row[1] or "unknown GPU"), _int_or_none(row[2]), _int_or_none(row[3]),
+                                    _int_or_none(row[4]), _int_or_none(row[5]))
+    return gpus
+
+
+def _meta_rows(export: SqliteExport, table: str) -> list[tuple[str, str]]:
+    cols = export.columns_of(table)
+    if "name" not in cols or "value" not in cols:
+        return []
+    return [(str(n), "" if v is None else str(v)) for n, v in export.query(f'SELECT "name", "value" FROM "{table}"')]
+
+
+def _read_capture(export: SqliteExport) -> CaptureInfo:
+    rows = _meta_rows(export, "META_DATA_CAPTURE")
+    options: dict[str, str] = {}
+    traced: list[str] = []
+    env: dict[str, str] = {}
+    args: dict[int, str] = {}
+    for name, value in rows:
+        options[name] = value
+        if name == "CAPTURE_EVENT_TYPE":
+            traced.append(value)
+        elif name == "PROCESS_0:ENVIRONMENT_VARIABLE" and "=" in value:
+            key, _, val = value.partition("=")
+            env[key] = val[1:-1] if len(val) >= 2 and val[0] == val[-1] == '"' else val
+        elif name.startswith("PROCESS_0:ARGUMENT_"):
+            index = _int_or_none(name.rsplit("_", 1)[-1])
+            if index is not None:
+                args[index] = value
+    command = tuple([options["PROCESS_0:COMMAND"]] if options.get("PROCESS_0:COMMAND") else []) + tuple(
+        args[i] for i in sorted(args))
+    mode = options.get("PROCESS_0:CUDA_GRAPH_TRACE_OPTIONS:MODE") or None
+    return CaptureInfo(mode, tuple(traced), command, options.get("PROCESS_0:WORKING_DIR"), env, options)
+
+
+def _read_export_info(export: SqliteExport) -> ExportInfo:
+    rows = dict(_meta_rows(export, "META_DATA_EXPORT") or _meta_rows(export, "EXPORT_META_DATA"))
+    version = rows.get("EXPORT_PRODUCT_VERSION") or rows.get("NSYS_VERSION") or None
+    schema = rows.get("EXPORT_SCHEMA_VERSION")
+    if not schema and rows.get("EXPORT_SCHEMA_VERSION_MAJOR"):
+        schema = ".".join(rows.get(f"EXPORT_SCHEMA_VERSION_{p}", "0") for p in ("MAJOR", "MINOR", "MICRO"))
+    return ExportInfo(version, schema or None)

@@ -1,0 +1,287 @@
+"""Time windows: which part of the capture a rule judges.
+
+The steady state skips model loading and warm-up, found in this order:
+1. a ``cudaProfilerStart``/``cuProfilerStart`` row: the capture was limited with
+   ``-c cudaProfilerApi``, so it is steady as captured;
+2. a repeating NVTX range (the step or request range: repeats, instances never overlap,
+   not nested in another repeating range), minus its first instances while they still
+   differ from the rest (warm-up);
+3. the repeating kernel pattern: start after the last kernel whose name never recurs in
+   the second half of the capture (initialization kernels such as random weight fills);
+4. else the whole capture.
+
+GPU work belongs to a window by the time of the API call that launched it (see
+:func:`launch_times`), on any thread of the process.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .errors import UsageError
+from .trace import Trace
+
+PROFILER_START_APIS = ("cudaProfilerStart", "cuProfilerStart")
+PROFILER_STOP_APIS = ("cudaProfilerStop", "cuProfilerStop")
+
+
+@dataclass(frozen=True)
+class Window:
+    """A set of time intervals (ns) and a sentence saying where it came from.
+
+    ``steps`` are the instances of the step range inside the window, when one was found:
+    rules use them for per-step numbers.
+    """
+
+    intervals: tuple[tuple[int, int], ...] | None  # None: the whole capture
+    source: str
+    steps: tuple[tuple[int, int], ...] = ()
+    step_name: str | None = None
+
+    @property
+    def start(self) -> int | None:
+        """First instant in the window, or None for the whole capture."""
+        return self.intervals[0][0] if self.intervals else None
+
+    @property
+    def end(self) -> int | None:
+        """Last instant in the window, or None for the whole capture."""
+        return self.intervals[-1][1] if self.intervals else None
+
+    def mask(self, times: np.ndarray) -> np.ndarray:
+        """Which of ``times`` fall inside the window."""
+        times = np.asarray(times)
+        if self.intervals is None:
+            return np.ones(len(times), bool)
+        starts = np.array([a for a, _ in self.intervals], np.int64)
+        ends = np.array([b for _, b in self.intervals], np.int64)
+        pos = np.searchsorted(starts, times, side="right") - 1
+        inside = pos >= 0
+        inside[inside] = times[inside] <= ends[pos[inside]]
+        return inside
+
+    def duration_ns(self, trace_span: tuple[int, int]) -> int:
+        """Total length of the window; the whole capture uses ``trace_span``."""
+        if self.intervals is None:
+            return max(0, trace_span[1] - trace_span[0])
+        return int(sum(b - a for a, b in self.intervals))
+
+    def to_json(self) -> dict[str, object]:
+        """How the window is reported in the JSON envelope."""
+        return {"source": self.source, "start_ns": self.start, "end_ns": self.end,
+                "steps": len(self.steps), "step_range": self.step_name}
+
+
+FULL = Window(None, "whole capture")
+
+
+# -- launch time ---------------------------------------------------------------------------
+def launch_times(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
+    """For each GPU row, the start of the API call that launched it (same pid + correlationId).
+
+    Falls back to the GPU start when no launching call is in the trace (API not traced).
+    """
+    starts = gpu["start"].to_numpy()
+    if not len(gpu) or not trace.has("api") or "correlation_id" not in gpu:
+        return starts
+    api = trace.frame("api", ["start", "correlation_id", "pid"])
+    api_key = _key(api["pid"].to_numpy(), api["correlation_id"].to_numpy())
+    order = np.argsort(api_key, kind="stable")
+    sorted_key = api_key[order]
+    gpu_key = _key(gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
+    pos = np.searchsorted(sorted_key, gpu_key).clip(0, max(len(sorted_key) - 1, 0))
+    if not len(sorted_key):
+        return starts
+    found = (sorted_key[pos] == gpu_key) & (gpu["correlation_id"].to_numpy() > 0)
+    api_start = api["start"].to_numpy()[order][pos]
+    return np.where(found, api_start, starts)
+
+
+def _key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    return (pid.astype(np.int64) << 32) | (corr.astype(np.int64) & 0xFFFFFFFF)
+
+
+# -- user filters --------------------------------------------------------------------------
+_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000, "h": 3_600_000_000_000}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|ms|s|m|h)?")
+
+
+def parse_time(text: str) -> int:
+    """nsys time syntax: ``5s``, ``1s2ms``, ``1500`` (ns), ``2.5ms``."""
+    text = text.strip()
+    pos, total = 0, 0.0
+    if not text:
+        raise UsageError("empty time value")
+    while pos < len(text):
+        m = _PART.match(text, pos)
+        if not m or m.end() == pos:
+            raise UsageError(f"bad time {text!r}: use a number with ns, us, ms, s, m or h (e.g. 5s, 1s2ms)")
+        total += float(m.group(1)) * _UNITS[m.group(2) or "ns"]
+        pos = m.end()
+    return int(round(total))
+
+
+def filter_time_window(spec: str, origin: int) -> Window:
+    """``--filter-time START/END``: times relative to the capture start ``origin``; either side may be empty."""
+    if "/" not in spec:
+        raise UsageError(f"bad --filter-time {spec!r}: use START/END, e.g. 5s/7s or 1s2ms/")
+    a, b = spec.split("/", 1)
+    start = origin + parse_time(a) if a.strip() else -(2**62)
+    end = origin + parse_time(b) if b.strip() else 2**62
+    if end < start:
+        raise UsageError(f"bad --filter-time {spec!r}: END before START")
+    return Window(((start, end),), f"--filter-time {spec}")
+
+
+def parse_nvtx_filter(spec: str) -> tuple[str, str | None, int | None]:
+    """``RANGE[@DOMAIN][/INDEX]`` -> (range, domain, index)."""
+    index: int | None = None
+    body = spec
+    if "/" in spec:
+        body, _, tail = spec.rpartition("/")
+        if not tail.isdigit():
+            raise UsageError(f"bad --filter-nvtx {spec!r}: INDEX after '/' must be a whole number")
+        index = int(tail)
+    name, _, domain = body.partition("@")
+    if not name:
+        raise UsageError(f"bad --filter-nvtx {spec!r}: give a range name")
+    return name, (domain or None), index
+
+
+def nvtx_filter_window(trace: Trace, spec: str) -> Window:
+    """``--filter-nvtx``: the time of that range's instances (all of them without an index), all threads."""
+    name, domain, index = parse_nvtx_filter(spec)
+    if not trace.has("nvtx"):
+        raise UsageError(f"--filter-nvtx {spec}: the trace has no NVTX events (capture with --trace=nvtx)")
+    nvtx = trace.frame("nvtx", ["start", "end", "name", "domain_id"])
+    rows = nvtx[(nvtx["name"] == name) & (nvtx["end"] > nvtx["start"])]
+    if domain is not None:
+        # Domains are registered NVTX strings; without a domain table we match the numeric id.
+        if domain.isdigit():
+            rows = rows[rows["domain_id"] == int(domain)]
+    rows = rows.sort_values("start", kind="stable")
+    if rows.empty:
+        raise UsageError(f"--filter-nvtx {spec}: no NVTX range named {name!r} in the trace")
+    if index is not None:
+        if index >= len(rows):
+            raise UsageError(f"--filter-nvtx {spec}: the range has {len(rows)} instance(s), index {index} is out of range")
+        rows = rows.iloc[[index]]
+    return Window(_merge(rows["start"].to_numpy(), rows["end"].to_numpy()), f"--filter-nvtx {spec}")
+
+
+def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[tuple[int, int], ...]:
+    out: list[list[int]] = []
+    for a, b in sorted(zip(starts.tolist(), ends.tolist(), strict=True)):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return tuple((a, b) for a, b in out)
+
+
+# -- steady state --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SteadyOptions:
+    """Knobs of steady-state detection (``[tool.nsys-rules] steady-ranges``)."""
+
+    range_names: tuple[str, ...] = ()  # preferred step range names, tried first
+    min_repeats: int = 3
+    warmup_tolerance: float = 0.25  # a leading instance differing by more than this from the median is warm-up
+
+
+def steady_state_window(trace: Trace, options: SteadyOptions = SteadyOptions()) -> Window:
+    """The steady-state window of ``trace`` (see the module docstring for the order)."""
+    steps = step_ranges(trace, options)
+    if trace.has("api"):
+        api = trace.frame("api", ["start", "end", "name"])
+        names = trace.api_names()
+        starts = api["start"].to_numpy()[names.isin(PROFILER_START_APIS).to_numpy()]
+        if len(starts):
+            stops = api["start"].to_numpy()[names.isin(PROFILER_STOP_APIS).to_numpy()]
+            begin = int(starts.min())
+            later = stops[stops > begin]
+            end = int(later.max()) if len(later) else 2**62
+            inside = tuple(s for s in (steps[1] if steps else ()) if s[0] >= begin)
+            return Window(((begin, end),), "profiler API capture range (cudaProfilerStart)", inside,
+                          steps[0] if steps else None)
+    if steps:
+        name, instances, dropped = steps
+        note = f"NVTX range '{name}', {len(instances)} instances" + (
+            f" after {dropped} warm-up instance(s)" if dropped else "")
+        return Window(((instances[0][0], instances[-1][1]),), note, instances, name)
+    kernel_start = _kernel_pattern_start(trace)
+    if kernel_start is not None:
+        return Window(((kernel_start, 2**62),), "repeating kernel pattern (after one-off initialization kernels)")
+    return FULL
+
+
+def step_ranges(trace: Trace, options: SteadyOptions = SteadyOptions()) -> tuple[str, tuple[tuple[int, int], ...], int] | None:
+    """The step range: (name, steady instances, number of warm-up instances dropped), or None."""
+    if not trace.has("nvtx"):
+        return None
+    nvtx = trace.frame("nvtx", ["start", "end", "name"])
+    ranges = nvtx[(nvtx["end"] > nvtx["start"]) & nvtx["name"].notna()]
+    if ranges.empty:
+        return None
+    groups: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for name, grp in ranges.groupby("name", observed=True, sort=False):
+        if len(grp) < options.min_repeats:
+            continue
+        order = np.argsort(grp["start"].to_numpy(), kind="stable")
+        s, e = grp["start"].to_numpy()[order], grp["end"].to_numpy()[order]
+        if np.mean(s[1:] >= e[:-1]) < 0.9:  # instances overlap: not a sequence of steps
+            continue
+        groups[str(name)] = (s, e)
+    if not groups:
+        return None
+    top = [n for n in groups if not _mostly_nested(groups[n], [groups[o] for o in groups if o != n])]
+    preferred = [n for n in options.range_names if n in groups]
+    candidates = preferred or top or list(groups)
+    best = max(candidates, key=lambda n: (len(groups[n][0]), groups[n][1][-1]))
+    s, e = groups[best]
+    dropped = _warmup_count(e - s, options.warmup_tolerance)
+    return best, tuple(zip(s[dropped:].tolist(), e[dropped:].tolist(), strict=True)), dropped
+
+
+def _mostly_nested(inner: tuple[np.ndarray, np.ndarray], outers: list[tuple[np.ndarray, np.ndarray]]) -> bool:
+    s, e = inner
+    nested = np.zeros(len(s), bool)
+    for os_, oe in outers:
+        pos = np.searchsorted(os_, s, side="right") - 1
+        ok = pos >= 0
+        idx = pos.clip(0)
+        longer = (oe[idx] - os_[idx]) > (e - s)
+        nested |= ok & (oe[idx] >= e) & longer
+    return bool(nested.mean() > 0.5)
+
+
+def _warmup_count(durations: np.ndarray, tolerance: float) -> int:
+    n = len(durations)
+    reference = float(np.median(durations[n // 2:]))
+    dropped = 0
+    while dropped < n // 2 and reference > 0 and abs(durations[dropped] - reference) > tolerance * reference:
+        dropped += 1
+    return dropped
+
+
+def _kernel_pattern_start(trace: Trace) -> int | None:
+    if not trace.has("kernels"):
+        return None
+    kernels = trace.frame("kernels", ["start", "name", "correlation_id", "pid"])
+    if len(kernels) < 20:
+        return None
+    launch = launch_times(trace, kernels)
+    order = np.argsort(launch, kind="stable")
+    codes = kernels["name"].cat.codes.to_numpy()[order]
+    half = len(codes) // 2
+    recurring = np.zeros(int(codes.max()) + 2, bool)
+    recurring[codes[half:] + 1] = True
+    one_off = np.flatnonzero(~recurring[codes[:half] + 1])
+    if not len(one_off):
+        return None
+    last = int(one_off[-1]) + 1
+    return int(launch[order][last]) if last < len(order) else None

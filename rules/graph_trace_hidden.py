@@ -1,0 +1,98 @@
+"""graph-trace-hidden: CUDA graphs replayed while nsys traced graphs as one opaque launch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Rule, RuleContext, metric
+
+from ._common import pct, recapture_command
+
+GRAPH_LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of graph-trace-hidden."""
+
+    min_launches: int = field(default=1, metadata={"help": "graph launches needed before the capture mode matters"})
+
+
+def graph_activity(base_names: np.ndarray, graph_rows: int) -> int:
+    """Graph replays seen: launch API calls, or graph-trace rows when the API was not traced."""
+    launches = int(np.isin(base_names, GRAPH_LAUNCH_APIS).sum())
+    return max(launches, graph_rows)
+
+
+class GraphTraceHidden(Rule):
+    """CUDA graph replays whose kernels nsys did not record one by one.
+
+    What it detects: CUDA graphs were launched (`cudaGraphLaunch`/`cuGraphLaunch`, or rows in
+    `CUPTI_ACTIVITY_KIND_GRAPH_TRACE`) while the capture traced graphs as a whole
+    (`CUDA_GRAPH_TRACE_OPTIONS:MODE` = `Graph`, the nsys default). In node mode it adds an
+    info note instead.
+    Why it hurts: in graph mode a replay is one opaque range: the kernels inside are
+    invisible, so every kernel-level number (GEMV bandwidth, tails, kernel time) is missing or
+    wrong. In node mode each node costs host time in the tracer, which inflates absolute step
+    times when traces are compared.
+    Evidence: graph launches, graph-trace rows and the GPU time they cover, the recorded mode.
+    Next optimizations: re-capture with `--cuda-graph-trace=node` (exact command given); when
+    comparing step times, compare node-mode traces with node-mode traces only.
+    Options: `min_launches`.
+    Requires: the API table (launch calls) or the graph-trace table; the capture metadata.
+    False positives: none known for graph mode; a capture in graph mode that launched no graph
+    is not reported.
+    """
+
+    name = "graph-trace-hidden"
+    title = "CUDA graph kernels hidden by graph-level tracing"
+    default_severity = Severity.ERROR
+    requires = ()
+    optional = ("api", "graph_trace", "kernels")
+    columns = {"api": ("start", "end", "name", "correlation_id", "pid"),
+               "graph_trace": ("start", "end", "correlation_id", "pid", "device_id"),
+               "kernels": ("start", "end", "graph_node_id", "correlation_id", "pid")}
+    window = "full"
+    Options = Options
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        trace = ctx.trace
+        names = np.asarray(ctx.api_base_names(), dtype=object) if trace.has("api") else np.empty(0, object)
+        graph = ctx.frame("graph_trace") if trace.has("graph_trace") else None
+        graph_rows = 0 if graph is None else len(graph)
+        launches = graph_activity(names, graph_rows)
+        if launches < ctx.options.min_launches:
+            return
+        mode = trace.capture.graph_trace_mode
+        kernels = ctx.frame("kernels") if trace.has("kernels") else None
+        graph_kernels = 0 if kernels is None else int((kernels["graph_node_id"] > 0).sum())
+        hidden_ns = 0 if graph is None else int((graph["end"] - graph["start"]).sum())
+        kernel_ns = 0 if kernels is None else int((kernels["end"] - kernels["start"]).sum())
+        metrics = {"graph_launches": metric(launches, "count"), "graph_trace_rows": metric(graph_rows, "count"),
+                   "graph_node_kernels": metric(graph_kernels, "count"),
+                   "hidden_graph_time": metric(hidden_ns, "ns")}
+        hidden = mode == "Graph" or (mode is None and graph_rows > 0 and graph_kernels == 0)
+        if hidden:
+            share = pct(hidden_ns, hidden_ns + kernel_ns)
+            metrics["hidden_share_of_gpu_time"] = metric(share, "%")
+            yield ctx.finding(
+                f"{launches} CUDA graph launches were traced in graph mode (mode={mode or 'unrecorded'}): "
+                f"{hidden_ns / 1e6:.2f} ms of GPU work ({share:.0f} % of traced GPU time) ran as opaque graph "
+                f"replays with no per-kernel rows, so kernel-level numbers of this trace are incomplete.",
+                f"Re-capture with node-level graph tracing: `{recapture_command(trace)}`.",
+                metrics=metrics, severity=Severity.ERROR, location=Location(api="cudaGraphLaunch"))
+        elif mode == "Node":
+            yield ctx.finding(
+                f"{launches} CUDA graph launches traced in node mode ({graph_kernels} graph kernels visible). "
+                "Node tracing adds host time per graph node, so absolute step times run longer than untraced.",
+                "Compare step times only against other node-mode captures; for absolute latency, time the "
+                "program without nsys or with `--cuda-graph-trace=graph` and use this trace for kernel detail.",
+                metrics=metrics, severity=Severity.INFO, title="CUDA graphs traced per node (host-time inflation)",
+                location=Location(api="cudaGraphLaunch"), key="node-mode")
+
+
+RULE = GraphTraceHidden

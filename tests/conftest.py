@@ -1,0 +1,53 @@
+"""Shared fixtures: where the real traces are, and JSON validation against the shipped schema."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("NSYS_RULES_SHARED", ROOT.parent / "shared"))
+H200 = SHARED / "traces" / "h200"
+CORPUS = SHARED / "corpus" / "public"
+EXAMPLE = ROOT / "examples" / "rust_release_build.sqlite"
+
+
+def need_shared(path: Path = H200) -> Path:
+    """Skip the calling test, with the reason, when ../shared is not beside the checkout."""
+    if not path.exists():
+        pytest.skip(f"{path} is absent (the shared traces sit beside the checkout in CI; a fresh clone has none)")
+    return path
+
+
+@pytest.fixture
+def h200() -> Path:
+    return need_shared(H200)
+
+
+@pytest.fixture
+def corpus() -> Path:
+    return need_shared(CORPUS)
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+            timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``nsys-rules`` as a subprocess, the way users do."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "nsys_rules", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT, env=full_env, timeout=timeout)
+
+
+def validate_report(text: str) -> dict:
+    """Parse a ``check --format json`` output and validate it against ``nsys-rules schema``."""
+    from nsys_rules.formatters.json_out import report_schema
+
+    data = json.loads(text)
+    jsonschema.validate(data, report_schema())
+    return data

@@ -260,10 +260,16 @@ def _mostly_nested(inner: tuple[np.ndarray, np.ndarray], outers: list[tuple[np.n
 
 
 def _warmup_count(durations: np.ndarray, tolerance: float) -> int:
+    """Leading instances outside the spread of the later half (widened by ``tolerance``) are warm-up.
+
+    Judging against the later half's range, not its median, keeps steps that legitimately
+    vary (MoE routing, periodic side work) while still dropping a cold first step.
+    """
     n = len(durations)
-    reference = float(np.median(durations[n // 2:]))
+    later = durations[n // 2:]
+    low, high = float(later.min()) * (1 - tolerance), float(later.max()) * (1 + tolerance)
     dropped = 0
-    while dropped < n // 2 and reference > 0 and abs(durations[dropped] - reference) > tolerance * reference:
+    while dropped < n // 2 and not (low <= durations[dropped] <= high):
         dropped += 1
     return dropped
 

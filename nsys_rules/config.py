@@ -41,6 +41,7 @@ class Settings:
     filter_time: str | None = None
     filter_nvtx: str | None = None
     source: str | None = None  # the config file read, if any
+    profile: bool = False  # compute the steady-state profile (markdown/HTML reports need it)
 
 
 def suggest(word: str, choices: typing.Iterable[str]) -> str:

@@ -28,6 +28,8 @@ class TraceResult:
     findings: list[Finding] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
     errors: list[dict[str, str]] = field(default_factory=list)
+    # The steady-state profile (nsys_rules.overview) for formats that draw it; None unless asked for.
+    profile: dict[str, Any] | None = None
 
 
 @dataclass
@@ -159,10 +161,24 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
             result.errors.append({"rule": rule.name, "trace": trace.label,
                                   "error": f"{type(exc).__name__}: {exc}",
                                   "traceback": "".join(traceback.format_exception(exc))[-4000:]})
+    if settings.profile:
+        _add_profile(trace, result, windows)
     result.info["window"] = windows.describe()
     if trace.damage:
         result.info["damage"] = list(trace.damage)
     return result
+
+
+def _add_profile(trace: Trace, result: TraceResult, windows: "_Windows") -> None:
+    """Attach the steady-state profile (only markdown/HTML ask for it: it reads every GPU row)."""
+    from .overview import build_profile
+
+    flagged = [f.location.kernel for f in sorted(result.findings, key=rank_key) if f.location.kernel]
+    try:
+        result.profile = build_profile(trace, windows.get("steady"), flagged)
+    except Exception as exc:  # noqa: BLE001 - a failed profile must not hide the findings
+        result.errors.append({"rule": "profile", "trace": trace.label, "error": f"{type(exc).__name__}: {exc}",
+                              "traceback": "".join(traceback.format_exception(exc))[-4000:]})
 
 
 class _Windows:

@@ -1,0 +1,254 @@
+"""The profile of a trace's steady state: the numbers the markdown/HTML reports and ``diff`` show.
+
+Formatters never compute metrics, so everything a report draws comes from here:
+
+- GPU time by kernel class (``gemv``, ``gemm``, ``attention``, ``norm``, ``elementwise``, ...,
+  plus ``memcpy``/``memset`` for copy-engine work) and by kernel, in total and per step;
+- per step: its wall time, the GPU busy time (union of the GPU work launched in the step,
+  so overlapping streams are not counted twice) and the idle rest;
+- for the kernels findings point at, the duration distribution (quantiles and a
+  log-spaced histogram) so a reader sees the tail.
+
+GPU work belongs to a step by the time of the API call that launched it (the design's
+rule), so a kernel that runs after its step's NVTX range closed still counts for that step.
+The work is vectorized and runs once per trace; the engine only calls it when an output
+format needs it (``Report.profile``), so plain ``check`` runs pay nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from .trace import Trace
+from .windows import Window, launch_times
+
+#: How many kernels the per-kernel table keeps (by total time); ``diff`` uses its own, larger cut.
+TOP_KERNELS = 25
+#: Histogram bins for the duration distribution of a flagged kernel.
+HISTOGRAM_BINS = 24
+#: Per-step rows kept for the timeline (evenly thinned beyond this).
+MAX_STEPS = 400
+
+_FALLBACK = (
+    ("attention", r"flash|fmha|attention|attn|sdpa"),
+    ("gemv", r"gemv|matvec"),
+    ("gemm", r"gemm|nvjet|cutlass|matmul|wgmma|xmma"),
+    ("norm", r"norm"),
+    ("reduce", r"reduce|softmax|argmax|topk"),
+    ("memory", r"copy|fill|transpose|gather|scatter|cat"),
+    ("elementwise", r"elementwise|silu|gelu|relu|rotary|mul|add"),
+)
+
+
+def classify_kernels(names: pd.Series) -> pd.Series:
+    """Kernel class per name: :func:`nsys_rules.taxonomy.classify` when present, else a small regex fallback."""
+    try:
+        from .taxonomy import classify
+    except ImportError:  # the taxonomy module is optional for plugins that vendor an older core
+        return _fallback_classify(names)
+    return classify(names).astype(str)
+
+
+def _fallback_classify(names: pd.Series) -> pd.Series:
+    def one(name: object) -> str:
+        text = str(name)
+        for label, pattern in _FALLBACK:
+            if re.search(pattern, text, re.IGNORECASE):
+                return label
+        return "other"
+
+    uniq = {u: one(u) for u in pd.unique(names.astype(object))}
+    return names.astype(object).map(uniq).astype(str)
+
+
+def gpu_activity(trace: Trace, window: Window) -> pd.DataFrame:
+    """Kernels, memcpy and memset launched inside ``window``: start, end, launch, name, class.
+
+    Copies and memsets carry the class ``memcpy``/``memset`` and a name saying their kind, so
+    the per-class table shows copy-engine time next to kernel time.
+    """
+    parts: list[pd.DataFrame] = []
+    if trace.has("kernels"):
+        k = trace.frame("kernels", ["start", "end", "name", "correlation_id", "pid"])
+        if len(k):
+            names = k["name"].astype(object).where(k["name"].notna(), "<unnamed kernel>")
+            cls = classify_kernels(k["name"]).to_numpy(dtype=object)
+            parts.append(pd.DataFrame({"start": k["start"].to_numpy(np.int64), "end": k["end"].to_numpy(np.int64),
+                                       "launch": launch_times(trace, k), "name": names.to_numpy(dtype=object),
+                                       "cls": cls}))
+    for table, label in (("memcpy", "memcpy"), ("memset", "memset")):
+        if not trace.has(table):
+            continue
+        f = trace.frame(table, ["start", "end", "correlation_id", "pid"] + (["copy_kind"] if table == "memcpy" else []))
+        if not len(f):
+            continue
+        if table == "memcpy" and "copy_kind" in f:
+            kinds = f["copy_kind"].map(_COPY_KINDS).fillna("copy").astype(object)
+            names = ("[memcpy " + kinds + "]").to_numpy(dtype=object)
+        else:
+            names = np.full(len(f), f"[{label}]", dtype=object)
+        parts.append(pd.DataFrame({"start": f["start"].to_numpy(np.int64), "end": f["end"].to_numpy(np.int64),
+                                   "launch": launch_times(trace, f), "name": names,
+                                   "cls": np.full(len(f), label, dtype=object)}))
+    if not parts:
+        return pd.DataFrame({"start": [], "end": [], "launch": [], "name": [], "cls": []})
+    gpu = pd.concat(parts, ignore_index=True)
+    gpu = gpu[window.mask(gpu["launch"].to_numpy())]
+    gpu = gpu[gpu["end"] >= gpu["start"]]
+    return gpu.reset_index(drop=True)
+
+
+# CUPTI memcpy kinds (copyKind): the ones that matter for reading a report.
+_COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
+               10: "PtoP"}
+
+
+def step_index(launch: np.ndarray, steps: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """Index of the step each launch time falls in, -1 outside every step."""
+    if not steps:
+        return np.full(len(launch), -1, np.int64)
+    starts = np.array([s for s, _ in steps], np.int64)
+    ends = np.array([e for _, e in steps], np.int64)
+    pos = np.searchsorted(starts, launch, side="right") - 1
+    ok = pos >= 0
+    ok[ok] = launch[ok] <= ends[pos[ok]]
+    return np.where(ok, pos, -1)
+
+
+def busy_ns(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = None) -> pd.Series:
+    """Length of the union of ``[start, end]`` intervals, per ``group`` (one group when None).
+
+    Overlapping work on several streams counts once: each interval adds only the part that
+    reaches past the latest end seen so far in its group.
+    """
+    if group is None:
+        group = np.zeros(len(start), np.int64)
+    if not len(start):
+        return pd.Series(dtype=np.int64)
+    frame = pd.DataFrame({"g": group, "s": start, "e": end}).sort_values(["g", "s"], kind="stable")
+    reach = frame.groupby("g", sort=False)["e"].cummax()
+    before = reach.groupby(frame["g"], sort=False).shift(1)
+    lo = np.maximum(frame["s"].to_numpy(np.float64), before.fillna(-np.inf).to_numpy(np.float64))
+    add = np.clip(frame["e"].to_numpy(np.float64) - lo, 0, None)
+    return pd.Series(add, index=frame.index).groupby(frame["g"].to_numpy()).sum().round().astype(np.int64)
+
+
+def build_profile(trace: Trace, window: Window, flagged: Iterable[str] = (), top: int = TOP_KERNELS) -> dict[str, Any]:
+    """The ``profile`` of one trace (see the module docstring); JSON-ready, deterministic."""
+    gpu = gpu_activity(trace, window)
+    steps = tuple(window.steps)
+    if steps and len(gpu):
+        # Per-step numbers count the work launched inside the steps only (not the odd
+        # launch between two steps or after the last), so classes add up to the step total.
+        idx = step_index(gpu["launch"].to_numpy(np.int64), steps)
+        gpu = gpu[idx >= 0].assign(step=idx[idx >= 0]).reset_index(drop=True)
+    dur = (gpu["end"] - gpu["start"]).to_numpy(np.int64)
+    gpu_total = int(dur.sum())
+    n_steps = len(steps)
+    per = n_steps or 1
+
+    by_class = (pd.DataFrame({"cls": gpu["cls"], "dur": dur}).groupby("cls", sort=False)["dur"].agg(["sum", "count"])
+                if len(gpu) else pd.DataFrame({"sum": [], "count": []}))
+    classes = [{"class": str(c), "total_ns": int(r["sum"]), "count": int(r["count"]),
+                "per_step_ns": float(r["sum"]) / per, "share": float(r["sum"]) / gpu_total if gpu_total else 0.0}
+               for c, r in by_class.iterrows()]
+    classes.sort(key=lambda row: (-row["total_ns"], row["class"]))
+
+    kernels = _kernel_table(gpu, dur, per, gpu_total, top)
+
+    profile: dict[str, Any] = {
+        "window": window.source,
+        "step_range": window.step_name,
+        "steps": n_steps,
+        "gpu_time_ns": gpu_total,
+        "gpu_time_per_step_ns": gpu_total / per,
+        "classes": classes,
+        "kernels": kernels,
+        "timeline": _timeline(gpu, steps),
+        "distributions": _distributions(gpu, dur, flagged),
+    }
+    span = _span(gpu, window)
+    busy_total = int(busy_ns(gpu["start"].to_numpy(np.int64), gpu["end"].to_numpy(np.int64)).sum()) if len(gpu) else 0
+    profile["span_ns"] = span
+    profile["busy_ns"] = busy_total
+    if n_steps:
+        wall = sum(e - s for s, e in steps)
+        profile["step_time_ns"] = wall / n_steps
+        profile["busy_per_step_ns"] = profile["timeline"]["busy_total_ns"] / n_steps
+    else:
+        profile["step_time_ns"] = float(span)
+        profile["busy_per_step_ns"] = float(busy_total)
+    profile["idle_per_step_ns"] = max(0.0, profile["step_time_ns"] - profile["busy_per_step_ns"])
+    return profile
+
+
+def _kernel_table(gpu: pd.DataFrame, dur: np.ndarray, per: int, gpu_total: int, top: int) -> list[dict[str, Any]]:
+    if not len(gpu):
+        return []
+    frame = pd.DataFrame({"name": gpu["name"], "cls": gpu["cls"], "dur": dur})
+    grouped = frame.groupby("name", sort=False)
+    stats = grouped["dur"].agg(["sum", "count", "median", "max"])
+    stats["cls"] = grouped["cls"].first()
+    stats = stats.reset_index().sort_values(["sum", "name"], ascending=[False, True], kind="stable")
+    if top:
+        stats = stats.head(top)
+    return [{"name": str(r["name"]), "class": str(r["cls"]), "total_ns": int(r["sum"]), "count": int(r["count"]),
+             "per_step_ns": float(r["sum"]) / per, "median_ns": float(r["median"]), "max_ns": int(r["max"]),
+             "share": float(r["sum"]) / gpu_total if gpu_total else 0.0}
+            for _, r in stats.iterrows()]
+
+
+def _timeline(gpu: pd.DataFrame, steps: tuple[tuple[int, int], ...]) -> dict[str, Any]:
+    """Per step: start (relative to the first step), wall, busy and idle ns."""
+    if not steps:
+        return {"rows": [], "complete": True, "busy_total_ns": 0}
+    idx = gpu["step"].to_numpy(np.int64) if len(gpu) else np.array([], np.int64)
+    inside = idx >= 0
+    busy = busy_ns(gpu["start"].to_numpy(np.int64)[inside], gpu["end"].to_numpy(np.int64)[inside], idx[inside]) \
+        if inside.any() else pd.Series(dtype=np.int64)
+    kernel = pd.Series((gpu["end"] - gpu["start"]).to_numpy(np.int64)[inside]).groupby(idx[inside]).sum() \
+        if inside.any() else pd.Series(dtype=np.int64)
+    origin = steps[0][0]
+    keep = range(len(steps))
+    complete = len(steps) <= MAX_STEPS
+    if not complete:
+        keep = sorted(set(np.linspace(0, len(steps) - 1, MAX_STEPS).round().astype(int).tolist()))
+    rows = []
+    for i in keep:
+        s, e = steps[i]
+        b = int(busy.get(i, 0))
+        rows.append({"step": i, "start_ns": int(s - origin), "wall_ns": int(e - s), "busy_ns": b,
+                     "gpu_time_ns": int(kernel.get(i, 0)), "idle_ns": max(0, int(e - s) - b)})
+    return {"rows": rows, "complete": complete, "busy_total_ns": int(busy.sum())}
+
+
+def _distributions(gpu: pd.DataFrame, dur: np.ndarray, flagged: Iterable[str]) -> list[dict[str, Any]]:
+    """Quantiles and a log-spaced histogram of each flagged kernel's durations (name match, demangled or short)."""
+    out = []
+    names = gpu["name"].astype(str) if len(gpu) else pd.Series([], dtype=str)
+    for kernel in dict.fromkeys(k for k in flagged if k):
+        mask = (names == kernel).to_numpy()
+        if not mask.any():
+            # Short names: match kernels whose base name starts the demangled name.
+            mask = names.str.contains(re.escape(kernel), regex=True).to_numpy()
+        values = np.sort(dur[mask])
+        if not len(values):
+            continue
+        q = np.quantile(values, [0.0, 0.5, 0.9, 0.99, 1.0])
+        lo, hi = max(float(values[0]), 1.0), max(float(values[-1]), 1.0)
+        edges = np.geomspace(lo, hi * 1.0001, HISTOGRAM_BINS + 1) if hi > lo else np.array([lo, lo + 1.0])
+        counts, _ = np.histogram(values, bins=edges)
+        out.append({"kernel": kernel, "count": int(len(values)),
+                    "min_ns": float(q[0]), "p50_ns": float(q[1]), "p90_ns": float(q[2]), "p99_ns": float(q[3]),
+                    "max_ns": float(q[4]), "edges_ns": [float(x) for x in edges], "counts": [int(c) for c in counts]})
+    return out
+
+
+def _span(gpu: pd.DataFrame, window: Window) -> int:
+    if not len(gpu):
+        return 0
+    return int(gpu["end"].max() - gpu["start"].min())

@@ -1,0 +1,104 @@
+"""Checks made before an export is opened, so that hostile input ends in one clear line.
+
+Two jobs:
+
+* :func:`check_file` refuses anything that is not a readable regular file holding a SQLite
+  header (a FIFO would block ``open`` forever, a device would stream bytes), with a line
+  saying what is wrong and what to do.
+* :func:`pending_sidecar` / :func:`private_copy` deal with a ``-wal`` or hot ``-journal``
+  file beside the export. The loader opens with ``immutable=1`` (no locks, no files created),
+  and SQLite then ignores those sidecars: the rows they hold would silently be missing, a
+  wrong number presented as fact. So when one holds data, the export and the sidecar are
+  copied into a private temporary folder and SQLite applies them there; the user's files
+  are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import stat
+import tempfile
+from pathlib import Path
+
+from ..errors import InputError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+_EXPORT_HINT = "give an nsys SQLite export (`nsys export --type=sqlite REPORT.nsys-rep`)"
+
+
+def check_file(path: Path) -> None:
+    """Raise :class:`InputError` unless ``path`` is a readable regular file with a SQLite header."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file; check the path") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied on a folder of the path; make it readable") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror}); {_EXPORT_HINT}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError(f"{path}: is a directory, not a trace; pass the .sqlite files inside it")
+    if not stat.S_ISREG(info.st_mode):
+        # Never open a FIFO or device: open() would block or read forever.
+        raise InputError(f"{path}: not a regular file (a pipe, socket or device); {_EXPORT_HINT} saved to disk")
+    if info.st_size == 0:
+        raise InputError(f"{path}: empty file; re-export the report with `nsys export --type=sqlite`")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except PermissionError:
+        raise InputError(f"{path}: permission denied; make the file readable (chmod +r)") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror}); {_EXPORT_HINT}") from None
+    if head != SQLITE_MAGIC:
+        raise InputError(f"{path}: not a SQLite file; {_EXPORT_HINT}")
+    if info.st_size < 512:
+        raise InputError(f"{path}: truncated SQLite file ({info.st_size} bytes); re-export the report")
+
+
+def pending_sidecar(path: Path) -> Path | None:
+    """A non-empty ``-wal`` or ``-journal`` file beside ``path``: rows SQLite has not merged yet."""
+    for suffix in ("-wal", "-journal"):
+        side = path.with_name(path.name + suffix)
+        try:
+            if side.is_file() and side.stat().st_size > 0:
+                return side
+        except OSError:
+            continue
+    return None
+
+
+def private_copy(path: Path, sidecar: Path) -> tuple[Path, Path]:
+    """Copy ``path`` and ``sidecar`` into a new temporary folder and merge them there.
+
+    Returns ``(copy, folder)``; the caller removes ``folder`` when done. The merge
+    (checkpoint of a WAL, rollback of a hot journal) happens on the copy only.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="nsys-rules-"))
+    copy = folder / "export.sqlite"
+    try:
+        shutil.copyfile(path, copy)
+        shutil.copyfile(sidecar, folder / ("export.sqlite" + sidecar.name[len(path.name):]))
+        db = sqlite3.connect(copy)
+        try:
+            # Reading applies a hot journal; the checkpoint folds a WAL into the main file.
+            db.execute("SELECT count(*) FROM sqlite_master").fetchall()
+            if db.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                db.execute("PRAGMA journal_mode=DELETE")
+        finally:
+            db.close()
+    except (OSError, sqlite3.DatabaseError) as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise InputError(f"{path}: cannot merge {sidecar.name} beside it ({exc}); "
+                         "close the program that writes it, or re-export the report") from None
+    return copy, folder
+
+
+def remove_folder(folder: Path | None) -> None:
+    """Remove a private copy's folder (ignoring errors: it is ours and temporary)."""
+    if folder is not None and os.path.isdir(folder):
+        shutil.rmtree(folder, ignore_errors=True)

@@ -17,6 +17,7 @@ GPU work belongs to a window by the time of the API call that launched it (see
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,21 +85,59 @@ def launch_times(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
     """For each GPU row, the start of the API call that launched it (same pid + correlationId).
 
     Falls back to the GPU start when no launching call is in the trace (API not traced).
+    The result is cached per trace and frame (every rule's ``ctx.frame`` asks for it): treat
+    it as read-only.
     """
+    cache = _LAUNCH_CACHE.setdefault(trace, {})
+    hit = cache.get(id(gpu))
+    if hit is not None and hit[0] is gpu:
+        return hit[1]
+    result = _launch_times(trace, gpu)
+    if any(gpu is f for f in getattr(trace, "_frames", {}).values()):
+        # Only the trace's own frames are cached (a rule's temporary subset would pin memory).
+        # Keyed by id() with the frame kept alongside, so a recycled id can never match.
+        result.flags.writeable = False
+        cache[id(gpu)] = (gpu, result)
+    return result
+
+
+#: trace -> {id(frame): (frame, launch times)}; weak on the trace so closing it frees the arrays.
+_LAUNCH_CACHE: "weakref.WeakKeyDictionary[Trace, dict[int, tuple[pd.DataFrame, np.ndarray]]]" = (
+    weakref.WeakKeyDictionary())
+
+
+def _api_index(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """The API table's (pid, correlationId) keys sorted, and the matching API start times."""
+    api = trace.frame("api", ["start", "correlation_id", "pid"])
+    hit = _API_INDEX.get(trace)
+    if hit is not None and hit[0] is api:
+        return hit[1], hit[2]
+    api_key = _key(api["pid"].to_numpy(), api["correlation_id"].to_numpy())
+    api_start = api["start"].to_numpy()
+    # The API table is in call order and correlation ids grow with calls, so the keys are
+    # usually sorted already: skip the 2M-row argsort (0.3 s) when they are.
+    if len(api_key) > 1 and not bool((api_key[1:] >= api_key[:-1]).all()):
+        order = np.argsort(api_key, kind="stable")
+        api_key, api_start = api_key[order], api_start[order]
+    _API_INDEX[trace] = (api, api_key, api_start)
+    return api_key, api_start
+
+
+_API_INDEX: "weakref.WeakKeyDictionary[Trace, tuple[pd.DataFrame, np.ndarray, np.ndarray]]" = weakref.WeakKeyDictionary()
+
+
+def _launch_times(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
     starts = gpu["start"].to_numpy()
     if not len(gpu) or not trace.has("api") or "correlation_id" not in gpu:
-        return starts
-    api = trace.frame("api", ["start", "correlation_id", "pid"])
-    api_key = _key(api["pid"].to_numpy(), api["correlation_id"].to_numpy())
-    order = np.argsort(api_key, kind="stable")
-    sorted_key = api_key[order]
-    gpu_key = _key(gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
-    pos = np.searchsorted(sorted_key, gpu_key).clip(0, max(len(sorted_key) - 1, 0))
+        return starts.copy()
+    sorted_key, sorted_start = _api_index(trace)
     if not len(sorted_key):
-        return starts
-    found = (sorted_key[pos] == gpu_key) & (gpu["correlation_id"].to_numpy() > 0)
-    api_start = api["start"].to_numpy()[order][pos]
-    return np.where(found, api_start, starts)
+        return starts.copy()
+    corr = gpu["correlation_id"].to_numpy()
+    gpu_key = _key(gpu["pid"].to_numpy(), corr)
+    pos = np.searchsorted(sorted_key, gpu_key).clip(0, len(sorted_key) - 1)
+    found = (sorted_key[pos] == gpu_key) & (corr > 0)
+    return np.where(found, sorted_start[pos], starts)
 
 
 def _key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
@@ -213,10 +252,62 @@ def steady_state_window(trace: Trace, options: SteadyOptions = SteadyOptions()) 
         note = f"NVTX range '{name}', {len(instances)} instances" + (
             f" after {dropped} warm-up instance(s)" if dropped else "")
         return Window(((instances[0][0], instances[-1][1]),), note, instances, name)
+    pattern = kernel_steps(trace, options)
+    if pattern is not None:
+        marker, instances, dropped = pattern
+        note = (f"repeating kernel pattern: {len(instances)} steps marked by kernel '{_short(marker)}'"
+                + (f" after {dropped} warm-up step(s)" if dropped else ""))
+        # The marker may run once per layer rather than once per step (a model whose steps
+        # launch nothing but layers): name the steps after it so per-step numbers say so.
+        return Window(((instances[0][0], 2**62),), note, instances, f"kernel:{_short(marker)}")
     kernel_start = _kernel_pattern_start(trace)
     if kernel_start is not None:
         return Window(((kernel_start, 2**62),), "repeating kernel pattern (after one-off initialization kernels)")
     return FULL
+
+
+def _short(name: str, limit: int = 60) -> str:
+    return name if len(name) <= limit else name[: limit - 3] + "..."
+
+
+def kernel_steps(trace: Trace, options: SteadyOptions = SteadyOptions()) -> tuple[str, tuple[tuple[int, int], ...], int] | None:
+    """Steps found from the kernels alone, for traces without a step NVTX range.
+
+    A step marker is a kernel that runs exactly once per step: its launches are evenly spaced
+    in the kernel sequence (the same number of kernels between two of them every time), which
+    per-layer kernels are not (their spacing jumps at the step boundary). Among exactly regular
+    names the rarest wins (one launch per step rather than one per layer of a one-layer model).
+    Steps are the intervals between consecutive marker launches; leading steps that differ from
+    the rest are warm-up, as for NVTX steps.
+    """
+    if not trace.has("kernels"):
+        return None
+    kernels = trace.frame("kernels", ["start", "name", "correlation_id", "pid"])
+    if len(kernels) < 2 * options.min_repeats:
+        return None
+    launch = launch_times(trace, kernels)
+    order = np.argsort(launch, kind="stable")
+    codes = kernels["name"].cat.codes.to_numpy()[order]
+    launch = launch[order]
+    counts = np.bincount(codes[codes >= 0])
+    best: tuple[int, int] | None = None  # (count, code)
+    for code in np.flatnonzero(counts >= options.min_repeats + 1):
+        positions = np.flatnonzero(codes == code)
+        gaps = np.diff(positions)
+        # Allow the first gap to differ (a cold first step may launch extra kernels).
+        steady_gaps = gaps[1:] if len(gaps) > 2 else gaps
+        if steady_gaps.min() == steady_gaps.max() and (best is None or len(positions) < best[0]):
+            best = (len(positions), int(code))
+    if best is None:
+        return None
+    positions = np.flatnonzero(codes == best[1])
+    starts = launch[positions]
+    if len(starts) < options.min_repeats + 1:
+        return None
+    steps = np.stack([starts[:-1], starts[1:]], axis=1)
+    dropped = _warmup_count(steps[:, 1] - steps[:, 0], options.warmup_tolerance)
+    name = str(kernels["name"].cat.categories[best[1]])
+    return name, tuple((int(a), int(b)) for a, b in steps[dropped:]), dropped
 
 
 def step_ranges(trace: Trace, options: SteadyOptions = SteadyOptions()) -> tuple[str, tuple[tuple[int, int], ...], int] | None:

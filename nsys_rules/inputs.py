@@ -69,5 +69,5 @@ def _open_report(path: Path) -> Trace:
         last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise InputError(f"{path}: `nsys export` failed: {last[0]}")
     trace = Trace(SqliteExport(target), label=str(path))
-    trace.cleanup_dir = folder  # type: ignore[attr-defined]
+    trace.cleanup_dir = folder
     return trace

@@ -76,6 +76,8 @@ class Trace:
         self.path: Path = export.path
         self.label = label or str(export.path)
         self._frames: dict[str, pd.DataFrame] = {}
+        # A temporary folder this trace was exported into (.nsys-rep input), removed on close.
+        self.cleanup_dir: Path | None = None
         self.gpus: dict[int, GpuInfo] = _read_gpus(export)
         self.capture: CaptureInfo = _read_capture(export)
         self.export_info: ExportInfo = _read_export_info(export)
@@ -136,6 +138,11 @@ class Trace:
         """Release the file."""
         self._frames.clear()
         self.export.close()
+        if self.cleanup_dir is not None:
+            import shutil
+
+            shutil.rmtree(self.cleanup_dir, ignore_errors=True)
+            self.cleanup_dir = None
 
 
 def _int_or_none(value: object) -> int | None:

@@ -93,3 +93,36 @@ def test_config_sets_rule_options_and_severity(tmp_path):
     assert data["rules"][0]["options"]["min_launches"] == 5
     proc = run_cli("check", "--set", "graph-trace-hidden.min_launches=x", str(EXAMPLE), cwd=tmp_path)
     assert proc.returncode == 2 and "expects int" in proc.stderr
+
+
+def test_nsys_rep_without_nsys_on_path_exits_3(tmp_path):
+    rep = tmp_path / "run.nsys-rep"
+    rep.write_bytes(b"\x00" * 64)
+    proc = run_cli("check", str(rep), env={"PATH": str(tmp_path)})
+    assert proc.returncode == 3
+    assert "nsys export --type=sqlite" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_nsys_rep_is_exported_into_a_temp_dir(tmp_path):
+    """With `nsys` on PATH the report is exported elsewhere; nothing appears beside it."""
+    import os
+    import sys as _sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nsys"
+    # A stand-in for `nsys export --type=sqlite ... -o OUT IN`: copies the example to OUT.
+    fake.write_text(f"#!{_sys.executable}\nimport shutil, sys\nargs = sys.argv\n"
+                    f"shutil.copy({str(EXAMPLE)!r}, args[args.index('-o') + 1])\n")
+    fake.chmod(0o755)
+    data = tmp_path / "data"
+    data.mkdir()
+    rep = data / "run.nsys-rep"
+    rep.write_bytes(b"report")
+    proc = run_cli("check", "--format", "json", "--fail-on", "never", str(rep),
+                   env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr
+    report = validate_report(proc.stdout)
+    assert report["traces"][0]["path"] == str(rep)
+    assert report["traces"][0]["tables"]["kernels"] == 3584
+    assert sorted(p.name for p in data.iterdir()) == ["run.nsys-rep"]

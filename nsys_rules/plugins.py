@@ -79,7 +79,9 @@ def build_registry(autoload: bool = True, extra: tuple[tuple[str, object], ...] 
 
 
 def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:
-    for impl in reversed(pm.hook.register_rules.get_hookimpls()):
+    # Registration order (built-ins first): a plugin cannot shadow a built-in rule or format,
+    # and `nsys-rules rules` lists the built-in pack before plugins.
+    for impl in pm.hook.register_rules.get_hookimpls():
         for rule in _call(impl, registry) or []:
             problem = validate_rule(rule)
             if problem is None and rule.name in registry.rules:
@@ -89,7 +91,7 @@ def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:
                 continue
             registry.rules[rule.name] = rule
             registry.rule_plugin[rule.name] = impl.plugin_name
-    for impl in reversed(pm.hook.register_formatters.get_hookimpls()):
+    for impl in pm.hook.register_formatters.get_hookimpls():
         for fmt, func in (_call(impl, registry) or {}).items():
             if fmt in registry.formatters or not callable(func):
                 registry.errors.append({"plugin": impl.plugin_name, "error": f"formatter {fmt!r} is taken or not callable"})

@@ -9,13 +9,14 @@ from ..engine import run_check
 from ..errors import UsageError
 from ..inputs import expand_inputs, open_trace
 from .common import FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for
+from .outputs import add_output_flags, finish, prepare
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("check", help="run the rules on one or more traces",
                        description="Run the rules on nsys SQLite exports and print what to optimize next.")
     p.add_argument("traces", nargs="+", metavar="TRACE", help="nsys .sqlite export, .nsys-rep, or a folder of them")
-    p.add_argument("--format", default="table", help="table (default), json, or a plugin's format")
+    p.add_argument("--format", default="table", help="table (default), json, sarif, markdown, html, or a plugin's format")
     p.add_argument("--select", action="append", metavar="RULES", help="only these rules (comma-separated; NVIDIA names work)")
     p.add_argument("--ignore", action="append", metavar="RULES", help="skip these rules (comma-separated)")
     p.add_argument("--fail-on", choices=FAIL_CHOICES, help="exit 1 when a finding reaches this severity (default error)")
@@ -24,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--max-memory", metavar="SIZE", help="stop with exit 3 when a trace would need more (e.g. 2G)")
     add_filter_flags(p)
     add_plugin_flags(p)
+    add_output_flags(p)
     p.set_defaults(run=run)
 
 
@@ -33,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format not in registry.formatters:
         raise UsageError(f"unknown --format {args.format!r}; choose from {', '.join(sorted(registry.formatters))}")
     paths = expand_inputs(args.traces, tuple(registry.loaders))
+    baseline = prepare(args, registry, settings)
     report = run_check(paths, registry, settings, lambda p: open_trace(p, registry.loaders))
+    finish(args, report, registry, baseline)
     text = registry.formatters[args.format](report)
     # Written in one call so that output is complete or absent.
     sys.stdout.write(text)

@@ -6,10 +6,12 @@ from typing import Callable
 
 from ..hooks import hookimpl
 from .json_out import format_json
+from .markdown import format_markdown
+from .sarif import format_sarif
 from .table import format_table
 
 
 @hookimpl
 def register_formatters() -> dict[str, Callable[..., str]]:
     """The built-in formats: ``table`` and ``json``."""
-    return {"table": format_table, "json": format_json}
+    return {"table": format_table, "json": format_json, "sarif": format_sarif, "markdown": format_markdown}

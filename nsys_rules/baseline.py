@@ -1,0 +1,87 @@
+"""Baselines: accept today's findings, report only new ones tomorrow.
+
+A baseline is the set of finding fingerprints (rule + kernel/API/NVTX/device + key, never
+timestamps, see :attr:`nsys_rules.findings.Finding.fingerprint`) of an accepted run.
+``check --write-baseline FILE`` writes one; ``check --baseline FILE`` drops every finding
+whose fingerprint is in it, so CI fails only on regressions. A ``check --format json``
+output works as a baseline too (its findings carry their fingerprints).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .engine import Report
+from .errors import UsageError
+
+BASELINE_FORMAT = "nsys-rules-baseline"
+BASELINE_VERSION = 1
+
+
+def baseline_document(report: Report) -> dict[str, Any]:
+    """The baseline of ``report``: its fingerprints with enough context to read the file by eye."""
+    entries = []
+    seen: set[str] = set()
+    for f in report.findings:
+        if f.fingerprint in seen:
+            continue
+        seen.add(f.fingerprint)
+        loc = f.location
+        where = loc.kernel or loc.api or ("/".join(loc.nvtx) if loc.nvtx else "") or ""
+        entries.append({"fingerprint": f.fingerprint, "rule": f.rule, "severity": f.severity.value, "where": where})
+    entries.sort(key=lambda e: (e["rule"], e["fingerprint"]))
+    return {"format": BASELINE_FORMAT, "version": BASELINE_VERSION, "tool_version": __version__,
+            "traces": [r.info["path"] for r in report.results], "findings": entries}
+
+
+def write_baseline(report: Report, path: Path) -> None:
+    """Write the baseline of ``report`` to ``path`` (whole file or nothing)."""
+    text = json.dumps(baseline_document(report), indent=2) + "\n"
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise UsageError(f"cannot write baseline {path}: {exc.strerror or exc}") from None
+
+
+def read_baseline(path: Path) -> set[str]:
+    """Fingerprints in a baseline file or a ``check --format json`` output; one clear line when unusable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"baseline {path} does not exist (create it with --write-baseline {path})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read baseline {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"baseline {path} is not JSON: {exc.msg} at line {exc.lineno}") from None
+    findings = data.get("findings") if isinstance(data, dict) else None
+    if not isinstance(findings, list):
+        raise UsageError(f"baseline {path} has no 'findings' list: write one with --write-baseline "
+                         "or pass a `check --format json` output")
+    out = set()
+    for item in findings:
+        fp = item.get("fingerprint") if isinstance(item, dict) else None
+        if not isinstance(fp, str) or not fp:
+            raise UsageError(f"baseline {path}: a finding without a fingerprint (old or hand-made file?)")
+        out.add(fp)
+    return out
+
+
+def apply_baseline(report: Report, fingerprints: set[str], path: str) -> int:
+    """Drop findings whose fingerprint is in the baseline; returns how many were dropped.
+
+    Each trace records ``baseline: {path, suppressed}`` in its info so that outputs say
+    that known findings were hidden, and the exit code is judged on the new findings only.
+    """
+    dropped = 0
+    for result in report.results:
+        keep = [f for f in result.findings if f.fingerprint not in fingerprints]
+        suppressed = len(result.findings) - len(keep)
+        dropped += suppressed
+        result.findings = keep
+        result.info["baseline"] = {"path": path, "suppressed": suppressed}
+    return dropped

@@ -1,0 +1,77 @@
+"""``check`` flags for where findings go besides stdout: baselines, an HTML file, the GitHub job summary.
+
+Kept apart from ``check.py`` so that the command stays a short list of steps:
+:func:`add_output_flags` at parser time, :func:`prepare` before the engine runs (does the
+chosen output need the steady-state profile? is the baseline readable?), and :func:`finish`
+after it (drop baselined findings, write the side files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..baseline import apply_baseline, read_baseline, write_baseline
+from ..config import Settings
+from ..engine import Report
+from ..errors import UsageError
+from ..plugins import Registry
+
+
+def add_output_flags(p: argparse.ArgumentParser) -> None:
+    """``--baseline``, ``--write-baseline``, ``--html`` and ``--github-summary``."""
+    p.add_argument("--baseline", metavar="FILE",
+                   help="report only findings whose fingerprint is not in FILE (a --write-baseline file or a json report)")
+    p.add_argument("--write-baseline", metavar="FILE", help="write the fingerprints of this run's findings to FILE")
+    p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report to FILE")
+    p.add_argument("--github-summary", action="store_true",
+                   help="append the markdown summary to $GITHUB_STEP_SUMMARY when that variable is set")
+
+
+def prepare(args: argparse.Namespace, registry: Registry, settings: Settings) -> set[str] | None:
+    """Before the run: turn on the profile when an output draws it; read the baseline early (fail fast)."""
+    wanted = [registry.formatters.get(args.format)]
+    if getattr(args, "html", None):
+        wanted.append(registry.formatters.get("html"))
+    if getattr(args, "github_summary", False) and os.environ.get("GITHUB_STEP_SUMMARY"):
+        wanted.append(registry.formatters.get("markdown"))
+    if any(getattr(f, "needs_profile", False) for f in wanted if f is not None):
+        settings.profile = True
+    if getattr(args, "baseline", None):
+        return read_baseline(Path(args.baseline))
+    return None
+
+
+def finish(args: argparse.Namespace, report: Report, registry: Registry, baseline: set[str] | None) -> None:
+    """After the run: write the baseline (of everything found), then apply the one given, then side files."""
+    if getattr(args, "write_baseline", None):
+        write_baseline(report, Path(args.write_baseline))
+    if baseline is not None:
+        dropped = apply_baseline(report, baseline, args.baseline)
+        sys.stderr.write(f"nsys-rules: {dropped} finding(s) already in the baseline {args.baseline} not shown\n")
+    if getattr(args, "html", None):
+        _write(Path(args.html), _render(registry, "html", report), "HTML report")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if getattr(args, "github_summary", False) and summary:
+        try:
+            with open(summary, "a", encoding="utf-8") as fh:
+                fh.write(_render(registry, "markdown", report) + "\n")
+        except OSError as exc:
+            raise UsageError(f"cannot append to $GITHUB_STEP_SUMMARY ({summary}): {exc.strerror or exc}") from None
+
+
+def _render(registry: Registry, name: str, report: Report) -> str:
+    formatter: Any = registry.formatters.get(name)
+    if formatter is None:
+        raise UsageError(f"the {name} format is not available")
+    return str(formatter(report))
+
+
+def _write(path: Path, text: str, what: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {what} {path}: {exc.strerror or exc}") from None

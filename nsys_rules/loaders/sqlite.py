@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from . import damage as damage_fix
 from .guard import SQLITE_MAGIC, check_file, pending_sidecar, private_copy, remove_folder
 from .tables import TABLES, Column, Table
 
@@ -78,6 +79,7 @@ class SqliteExport:
             raise InputError(f"{self.path}: damaged or unreadable SQLite file ({exc}); re-export it with "
                              "`nsys export --type=sqlite`") from None
         self.table_names: frozenset[str] = frozenset(str(r[0]) for r in rows)
+        self._note_planted_views()
         if "StringIds" not in self.table_names or not any(
                 t.startswith(_NSYS_PREFIXES) for t in self.table_names):
             self.close()
@@ -108,6 +110,10 @@ class SqliteExport:
             present = self.columns_of(source)
             if present and all(any(s in present for s in c.sources) for c in table.columns if c.required):
                 return source
+            if present:
+                lacking = [c.sources[0] for c in table.columns if c.required and not any(s in present for s in c.sources)]
+                damage_fix.note(self.damage, f"{source}: lacks column(s) {', '.join(lacking)}; the table is ignored "
+                                             f"(rules that need {table.name} are skipped)")
         return None
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
@@ -180,6 +186,7 @@ class SqliteExport:
             return _empty_frame(wanted)
         present = self.columns_of(source)
         picks: dict[str, str | None] = {c.name: next((s for s in c.sources if s in present), None) for c in wanted}
+        damage_fix.note_missing_columns(table.name, source, [c for c in wanted if picks[c.name] is None], self.damage)
         src_cols = list(dict.fromkeys(s for s in picks.values() if s is not None))
         extra = [s for c in wanted if c.kind == "nvtx_name" for s in c.sources[1:] if s in present]
         src_cols += [s for s in extra if s not in src_cols]
@@ -204,6 +211,8 @@ class SqliteExport:
                 continue
             data[col.name] = self._convert(col, values, int(keep.sum()), f"{table.name}.{col.name}")
         frame = pd.DataFrame(data, copy=False)
+        frame = damage_fix.drop_invalid_required(table.name, frame, [c.name for c in wanted if c.required],
+                                                 NULL_INT, self.damage)
         if "start" in frame and "end" in frame and len(frame):
             bad = frame["end"].to_numpy() < frame["start"].to_numpy()
             if table.name == "nvtx":
@@ -213,14 +222,14 @@ class SqliteExport:
             if bad.any():
                 self.damage.append(f"{table.name}: {int(bad.sum())} row(s) ending before they start dropped")
                 frame = frame.loc[~bad].reset_index(drop=True)
-        return frame
+        return damage_fix.drop_duplicate_rows(table.name, frame, self.damage)
 
     def _fetch(self, source: str, src_cols: list[str]) -> dict[str, np.ndarray]:
         if not src_cols:
             return {}
         sql = "SELECT " + ", ".join(_quote(c) for c in src_cols) + " FROM " + _quote(source)
         try:
-            return _fetch_arrow(self.path, sql, src_cols, self.count(source))
+            return _fetch_arrow(self._open_path, sql, src_cols, self.count(source))
         except Exception:  # noqa: BLE001 - any ADBC failure falls back to the stdlib reader
             pass
         try:
@@ -251,15 +260,38 @@ class SqliteExport:
             if col.kind == "text":
                 return pd.Categorical(pd.Series(values, dtype=object).where(~_isnull(values), None))
             ids = _to_int(values, NULL_INT)
+            if not col.required:
+                self._note_unreadable(values, ids, what)
+            nulls = int((ids < 0).sum())
+            if nulls:
+                damage_fix.note(self.damage, f"{what}: {nulls} row(s) with no name (NULL string id)")
             return self.resolve_strings(ids, what)
         if values is None:
             return np.full(n, NULL_INT, np.int64)
         ints = _to_int(values, NULL_INT)
+        if not col.required:  # a required column's unreadable rows are dropped, with their own note
+            self._note_unreadable(values, ints, what)
         if col.kind == "pid":
             return np.where(ints >= 0, (ints >> 24) & 0xFFFFFF, NULL_INT)
         if col.kind == "tid":
             return np.where(ints >= 0, ints & 0xFFFFFF, NULL_INT)
         return ints
+
+    def _note_planted_views(self) -> None:
+        # Only type='table' is ever read; a view wearing an nsys table's name is reported, not used.
+        sources = {s for t in TABLES.values() for s in t.sources} | {"StringIds"}
+        try:
+            views = [str(r[0]) for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'view'")]
+        except sqlite3.DatabaseError:
+            return
+        for name in sorted(v for v in views if v in sources):
+            damage_fix.note(self.damage, f"{name}: is a view, not a table (planted or damaged export); ignored")
+
+    def _note_unreadable(self, raw: np.ndarray, converted: np.ndarray, what: str) -> None:
+        bad = damage_fix.unreadable_count(raw, converted, NULL_INT)
+        if bad:
+            damage_fix.note(self.damage, f"{what}: {bad} value(s) that are not integers (wrong column type) "
+                                         "read as unknown")
 
     def close(self) -> None:
         """Close the metadata connection (and drop a private merged copy, if one was made)."""
@@ -363,10 +395,7 @@ def _isnull(values: np.ndarray) -> np.ndarray:
 
 def _to_int(values: np.ndarray, fill: int) -> np.ndarray:
     """Integers as int64; NULLs and non-numbers (damage) become ``fill``."""
-    if values.dtype.kind in "iu":
-        return values.astype(np.int64, copy=False)
-    numeric = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
-    return numeric.fillna(fill).to_numpy().astype(np.int64)
+    return damage_fix.to_int(values, fill)
 
 
 def _empty_frame(columns: list[Column]) -> pd.DataFrame:

@@ -1,0 +1,107 @@
+"""Repairs the loader makes to a damaged export, each one reported as a damage note.
+
+A damaged export must never turn into a wrong number presented as fact: a row the loader
+cannot trust is dropped, and the drop is written to ``SqliteExport.damage`` (shown as the
+trace's ``damage`` list in JSON) so the reader knows the numbers cover less than the file.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .tables import Column
+
+#: Tables whose rows carry a correlationId that is unique per launch or call. Two rows that
+#: agree on it and on their times (and stream, device, thread, name when read) are the same
+#: event written twice: kept, they would double-count GPU or API time.
+IDENTITY_TABLES = ("kernels", "api", "memcpy", "memset", "sync", "graph_trace")
+_IDENTITY_COLUMNS = ("start", "end", "correlation_id", "device_id", "stream_id", "pid", "tid", "name")
+
+
+def note(damage: list[str], text: str) -> None:
+    """Append ``text`` to ``damage`` once (a table read twice must not report twice)."""
+    if text not in damage:
+        damage.append(text)
+
+
+#: Columns every nsys version since 2020 writes (checked on the public corpus): when one is
+#: absent the table was damaged or hand-made, and rules see -1 or no name in its place.
+CORE_COLUMNS = frozenset({"device_id", "context_id", "stream_id", "correlation_id", "pid", "tid", "name",
+                          "short_name", "bytes", "copy_kind"})
+
+
+def note_missing_columns(table: str, source: str, missing: list[Column], damage: list[str]) -> None:
+    """Report core columns the source table lacks (read as unknown instead)."""
+    lost = [c for c in missing if c.name in CORE_COLUMNS and c.kind != "nvtx_name"]
+    if lost:
+        names = ", ".join(c.sources[0] for c in lost)
+        note(damage, f"{source}: no {names} column(s); {table} rows read them as unknown")
+
+
+def drop_invalid_required(table: str, frame: pd.DataFrame, required: list[str], null_int: int,
+                          damage: list[str]) -> pd.DataFrame:
+    """Drop rows whose required integer column could not be read as a number.
+
+    Text or a blob in an INTEGER column (damage) converts to ``null_int``; a start time of
+    -1 would be a wrong number, so such rows go, with a note.
+    """
+    if not len(frame):
+        return frame
+    bad = np.zeros(len(frame), bool)
+    cols = [c for c in required if c in frame and frame[c].dtype.kind == "i"]
+    for col in cols:
+        bad |= frame[col].to_numpy() == null_int
+    if not bad.any():
+        return frame
+    note(damage, f"{table}: {int(bad.sum())} row(s) with a non-numeric {'/'.join(cols)} dropped")
+    return frame.loc[~bad].reset_index(drop=True)
+
+
+def drop_duplicate_rows(table: str, frame: pd.DataFrame, damage: list[str]) -> pd.DataFrame:
+    """Drop exact repeats of an event (same correlationId, times and place), with a note."""
+    if table not in IDENTITY_TABLES or len(frame) < 2:
+        return frame
+    key = [c for c in _IDENTITY_COLUMNS if c in frame]
+    if not {"start", "end", "correlation_id"} <= set(key):
+        return frame  # too few columns read to tell a repeat from two real events
+    # Cheap first pass on one column: only rows sharing a start time can be repeats.
+    same_start = pd.Series(frame["start"].to_numpy(), copy=False).duplicated(keep=False).to_numpy()
+    if not same_start.any():
+        return frame
+    candidates = frame.loc[same_start, key]
+    repeat = np.zeros(len(frame), bool)
+    repeat[np.flatnonzero(same_start)] = candidates.duplicated(keep="first").to_numpy()
+    if not repeat.any():
+        return frame
+    note(damage, f"{table}: {int(repeat.sum())} duplicate row(s) dropped (same correlationId, start and end)")
+    return frame.loc[~repeat].reset_index(drop=True)
+
+
+def unreadable_count(raw: np.ndarray, converted: np.ndarray, null_int: int) -> int:
+    """How many non-NULL raw values did not convert to an integer (text, blob, huge REAL)."""
+    if raw.dtype.kind in "iu":
+        return 0
+    if raw.dtype.kind == "f":
+        present = ~np.isnan(raw)
+    else:
+        present = ~pd.isna(raw)
+    return int((present & (converted == null_int)).sum())
+
+
+def to_int(values: np.ndarray, fill: int) -> np.ndarray:
+    """Integers as int64; NULLs and what is not an integer in range (damage) become ``fill``."""
+    if values.dtype.kind in "iu":
+        return values.astype(np.int64, copy=False)
+    if values.dtype.kind == "b":
+        return values.astype(np.int64)
+    numeric = values if values.dtype.kind == "f" else pd.to_numeric(
+        pd.Series(values, dtype=object), errors="coerce").to_numpy()
+    if numeric.dtype.kind in "iu":
+        return numeric.astype(np.int64, copy=False)
+    numeric = numeric.astype(np.float64, copy=False)
+    # A REAL beyond int64 (or inf/NaN) has no integer value: casting it is undefined.
+    ok = np.isfinite(numeric) & (np.abs(numeric) < 9.2e18)
+    out = np.full(len(numeric), fill, np.int64)
+    out[ok] = numeric[ok].astype(np.int64)
+    return out

@@ -1,0 +1,220 @@
+"""Numbers about GPU activity shared by the launch, gap and nsys-analyze-parity rules.
+
+Pure functions over canonical frames: no judgement, no findings. Times are int64 ns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+
+from nsys_rules.trace import Trace
+
+#: Canonical GPU tables whose rows occupy a device (what nsys's gpu_gaps/gpu_time_util count).
+GPU_OP_TABLES = ("kernels", "memcpy", "memset")
+
+#: API calls that launch one kernel (runtime and driver names, ``_v<digits>`` removed).
+KERNEL_LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
+                      "cudaLaunchCooperativeKernelMultiDevice", "cuLaunchKernel", "cuLaunchKernelEx",
+                      "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernelMultiDevice", "cudaLaunch")
+
+#: API calls that launch a whole CUDA graph (many kernels share the launch's correlationId).
+GRAPH_LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch")
+
+REPORT_MODES = ("auto", "group", "all")
+
+
+# -- intervals ---------------------------------------------------------------------------------
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as sorted, disjoint (start, end) arrays (vectorized)."""
+    if not len(starts):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    order = np.argsort(starts, kind="stable")
+    s = np.asarray(starts, np.int64)[order]
+    e = np.asarray(ends, np.int64)[order]
+    running = np.maximum.accumulate(e)
+    new = np.ones(len(s), bool)
+    new[1:] = s[1:] > running[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return s[first], running[last]
+
+
+def busy_ns(starts: np.ndarray, ends: np.ndarray, lo: int | None = None, hi: int | None = None) -> int:
+    """Time covered by at least one interval, optionally clipped to [lo, hi]."""
+    s, e = merge_intervals(starts, ends)
+    if lo is not None:
+        s = np.maximum(s, lo)
+    if hi is not None:
+        e = np.minimum(e, hi)
+    return int((e - s).clip(0).sum())
+
+
+def idle_gaps(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Gaps between busy periods: (gap start, gap length), in time order.
+
+    A gap starts when every operation so far has ended (running max of ends), so an
+    operation that overlaps others never opens a false gap.
+    """
+    s, e = merge_intervals(starts, ends)
+    if len(s) < 2:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return e[:-1], s[1:] - e[:-1]
+
+
+def chunk_utilization(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int,
+                      chunks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cut [lo, hi] into ``chunks`` equal chunks (length rounded up to whole ns, the last one clipped).
+
+    Returns (chunk starts, chunk lengths, in-use percent). In-use sums the durations of
+    the operations inside each chunk, so concurrent operations add up and it can pass
+    100 %, as nsys's gpu_time_util computes it.
+    """
+    span = max(0, hi - lo)
+    length = -(-span // chunks) if span else 0
+    if not length:
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0)
+    edges = lo + length * np.arange(chunks + 1, dtype=np.int64)
+    edges[-1] = min(edges[-1], hi)
+    edges = np.minimum(edges, hi)
+    s = np.asarray(starts, np.int64)
+    e = np.asarray(ends, np.int64)
+    # Per chunk, covered time = integral of the "active operations" count. Using the
+    # cumulative busy time C(t) = sum(clip(t - s, 0, e - s)), chunk k gets C(b) - C(a).
+    order_s = np.sort(s)
+    order_e = np.sort(e)
+    cs = np.concatenate([[0], np.cumsum(order_s, dtype=np.float64)])
+    ce = np.concatenate([[0], np.cumsum(order_e, dtype=np.float64)])
+
+    def covered(t: np.ndarray) -> np.ndarray:
+        ns_ = np.searchsorted(order_s, t, side="right")
+        ne_ = np.searchsorted(order_e, t, side="right")
+        started = ns_ * t.astype(np.float64) - cs[ns_]  # sum over started ops of (t - s)
+        ended = ne_ * t.astype(np.float64) - ce[ne_]  # minus what ended ops did not run past e
+        return started - ended
+
+    cum = covered(edges)
+    lengths = np.diff(edges)
+    used = np.diff(cum)
+    keep = lengths > 0
+    pct = np.where(keep, 100.0 * used / np.where(keep, lengths, 1), 0.0)
+    return edges[:-1][keep], lengths[keep], pct[keep]
+
+
+def merge_low_chunks(starts: np.ndarray, lengths: np.ndarray, pct: np.ndarray,
+                     below: float) -> list[tuple[int, int, float]]:
+    """Consecutive chunks under ``below`` percent merged: (start, length, duration-weighted percent)."""
+    out: list[tuple[int, int, float]] = []
+    low = pct < below
+    i = 0
+    n = len(pct)
+    while i < n:
+        if not low[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and low[j + 1]:
+            j += 1
+        seg_len = int(lengths[i:j + 1].sum())
+        weighted = float((pct[i:j + 1] * lengths[i:j + 1]).sum() / seg_len) if seg_len else 0.0
+        out.append((int(starts[i]), seg_len, weighted))
+        i = j + 1
+    return out
+
+
+# -- GPU operations --------------------------------------------------------------------------
+def gpu_operations(trace: Trace, tables: Sequence[str] = GPU_OP_TABLES) -> pd.DataFrame:
+    """Kernels, memcpys and memsets as one frame: start, end, pid, device_id, kind."""
+    parts = []
+    for name in tables:
+        if trace.has(name):
+            frame = trace.frame(name, ["start", "end", "pid", "device_id"])
+            if len(frame):
+                part = frame[["start", "end", "pid", "device_id"]].copy()
+                part["kind"] = name
+                parts.append(part)
+    if not parts:
+        return pd.DataFrame({"start": np.empty(0, np.int64), "end": np.empty(0, np.int64),
+                             "pid": np.empty(0, np.int64), "device_id": np.empty(0, np.int64),
+                             "kind": np.empty(0, object)})
+    return pd.concat(parts, ignore_index=True)
+
+
+def launch_api_rows(trace: Trace, gpu: pd.DataFrame) -> pd.DataFrame:
+    """For each GPU row (with ``pid`` and ``correlation_id``), its launching API call.
+
+    Columns ``api_start``, ``api_end``, ``api_name`` (base name, ``_v<digits>`` removed;
+    None where the call is not in the trace) and ``api_raw`` (as nsys stores it), aligned
+    with ``gpu``.
+    """
+    n = len(gpu)
+    out = pd.DataFrame({"api_start": np.full(n, -1, np.int64), "api_end": np.full(n, -1, np.int64),
+                        "api_name": np.full(n, None, object), "api_raw": np.full(n, None, object)})
+    if not n or not trace.has("api"):
+        return out
+    api = trace.frame("api", ["start", "end", "correlation_id", "pid", "name"])
+    if not len(api):
+        return out
+    base = trace.api_names()
+    api_key = (api["pid"].to_numpy().astype(np.int64) << 32) | (api["correlation_id"].to_numpy().astype(np.int64)
+                                                                 & 0xFFFFFFFF)
+    order = np.argsort(api_key, kind="stable")
+    sorted_key = api_key[order]
+    corr = gpu["correlation_id"].to_numpy().astype(np.int64)
+    key = (gpu["pid"].to_numpy().astype(np.int64) << 32) | (corr & 0xFFFFFFFF)
+    pos = np.searchsorted(sorted_key, key).clip(0, len(sorted_key) - 1)
+    found = (sorted_key[pos] == key) & (corr > 0)
+    rows = order[pos]
+    out["api_start"] = np.where(found, api["start"].to_numpy()[rows], -1)
+    out["api_end"] = np.where(found, api["end"].to_numpy()[rows], -1)
+    names = np.asarray(base.astype(object).to_numpy())[rows]
+    raw = np.asarray(api["name"].astype(object).to_numpy())[rows]
+    out["api_name"] = np.where(found, names, None)
+    out["api_raw"] = np.where(found, raw, None)
+    return out
+
+
+# -- how parity findings are split -----------------------------------------------------------
+@dataclass(frozen=True)
+class FlaggedGroup:
+    """Flagged rows of one group (or one row): what one finding reports."""
+
+    key: tuple[object, ...]
+    rows: pd.DataFrame  # sorted by start; columns start, end + the rule's own
+    single: bool  # one flagged row per finding
+
+    @property
+    def start(self) -> int:
+        """First flagged instant: the finding's ``start_ns``."""
+        return int(self.rows["start"].min())
+
+    @property
+    def end(self) -> int:
+        """Last flagged instant: the finding's ``end_ns``."""
+        return int(self.rows["end"].max())
+
+
+def split_flagged(rows: pd.DataFrame, group_by: Sequence[str], mode: str, max_findings: int) -> Iterator[FlaggedGroup]:
+    """Turn flagged rows into finding-sized groups.
+
+    ``all``: one group per row. ``group``: one per ``group_by`` key, whose time range runs
+    from its first to its last flagged row (so every flagged row overlaps its finding).
+    ``auto``: per row while a group has at most ``max_findings`` rows, else per group.
+    """
+    if mode not in REPORT_MODES:
+        raise ValueError(f"report must be one of {', '.join(REPORT_MODES)}, not {mode!r}")
+    if rows.empty:
+        return
+    rows = rows.sort_values("start", kind="stable")
+    keys = list(group_by)
+    grouped = rows.groupby(keys, sort=True, observed=True, dropna=False) if keys else [((), rows)]
+    for key, grp in grouped:
+        key_t = key if isinstance(key, tuple) else (key,)
+        if mode == "all" or (mode == "auto" and len(grp) <= max_findings):
+            for i in range(len(grp)):
+                yield FlaggedGroup(key_t, grp.iloc[i:i + 1], True)
+        else:
+            yield FlaggedGroup(key_t, grp, False)

@@ -1,0 +1,134 @@
+"""launch-blocking: every kernel launch waited for its kernel (`CUDA_LAUNCH_BLOCKING=1`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Rule, RuleContext, metric
+
+from ._common import recapture_command
+from ._gpu_activity import KERNEL_LAUNCH_APIS, launch_api_rows
+
+ENV_VAR = "CUDA_LAUNCH_BLOCKING"
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of launch-blocking."""
+
+    blocking_share: float = field(default=0.9, metadata={
+        "help": "launches are blocking when at least this share of kernel launch calls return after their "
+                "kernel ended"})
+    min_launches: int = field(default=50, metadata={"help": "fewest kernel launch calls to judge the behaviour"})
+    min_long_kernels: int = field(default=10, metadata={
+        "help": "when at least this many kernels outlast the median launch call, judge those alone (a short "
+                "kernel can end before an asynchronous call returns; a long one cannot)"})
+
+
+def env_says_blocking(environment: Mapping[str, str]) -> bool:
+    """True when the profiled environment sets CUDA_LAUNCH_BLOCKING to a non-zero value."""
+    value = environment.get(ENV_VAR)
+    return value is not None and value.strip() not in ("", "0")
+
+
+def blocking_share(kernel_start: np.ndarray, kernel_end: np.ndarray, api_start: np.ndarray, api_end: np.ndarray,
+                   min_long_kernels: int) -> tuple[float, int, bool]:
+    """Share of launches whose call returned only after the kernel ended.
+
+    Returns (share, launches judged, judged on long kernels only). Long kernels (longer than
+    the median launch call) cannot end before an asynchronous launch call returns, so when
+    there are enough of them they alone decide.
+    """
+    if not len(kernel_end):
+        return 0.0, 0, False
+    waited = api_end >= kernel_end
+    long = (kernel_end - kernel_start) > np.median(api_end - api_start)
+    if long.sum() >= min_long_kernels:
+        return float(waited[long].mean()), int(long.sum()), True
+    return float(waited.mean()), len(waited), False
+
+
+class LaunchBlocking(Rule):
+    """Kernel launches that wait for the kernel: the trace does not show the program's real timing.
+
+    What it detects: `CUDA_LAUNCH_BLOCKING` set to a non-zero value in the profiled environment,
+    or kernel launch calls (`cudaLaunchKernel`, `cuLaunchKernel`, ...) that return only after
+    their kernel ended, for at least `blocking_share` of the launches.
+    Why it hurts: with blocking launches the host never runs ahead of the GPU, so every launch
+    pays the whole kernel time plus launch latency, queues are always empty, and the GPU idles
+    between kernels. Step times, GPU utilization, queue and launch numbers in this trace do not
+    describe the program as it runs in production.
+    Evidence: the environment variable and its value, launch calls judged, share that waited
+    for their kernel, launch API time against kernel time.
+    Next optimizations: re-capture without `CUDA_LAUNCH_BLOCKING` (it is a debugging switch for
+    locating the kernel behind an asynchronous error), exact command given.
+    Options: `blocking_share`, `min_launches`, `min_long_kernels`.
+    Requires: the capture metadata (environment); the kernel and API tables for the behaviour.
+    False positives: none known when the variable is set; without it, a tracer forcing
+    serialisation (e.g. `--cuda-flush-interval` extremes) shows the same pattern, and the
+    trace is equally unrepresentative.
+    """
+
+    name = "launch-blocking"
+    title = "Blocking kernel launches (CUDA_LAUNCH_BLOCKING)"
+    default_severity = Severity.ERROR
+    requires = ()
+    optional = ("kernels", "api")
+    columns = {"kernels": ("start", "end", "pid", "correlation_id", "device_id"),
+               "api": ("start", "end", "correlation_id", "pid", "name")}
+    window = "full"
+    Options = Options
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opts = ctx.options
+        env = ctx.trace.capture.environment
+        env_set = env_says_blocking(env)
+        share, judged, long_only, kernel_ns, api_ns = 0.0, 0, False, 0, 0
+        if ctx.trace.has("kernels") and ctx.trace.has("api"):
+            kernels = ctx.frame("kernels")
+            api = launch_api_rows(ctx.trace, kernels)
+            # One row per launch call: a graph launch or a multi-kernel call is not a single launch.
+            is_launch = pd.Series(api["api_name"].to_numpy(), dtype=object).isin(KERNEL_LAUNCH_APIS).to_numpy()
+            frame = pd.DataFrame({"corr": kernels["correlation_id"].to_numpy(), "pid": kernels["pid"].to_numpy(),
+                                  "k_start": kernels["start"].to_numpy(), "k_end": kernels["end"].to_numpy(),
+                                  "a_start": api["api_start"].to_numpy(), "a_end": api["api_end"].to_numpy()})[is_launch]
+            per_call = frame.groupby(["pid", "corr"], sort=False).agg(
+                k_start=("k_start", "min"), k_end=("k_end", "max"), a_start=("a_start", "first"),
+                a_end=("a_end", "first"))
+            if len(per_call) >= opts.min_launches:
+                share, judged, long_only = blocking_share(
+                    per_call["k_start"].to_numpy(), per_call["k_end"].to_numpy(), per_call["a_start"].to_numpy(),
+                    per_call["a_end"].to_numpy(), opts.min_long_kernels)
+                kernel_ns = int((per_call["k_end"] - per_call["k_start"]).sum())
+                api_ns = int((per_call["a_end"] - per_call["a_start"]).sum())
+        behaves = judged > 0 and share >= opts.blocking_share
+        if not env_set and not behaves:
+            return
+        metrics = {"launches_judged": metric(judged, "count"), "blocking_share": metric(100 * share, "%"),
+                   "launch_api_time": metric(api_ns, "ns"), "kernel_time": metric(kernel_ns, "ns")}
+        cause = (f"{ENV_VAR}={env.get(ENV_VAR)} is set in the profiled environment" if env_set else
+                 f"{ENV_VAR} is not recorded, but the launches behave as if it were set")
+        if judged:
+            seen = (f"{100 * share:.1f} % of {judged} kernel launch calls{' (long kernels)' if long_only else ''} "
+                    f"returned only after their kernel ended (launch API time {api_ns / 1e6:.1f} ms for "
+                    f"{kernel_ns / 1e6:.1f} ms of kernels)")
+        else:
+            seen = "no kernel launches to confirm it"
+        contradicts = env_set and judged >= opts.min_launches and share < opts.blocking_share
+        severity = Severity.WARNING if contradicts else Severity.ERROR
+        command = recapture_command(ctx.trace, "--trace=cuda,nvtx")
+        yield ctx.finding(
+            f"{cause}: {seen}. Every launch is synchronous, so the host never runs ahead of the GPU and step times, "
+            "utilization and launch numbers of this trace are not representative.",
+            f"Re-capture without {ENV_VAR} (unset it, or `export {ENV_VAR}=0`): `{command}`; use "
+            f"{ENV_VAR}=1 only to locate the kernel behind an asynchronous CUDA error.",
+            severity=severity, metrics=metrics, location=Location(api="cudaLaunchKernel"),
+            key="env" if env_set else "behaviour")
+
+
+RULE = LaunchBlocking

@@ -1,0 +1,181 @@
+"""launch-bound: the GPU idles between small kernels because the host cannot launch them fast enough."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from nsys_rules.errors import MissingData
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Rule, RuleContext, metric
+
+from ._common import pct
+from ._gpu_activity import GRAPH_LAUNCH_APIS, KERNEL_LAUNCH_APIS, busy_ns, launch_api_rows
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of launch-bound."""
+
+    max_busy_share: float = field(default=0.7, metadata={
+        "help": "report only when kernels keep the GPU busy less than this share of the steady state"})
+    max_median_kernel_ns: int = field(default=50_000, metadata={
+        "help": "report only when the median kernel is this short (ns): launch cost matters for small kernels"})
+    max_launch_gap_ns: int = field(default=100_000, metadata={
+        "help": "idle gaps before a kernel up to this long count as launch gaps; longer ones are host stalls "
+                "(gpu-idle-gaps, sync-stall)"})
+    graph_gap_ns: int = field(default=1_000, metadata={
+        "help": "idle time per kernel that remains when the kernels replay from a CUDA graph (ns)"})
+    min_kernels: int = field(default=100, metadata={"help": "fewest kernels in the steady state to judge"})
+    warning_share: float = field(default=0.05, metadata={
+        "help": "warning when the estimated saving reaches this share of the steady-state time"})
+
+
+@dataclass(frozen=True)
+class LaunchProfile:
+    """The numbers launch-bound judges, for one device in the judged window."""
+
+    kernels: int
+    judged_ns: int
+    busy_ns: int
+    median_kernel_ns: float
+    launch_calls: int
+    launch_api_ns: int
+    starved_gaps: int
+    starved_ns: int
+    savings_ns: int
+
+    @property
+    def busy_share(self) -> float:
+        """Share of the judged time with at least one kernel running."""
+        return self.busy_ns / self.judged_ns if self.judged_ns else 0.0
+
+
+def launch_profile(kernels: pd.DataFrame, api_end: np.ndarray, lo: int, hi: int, launch_api_ns: int,
+                   launch_calls: int, max_launch_gap_ns: int, graph_gap_ns: int) -> LaunchProfile:
+    """Busy share, kernel sizes and the idle gaps the host caused (one device).
+
+    A gap before a kernel is a launch gap when the GPU had run dry (every earlier kernel had
+    ended) before the call launching this kernel returned, i.e. the GPU waited for the host,
+    and the gap is at most ``max_launch_gap_ns``. With a CUDA graph ``graph_gap_ns`` per
+    kernel remains, so the saving is the rest of each launch gap.
+    """
+    order = np.argsort(kernels["start"].to_numpy(), kind="stable")
+    s = kernels["start"].to_numpy()[order]
+    e = kernels["end"].to_numpy()[order]
+    launched = np.asarray(api_end)[order]
+    dur = e - s
+    if len(s) > 1:
+        prev_end = np.maximum.accumulate(e)[:-1]
+        gap = (s[1:] - prev_end)
+        gap_start = prev_end
+        waited = (launched[1:] >= gap_start) & (launched[1:] >= 0)
+        starved = (gap > 0) & (gap <= max_launch_gap_ns) & waited & (gap_start >= lo) & (s[1:] <= hi)
+        starved_ns = int(gap[starved].sum())
+        savings = int((gap[starved] - graph_gap_ns).clip(0).sum())
+        n_starved = int(starved.sum())
+    else:
+        starved_ns = savings = n_starved = 0
+    return LaunchProfile(len(s), max(0, hi - lo), busy_ns(s, e, lo, hi), float(np.median(dur)) if len(dur) else 0.0,
+                         launch_calls, launch_api_ns, n_starved, starved_ns, savings)
+
+
+class LaunchBound(Rule):
+    """The GPU idles between small kernels while the host launches them one by one.
+
+    What it detects: in the steady state, kernels keep the GPU busy less than `max_busy_share`
+    of the time, the median kernel is short (<= `max_median_kernel_ns`), and the GPU repeatedly
+    runs dry before the next launch call returns: the host's per-kernel launch cost (framework
+    overhead plus the launch API) sets the pace, not the GPU.
+    Why it hurts: every kernel pays the host's launch cost (5-20 us in eager PyTorch) while
+    it runs for 1-5 us; at batch-1 decode the GPU is 7-30 % busy and step time is host time.
+    Evidence: GPU busy share of the steady state, kernel count and median duration, launch
+    calls and launch API time per kernel, the launch gaps (count and time) and the saving.
+    Next optimizations: capture the step in a CUDA graph (`torch.cuda.graphs` /
+    `torch.compile(mode="reduce-overhead")`, vLLM/SGLang CUDA-graph decode, `cudaStreamBeginCapture`
+    + `cudaGraphLaunch`) so one launch replays all kernels; fuse small elementwise kernels
+    (torch.compile, custom fused kernels) to cut the kernel count.
+    Options: `max_busy_share`, `max_median_kernel_ns`, `max_launch_gap_ns`, `graph_gap_ns`,
+    `min_kernels`, `warning_share`.
+    Requires: the kernel and API tables (`--trace=cuda`).
+    False positives: a GPU idle because the program waits for input (a server between
+    requests) is not launch-bound: the launch gaps, not idle time in general, carry the saving.
+    """
+
+    name = "launch-bound"
+    title = "Launch-bound: the GPU waits for kernel launches"
+    default_severity = Severity.WARNING
+    requires = ("kernels", "api")
+    optional = ("nvtx",)
+    columns = {"kernels": ("start", "end", "pid", "correlation_id", "device_id", "name"),
+               "api": ("start", "end", "correlation_id", "pid", "name"),
+               "nvtx": ("start", "end", "name")}
+    window = "steady"
+    Options = Options
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opts = ctx.options
+        kernels = ctx.frame("kernels")
+        if len(kernels) < opts.min_kernels:
+            return
+        api = launch_api_rows(ctx.trace, kernels)
+        lo, hi = _judged_bounds(ctx, kernels)
+        if hi <= lo:
+            raise MissingData("the steady state holds no kernel time", "capture more steps")
+        calls = ctx.frame("api", ["start", "end", "name"])
+        names = ctx.api_base_names().astype(object).to_numpy()
+        launch_mask = np.isin(names, KERNEL_LAUNCH_APIS + GRAPH_LAUNCH_APIS)
+        graphs = int(np.isin(names, GRAPH_LAUNCH_APIS).sum())
+        launch_ns = int((calls["end"] - calls["start"]).to_numpy()[launch_mask].sum())
+        for dev, idx in kernels.groupby("device_id", sort=True).groups.items():
+            sel = np.asarray(list(idx))
+            sub = kernels.iloc[sel]
+            prof = launch_profile(sub, api["api_end"].to_numpy()[sel], lo, hi, launch_ns, int(launch_mask.sum()),
+                                  opts.max_launch_gap_ns, opts.graph_gap_ns)
+            if prof.busy_share >= opts.max_busy_share or prof.median_kernel_ns > opts.max_median_kernel_ns:
+                continue
+            if not prof.starved_gaps:
+                continue
+            saving_share = pct(prof.savings_ns, prof.judged_ns)
+            severity = Severity.WARNING if prof.savings_ns >= opts.warning_share * prof.judged_ns else Severity.INFO
+            per_kernel = prof.launch_api_ns / max(prof.kernels, 1)
+            steps = len(ctx.window.steps)
+            per_step = f", {prof.kernels / steps:.0f} kernels per step" if steps else ""
+            graphed = (f" The program already launches {graphs} CUDA graphs; the rest of the kernels still launch "
+                       "one by one." if graphs else "")
+            yield ctx.finding(
+                f"Kernels kept GPU {dev} busy {100 * prof.busy_share:.1f} % of the steady state "
+                f"({prof.judged_ns / 1e6:.1f} ms, {ctx.window.source}): {prof.kernels} kernels{per_step}, median "
+                f"{prof.median_kernel_ns / 1e3:.1f} us, launch API time {per_kernel / 1e3:.1f} us per kernel. "
+                f"The GPU ran dry before the next launch {prof.starved_gaps} times, idling "
+                f"{prof.starved_ns / 1e6:.1f} ms ({pct(prof.starved_ns, prof.judged_ns):.1f} %).{graphed}",
+                f"Capture the steady-state step in a CUDA graph and replay it (`torch.cuda.CUDAGraph`/"
+                f"`torch.compile(mode=\"reduce-overhead\")`, or `cudaStreamBeginCapture` + `cudaGraphLaunch`): "
+                f"expected gain up to {prof.savings_ns / 1e6:.1f} ms ({saving_share:.1f} % of the steady state) "
+                f"with {opts.graph_gap_ns / 1e3:g} us left per kernel; fusing small kernels cuts the count further.",
+                severity=severity,
+                metrics={"gpu_busy_share": metric(100 * prof.busy_share, "%"),
+                         "kernels": metric(prof.kernels, "count"),
+                         "median_kernel_duration": metric(prof.median_kernel_ns, "ns"),
+                         "launch_calls": metric(prof.launch_calls, "count"),
+                         "launch_api_time_per_kernel": metric(per_kernel, "ns"),
+                         "launch_gaps": metric(prof.starved_gaps, "count"),
+                         "launch_gap_time": metric(prof.starved_ns, "ns"),
+                         "steady_time": metric(prof.judged_ns, "ns")},
+                location=Location(device=int(dev), start_ns=lo, end_ns=hi),
+                estimated_savings_ns=prof.savings_ns)
+
+
+def _judged_bounds(ctx: RuleContext, kernels: pd.DataFrame) -> tuple[int, int]:
+    """The steady window, clipped to the kernels launched in it."""
+    k_lo, k_hi = int(kernels["start"].min()), int(kernels["end"].max())
+    if ctx.window.intervals is None:
+        return k_lo, k_hi
+    lo = max(int(ctx.window.start), int(kernels["launch_start"].min()))
+    return lo, min(max(int(ctx.window.end), k_lo), k_hi)
+
+
+RULE = LaunchBound

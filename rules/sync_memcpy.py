@@ -1,0 +1,133 @@
+"""sync-memcpy: synchronous memcpy calls that block the host (nsys `cuda_memcpy_sync`)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Rule, RuleContext, metric
+
+from ._common import pct
+from ._gpu_activity import launch_api_rows, split_flagged
+from .pageable_memcpy import COPY_KINDS, MEMORY_KINDS
+
+HTOD, DTOD = 1, 8
+#: Runtime `cudaMemcpy*` and driver `cuMemcpy*` calls; the Async ones are excluded separately.
+COPY_API = re.compile(r"^cu(?:da)?Memcpy")
+RUNTIME_COPY_API = re.compile(r"^cudaMemcpy")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of sync-memcpy."""
+
+    window: str = field(default="full", metadata={"help": "'full' (whole capture, as nsys analyze) or 'steady'"})
+    report: str = field(default="auto", metadata={
+        "help": "'all': one finding per flagged copy; 'group': one per API, direction and stream; "
+                "'auto': per copy while a group has at most max_findings copies"})
+    max_findings: int = field(default=5, metadata={"help": "copies per group reported one by one in 'auto' mode"})
+    max_small_htod_bytes: int = field(default=64_000, metadata={
+        "help": "host-to-device copies of at most this many bytes are not flagged (nsys: 64000; the driver "
+                "returns before they reach the GPU)"})
+    include_driver_api: bool = field(default=True, metadata={
+        "help": "also flag driver `cuMemcpy*` calls without Async (nsys only matches `cudaMemcpy*`)"})
+    warning_share: float = field(default=0.05, metadata={
+        "help": "warning when the host time of the flagged calls reaches this share of the judged time"})
+
+
+def flag_sync_copies(copies: pd.DataFrame, api_raw: np.ndarray, *, max_small_htod_bytes: int = 64_000,
+                     include_driver_api: bool = True) -> np.ndarray:
+    """Mask of copies launched by a synchronous memcpy call, nsys's exceptions applied.
+
+    Exceptions: device-to-device copies within one device (asynchronous to the host even
+    through `cudaMemcpy`) and small host-to-device copies (staged and returned at once).
+    """
+    names = pd.Series(api_raw, dtype=object).fillna("")
+    pattern = COPY_API if include_driver_api else RUNTIME_COPY_API
+    sync = names.str.contains(pattern).to_numpy() & ~names.str.contains("Async").to_numpy()
+    kind = copies["copy_kind"].to_numpy()
+    same_device = copies["src_device_id"].fillna(-1).to_numpy() == copies["dst_device_id"].fillna(-2).to_numpy()
+    in_device = (kind == DTOD) & same_device
+    small_htod = (kind == HTOD) & (copies["bytes"].to_numpy() <= max_small_htod_bytes)
+    return sync & ~in_device & ~small_htod
+
+
+class SyncMemcpy(Rule):
+    """Synchronous memcpy calls: the host waits for the copy and everything queued before it.
+
+    What it detects: copies launched by `cudaMemcpy`/`cudaMemcpy2D`/... (or the driver's
+    `cuMemcpyDtoH`/`cuMemcpyHtoD`/...) without `Async`, except device-to-device copies inside
+    one device and host-to-device copies of at most 64,000 bytes, as nsys's `cuda_memcpy_sync`.
+    Why it hurts: the call returns only when the stream has drained up to and including the
+    copy, so the host cannot queue the next work and the GPU idles while it restarts.
+    Evidence: count, bytes, host time blocked and GPU copy time per API, direction and stream;
+    the time range of the flagged copies.
+    Next optimizations: use `cudaMemcpyAsync` on the work stream with pinned host memory and
+    synchronize only where the value is consumed (an event); keep results on the GPU when the
+    host does not need them (e.g. sample on the GPU instead of copying logits back).
+    Options: `window`, `report`, `max_findings`, `max_small_htod_bytes`, `include_driver_api`,
+    `warning_share`.
+    Requires: the memcpy and API tables (`--trace=cuda`).
+    False positives: a copy at the very end of a run (the final result) is not a stall worth
+    fixing; judge with `window=steady`.
+    """
+
+    name = "sync-memcpy"
+    title = "Synchronous memcpy blocks the host"
+    default_severity = Severity.INFO
+    requires = ("memcpy", "api")
+    columns = {"memcpy": ("start", "end", "pid", "correlation_id", "device_id", "stream_id", "bytes", "copy_kind",
+                          "src_kind", "dst_kind", "src_device_id", "dst_device_id"),
+               "api": ("start", "end", "correlation_id", "pid", "name")}
+    window = "full"
+    aliases = ("cuda_memcpy_sync",)
+    Options = Options
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opts = ctx.options
+        copies = ctx.frame("memcpy")
+        api = launch_api_rows(ctx.trace, copies)
+        mask = flag_sync_copies(copies, api["api_raw"].to_numpy(), max_small_htod_bytes=opts.max_small_htod_bytes,
+                                include_driver_api=opts.include_driver_api)
+        if not mask.any():
+            return
+        rows = copies.loc[mask].reset_index(drop=True)
+        api = api.loc[mask].reset_index(drop=True)
+        rows["api"] = api["api_raw"].to_numpy()
+        rows["host_ns"] = (api["api_end"] - api["api_start"]).to_numpy()
+        rows["direction"] = [COPY_KINDS.get(int(k), str(k)) for k in rows["copy_kind"].to_numpy()]
+        lo, hi = ctx.window_bounds()
+        judged = max(1, hi - lo)
+        for group in split_flagged(rows, ["api", "direction", "stream_id"], opts.report, opts.max_findings):
+            g = group.rows
+            host = int(g["host_ns"].clip(lower=0).sum())
+            gpu = int((g["end"] - g["start"]).sum())
+            nbytes = int(g["bytes"].sum())
+            api_name, direction, stream = group.key
+            share = pct(host, judged)
+            severity = Severity.WARNING if host >= opts.warning_share * judged else Severity.INFO
+            src = MEMORY_KINDS.get(int(g["src_kind"].iloc[0]), "?")
+            dst = MEMORY_KINDS.get(int(g["dst_kind"].iloc[0]), "?")
+            what = (f"A synchronous {direction} copy ({src} -> {dst}, {nbytes} B)" if group.single else
+                    f"{len(g)} synchronous {direction} copies ({src} -> {dst}, {nbytes / 1e6:.3f} MB in all)")
+            yield ctx.finding(
+                f"{what} with {api_name} on stream {stream} blocked the host {host / 1e6:.3f} ms "
+                f"({share:.2f} % of the judged {judged / 1e6:.1f} ms) for {gpu / 1e6:.3f} ms of copying.",
+                f"Replace {api_name} with `cudaMemcpyAsync` on the work stream from pinned host memory and wait "
+                "on an event only where the host consumes the data; keep data on the GPU when the host does not "
+                "need it.",
+                severity=severity,
+                metrics={"copies": metric(len(g), "count"), "bytes": metric(nbytes, "B"),
+                         "host_time": metric(host, "ns"), "gpu_copy_time": metric(gpu, "ns"),
+                         "share_of_judged_time": metric(share, "%")},
+                location=Location(pid=int(g["pid"].iloc[0]), device=int(g["device_id"].iloc[0]), stream=int(stream),
+                                  api=str(api_name), start_ns=group.start, end_ns=group.end),
+                estimated_savings_ns=max(0, host - gpu), key=f"{direction}/{stream}")
+
+
+RULE = SyncMemcpy

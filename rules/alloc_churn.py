@@ -1,0 +1,237 @@
+"""alloc-churn: memory allocation and free calls repeated in the hot path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Rule, RuleContext, metric
+
+from ._common import pct
+
+#: Allocation and free calls by base name (``_v<digits>`` removed), with the kind of memory they manage.
+ALLOC_APIS: Mapping[str, str] = {
+    # device memory, runtime and driver
+    "cudaMalloc": "device", "cudaFree": "device", "cudaMallocPitch": "device", "cudaMalloc3D": "device",
+    "cudaMallocArray": "device", "cudaMalloc3DArray": "device", "cudaFreeArray": "device",
+    "cudaMallocMipmappedArray": "device", "cudaFreeMipmappedArray": "device",
+    "cuMemAlloc": "device", "cuMemAllocPitch": "device", "cuMemFree": "device",
+    "cuArrayCreate": "device", "cuArray3DCreate": "device", "cuArrayDestroy": "device",
+    # stream-ordered pool allocations (CUDA 11.2+): cheap while the pool keeps its memory
+    "cudaMallocAsync": "stream-ordered", "cudaFreeAsync": "stream-ordered",
+    "cudaMallocFromPoolAsync": "stream-ordered", "cuMemAllocAsync": "stream-ordered",
+    "cuMemFreeAsync": "stream-ordered", "cuMemAllocFromPoolAsync": "stream-ordered",
+    # managed memory
+    "cudaMallocManaged": "managed", "cuMemAllocManaged": "managed",
+    # pinned host memory: page-locking is slow, often milliseconds per call
+    "cudaMallocHost": "pinned host", "cudaHostAlloc": "pinned host", "cudaFreeHost": "pinned host",
+    "cudaHostRegister": "pinned host", "cudaHostUnregister": "pinned host",
+    "cuMemAllocHost": "pinned host", "cuMemHostAlloc": "pinned host", "cuMemFreeHost": "pinned host",
+    "cuMemHostRegister": "pinned host", "cuMemHostUnregister": "pinned host",
+    # virtual memory management
+    "cuMemCreate": "virtual memory", "cuMemRelease": "virtual memory", "cuMemMap": "virtual memory",
+    "cuMemUnmap": "virtual memory", "cuMemAddressReserve": "virtual memory", "cuMemAddressFree": "virtual memory",
+}
+
+#: Calls that free; ``cudaFree`` before any allocation is the ``cudaFree(0)`` context-creation idiom.
+CONTEXT_INIT_FREES = ("cudaFree",)
+
+#: Environment variables that make allocators call the driver for every tensor.
+CACHING_OFF = "PYTORCH_NO_CUDA_MEMORY_CACHING"
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of alloc-churn."""
+
+    min_calls: int = field(default=10, metadata={
+        "help": "allocation and free calls needed in the window before it is churn rather than a handful"})
+    min_calls_per_step: float = field(default=1.0, metadata={
+        "help": "average allocation and free calls per step needed when steps are known (one-time allocation "
+                "falls below this)"})
+    warn_share: float = field(default=5.0, metadata={
+        "help": "percent of steady-state time spent in allocation calls at or above which the finding is a warning"})
+
+
+# -- pure functions --------------------------------------------------------------------------
+def context_init_rows(names: np.ndarray, pids: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Rows that are ``cudaFree(0)`` context creation: a process's first ``cudaFree`` before any allocation.
+
+    The CUDA idiom ``cudaFree(0)`` frees nothing and only creates the context (115-140 ms on an
+    H200); the API table has no arguments, so it is recognised as a free with nothing allocated yet.
+    """
+    out = np.zeros(len(names), bool)
+    if not len(names):
+        return out
+    frame = pd.DataFrame({"name": names, "pid": pids, "start": starts, "row": np.arange(len(names))})
+    frame = frame[frame["name"].isin(list(ALLOC_APIS))].sort_values(["pid", "start"], kind="stable")
+    for _, rows in frame.groupby("pid", sort=False):
+        first = rows.iloc[0]
+        if first["name"] in CONTEXT_INIT_FREES:
+            out[int(first["row"])] = True
+    return out
+
+
+def churn_calls(api: pd.DataFrame, names: pd.Series, exclude: np.ndarray) -> pd.DataFrame:
+    """Allocation and free calls of ``api`` (base ``names`` aligned), less the ``exclude`` rows.
+
+    Columns: ``start``, ``end``, ``pid``, ``tid``, ``api``, ``kind`` (device, stream-ordered,
+    managed, pinned host, virtual memory), ``duration``.
+    """
+    base = names.astype(str).to_numpy()
+    keep = np.isin(base, list(ALLOC_APIS)) & ~exclude
+    out = pd.DataFrame({"start": api["start"].to_numpy(np.int64)[keep], "end": api["end"].to_numpy(np.int64)[keep],
+                        "pid": api["pid"].to_numpy()[keep], "tid": api["tid"].to_numpy()[keep], "api": base[keep]})
+    out["kind"] = out["api"].map(ALLOC_APIS)
+    out["duration"] = out["end"] - out["start"]
+    return out
+
+
+def by_api(calls: pd.DataFrame) -> pd.DataFrame:
+    """Per API: calls, total, p50 and max duration, sorted by total time."""
+    if calls.empty:
+        return pd.DataFrame(columns=["calls", "total", "p50", "max"])
+    grouped = calls.groupby("api", observed=True)["duration"]
+    table = pd.DataFrame({"calls": grouped.size(), "total": grouped.sum(), "p50": grouped.median(),
+                          "max": grouped.max()})
+    return table.sort_values("total", ascending=False)
+
+
+def caching_disabled(environment: Mapping[str, str]) -> bool:
+    """True when ``PYTORCH_NO_CUDA_MEMORY_CACHING`` is set to a true value (PyTorch reads any non-zero int)."""
+    value = str(environment.get(CACHING_OFF, "")).strip().lower()
+    return value not in ("", "0", "false", "no", "off")
+
+
+def allocated_bytes(usage: pd.DataFrame | None, lo: int, hi: int) -> tuple[int, int] | None:
+    """Allocation events and bytes allocated in ``[lo, hi]`` from ``--cuda-memory-usage`` rows; None without them."""
+    if usage is None:
+        return None
+    inside = usage[(usage["start"] >= lo) & (usage["start"] <= hi) & (usage["operation"] == 0)]
+    return len(inside), int(inside["bytes"].sum())
+
+
+# -- the rule --------------------------------------------------------------------------------
+class AllocChurn(Rule):
+    """Allocation and free calls repeated in the steady state.
+
+    What it detects: `cudaMalloc`/`cudaFree`, `cudaMallocAsync`/`cudaFreeAsync`, `cuMemAlloc*`,
+    `cuMemFree*`, pinned host allocations (`cudaMallocHost`, `cudaHostAlloc`, `cuMemHostAlloc`,
+    host registration), managed and virtual-memory calls, at a steady rate in the steady state
+    (on average at least `min_calls_per_step` per step when steps are known). The start-up
+    `cudaFree(0)` (a free before anything was allocated: context creation, 115-140 ms) and
+    one-time allocation at load are not churn: the steady window leaves load out, and a handful
+    of calls falls below the rate.
+    Why it hurts: `cudaMalloc` and `cudaFree` go to the driver, and `cudaFree` synchronizes the
+    device; pinning host memory costs milliseconds. A caching allocator or pool makes the steady
+    state allocation-free. Stream-ordered pool calls are cheap while the pool keeps its memory,
+    so their cost is judged by their measured time like any other.
+    Evidence: calls per step, time in the calls and its share of the steady state, per-API count,
+    total, p50 and max, the kind of memory, bytes allocated (with `--cuda-memory-usage=true`),
+    and the environment cause: `PYTORCH_NO_CUDA_MEMORY_CACHING=1` in the profiled environment.
+    Next optimizations: unset `PYTORCH_NO_CUDA_MEMORY_CACHING`; allocate buffers once before the
+    loop and reuse them (workspace, KV cache, pinned staging buffers); for stream-ordered
+    allocation keep memory in the pool (`cudaMemPoolAttrReleaseThreshold`).
+    Options: `min_calls`, `min_calls_per_step`, `warn_share`.
+    Requires: the API table; memory-usage events (optional) for bytes.
+    False positives: a program that really resizes its buffers every step (growing sequence
+    length) allocates legitimately, though a pool still removes the cost.
+    """
+
+    name = "alloc-churn"
+    title = "Memory allocation churn in the hot path"
+    default_severity = Severity.WARNING
+    requires = ("api",)
+    optional = ("memory_usage",)
+    columns = {"api": ("start", "end", "name", "pid", "tid"),
+               "memory_usage": ("start", "pid", "bytes", "operation")}
+    Options = Options
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opts = ctx.options
+        trace = ctx.trace
+        # cudaFree(0) is judged on the whole capture: "first free before any allocation" needs the history.
+        full = trace.frame("api", ["start", "pid"])
+        full_names = trace.api_names().astype(str).to_numpy()
+        init = context_init_rows(full_names, full["pid"].to_numpy(), full["start"].to_numpy())
+        in_window = ctx.window.mask(full["start"].to_numpy())
+        api = ctx.frame("api")
+        calls = churn_calls(api, ctx.api_base_names(), init[in_window])
+        steps = len(ctx.window.steps)
+        per_step = len(calls) / steps if steps else None
+        if len(calls) < opts.min_calls or (per_step is not None and per_step < opts.min_calls_per_step):
+            return
+
+        lo, hi = (ctx.window.steps[0][0], ctx.window.steps[-1][1]) if steps else ctx.window_bounds()
+        steady_ns = max(1, hi - lo)
+        total = int(calls["duration"].sum())
+        per_thread = calls.groupby(["pid", "tid"], observed=True)["duration"].sum()
+        (pid, tid) = per_thread.idxmax()
+        share = pct(int(per_thread.max()), steady_ns)
+        table = by_api(calls)
+        kinds = calls.groupby("kind")["duration"].agg(["size", "sum"]).sort_values("sum", ascending=False)
+        top_api, top_kind = str(table.index[0]), str(kinds.index[0])
+        no_cache = caching_disabled(trace.capture.environment)
+        usage = allocated_bytes(trace.frame("memory_usage", self.columns["memory_usage"]), lo, hi) if trace.has(
+            "memory_usage") else None
+
+        metrics = {
+            "alloc_calls": metric(len(calls), "count"),
+            "alloc_time": metric(total, "ns"),
+            "alloc_share_of_steady_time": metric(share, "%"),
+            "per_call_p50": metric(float(calls["duration"].median()), "ns"),
+            "per_call_max": metric(int(calls["duration"].max()), "ns"),
+            "steady_time": metric(steady_ns, "ns"),
+        }
+        if per_step is not None:
+            metrics["calls_per_step"] = metric(per_step, "ratio")
+        if usage is not None:
+            metrics["allocation_events"] = metric(usage[0], "count")
+            metrics["bytes_allocated"] = metric(usage[1], "B")
+            if steps:
+                metrics["bytes_allocated_per_step"] = metric(usage[1] / steps, "B")
+
+        detail = ", ".join(f"{int(r['calls'])} {name} ({r['total'] / 1e6:.2f} ms, p50 {r['p50'] / 1e3:.1f} us, "
+                           f"max {r['max'] / 1e3:.1f} us)" for name, r in table.head(4).iterrows())
+        rate = f" ({per_step:.1f} per step over {steps} steps)" if per_step is not None else ""
+        volume = ""
+        if usage is not None and usage[0]:
+            volume = f" Memory-usage events show {usage[0]} allocations of {usage[1] / 2**20:.1f} MiB in the window."
+        cause = (f" The profiled environment sets {CACHING_OFF}={trace.capture.environment.get(CACHING_OFF)}: "
+                 "PyTorch's caching allocator is off, so every tensor is a cudaMalloc and a cudaFree."
+                 if no_cache else "")
+        message = (f"{len(calls)} allocation/free calls in the steady state{rate}: {detail}. They take "
+                   f"{total / 1e6:.2f} ms, {share:.1f} % of the {steady_ns / 1e6:.1f} ms steady state on the busiest "
+                   f"thread; mostly {top_kind} memory.{volume}{cause}")
+        severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
+        yield ctx.finding(message, _recommendation(no_cache, top_kind, total, steps),
+                          severity=severity, metrics=metrics, estimated_savings_ns=total,
+                          location=Location(pid=int(pid), tid=int(tid), api=top_api))
+
+
+def _recommendation(no_cache: bool, kind: str, total: int, steps: int) -> str:
+    if no_cache:
+        return (f"Unset {CACHING_OFF} (or set it to 0) so PyTorch's caching allocator reuses freed blocks; the "
+                "steady state then makes no cudaMalloc/cudaFree calls. If it was set to debug memory errors, use "
+                "`compute-sanitizer` or `PYTORCH_CUDA_ALLOC_CONF` options instead.")
+    per_step = f" ({total / steps / 1e3:.1f} us per step)" if steps else ""
+    if kind == "stream-ordered":
+        return ("These are stream-ordered pool allocations, cheap while the pool keeps its memory: the time to "
+                f"win is {total / 1e6:.2f} ms{per_step}. Allocate the per-step buffers once before the loop and "
+                "reuse them, and keep freed memory in the pool (`cudaMemPoolSetAttribute(pool, "
+                "cudaMemPoolAttrReleaseThreshold, UINT64_MAX)` / `cuMemPoolSetAttribute`) so no call reaches "
+                "the driver.")
+    if kind == "pinned host":
+        return ("Allocate pinned staging buffers once (`cudaHostAlloc`/`cudaMallocHost` before the loop, or a "
+                "pinned-memory pool) and reuse them; pinning and unpinning host pages every step costs "
+                f"{total / 1e6:.2f} ms{per_step} here.")
+    return ("Take allocation out of the loop: allocate workspaces once and reuse them, or use a caching "
+            "allocator / stream-ordered pool (`cudaMallocAsync` with `cudaMemPoolAttrReleaseThreshold` set high); "
+            f"`cudaFree` also synchronizes the device. Time to win: {total / 1e6:.2f} ms{per_step}.")
+
+
+RULE = AllocChurn

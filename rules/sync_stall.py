@@ -1,0 +1,344 @@
+"""sync-stall: the host blocks on the GPU during the steady state, and the GPU idles after each wait."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Rule, RuleContext, metric
+
+from ._common import pct
+
+#: Calls that block the calling host thread until GPU work finishes (base names, runtime and driver).
+SYNC_APIS = frozenset({
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaThreadSynchronize",
+    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
+})
+
+#: Synchronous copies whose direction is in the name: always device (or array) to host.
+NAMED_DTOH_SYNC_COPIES = frozenset({"cuMemcpyDtoH", "cuMemcpyAtoH"})
+
+#: Asynchronous copies whose direction is in the name.
+NAMED_DTOH_ASYNC_COPIES = frozenset({"cuMemcpyDtoHAsync", "cuMemcpyAtoHAsync"})
+
+DTOH = 2  # CUPTI copyKind of a device-to-host copy
+GPU_ACTIVITY_TABLES = ("kernels", "memcpy", "memset", "graph_trace")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of sync-stall."""
+
+    min_calls: int = field(default=3, metadata={
+        "help": "blocking calls needed in the window (after dropping the final sync) before they count as a pattern"})
+    warn_share: float = field(default=5.0, metadata={
+        "help": "percent of steady-state time the host spends blocked at or above which the finding is a warning"})
+
+
+# -- pure functions --------------------------------------------------------------------------
+def copy_directions(api: pd.DataFrame, memcpy: pd.DataFrame | None) -> pd.DataFrame:
+    """Copy kind and bytes of each API row's memcpy (same pid + correlationId); -1 / 0 when none.
+
+    ``api`` needs ``pid`` and ``correlation_id``; ``memcpy`` ``pid``, ``correlation_id``,
+    ``copy_kind`` and ``bytes``. The result is aligned with ``api``.
+    """
+    out = pd.DataFrame({"copy_kind": np.full(len(api), -1, np.int64), "bytes": np.zeros(len(api), np.int64)})
+    if memcpy is None or not len(memcpy) or not len(api):
+        return out
+    rows = memcpy[["pid", "correlation_id", "copy_kind", "bytes"]].dropna()
+    rows = rows.groupby(["pid", "correlation_id"], sort=False, observed=True).agg(
+        copy_kind=("copy_kind", "first"), bytes=("bytes", "sum")).reset_index()
+    merged = api[["pid", "correlation_id"]].reset_index(drop=True).merge(
+        rows, on=["pid", "correlation_id"], how="left")
+    out["copy_kind"] = merged["copy_kind"].fillna(-1).astype(np.int64).to_numpy()
+    out["bytes"] = merged["bytes"].fillna(0).astype(np.int64).to_numpy()
+    return out
+
+
+def blocking_calls(api: pd.DataFrame, names: pd.Series, copies: pd.DataFrame) -> pd.DataFrame:
+    """The host calls that block on the GPU, one row each.
+
+    ``api`` has ``start``, ``end``, ``pid``, ``tid``, ``correlation_id``; ``names`` are base
+    names aligned with it; ``copies`` comes from :func:`copy_directions`. Returned columns:
+    ``start``, ``end``, ``pid``, ``tid``, ``correlation_id``, ``api``, ``kind`` (``sync`` or
+    ``readback``: a synchronous device-to-host copy), ``bytes``, and ``after_readback`` (a sync
+    whose previous call on the same thread queued an asynchronous device-to-host copy: the
+    ``.item()`` pattern of copy-then-wait).
+    """
+    base = names.astype(str).to_numpy()
+    kind = copies["copy_kind"].to_numpy()
+    is_copy = np.char.find(base.astype(str), "Memcpy") >= 0 if len(base) else np.zeros(0, bool)
+    is_async = np.char.find(base.astype(str), "Async") >= 0 if len(base) else np.zeros(0, bool)
+    named_dtoh_sync = np.isin(base, list(NAMED_DTOH_SYNC_COPIES))
+    named_dtoh_async = np.isin(base, list(NAMED_DTOH_ASYNC_COPIES))
+    # A copy's direction comes from its memcpy row; the name decides only when no row matched.
+    dtoh = np.where(kind >= 0, kind == DTOH, named_dtoh_sync | named_dtoh_async)
+    sync = np.isin(base, list(SYNC_APIS))
+    readback = is_copy & ~is_async & dtoh
+    async_dtoh = is_copy & is_async & dtoh
+
+    frame = pd.DataFrame({
+        "start": api["start"].to_numpy(np.int64), "end": api["end"].to_numpy(np.int64),
+        "pid": api["pid"].to_numpy(), "tid": api["tid"].to_numpy(),
+        "correlation_id": api["correlation_id"].to_numpy(), "api": base,
+        "bytes": copies["bytes"].to_numpy(), "_sync": sync, "_readback": readback, "_async_dtoh": async_dtoh})
+    frame = frame.sort_values(["pid", "tid", "start"], kind="stable")
+    same_thread = (frame["pid"].to_numpy()[1:] == frame["pid"].to_numpy()[:-1]) & (
+        frame["tid"].to_numpy()[1:] == frame["tid"].to_numpy()[:-1])
+    previous_async_dtoh = np.r_[False, same_thread & frame["_async_dtoh"].to_numpy()[:-1]]
+    frame["after_readback"] = frame["_sync"].to_numpy() & previous_async_dtoh
+    # The copy that the sync waits on is the readback's size.
+    prev_bytes = np.r_[0, frame["bytes"].to_numpy()[:-1]]
+    frame["bytes"] = np.where(frame["after_readback"], prev_bytes, frame["bytes"])
+    keep = frame["_sync"].to_numpy() | frame["_readback"].to_numpy()
+    out = frame.loc[keep].copy()
+    out["kind"] = np.where(out["_readback"], "readback", "sync")
+    out = out.drop(columns=["_sync", "_readback", "_async_dtoh"]).sort_values("start", kind="stable")
+    return out.reset_index(drop=True)
+
+
+def busy_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge possibly overlapping busy intervals into sorted disjoint ones."""
+    if not len(starts):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    order = np.argsort(starts, kind="stable")
+    s, e = np.asarray(starts, np.int64)[order], np.asarray(ends, np.int64)[order]
+    reach = np.maximum.accumulate(e)
+    new = np.r_[True, s[1:] > reach[:-1]]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, len(s) - 1]
+    return s[first], reach[last]
+
+
+def idle_after(times: np.ndarray, union: tuple[np.ndarray, np.ndarray], horizon: int) -> np.ndarray:
+    """For each time, how long the GPU stays idle from then on (0 when busy at that time).
+
+    The idle stretch ends at the next busy interval, or at ``horizon`` when none follows.
+    """
+    us, ue = union
+    times = np.asarray(times, np.int64)
+    if not len(times):
+        return np.zeros(0, np.int64)
+    if not len(us):
+        return np.clip(horizon - times, 0, None)
+    pos = np.searchsorted(us, times, side="right") - 1  # last busy interval starting at or before t
+    busy = (pos >= 0) & (ue[pos.clip(0)] > times)
+    nxt = np.searchsorted(us, times, side="left")
+    nxt = np.where((pos >= 0) & (us[pos.clip(0)] == times), pos, nxt)
+    next_start = np.where(nxt < len(us), us[nxt.clip(0, len(us) - 1)], horizon)
+    gap = np.minimum(next_start, horizon) - times
+    return np.where(busy, 0, np.clip(gap, 0, None))
+
+
+def busy_within(union: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> int:
+    """Busy time of ``union`` inside ``[lo, hi]``."""
+    us, ue = union
+    return int(np.clip(np.minimum(ue, hi) - np.maximum(us, lo), 0, None).sum())
+
+
+def in_loop(calls: pd.DataFrame, steps: tuple[tuple[int, int], ...], last_launch: int | None) -> np.ndarray:
+    """Which blocking calls belong to the repeating loop.
+
+    With known steps, a call before the first step starts or after the last one ends is set-up or
+    tear-down (the final sync of a run). Without steps, a call after the last GPU launch of the
+    window is the final sync: nothing queued after it can be delayed by it.
+    """
+    start = calls["start"].to_numpy(np.int64)
+    if steps:
+        return (start >= steps[0][0]) & (start <= steps[-1][1])
+    if last_launch is None:
+        return np.zeros(len(calls), bool)  # no GPU work launched in the window: nothing follows any sync
+    return start <= last_launch
+
+
+def per_call_stats(durations: np.ndarray) -> tuple[float, int]:
+    """Median and maximum of per-call durations (0 for none)."""
+    if not len(durations):
+        return 0.0, 0
+    return float(np.median(durations)), int(durations.max())
+
+
+# -- the rule --------------------------------------------------------------------------------
+class SyncStall(Rule):
+    """Host threads blocked in synchronization during the steady state.
+
+    What it detects: recurring blocking calls in the steady state (model load, warm-up, set-up
+    before the first step and the final sync after the last launch are left out):
+    `cudaStreamSynchronize`, `cudaDeviceSynchronize`, `cudaEventSynchronize` and the driver's
+    `cuStreamSynchronize`, `cuCtxSynchronize`, `cuEventSynchronize` (runtime and driver alike,
+    `_v<digits>` suffixes removed, which `nsys analyze` misses), and blocking device-to-host
+    readbacks: synchronous `cudaMemcpy*`/`cuMemcpyDtoH` copies to the host, and an asynchronous
+    device-to-host copy followed at once by a sync (the `.item()` pattern).
+    Why it hurts: while blocked, the host cannot enqueue the next step, so host work (sampling,
+    scheduling, launching) runs in series with GPU work instead of under it; after each sync the
+    GPU sits idle until the host has launched again (the bubble).
+    Evidence: calls per step, host time blocked (total, per call p50/max, share of the steady
+    state, busiest thread), the bubble after each sync (GPU idle from the sync's end to the next
+    GPU activity), steady-state GPU idle time, how many calls the SYNCHRONIZATION table confirms.
+    Severity follows the host time blocked, the stall itself (warning at `warn_share` percent of
+    the steady state); `estimated_savings_ns` is what overlap can give back to the step time:
+    the blocked time, but no more than the GPU idle time of the steady state (a GPU-bound loop
+    only gains its idle gaps), so the "what next" ranking is not inflated by waiting that the
+    GPU spends working.
+    Next optimizations: read results back asynchronously (copy into pinned memory with
+    `non_blocking=True`/`cudaMemcpyAsync`, record an event, consume the value one step later);
+    sample on the GPU and overlap it with the next step; replace device-wide syncs with an event
+    wait on the one stream that matters; keep the decode loop inside a CUDA graph.
+    Options: `min_calls`, `warn_share`.
+    Requires: the API table; kernels/memcpy/memset/graph-trace rows for the bubble and idle
+    time; the SYNCHRONIZATION table (optional) to cross-check.
+    False positives: a loop that must hand every result to the host before it can continue (an
+    interactive sampler, a stop condition) still pays the bubble, but the fix then is to overlap,
+    not to remove the sync. One sync per step in a GPU-bound loop shows large blocked time but a
+    small savings estimate: read the savings, not only the severity.
+    """
+
+    name = "sync-stall"
+    title = "Host blocked in GPU synchronization during the steady state"
+    default_severity = Severity.WARNING
+    requires = ("api",)
+    optional = ("kernels", "memcpy", "memset", "graph_trace", "sync")
+    columns = {
+        "api": ("start", "end", "name", "pid", "tid", "correlation_id"),
+        "kernels": ("start", "end", "device_id", "pid", "correlation_id"),
+        "memcpy": ("start", "end", "device_id", "pid", "correlation_id", "copy_kind", "bytes"),
+        "memset": ("start", "end", "device_id", "pid", "correlation_id"),
+        "graph_trace": ("start", "end", "device_id", "pid", "correlation_id"),
+        "sync": ("start", "end", "device_id", "pid", "correlation_id", "sync_type"),
+    }
+    Options = Options
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opts = ctx.options
+        trace = ctx.trace
+        api = ctx.frame("api")
+        names = ctx.api_base_names()
+        memcpy = ctx.frame("memcpy") if trace.has("memcpy") else None
+        calls = blocking_calls(api, names, copy_directions(api, memcpy))
+        if calls.empty:
+            return
+
+        # GPU activity: launch times in the window (for the final-sync cut) and busy intervals over time.
+        launches: list[np.ndarray] = []
+        spans_s: list[np.ndarray] = []
+        spans_e: list[np.ndarray] = []
+        for table in GPU_ACTIVITY_TABLES:
+            if not trace.has(table):
+                continue
+            launches.append(ctx.frame(table)["launch_start"].to_numpy(np.int64))
+            full = trace.frame(table, self.columns[table])
+            spans_s.append(full["start"].to_numpy(np.int64))
+            spans_e.append(full["end"].to_numpy(np.int64))
+        all_launches = np.concatenate(launches) if launches else np.empty(0, np.int64)
+        last_launch = int(all_launches.max()) if len(all_launches) else None
+        keep = in_loop(calls, ctx.window.steps, last_launch)
+        dropped = int((~keep).sum())
+        calls = calls.loc[keep].reset_index(drop=True)
+        if len(calls) < opts.min_calls:
+            return
+
+        # The steady state is the step loop when steps are known (a profiler-API window runs on to the
+        # end of the capture, past the loop), else the window clipped to the trace's activity.
+        lo, hi = (ctx.window.steps[0][0], ctx.window.steps[-1][1]) if ctx.window.steps else ctx.window_bounds()
+        steady_ns = max(1, hi - lo)
+        union = busy_union(np.concatenate(spans_s) if spans_s else np.empty(0, np.int64),
+                           np.concatenate(spans_e) if spans_e else np.empty(0, np.int64))
+        durations = (calls["end"] - calls["start"]).to_numpy(np.int64)
+        blocked = int(durations.sum())
+        per_thread = calls.assign(d=durations).groupby(["pid", "tid"], observed=True)["d"].sum()
+        (pid, tid), thread_blocked = per_thread.idxmax(), int(per_thread.max())
+        share = pct(thread_blocked, steady_ns)
+        bubbles = idle_after(calls["end"].to_numpy(np.int64), union, hi)
+        gpu_idle = max(0, steady_ns - busy_within(union, lo, hi)) if len(union[0]) else steady_ns
+        savings = min(blocked, gpu_idle)
+        p50, longest = per_call_stats(durations)
+        steps = len(ctx.window.steps)
+        by_api = calls.assign(d=durations).groupby("api", observed=True)["d"].agg(["size", "sum"]).sort_values(
+            "sum", ascending=False)
+        top_api = str(by_api.index[0])
+        readback_waits = int(calls["after_readback"].sum())
+        sync_readbacks = int((calls["kind"] == "readback").sum())
+        confirmed = _confirmed(ctx, calls)
+
+        metrics = {
+            "blocking_calls": metric(len(calls), "count"),
+            "blocked_time": metric(blocked, "ns"),
+            "blocked_share_of_steady_time": metric(share, "%"),
+            "per_call_p50": metric(p50, "ns"),
+            "per_call_max": metric(longest, "ns"),
+            "bubble_time": metric(int(bubbles.sum()), "ns"),
+            "bubble_p50": metric(float(np.median(bubbles)), "ns"),
+            "bubble_max": metric(int(bubbles.max()), "ns"),
+            "gpu_idle_time": metric(gpu_idle, "ns"),
+            "steady_time": metric(steady_ns, "ns"),
+            "readback_waits": metric(readback_waits + sync_readbacks, "count"),
+            "excluded_calls": metric(dropped, "count"),
+        }
+        if steps:
+            metrics["calls_per_step"] = metric(len(calls) / steps, "ratio")
+        if confirmed is not None:
+            metrics["confirmed_by_sync_table"] = metric(confirmed, "count")
+
+        apis = ", ".join(f"{int(r['size'])} {api_name} ({r['sum'] / 1e6:.2f} ms)" for api_name, r in by_api.head(4).iterrows())
+        rate = f" ({len(calls) / steps:.2g} per step over {steps} steps)" if steps else ""
+        readback = ""
+        if readback_waits or sync_readbacks:
+            readback = (f" {readback_waits + sync_readbacks} of them wait on a device-to-host readback"
+                        f"{' queued just before' if readback_waits else ''} (the `.item()` pattern).")
+        check = "" if confirmed is None else f" The SYNCHRONIZATION table confirms {confirmed} of the calls."
+        message = (
+            f"{len(calls)} blocking calls in the steady state{rate}: {apis}. The host waits {blocked / 1e6:.2f} ms "
+            f"in total ({share:.1f} % of the {steady_ns / 1e6:.1f} ms steady state on the busiest thread), "
+            f"p50 {p50 / 1e3:.1f} us and max {longest / 1e3:.1f} us per call.{readback} After each sync the GPU idles "
+            f"{np.median(bubbles) / 1e3:.1f} us (p50; {bubbles.sum() / 1e6:.2f} ms in total) before new work arrives; "
+            f"the GPU is idle {gpu_idle / 1e6:.2f} ms ({pct(gpu_idle, steady_ns):.1f} %) of the steady state. "
+            f"Estimated savings {savings / 1e6:.2f} ms: the blocked time, capped by that GPU idle time, which is all "
+            f"that overlapping host and GPU work can give back to the step.{check}"
+            + (f" {dropped} set-up or final sync call(s) outside the loop were left out." if dropped else ""))
+        severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
+        yield ctx.finding(message, _recommendation(top_api, readback_waits + sync_readbacks, calls),
+                          severity=severity, metrics=metrics, estimated_savings_ns=savings,
+                          location=Location(pid=int(pid), tid=int(tid), api=top_api, nvtx=(
+                              (ctx.window.step_name,) if ctx.window.step_name else None)))
+
+
+def _confirmed(ctx: RuleContext, calls: pd.DataFrame) -> int | None:
+    """How many blocking calls have a SYNCHRONIZATION row (same pid + correlationId); None without the table."""
+    if not ctx.trace.has("sync"):
+        return None
+    rows = ctx.trace.frame("sync", SyncStall.columns["sync"])
+    if not len(rows):
+        return 0
+    key = pd.MultiIndex.from_arrays([rows["pid"].to_numpy(), rows["correlation_id"].to_numpy()])
+    mine = pd.MultiIndex.from_arrays([calls["pid"].to_numpy(), calls["correlation_id"].to_numpy()])
+    return int(mine.isin(key).sum())
+
+
+def _recommendation(top_api: str, readbacks: int, calls: pd.DataFrame) -> str:
+    steps: list[str] = []
+    if readbacks:
+        steps.append(
+            "Make the per-step readback asynchronous: copy the result into a pinned host buffer "
+            "(`buf = torch.empty(n, pin_memory=True); buf.copy_(t, non_blocking=True)`, or `cudaMemcpyAsync`/"
+            "`cuMemcpyDtoHAsync` into `cudaMallocHost` memory), record an event after it and consume the value one "
+            "step later (`event.synchronize()`/`cuEventSynchronize` only when it is needed), so the host enqueues "
+            "step N+1 while the GPU runs step N; better still, sample on the GPU and keep the tokens on the device")
+    if top_api in ("cudaDeviceSynchronize", "cuCtxSynchronize", "cudaThreadSynchronize"):
+        steps.append(f"replace the device-wide `{top_api}` with an event recorded on the one stream whose result "
+                     "is needed (`cudaEventRecord` + `cudaEventSynchronize`/`cudaStreamWaitEvent`), or drop it")
+    elif not readbacks:
+        steps.append(f"remove the per-step `{top_api}`, or wait on an event recorded for just the data that is "
+                     "needed, one step behind, instead of draining the stream")
+    steps.append("capture the decode step in a CUDA graph and keep the loop on the device (one launch per step, "
+                 "no host round trip between steps)")
+    threads = calls[["pid", "tid"]].drop_duplicates()
+    where = "" if len(threads) == 1 else f" ({len(threads)} threads block; start with the busiest)"
+    text = "; ".join(steps)
+    return text[0].upper() + text[1:] + "." + where
+
+
+RULE = SyncStall

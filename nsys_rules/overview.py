@@ -4,7 +4,7 @@ Formatters never compute metrics, so everything a report draws comes from here:
 
 - GPU time by kernel class (``gemv``, ``gemm``, ``attention``, ``norm``, ``elementwise``, ...,
   plus ``memcpy``/``memset`` for copy-engine work) and by kernel, in total and per step;
-- per step: its wall time, the GPU busy time (union of the GPU work launched in the step,
+- per step: its wall time on the GPU clock, the GPU busy time (union of the GPU work launched in the step,
   so overlapping streams are not counted twice) and the idle rest;
 - for the kernels findings point at, the duration distribution (quantiles and a
   log-spaced histogram) so a reader sees the tail.
@@ -80,6 +80,15 @@ def gpu_activity(trace: Trace, window: Window) -> pd.DataFrame:
             parts.append(pd.DataFrame({"start": k["start"].to_numpy(np.int64), "end": k["end"].to_numpy(np.int64),
                                        "launch": launch_times(trace, k), "name": names.to_numpy(dtype=object),
                                        "cls": cls}))
+    if trace.has("graph_trace") and (not parts or trace.capture.graph_trace_mode == "Graph"):
+        # Graph-level capture: no kernel rows, only whole graph replays. Count those as one
+        # opaque class so GPU time is not reported as zero (graph-trace-hidden says why).
+        g = trace.frame("graph_trace", ["start", "end", "correlation_id", "pid"])
+        if len(g):
+            parts.append(pd.DataFrame({"start": g["start"].to_numpy(np.int64), "end": g["end"].to_numpy(np.int64),
+                                       "launch": launch_times(trace, g),
+                                       "name": np.full(len(g), "[CUDA graph replay]", dtype=object),
+                                       "cls": np.full(len(g), "cuda-graph", dtype=object)}))
     for table, label in (("memcpy", "memcpy"), ("memset", "memset")):
         if not trace.has(table):
             continue
@@ -176,8 +185,7 @@ def build_profile(trace: Trace, window: Window, flagged: Iterable[str] = (), top
     profile["span_ns"] = span
     profile["busy_ns"] = busy_total
     if n_steps:
-        wall = sum(e - s for s, e in steps)
-        profile["step_time_ns"] = wall / n_steps
+        profile["step_time_ns"] = profile["timeline"]["wall_total_ns"] / n_steps
         profile["busy_per_step_ns"] = profile["timeline"]["busy_total_ns"] / n_steps
     else:
         profile["step_time_ns"] = float(span)
@@ -203,27 +211,46 @@ def _kernel_table(gpu: pd.DataFrame, dur: np.ndarray, per: int, gpu_total: int, 
 
 
 def _timeline(gpu: pd.DataFrame, steps: tuple[tuple[int, int], ...]) -> dict[str, Any]:
-    """Per step: start (relative to the first step), wall, busy and idle ns."""
-    if not steps:
-        return {"rows": [], "complete": True, "busy_total_ns": 0}
+    """Per step: start (relative to the first step), wall, busy and idle ns, as the GPU saw them.
+
+    A step's wall time is its period on the GPU: from its first GPU operation to the next
+    step's first one (the last step ends at its last operation). The host's NVTX range is the
+    wrong clock when the host runs ahead (CUDA graphs, async launches: a 0.4 ms host step can
+    feed 1.3 ms of GPU work); a step without GPU work keeps its host duration.
+    """
+    n = len(steps)
+    if not n:
+        return {"rows": [], "complete": True, "busy_total_ns": 0, "wall_total_ns": 0}
     idx = gpu["step"].to_numpy(np.int64) if len(gpu) else np.array([], np.int64)
-    inside = idx >= 0
-    busy = busy_ns(gpu["start"].to_numpy(np.int64)[inside], gpu["end"].to_numpy(np.int64)[inside], idx[inside]) \
-        if inside.any() else pd.Series(dtype=np.int64)
-    kernel = pd.Series((gpu["end"] - gpu["start"]).to_numpy(np.int64)[inside]).groupby(idx[inside]).sum() \
-        if inside.any() else pd.Series(dtype=np.int64)
-    origin = steps[0][0]
-    keep = range(len(steps))
-    complete = len(steps) <= MAX_STEPS
+    starts, ends = gpu["start"].to_numpy(np.int64), gpu["end"].to_numpy(np.int64)
+    busy = busy_ns(starts, ends, idx).reindex(range(n), fill_value=0).to_numpy(np.int64) if len(gpu) \
+        else np.zeros(n, np.int64)
+    kernel = np.bincount(idx, weights=(ends - starts), minlength=n).astype(np.int64) if len(gpu) else np.zeros(n, np.int64)
+    host_start = np.array([s for s, _ in steps], np.int64)
+    host_wall = np.array([e - s for s, e in steps], np.int64)
+    first = np.full(n, -1, np.int64)
+    last = np.full(n, -1, np.int64)
+    if len(gpu):
+        grouped = pd.DataFrame({"i": idx, "s": starts, "e": ends}).groupby("i")
+        first[grouped["s"].min().index.to_numpy()] = grouped["s"].min().to_numpy()
+        last[grouped["e"].max().index.to_numpy()] = grouped["e"].max().to_numpy()
+    has = first >= 0
+    wall = host_wall.copy()
+    nxt = np.append(first[1:], -1)
+    follow = has & (nxt >= 0)
+    wall[follow] = nxt[follow] - first[follow]
+    tail = has & ~follow
+    wall[tail] = last[tail] - first[tail]
+    wall = np.maximum(wall, busy)
+    begin = np.where(has, first, host_start)
+    origin = int(begin.min())
+    keep: list[int] = list(range(n))
+    complete = n <= MAX_STEPS
     if not complete:
-        keep = sorted(set(np.linspace(0, len(steps) - 1, MAX_STEPS).round().astype(int).tolist()))
-    rows = []
-    for i in keep:
-        s, e = steps[i]
-        b = int(busy.get(i, 0))
-        rows.append({"step": i, "start_ns": int(s - origin), "wall_ns": int(e - s), "busy_ns": b,
-                     "gpu_time_ns": int(kernel.get(i, 0)), "idle_ns": max(0, int(e - s) - b)})
-    return {"rows": rows, "complete": complete, "busy_total_ns": int(busy.sum())}
+        keep = sorted(set(np.linspace(0, n - 1, MAX_STEPS).round().astype(int).tolist()))
+    rows = [{"step": i, "start_ns": int(begin[i] - origin), "wall_ns": int(wall[i]), "host_ns": int(host_wall[i]),
+             "busy_ns": int(busy[i]), "gpu_time_ns": int(kernel[i]), "idle_ns": int(wall[i] - busy[i])} for i in keep]
+    return {"rows": rows, "complete": complete, "busy_total_ns": int(busy.sum()), "wall_total_ns": int(wall.sum())}
 
 
 def _distributions(gpu: pd.DataFrame, dur: np.ndarray, flagged: Iterable[str]) -> list[dict[str, Any]]:

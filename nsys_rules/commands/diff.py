@@ -1,0 +1,128 @@
+"""``nsys-rules diff BASE NEW``: per-step GPU time before and after, the biggest movers, a verdict and a gate."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tabulate import tabulate
+
+from ..diff import DEFAULT_GATE_PCT, DiffResult, compare, side_summary
+from ..errors import ExitCode, UsageError
+from ..inputs import open_trace
+from ..windows import SteadyOptions
+from .common import add_plugin_flags, registry_for, settings_for
+
+FORMATS = ("table", "json", "markdown")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("diff", help="compare two traces per step: what moved, and whether it regressed",
+                       description="Compare the steady state of two traces (BASE, then NEW) per step: GPU time per "
+                                   "kernel class and kernel, the biggest movers, whether kernel time or only the gaps "
+                                   "changed. Exit 1 when total GPU time per step grew by more than --gate percent.")
+    p.add_argument("base", metavar="BASE", help="the reference trace (.sqlite export)")
+    p.add_argument("new", metavar="NEW", help="the trace to judge")
+    p.add_argument("--format", default="table", choices=FORMATS, help="table (default), json or markdown")
+    p.add_argument("--gate", type=float, default=DEFAULT_GATE_PCT, metavar="PCT",
+                   help=f"fail (exit 1) when GPU time per step regresses by more than PCT percent (default {DEFAULT_GATE_PCT:g})")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="movers to list (default 10)")
+    p.add_argument("--config", metavar="FILE", help="config file (steady-ranges is used)")
+    add_plugin_flags(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.gate < 0:
+        raise UsageError("--gate must be a percentage >= 0")
+    if args.top < 1:
+        raise UsageError("--top must be at least 1")
+    registry = registry_for(args)
+    settings = settings_for(args, registry)
+    steady = SteadyOptions(tuple(settings.steady_ranges))
+    sides = []
+    for path in (args.base, args.new):
+        trace = open_trace(Path(path), registry.loaders)
+        try:
+            sides.append(side_summary(trace, steady))
+        finally:
+            trace.close()
+    result = compare(sides[0], sides[1], args.gate)
+    if args.format == "json":
+        text = json.dumps(result.to_json(args.top), indent=2) + "\n"
+    elif args.format == "markdown":
+        text = render_markdown(result, args.top)
+    else:
+        text = render_table(result, args.top)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return int(ExitCode.FINDINGS if result.regressed else ExitCode.OK)
+
+
+def _ns(value: float, signed: bool = False) -> str:
+    sign = ("+" if value > 0 else "-" if value < 0 else "") if signed else ""
+    v = abs(value)
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if v >= scale:
+            return f"{sign}{v / scale:.3g} {unit}"
+    return f"{sign}{v:.0f} ns"
+
+
+def _pct(value: float | None) -> str:
+    return "new" if value is None else f"{value:+.1f} %"
+
+
+def _gate_line(result: DiffResult) -> str:
+    status = "FAIL" if result.regressed else "pass"
+    return (f"gate: {status}: GPU time per step {_pct(result.gpu_change_pct)} "
+            f"({_ns(result.base['gpu_time_per_step_ns'])} -> {_ns(result.new['gpu_time_per_step_ns'])}), "
+            f"gate {result.gate_pct:g} %")
+
+
+def _totals(result: DiffResult) -> list[list[str]]:
+    rows = []
+    for key, label in (("step_time_ns", "step time"), ("gpu_time_per_step_ns", "GPU time / step"),
+                       ("busy_per_step_ns", "GPU busy / step"), ("idle_per_step_ns", "GPU idle / step")):
+        b, n = result.base[key], result.new[key]
+        rows.append([label, _ns(b), _ns(n), _ns(n - b, signed=True), _pct(100.0 * (n - b) / b if b else None)])
+    return rows
+
+
+def render_table(result: DiffResult, top: int = 10) -> str:
+    """Plain-text report."""
+    b, n = result.base, result.new
+    out = [f"BASE {b['path']}: {b['window']} ({b['steps']} steps)",
+           f"NEW  {n['path']}: {n['window']} ({n['steps']} steps)", ""]
+    out.append(tabulate(_totals(result), headers=["per step", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
+    out += ["", "by kernel class:"]
+    out.append(tabulate([[c.name, _ns(c.base_ns), _ns(c.new_ns), _ns(c.delta_ns, True), _pct(c.pct)]
+                         for c in result.classes], headers=["class", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
+    out += ["", f"biggest movers (top {top}):"]
+    out.append(tabulate([[c.name[:70], c.kernel_class, _ns(c.base_ns), _ns(c.new_ns), _ns(c.delta_ns, True), _pct(c.pct)]
+                         for c in result.movers[:top]],
+                        headers=["kernel", "class", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
+    out += ["", f"verdict: {result.verdict['text']}", _gate_line(result)]
+    out += [f"note: {note}" for note in result.notes]
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(result: DiffResult, top: int = 10) -> str:
+    """PR-comment Markdown."""
+    icon = "❌" if result.regressed else "✅"
+    b, n = result.base, result.new
+    out = [f"## nsys-rules diff {icon} GPU time per step {_pct(result.gpu_change_pct)} (gate {result.gate_pct:g} %)", "",
+           f"**Verdict:** {result.verdict['text']}", "",
+           f"BASE `{b['path']}` ({b['steps']} steps) → NEW `{n['path']}` ({n['steps']} steps)", "",
+           "| per step | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
+    out += [f"| {' | '.join(r)} |" for r in _totals(result)]
+    out += ["", "| class | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
+    out += [f"| {c.name} | {_ns(c.base_ns)} | {_ns(c.new_ns)} | {_ns(c.delta_ns, True)} | {_pct(c.pct)} |"
+            for c in result.classes]
+    out += ["", "**Biggest movers**", "", "| kernel | class | BASE | NEW | delta | change |",
+            "|---|---|---:|---:|---:|---:|"]
+    out += [f"| `{c.name[:70].replace('|', '/')}` | {c.kernel_class} | {_ns(c.base_ns)} | {_ns(c.new_ns)} | "
+            f"{_ns(c.delta_ns, True)} | {_pct(c.pct)} |" for c in result.movers[:top]]
+    out += [""] + [f"> note: {note}" for note in result.notes]
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,180 @@
+"""Kernel taxonomy: which class of work a GPU kernel does, from its name.
+
+The classes are the ones a performance reader asks about first: matrix-vector products
+(``gemv``, the bandwidth-bound work of batch-1 decode), matrix-matrix products (``gemm``,
+including convolutions lowered to implicit GEMM), ``attention``, normalization (``norm``),
+``elementwise``, reductions and softmax (``reduce``), data movement done by kernels
+(``memory``: copies, fills, transposes, gathers), collective ``communication`` (NCCL and
+custom all-reduce) and ``other``.
+
+The taxonomy is data: an ordered list of ``(class, regular expression)`` rules matched
+against the kernel's *base name* (the function name without return type, namespaces,
+template arguments and parameters), first match wins. Library GEMM kernels whose tile shape
+is written into the name (cuBLASLt ``nvjet_*``: ``nvjet_sm90_tst_256x8_64x6_...`` is an
+M=256 by N=8 output tile) are classed by that tile: cuBLASLt picks a tile with one side of
+8 or 16 only when that side of the problem is that skinny, i.e. a batch-1 (or tiny batch)
+matrix-vector product run through the GEMM path. The tile is the launch shape that matters
+here: the grid alone does not say which side of the product is skinny.
+
+Extend it without code: :func:`classify` takes ``extra`` patterns (tried before the built-in
+rules), and rules expose them as options (``gemv-dominance.extra_gemv_patterns``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import pandas as pd
+
+#: The class labels, in reporting order.
+CLASSES = ("gemv", "gemm", "attention", "norm", "elementwise", "reduce", "memory", "communication", "other")
+
+#: One sentence per class, for reports.
+DESCRIPTIONS = {
+    "gemv": "matrix-vector products (batch-1 decode linear layers; bandwidth-bound)",
+    "gemm": "matrix-matrix products and implicit-GEMM convolutions (compute-bound)",
+    "attention": "attention kernels (flash/fused SDPA, paged attention)",
+    "norm": "normalization (RMSNorm, LayerNorm, BatchNorm)",
+    "elementwise": "elementwise and pointwise kernels (activations, adds, casts)",
+    "reduce": "reductions, softmax, arg-max/top-k, split-K reductions",
+    "memory": "copies, fills, transposes, gathers and concatenations done by kernels",
+    "communication": "collectives (NCCL, custom all-reduce, NVSHMEM)",
+    "other": "anything the taxonomy does not recognize",
+}
+
+# Ordered rules, first match wins. Order matters: attention kernels often carry GEMM words
+# (wgmma, "gemm" in cuDNN fused SDPA names), MoE GEMVs carry "moe", and every cuBLAS GEMV
+# name contains "gemv" while some GEMM names contain "mv" only by accident (so no bare "mv").
+DEFAULT_RULES: tuple[tuple[str, str], ...] = (
+    ("communication", r"nccl|nvshmem|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce"
+                      r"|sendrecv"),
+    ("attention", r"flash|fmha|sdpa|attention|attn|paged_?att|mha_|_mha|xformers|scaled_dot_product"),
+    ("gemv", r"gemv|matvec|mat_vec|gemvx|(^|_)mv_kernel|dot_?product_?kernel"),
+    ("gemm", r"gemm|nvjet|cutlass|xmma|wgmma|matmul|mat_mul|matrixmul|s1688|s884|s16816|h1688|h16816|hmma|imma"
+             r"|winograd|implicit_convolve|precomputed_convolve|convolve|conv2d|conv_|fprop|dgrad|wgrad"
+             r"|cudnn_fp16|scudnn|triton_tem_|(^|_)mm_|(^|_)bmm"),
+    ("norm", r"norm(_|$)|rmsnorm|layer_?norm|batch_?norm|group_?norm|instance_?norm|bn_fw|bn_bw|normalize"),
+    ("reduce", r"reduce|reduction|softmax|argmax|argmin|topk|top_k|logsumexp|cross_entropy|nll_loss|triton_red_"
+               r"|triton_per_|(^|_)sum_kernel|mean_kernel|var_core|scan"),
+    ("memory", r"copy|memcpy|memset|fill|transpose|cat_?array|catarray|concat|gather|scatter|index_select"
+               r"|permut|(^|_)pad|nchw_?to|nhwc_?to|todevice|to_?nhwc|to_?nchw|convert"),
+    ("elementwise", r"elementwise|pointwise|triton_poi_|silu|gelu|relu|swiglu|act_and_mul|rotary|rope|bias"
+                    r"|vector_?add|vecadd|(^|_)add(_|$)|(^|_)mul(_|$)|axpy|scale|activation|sigmoid|tanh|exp_"
+                    r"|nvfuser_pointwise|fusion"),
+)
+
+# cuBLASLt nvjet tile: nvjet_[sm90_]<kind>_<M>x<N>_<K>x<stages>_...
+_NVJET_TILE = re.compile(r"nvjet_(?:sm\d+_)?[a-z0-9]+_(\d+)x(\d+)_", re.IGNORECASE)
+_UNNAMED = re.compile(r"<unnamed>|\(anonymous namespace\)|\{anonymous\}")
+_RETURN_TYPE = re.compile(r"^(?:void|int|float|double|bool|unsigned)\s+")
+
+
+@dataclass(frozen=True)
+class Taxonomy:
+    """Ordered class rules, user rules tried first, plus the skinny-tile limit; immutable and shareable."""
+
+    rules: tuple[tuple[str, str], ...] = DEFAULT_RULES
+    extra: tuple[tuple[str, str], ...] = ()  # user rules: win over the skinny-tile test and the built-ins
+    skinny_tile_max: int = 16  # a GEMM tile with a side <= this is a matrix-vector product
+    _compiled: tuple[tuple[str, re.Pattern[str]], ...] = field(default=(), init=False, repr=False, compare=False)
+    _compiled_extra: tuple[tuple[str, re.Pattern[str]], ...] = field(default=(), init=False, repr=False,
+                                                                      compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_compiled", _compile(self.rules))
+        object.__setattr__(self, "_compiled_extra", _compile(self.extra))
+
+    def extended(self, extra: Mapping[str, Iterable[str]] | None) -> "Taxonomy":
+        """A taxonomy whose ``extra`` patterns (class -> regexes) are tried before everything else."""
+        added = tuple((label, pattern) for label, patterns in (extra or {}).items() for pattern in patterns if pattern)
+        if not added:
+            return self
+        return Taxonomy(self.rules, self.extra + added, self.skinny_tile_max)
+
+    def classify_one(self, name: str) -> str:
+        """The class of one kernel name (demangled or short)."""
+        base = base_name(name)
+        for label, pattern in self._compiled_extra:
+            if pattern.search(base) or pattern.search(name):
+                return label
+        tile = skinny_tile(base)
+        if tile is not None and tile <= self.skinny_tile_max:
+            return "gemv"
+        for label, pattern in self._compiled:
+            if pattern.search(base):
+                return label
+        return "other"
+
+
+def _compile(rules: tuple[tuple[str, str], ...]) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    out = []
+    for label, pattern in rules:
+        if label not in CLASSES:
+            raise ValueError(f"unknown kernel class {label!r}: use one of {', '.join(CLASSES)}")
+        try:
+            out.append((label, re.compile(pattern, re.IGNORECASE)))
+        except re.error as exc:
+            raise ValueError(f"bad kernel pattern {pattern!r}: {exc}") from None
+    return tuple(out)
+
+
+DEFAULT = Taxonomy()
+
+
+def base_name(name: str) -> str:
+    """The function name of a kernel: no return type, namespaces, template arguments or parameters.
+
+    ``void at::native::<unnamed>::reduce_kernel<512, 1, ...>(T3)`` -> ``reduce_kernel``. Short
+    names pass through unchanged. Matching the base name keeps template arguments (functor
+    names such as ``MulFunctor`` or ``direct_copy_kernel_cuda``) from deciding the class.
+    """
+    text = _UNNAMED.sub("", str(name).strip())
+    text = _RETURN_TYPE.sub("", text)
+    cut = len(text)
+    for mark in ("<", "("):
+        pos = text.find(mark)
+        if 0 < pos < cut:
+            cut = pos
+    text = text[:cut]
+    return text.rsplit("::", 1)[-1].strip() or str(name)
+
+
+def skinny_tile(name: str) -> int | None:
+    """The smaller side of a cuBLASLt ``nvjet`` output tile written in ``name``, or None."""
+    m = _NVJET_TILE.search(name)
+    if not m:
+        return None
+    return min(int(m.group(1)), int(m.group(2)))
+
+
+def classify(names: pd.Series, extra: Mapping[str, Iterable[str]] | None = None,
+             taxonomy: Taxonomy = DEFAULT) -> pd.Series:
+    """Class label of every kernel name in ``names`` (same index), one of :data:`CLASSES`.
+
+    ``names`` may be demangled or short names, categorical or not; each distinct name is
+    classified once (a 1M-kernel trace has a few hundred). ``extra`` maps a class to extra
+    regular expressions tried first, e.g. ``{"gemv": ["my_matvec"]}``.
+    """
+    tax = taxonomy.extended(extra)
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        cats = names.cat.categories
+        labels = [tax.classify_one(str(c)) for c in cats]
+        codes = names.cat.codes.to_numpy()
+        table = pd.Series(labels + ["other"], dtype=object).to_numpy()
+        out = table[codes]  # code -1 (NULL name) indexes the trailing "other"
+        return pd.Series(pd.Categorical(out, categories=list(CLASSES)), index=names.index, name="kernel_class")
+    uniq = pd.unique(names.astype(object))
+    lookup = {u: ("other" if u is None or (isinstance(u, float) and u != u) else tax.classify_one(str(u))) for u in uniq}
+    out = names.astype(object).map(lookup)
+    return pd.Series(pd.Categorical(out, categories=list(CLASSES)), index=names.index, name="kernel_class")
+
+
+def class_times(names: pd.Series, durations: pd.Series | None = None,
+                extra: Mapping[str, Iterable[str]] | None = None) -> pd.Series:
+    """Total duration per class (ns), all :data:`CLASSES` present, largest first."""
+    labels = classify(names, extra)
+    values = durations if durations is not None else pd.Series(1, index=names.index)
+    totals = values.groupby(labels, observed=False).sum()
+    return totals.reindex(list(CLASSES), fill_value=0).sort_values(ascending=False, kind="stable")

@@ -1,0 +1,351 @@
+"""gemv-dominance: matrix-vector kernels take most of the steady-state GPU time (batch-1 decode)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from nsys_rules.config import parse_size
+from nsys_rules.errors import MissingData, UsageError
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.taxonomy import base_name, classify
+from nsys_rules.windows import launch_times
+
+from ._common import pct
+
+HTOD = 1  # CUPTI copyKind of a host-to-device memcpy
+
+
+def _bytes_value(value: object) -> int:
+    """Bytes from a number or a size string (``14e9``, ``7G``: K/M/G/T are powers of 1024); 0 = unknown."""
+    if value is None or value == "":
+        return 0
+    if isinstance(value, bool):
+        raise ValueError(f"weight_bytes must be a number of bytes, not {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"weight_bytes must be >= 0, not {value!r}")
+        return int(value)
+    text = str(value).strip()
+    try:
+        return int(float(text))
+    except ValueError:
+        try:
+            return parse_size(text)
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of gemv-dominance."""
+
+    min_share: float = field(default=0.5, metadata={
+        "help": "report when GEMV-class kernels take at least this fraction of steady-state kernel time"})
+    weight_bytes: object = field(default=None, metadata={
+        "help": "bytes the GEMVs read per step (weights of every linear layer incl. lm_head; active experts only "
+                "for MoE; the shard of one GPU under tensor parallelism), e.g. 14e9 or 13G; unset: taken from the "
+                "host-to-device model load when the trace holds it"})
+    steps: int = field(default=0, metadata={
+        "help": "steps in the window when the trace has no step range (0: count the NVTX step instances)"})
+    peak_bandwidth: float = field(default=0.0, metadata={
+        "help": "peak memory bandwidth in B/s when the export lacks TARGET_INFO_GPU.memoryBandwidth (0: from trace)"})
+    min_load_bytes: int = field(default=16 * 1024**2, metadata={
+        "help": "host-to-device bytes before the steady state needed to count them as the model load"})
+    roofline_fraction: float = field(default=0.8, metadata={
+        "help": "above this fraction of peak the GEMVs are at the memory roofline: quantize or batch"})
+    room_fraction: float = field(default=0.7, metadata={
+        "help": "below this fraction of peak custom GEMV kernels have room"})
+    target_fraction: float = field(default=0.85, metadata={
+        "help": "fraction of peak a good large GEMV reaches, used to estimate savings below room_fraction"})
+    min_savings_share: float = field(default=0.05, metadata={
+        "help": "estimated savings, as a fraction of steady-state kernel time, that make low bandwidth a warning"})
+    extra_gemv_patterns: tuple = field(default=(), metadata={
+        "help": "extra regular expressions (kernel names) that are GEMV-class, e.g. ['my_matvec', 'w4a16_decode']"})
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "weight_bytes", _bytes_value(self.weight_bytes))
+        for name in ("min_share", "roofline_fraction", "room_fraction", "target_fraction", "min_savings_share"):
+            value = getattr(self, name)
+            if not 0 <= value <= 1.5:
+                raise ValueError(f"{name} must be a fraction, not {value!r}")
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """Achieved GEMV bandwidth on one device, and where the bytes came from."""
+
+    weight_bytes: int
+    source: str  # "option" or "model load"
+    gemv_ns_per_step: float
+    steps: int
+    achieved: float  # B/s
+    peak: float | None  # B/s, None when unknown
+
+    @property
+    def fraction(self) -> float | None:
+        """Achieved over peak, None without a peak."""
+        return self.achieved / self.peak if self.peak else None
+
+
+def gemv_mask(names: pd.Series, extra_patterns: Iterable[str] = ()) -> np.ndarray:
+    """True for kernels of the GEMV class."""
+    extra = {"gemv": list(extra_patterns)} if extra_patterns else None
+    return (classify(names, extra) == "gemv").to_numpy()
+
+
+def device_shares(kernels: pd.DataFrame, is_gemv: np.ndarray) -> pd.DataFrame:
+    """Per device: total kernel time, GEMV time (ns) and GEMV share, busiest device first."""
+    dur = (kernels["end"] - kernels["start"]).to_numpy()
+    frame = pd.DataFrame({"device": kernels["device_id"].to_numpy(), "total": dur, "gemv": np.where(is_gemv, dur, 0),
+                          "gemv_count": is_gemv.astype(np.int64)})
+    out = frame.groupby("device").sum()
+    out["share"] = out["gemv"] / out["total"].where(out["total"] > 0)
+    return out.sort_values("total", ascending=False, kind="stable")
+
+
+def per_step_time(launch: np.ndarray, durations: np.ndarray, steps: tuple[tuple[int, int], ...]) -> tuple[float, int]:
+    """Mean GPU time per step of the rows launched inside a step, and how many steps launched any."""
+    if not steps or not len(launch):
+        return 0.0, 0
+    starts = np.array([a for a, _ in steps], np.int64)
+    ends = np.array([b for _, b in steps], np.int64)
+    pos = np.searchsorted(starts, launch, side="right") - 1
+    inside = pos >= 0
+    inside[inside] = launch[inside] <= ends[pos[inside]]
+    if not inside.any():
+        return 0.0, 0
+    per_step = np.bincount(pos[inside], weights=durations[inside], minlength=len(steps))
+    used = int((per_step > 0).sum())
+    return float(per_step.sum() / used), used
+
+
+def model_load_bytes(memcpy: pd.DataFrame, launch: np.ndarray, before: int, device: int) -> int:
+    """Host-to-device bytes to ``device`` launched before ``before`` (the model load, when the trace holds it)."""
+    if memcpy.empty:
+        return 0
+    target = memcpy["dst_device_id"] if "dst_device_id" in memcpy else memcpy["device_id"]
+    mask = (memcpy["copy_kind"].to_numpy() == HTOD) & (launch < before) & (target.to_numpy() == device)
+    return int(memcpy["bytes"].to_numpy()[mask].sum())
+
+
+def achieved_bandwidth(weight_bytes: int, gemv_ns_per_step: float) -> float:
+    """Bytes per second when every weight byte is read once per step.
+
+    At batch 1 each decode step multiplies one activation vector by every weight matrix, so
+    each weight byte crosses the memory bus once per step (the activations are a rounding
+    error): bandwidth = weight bytes / GEMV time per step = weight bytes x steps / GEMV time.
+    """
+    return weight_bytes / (gemv_ns_per_step / 1e9) if gemv_ns_per_step > 0 else 0.0
+
+
+def peak_bandwidth(ctx: RuleContext, device: int, override: float) -> tuple[float | None, str]:
+    """Peak memory bandwidth (B/s) of ``device`` and, when unknown, why."""
+    if override > 0:
+        return float(override), ""
+    gpu = ctx.trace.gpu(device)
+    if gpu is None:
+        return None, f"the export lists no GPU with id {device} in TARGET_INFO_GPU"
+    if not gpu.memory_bandwidth:
+        return None, f"TARGET_INFO_GPU has no memoryBandwidth for {gpu.name} (id {device}; older export)"
+    return float(gpu.memory_bandwidth), ""
+
+
+def measure_bandwidth(ctx: RuleContext, kernels: pd.DataFrame, is_gemv: np.ndarray, device: int, *, weight_bytes: int,
+                      steps_option: int, peak_option: float, min_load_bytes: int) -> tuple[Bandwidth | None, str]:
+    """Achieved GEMV bandwidth on ``device``, or None and the reason it cannot be computed."""
+    on_device = (kernels["device_id"].to_numpy() == device) & is_gemv
+    launch = kernels["launch_start"].to_numpy()[on_device]
+    dur = (kernels["end"] - kernels["start"]).to_numpy()[on_device]
+    steps = ctx.window.steps
+    if steps_option > 0:
+        per_step, used = float(dur.sum()) / steps_option, steps_option
+    else:
+        per_step, used = per_step_time(launch, dur, steps)
+    source = "option"
+    if weight_bytes <= 0:
+        weight_bytes, source = _load_bytes(ctx, device, min_load_bytes), "model load"
+    if weight_bytes <= 0:
+        return None, ("weight bytes are unknown: the trace holds no host-to-device model load before the steady "
+                      "state (weights created on the GPU, or loading not captured)")
+    if used <= 0:
+        return None, ("the window has no step range to count steps by; give the number of steps with "
+                      "`--set gemv-dominance.steps=N`")
+    peak, why = peak_bandwidth(ctx, device, peak_option)
+    bw = Bandwidth(weight_bytes, source, per_step, used, achieved_bandwidth(weight_bytes, per_step), peak)
+    if peak is None:
+        return bw, why
+    if source == "model load" and bw.achieved > 1.05 * peak:
+        return None, (f"the {weight_bytes / 1e9:.2f} GB copied host-to-device before the steady state would mean "
+                      f"{bw.achieved / 1e12:.2f} TB/s, above the {peak / 1e12:.2f} TB/s peak: that copy is not the "
+                      "per-step weight read (give `--set gemv-dominance.weight_bytes=...`)")
+    return bw, ""
+
+
+def _load_bytes(ctx: RuleContext, device: int, min_load_bytes: int) -> int:
+    start = ctx.window.start
+    if start is None or not ctx.trace.has("memcpy"):
+        return 0
+    cols = ["start", "bytes", "copy_kind", "device_id", "dst_device_id", "correlation_id", "pid"]
+    memcpy = ctx.trace.frame("memcpy", cols)
+    total = model_load_bytes(memcpy, launch_times(ctx.trace, memcpy), start, device)
+    return total if total >= min_load_bytes else 0
+
+
+class GemvDominance(Rule):
+    """Matrix-vector kernels take most of the steady-state GPU time.
+
+    What it detects: in the steady state, GEMV-class kernels (cuBLAS `gemv*`, cuBLASLt
+    `nvjet_*` tiles with a side of 8 or 16, custom `*gemv*` kernels; see
+    `nsys_rules.taxonomy`, extensible with `extra_gemv_patterns`) take at least `min_share` of
+    the kernel time of a GPU: the signature of batch-1 decode. When the bytes they read per
+    step are known (the `weight_bytes` option, or the host-to-device volume of a model load
+    captured before the steady state), it computes the achieved bandwidth against the GPU's
+    peak (`TARGET_INFO_GPU.memoryBandwidth` of the kernels' device).
+    Why it hurts: a GEMV does two flops per weight byte, so it is bound by memory bandwidth:
+    the step time is the weight bytes over the bandwidth the kernels reach. Large GEMVs reach
+    85-90 % of peak, small ones (< 5 MB) 60-70 %.
+    Evidence: GEMV time and share per device, GEMV time per step, and when known the weight
+    bytes, their source, achieved bandwidth and its fraction of peak.
+    Next optimizations: above `roofline_fraction` of peak the kernels are done: read fewer
+    bytes per token (weight-only int8/fp8/int4 quantization) or more tokens per read
+    (batching, speculative decoding). Below `room_fraction`, custom GEMV kernels have room
+    (vectorized 128-bit loads, split-K for skinny shapes, fused QKV / gate-up projections);
+    the saving to `target_fraction` of peak is estimated. Without bytes, give
+    `--set gemv-dominance.weight_bytes=...` to get the bandwidth.
+    Options: `min_share`, `weight_bytes`, `steps`, `peak_bandwidth`, `min_load_bytes`,
+    `roofline_fraction`, `room_fraction`, `target_fraction`, `min_savings_share`,
+    `extra_gemv_patterns`.
+    Requires: the kernel table; the memcpy table for the model-load bytes; NVTX step ranges
+    (or the `steps` option) for per-step numbers.
+    False positives: the model-load copy volume includes the embedding table, which a step
+    reads one row of, so bandwidth from the load is an upper bound; MoE steps read only the
+    active experts (give `weight_bytes` for them). GEMM-bound work (prefill) is not reported.
+    """
+
+    name = "gemv-dominance"
+    title = "GEMV-dominated GPU time (bandwidth-bound decode)"
+    default_severity = Severity.INFO
+    requires = ("kernels",)
+    optional = ("memcpy",)
+    columns = {"kernels": ("start", "end", "name", "device_id", "correlation_id", "pid"),
+               "memcpy": ("start", "bytes", "copy_kind", "device_id", "dst_device_id", "correlation_id", "pid")}
+    window = "steady"
+    Options = Options
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opts = ctx.options
+        kernels = ctx.frame("kernels")
+        if kernels.empty:
+            hint = (" (CUDA graph replays traced in graph mode hide their kernels)"
+                    if ctx.trace.has("graph_trace") else "")
+            raise MissingData(f"no kernel ran in the window ({ctx.window.source}){hint}",
+                              "re-capture with `--cuda-graph-trace=node`, or widen --filter-time/--filter-nvtx")
+        is_gemv = gemv_mask(kernels["name"], opts.extra_gemv_patterns)
+        for device, row in device_shares(kernels, is_gemv).iterrows():
+            share = float(row["share"]) if pd.notna(row["share"]) else 0.0
+            if share < opts.min_share or row["gemv"] <= 0:
+                continue
+            yield self._finding(ctx, kernels, is_gemv, int(device), row, share)
+
+    def _finding(self, ctx: RuleContext, kernels: pd.DataFrame, is_gemv: np.ndarray, device: int, row: pd.Series,
+                 share: float) -> Finding:
+        opts = ctx.options
+        total_ns, gemv_ns = int(row["total"]), int(row["gemv"])
+        bw, why = measure_bandwidth(ctx, kernels, is_gemv, device, weight_bytes=opts.weight_bytes,
+                                    steps_option=opts.steps, peak_option=opts.peak_bandwidth,
+                                    min_load_bytes=opts.min_load_bytes)
+        gpu = ctx.trace.gpu(device)
+        gpu_name = gpu.name if gpu else f"GPU {device}"
+        top = _top_gemv(kernels, is_gemv, device)
+        metrics = {"gemv_time": metric(gemv_ns, "ns"), "kernel_time": metric(total_ns, "ns"),
+                   "gemv_share": metric(100 * share, "%"), "gemv_kernels": metric(int(row["gemv_count"]), "count")}
+        message = (f"GEMV-class kernels take {100 * share:.1f} % of steady-state kernel time on {gpu_name} "
+                   f"(device {device}): {gemv_ns / 1e6:.2f} ms of {total_ns / 1e6:.2f} ms, "
+                   f"{int(row['gemv_count'])} launches; top: {top}.")
+        severity, savings = Severity.INFO, None
+        peak, peak_why = peak_bandwidth(ctx, device, opts.peak_bandwidth)
+        if bw is None:
+            message += f" Achieved bandwidth not computed: {why}."
+            recommendation = self._no_bytes_advice(ctx, kernels, is_gemv, device, peak)
+            if peak is None:
+                message += f" Peak bandwidth unknown: {peak_why}."
+        else:
+            metrics.update({"weight_bytes": metric(bw.weight_bytes, "B"), "gemv_time_per_step": metric(bw.gemv_ns_per_step, "ns"),
+                            "steps": metric(bw.steps, "count"), "achieved_bandwidth": metric(bw.achieved, "B/s")})
+            src = "given" if bw.source == "option" else "from the host-to-device model load, an upper bound"
+            message += (f" Per step the GEMVs take {bw.gemv_ns_per_step / 1e3:.1f} us for {bw.weight_bytes / 1e9:.3f} GB "
+                        f"of weights ({src}): {bw.achieved / 1e12:.2f} TB/s achieved")
+            if bw.fraction is None:
+                message += f"; peak unknown, so no band: {why}."
+                recommendation = ("Give the GPU's peak memory bandwidth with `--set gemv-dominance.peak_bandwidth=<B/s>` "
+                                  "to judge the achieved bandwidth against it.")
+            else:
+                frac = bw.fraction
+                metrics.update({"peak_bandwidth": metric(bw.peak or 0, "B/s"), "bandwidth_fraction": metric(100 * frac, "%")})
+                message += f", {100 * frac:.0f} % of the {(bw.peak or 0) / 1e12:.2f} TB/s peak."
+                recommendation, severity, savings = self._band_advice(ctx, frac, bw, gemv_ns, total_ns)
+        return ctx.finding(message, recommendation, severity=severity, metrics=metrics,
+                           location=Location(device=device), estimated_savings_ns=savings)
+
+    @staticmethod
+    def _band_advice(ctx: RuleContext, frac: float, bw: Bandwidth, gemv_ns: int,
+                     total_ns: int) -> tuple[str, Severity, float | None]:
+        opts = ctx.options
+        per_step_us = bw.gemv_ns_per_step / 1e3
+        if frac > opts.roofline_fraction:
+            saved = gemv_ns / 2
+            return (f"The GEMVs run at the memory roofline ({100 * frac:.0f} % of peak), so faster kernels cannot help: "
+                    f"cut the bytes read per token. Weight-only int8/fp8 quantization halves them (about "
+                    f"{per_step_us / 2:.0f} us of {per_step_us:.0f} us GEMV time per step, {saved / 1e6:.1f} ms over the "
+                    "window), int4 quarters them; or read each weight for more tokens: batch requests "
+                    "(continuous batching) or use speculative decoding.", Severity.INFO, saved)
+        if frac < opts.room_fraction:
+            ideal_ns = bw.gemv_ns_per_step * frac / opts.target_fraction
+            saved = (bw.gemv_ns_per_step - ideal_ns) * bw.steps
+            severity = Severity.WARNING if saved >= opts.min_savings_share * total_ns else Severity.INFO
+            return (f"Custom GEMV kernels have room: at {100 * opts.target_fraction:.0f} % of peak the GEMVs would take "
+                    f"{ideal_ns / 1e3:.0f} us instead of {per_step_us:.0f} us per step (saving {saved / 1e6:.2f} ms over "
+                    f"{bw.steps} steps). Use 128-bit vectorized weight loads with one warp per output row block, "
+                    "split-K for the skinny shapes, fuse the Q/K/V and gate/up projections into one GEMV each, and "
+                    "check the small GEMVs (< 5 MB of weights) first: they reach the lowest fraction of peak.",
+                    severity, saved)
+        return (f"The GEMVs reach {100 * frac:.0f} % of peak, close to what large GEMVs achieve (85-90 %): little "
+                "is left in the kernels. The next gains are fewer bytes per token (int8/fp8 weight-only "
+                "quantization) or more tokens per weight read (batching, speculative decoding).", Severity.INFO, None)
+
+    @staticmethod
+    def _no_bytes_advice(ctx: RuleContext, kernels: pd.DataFrame, is_gemv: np.ndarray, device: int,
+                         peak: float | None) -> str:
+        on_device = (kernels["device_id"].to_numpy() == device) & is_gemv
+        per_step, used = per_step_time(kernels["launch_start"].to_numpy()[on_device],
+                                       (kernels["end"] - kernels["start"]).to_numpy()[on_device], ctx.window.steps)
+        reference = ""
+        if used and peak:
+            reference = (f" For reference, {per_step / 1e3:.0f} us of GEMV per step is the time to read "
+                         f"{per_step * peak / 1e18:.3f} GB at the {peak / 1e12:.2f} TB/s peak: if your per-step weight "
+                         "bytes are well below that, the GEMV kernels run below the memory roofline.")
+        return ("This is bandwidth-bound decode: give the bytes the GEMVs read per step (about 2 x active parameters "
+                "for bf16, lm_head included) with `--set gemv-dominance.weight_bytes=<bytes>` to get the achieved "
+                "bandwidth and the next step (> 80 % of peak: quantize or batch; < 70 %: tune the GEMV kernels)."
+                + reference)
+
+
+def _top_gemv(kernels: pd.DataFrame, is_gemv: np.ndarray, device: int, count: int = 3) -> str:
+    on_device = (kernels["device_id"].to_numpy() == device) & is_gemv
+    sub = kernels.loc[on_device, ["name", "start", "end"]]
+    times = (sub["end"] - sub["start"]).groupby(sub["name"], observed=True).sum().sort_values(ascending=False)
+    total = float(times.sum()) or 1.0
+    return ", ".join(f"{_short(str(n))} {pct(float(v), total):.0f} %" for n, v in times.head(count).items())
+
+
+def _short(name: str, limit: int = 60) -> str:
+    base = base_name(name)
+    return base if len(base) <= limit else base[: limit - 3] + "..."
+
+
+RULE = GemvDominance

@@ -1,0 +1,389 @@
+"""kernel-tail: kernels (and host API calls) whose slow invocations cost real time."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.taxonomy import base_name
+
+from ._common import pct
+
+KERNEL_KEYS = ("device_id", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+
+# Host calls whose duration is the GPU's, not the host's: they wait for queued work, so their
+# spread is the GPU's schedule (sync-stall judges them), not a host-side tail.
+_WAITING_APIS = re.compile(r"Synchronize|cudaMemcpy$|cudaMemcpy2D$|cudaMemcpy3D$|cuMemcpy(DtoH|HtoD|DtoD)?$|"
+                           r"cudaMemcpyToSymbol$|cudaMemcpyFromSymbol$|cudaMemset$|cuMemsetD\d+$|cudaEventQuery|"
+                           r"cudaStreamQuery|cudaProfilerStart|cudaProfilerStop|cuProfilerStart|cuProfilerStop|"
+                           r"cudaStreamWaitEvent|cuStreamWaitEvent")
+_LAUNCH_APIS = re.compile(r"Launch")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of kernel-tail."""
+
+    outlier_ratio: float = field(default=2.0, metadata={"help": "max/p50 above this: outlier invocations"})
+    tail_ratio: float = field(default=1.5, metadata={"help": "p99/p50 above this: a systematic tail"})
+    min_share: float = field(default=0.01, metadata={
+        "help": "a tail costing less than this fraction of steady-state GPU time is not reported"})
+    warn_share: float = field(default=0.05, metadata={
+        "help": "a tail costing at least this fraction of steady-state GPU time is a warning"})
+    min_count: int = field(default=10, metadata={"help": "invocations a kernel group needs before its p99 means anything"})
+    min_steps: int = field(default=3, metadata={"help": "step instances needed to test for shape variation by position"})
+    shape_explained: float = field(default=0.25, metadata={
+        "help": "when the tail measured against each step position's own median is at most this fraction of the "
+                "plain tail, the spread is shape variation, not a tail"})
+    worst_instances: int = field(default=3, metadata={"help": "slowest invocations listed per finding"})
+    max_findings: int = field(default=5, metadata={"help": "kernel groups reported per trace, costliest first"})
+    api: bool = field(default=True, metadata={"help": "also judge host API calls (info only)"})
+    api_min_share: float = field(default=0.05, metadata={
+        "help": "an API tail is reported when it costs at least this fraction of the steady-state window"})
+
+
+# -- numbers -------------------------------------------------------------------------------
+def group_quantiles(group: np.ndarray, values: np.ndarray, qs: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-group counts and quantiles (linear interpolation, as numpy) of ``values``; groups are 0..G-1.
+
+    Vectorized: one sort by (group, value), then index arithmetic, no Python loop per group.
+    """
+    n_groups = int(group.max()) + 1 if len(group) else 0
+    order = np.lexsort((values, group))
+    sorted_values = values[order].astype(np.float64)
+    counts = np.bincount(group, minlength=n_groups)
+    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    out = []
+    for q in qs:
+        pos = q * (counts - 1)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.ceil(pos).astype(np.int64)
+        a = sorted_values[first + lo]
+        b = sorted_values[first + hi]
+        out.append(a + (b - a) * (pos - lo))
+    return counts, np.vstack(out) if out else np.empty((0, n_groups))
+
+
+def tail_table(group: np.ndarray, durations: np.ndarray) -> pd.DataFrame:
+    """Per group: count, total, p50/p95/p99/max, max/p50, p99/p50, tail cost (time above p50), tail score.
+
+    Tail score is pegainfer's: max_us * log2(count + 1) * max(1, max/p50): a long max weighs more
+    when it comes from a kernel called often and far above its median.
+    """
+    counts, (p50, p95, p99, mx) = group_quantiles(group, durations, (0.5, 0.95, 0.99, 1.0))
+    above = np.clip(durations - p50[group], 0, None)
+    tail = np.bincount(group, weights=above, minlength=len(counts))
+    total = np.bincount(group, weights=durations, minlength=len(counts))
+    safe = np.where(p50 > 0, p50, np.nan)
+    max_ratio = mx / safe
+    return pd.DataFrame({"count": counts, "total": total, "p50": p50, "p95": p95, "p99": p99, "max": mx,
+                         "max_p50": max_ratio, "p99_p50": p99 / safe, "tail_cost": tail,
+                         "tail_score": mx / 1e3 * np.log2(counts + 1) * np.fmax(1.0, np.nan_to_num(max_ratio, nan=1.0))})
+
+
+def step_index(launch: np.ndarray, steps: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """Index of the step each launch falls in, -1 outside every step."""
+    if not steps:
+        return np.full(len(launch), -1, np.int64)
+    starts = np.array([a for a, _ in steps], np.int64)
+    ends = np.array([b for _, b in steps], np.int64)
+    pos = np.searchsorted(starts, launch, side="right") - 1
+    inside = pos >= 0
+    inside[inside] = launch[inside] <= ends[pos[inside]]
+    return np.where(inside, pos, -1)
+
+
+def positional_tail(group: np.ndarray, step: np.ndarray, launch: np.ndarray, durations: np.ndarray,
+                    p50: np.ndarray) -> pd.DataFrame:
+    """Per group, over invocations inside steps: the plain tail and the tail against each step position's median.
+
+    The position of an invocation is its rank among the same group's launches within its step
+    (the 3rd ``gemv`` of the step). When every step runs the same sequence, the same position
+    multiplies the same matrix: if durations follow the position, the spread is different
+    shapes sharing a name and launch configuration (o_proj vs down_proj), not a tail.
+    """
+    n_groups = len(p50)
+    inside = step >= 0
+    g, s, t, d = group[inside], step[inside], launch[inside], durations[inside]
+    empty = pd.DataFrame({"in_steps": np.zeros(n_groups, np.int64), "plain_in_steps": np.zeros(n_groups),
+                          "positional": np.zeros(n_groups), "steps_seen": np.zeros(n_groups, np.int64)})
+    if not len(g):
+        return empty
+    order = np.lexsort((t, s, g))
+    g, s, d = g[order], s[order], d[order]
+    run_start = np.ones(len(g), bool)
+    run_start[1:] = (g[1:] != g[:-1]) | (s[1:] != s[:-1])
+    run_id = np.cumsum(run_start) - 1
+    first_of_run = np.flatnonzero(run_start)
+    ordinal = np.arange(len(g)) - first_of_run[run_id]
+    frame = pd.DataFrame({"g": g, "o": ordinal, "d": d})
+    position_median = frame.groupby(["g", "o"], sort=False)["d"].transform("median").to_numpy()
+    positional = np.bincount(g, weights=np.clip(d - position_median, 0, None), minlength=n_groups)
+    plain = np.bincount(g, weights=np.clip(d - p50[g], 0, None), minlength=n_groups)
+    steps_seen = np.bincount(g[run_start], minlength=n_groups)
+    return pd.DataFrame({"in_steps": np.bincount(g, minlength=n_groups), "plain_in_steps": plain,
+                         "positional": positional, "steps_seen": steps_seen})
+
+
+def nvtx_path(nvtx: pd.DataFrame | None, pid: int | None, tid: int | None, at: int) -> tuple[str, ...]:
+    """Names of the NVTX ranges open at ``at`` on thread (pid, tid), outermost first."""
+    if nvtx is None or nvtx.empty or tid is None:
+        return ()
+    rows = nvtx[(nvtx["start"] <= at) & (nvtx["end"] >= at) & (nvtx["tid"] == tid)]
+    if pid is not None:
+        rows = rows[rows["pid"] == pid]
+    rows = rows.sort_values(["start", "end"], ascending=[True, False], kind="stable")
+    return tuple(str(n) for n in rows["name"] if pd.notna(n))
+
+
+# -- the rule ------------------------------------------------------------------------------
+class KernelTail(Rule):
+    """Kernels whose slow invocations (the tail above the median) cost GPU time.
+
+    What it detects: per kernel grouped by device, name and launch configuration (grid,
+    block), in the steady state: p50/p95/p99/max, max/p50 above `outlier_ratio` (outlier
+    invocations) or p99/p50 above `tail_ratio` (a systematic tail), with the tail cost (time
+    above the p50) and pegainfer's tail score (max_us * log2(count+1) * max(1, max/p50)).
+    When NVTX steps exist, each invocation is also compared with the median of its position
+    in the step: durations that follow the position are shape variation, reported as such.
+    With `api`, host API calls get the same statistics (info only).
+    Why it hurts: a tail is time spent above what the kernel usually takes: MoE route
+    imbalance (hot experts), rank skew, stream contention, allocator stalls or variable work.
+    One name often covers several shapes or template instances, which is why groups are
+    split by launch configuration before judging.
+    Evidence: the percentiles, ratios, tail cost and its share of steady-state GPU time, the
+    positional tail, and the slowest invocations with their time, step and NVTX ranges.
+    Next optimizations: open the slowest instances in the timeline and look at what overlaps
+    them; for MoE experts balance the routing or use one grouped GEMM over experts; for
+    contention move the competing work to a lower-priority stream; for variable work bucket
+    the shapes. The recommendation names the case.
+    Options: `outlier_ratio`, `tail_ratio`, `min_share`, `warn_share`, `min_count`, `min_steps`,
+    `shape_explained`, `worst_instances`, `max_findings`, `api`, `api_min_share`.
+    Requires: the kernel table; the API table (launching thread, API tails) and NVTX (steps,
+    ranges of the slowest instances) when present.
+    False positives: tiny kernels with a noisy max are not reported (tail cost under
+    `min_share`); shapes sharing a name and grid are recognized only when NVTX step ranges
+    exist, otherwise their bimodal spread can read as a tail. Launch calls block when the
+    launch queue is full, so a launch-call tail is often the GPU being behind.
+    """
+
+    name = "kernel-tail"
+    title = "Kernel tail: slow invocations cost GPU time"
+    default_severity = Severity.WARNING
+    requires = ("kernels",)
+    optional = ("api", "nvtx")
+    columns = {"kernels": ("start", "end", "name", "device_id", "stream_id", "correlation_id", "pid", "grid_x", "grid_y",
+                           "grid_z", "block_x", "block_y", "block_z"),
+               "api": ("start", "end", "name", "correlation_id", "pid", "tid"),
+               "nvtx": ("start", "end", "name", "pid", "tid")}
+    window = "steady"
+    Options = Options
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        kernels = ctx.frame("kernels")
+        if len(kernels):
+            yield from self._kernel_findings(ctx, kernels)
+        if ctx.options.api and ctx.trace.has("api"):
+            yield from self._api_findings(ctx)
+
+    # -- kernels ---------------------------------------------------------------------------
+    def _kernel_findings(self, ctx: RuleContext, kernels: pd.DataFrame) -> Iterable[Finding]:
+        opts = ctx.options
+        keys = kernels[list(KERNEL_KEYS)].copy()
+        keys["name"] = keys["name"].cat.codes if isinstance(keys["name"].dtype, pd.CategoricalDtype) else keys["name"]
+        group = keys.groupby(list(KERNEL_KEYS), sort=False, dropna=False).ngroup().to_numpy()
+        durations = (kernels["end"] - kernels["start"]).to_numpy().astype(np.float64)
+        launch = kernels["launch_start"].to_numpy()
+        table = tail_table(group, durations)
+        steps = ctx.window.steps
+        pos = positional_tail(group, step_index(launch, steps), launch, durations, table["p50"].to_numpy())
+        table = table.join(pos)
+        device = kernels["device_id"].to_numpy()
+        device_time = pd.Series(durations).groupby(device).sum()
+        first_row = pd.Series(np.arange(len(group))).groupby(group).first()
+        table["device"] = device[first_row.reindex(table.index).to_numpy()]
+        table["gpu_time"] = device_time.reindex(table["device"]).to_numpy()
+        table["share"] = table["tail_cost"] / table["gpu_time"]
+        gated = ((table["max_p50"] > opts.outlier_ratio) | (table["p99_p50"] > opts.tail_ratio)) & \
+            (table["count"] >= opts.min_count) & (table["share"] >= opts.min_share)
+        candidates = table[gated].sort_values("tail_cost", ascending=False, kind="stable")
+        reported = 0
+        for gid, row in candidates.iterrows():
+            if reported >= opts.max_findings:
+                break
+            reported += 1
+            rows = np.flatnonzero(group == gid)
+            yield self._kernel_finding(ctx, kernels, rows, row, durations, len(steps), len(candidates))
+
+    def _kernel_finding(self, ctx: RuleContext, kernels: pd.DataFrame, rows: np.ndarray, row: pd.Series,
+                        durations: np.ndarray, n_steps: int, n_candidates: int) -> Finding:
+        opts = ctx.options
+        first = kernels.iloc[rows[0]]
+        full_name = str(first["name"])
+        grid = (int(first["grid_x"]), int(first["grid_y"]), int(first["grid_z"]))
+        block = (int(first["block_x"]), int(first["block_y"]), int(first["block_z"]))
+        label = f"{base_name(full_name)} grid {grid} block {block}"
+        gpu_time = float(row["gpu_time"])
+        plain_cost = float(row["tail_cost"])
+        testable = n_steps >= opts.min_steps and row["steps_seen"] >= opts.min_steps and \
+            row["in_steps"] >= 0.8 * row["count"]
+        positional_cost = float(row["positional"]) + max(0.0, plain_cost - float(row["plain_in_steps"]))
+        shape_variation = testable and (float(row["positional"]) <= opts.shape_explained * float(row["plain_in_steps"])
+                                        or positional_cost < opts.min_share * gpu_time)
+        cost = min(plain_cost, positional_cost) if testable else plain_cost
+        share = cost / gpu_time if gpu_time else 0.0
+        metrics = {
+            "count": metric(int(row["count"]), "count"), "total_time": metric(float(row["total"]), "ns"),
+            "p50": metric(float(row["p50"]), "ns"), "p95": metric(float(row["p95"]), "ns"),
+            "p99": metric(float(row["p99"]), "ns"), "max": metric(float(row["max"]), "ns"),
+            "max_over_p50": metric(float(row["max_p50"]), "ratio"), "p99_over_p50": metric(float(row["p99_p50"]), "ratio"),
+            "tail_cost": metric(plain_cost, "ns"), "tail_share_of_gpu_time": metric(100 * plain_cost / gpu_time, "%"),
+            "tail_score": metric(float(row["tail_score"]), "ratio")}
+        if testable:
+            metrics["positional_tail_cost"] = metric(positional_cost, "ns")
+        worst = self._worst(ctx, kernels, rows, durations)
+        stats = (f"{label}: {int(row['count'])} invocations, p50 {row['p50'] / 1e3:.1f} us, p95 {row['p95'] / 1e3:.1f} us, "
+                 f"p99 {row['p99'] / 1e3:.1f} us, max {row['max'] / 1e3:.1f} us (max/p50 {row['max_p50']:.2f}, "
+                 f"p99/p50 {row['p99_p50']:.2f}, tail score {row['tail_score']:.0f}); time above p50 "
+                 f"{plain_cost / 1e6:.2f} ms = {pct(plain_cost, gpu_time):.1f} % of steady-state GPU time "
+                 f"({gpu_time / 1e6:.1f} ms).")
+        slowest = "; ".join(worst["text"])
+        location = Location(device=int(row["device"]), kernel=full_name, stream=worst["stream"],
+                            start_ns=worst["start"], end_ns=worst["end"])
+        key = f"grid={grid} block={block}"
+        if shape_variation:
+            message = (stats + f" Measured against the median of each position in the step (over {int(row['steps_seen'])} "
+                       f"steps), the tail is only {positional_cost / 1e6:.3f} ms ({pct(positional_cost, gpu_time):.2f} %): "
+                       "durations follow the position in the step, so this is shape variation (different matrices "
+                       f"sharing one kernel and launch configuration), not a tail. Slowest: {slowest}.")
+            recommendation = ("Nothing to fix as a tail. To see each shape separately, give the call sites their own "
+                              "NVTX ranges (e.g. `nvtx.range('o_proj')` / `nvtxRangePush(\"down_proj\")`) or launch "
+                              "configurations; judge each shape's speed with gemv-dominance's bandwidth numbers.")
+            return ctx.finding(message, recommendation, severity=Severity.INFO, metrics=metrics, location=location,
+                               title="Kernel duration spread is shape variation, not a tail", key=key)
+        severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
+        kind = "systematic tail" if row["p99_p50"] > opts.tail_ratio else "outlier invocations"
+        slow_count = int((durations[rows] > opts.outlier_ratio * row["p50"]).sum())
+        message = (stats + f" This is a {kind}: {slow_count} invocations ({pct(slow_count, row['count']):.1f} %) run over "
+                   f"{opts.outlier_ratio:g}x the median. Slowest: {slowest}.")
+        if testable:
+            message += (f" The tail stays when each step position is judged against its own median "
+                        f"({positional_cost / 1e6:.2f} ms), so it is not shape variation.")
+        more = n_candidates - opts.max_findings
+        if more > 0:
+            message += f" ({more} more kernel group(s) with smaller tails not listed.)"
+        return ctx.finding(message, self._advice(full_name, kind, row, cost), severity=severity, metrics=metrics,
+                           location=location, estimated_savings_ns=cost, key=key)
+
+    @staticmethod
+    def _advice(name: str, kind: str, row: pd.Series, cost: float) -> str:
+        lower = name.lower()
+        gain = f"Removing the tail saves up to {cost / 1e6:.2f} ms of GPU time over the window."
+        if "moe" in lower or "expert" in lower:
+            return ("MoE route imbalance: a few hot experts get most tokens, and their launches run "
+                    f"{row['p99'] / max(row['p50'], 1):.0f}x the median. Balance the routing (capacity factor / "
+                    "auxiliary load-balancing loss, or expert-parallel replication of hot experts) and replace the "
+                    "per-expert launches with one grouped GEMM over all experts sized by the per-expert token counts, "
+                    "so one hot expert no longer serializes the step. " + gain)
+        if "nccl" in lower or "allreduce" in lower or "all_reduce" in lower:
+            return ("Collective tail: the slow invocations wait for the slowest rank (rank skew). Compare the ranks' "
+                    "traces at the listed timestamps and balance the work before the collective. " + gain)
+        if kind == "systematic tail":
+            return ("A steady fraction of invocations run slow: variable work per call (sequence length, token "
+                    "counts) or another stream competing for SMs or memory bandwidth. Check what overlaps the listed "
+                    "instances in the timeline; if it is another stream, give this stream higher priority "
+                    "(`cudaStreamCreateWithPriority`) or serialize the competing work; if the work varies, bucket "
+                    "the shapes. " + gain)
+        return ("Rare outlier invocations: check what overlaps the listed instances in the timeline (a concurrent "
+                "kernel or memcpy on another stream, an allocation or host sync, clock throttling); move one-off work "
+                "(allocations, copies) out of the steady loop. " + gain)
+
+    @staticmethod
+    def _worst(ctx: RuleContext, kernels: pd.DataFrame, rows: np.ndarray, durations: np.ndarray) -> dict:
+        count = max(1, ctx.options.worst_instances)
+        pick = rows[np.argsort(-durations[rows], kind="stable")[:count]]
+        steps = ctx.window.steps
+        step_of = step_index(kernels["launch_start"].to_numpy()[pick], steps)
+        threads = _launch_threads(ctx, kernels.iloc[pick])
+        nvtx = ctx.trace.frame("nvtx", ["start", "end", "name", "pid", "tid"]) if ctx.trace.has("nvtx") else None
+        if nvtx is not None:
+            nvtx = nvtx[nvtx["end"].notna()]
+        text = []
+        for i, r in enumerate(pick):
+            k = kernels.iloc[r]
+            pid, tid = threads[i]
+            path = nvtx_path(nvtx, pid, tid, int(k["launch_start"]))
+            where = f" in step {int(step_of[i]) + 1}/{len(steps)}" if step_of[i] >= 0 else ""
+            ranges = f", NVTX {' > '.join(path)}" if path else ""
+            text.append(f"{durations[r] / 1e3:.1f} us at {int(k['start']) / 1e6:.3f} ms{where}{ranges}")
+        top = kernels.iloc[pick[0]]
+        return {"text": text, "start": int(top["start"]), "end": int(top["end"]), "stream": int(top["stream_id"])}
+
+    # -- host API calls --------------------------------------------------------------------
+    def _api_findings(self, ctx: RuleContext) -> Iterable[Finding]:
+        opts = ctx.options
+        api = ctx.frame("api")
+        if api.empty:
+            return
+        names = ctx.api_base_names().astype(str).to_numpy()
+        keep = np.array([not _WAITING_APIS.search(n) for n in names]) if len(names) else np.zeros(0, bool)
+        codes, uniques = pd.factorize(names)
+        durations = (api["end"] - api["start"]).to_numpy().astype(np.float64)
+        lo, hi = ctx.window_bounds()
+        window_ns = float(max(hi - lo, 1))
+        sub = keep & (codes >= 0)
+        if not sub.any():
+            return
+        group = pd.factorize(codes[sub])[0]
+        table = tail_table(group, durations[sub])
+        first = pd.Series(codes[sub]).groupby(group).first()
+        table["api"] = [str(uniques[c]) for c in first.reindex(table.index)]
+        table["share"] = table["tail_cost"] / window_ns
+        gated = ((table["max_p50"] > opts.outlier_ratio) | (table["p99_p50"] > opts.tail_ratio)) & \
+            (table["count"] >= opts.min_count) & (table["share"] >= opts.api_min_share)
+        for _, row in table[gated].sort_values("tail_cost", ascending=False, kind="stable").head(opts.max_findings).iterrows():
+            name = row["api"]
+            blocked = bool(_LAUNCH_APIS.search(name))
+            message = (f"Host API {name}: {int(row['count'])} calls, p50 {row['p50'] / 1e3:.1f} us, p99 "
+                       f"{row['p99'] / 1e3:.1f} us, max {row['max'] / 1e3:.1f} us (max/p50 {row['max_p50']:.1f}, p99/p50 "
+                       f"{row['p99_p50']:.1f}); time above p50 {row['tail_cost'] / 1e6:.2f} ms = "
+                       f"{100 * row['share']:.1f} % of the steady-state window ({window_ns / 1e6:.1f} ms).")
+            if blocked:
+                message += (" Launch calls block when the device's launch queue is full, so this tail usually means "
+                            "the GPU is behind the host (GPU-bound), not a slow host.")
+                recommendation = ("Treat it as a symptom: the GPU work is the bottleneck; fix the kernel-side findings "
+                                  "(kernel tails, GEMV bandwidth) first. If the GPU is idle while these calls block, "
+                                  "look for lazy module loading (`CUDA_MODULE_LOADING=EAGER`) or a host lock.")
+            else:
+                recommendation = ("Check the slow calls in the timeline: a tail in allocation/free calls points to "
+                                  "the allocator (use a caching or stream-ordered pool allocator, `cudaMallocAsync`), "
+                                  "one in other calls to host contention (locks, another thread, page faults).")
+            yield ctx.finding(message, recommendation, severity=Severity.INFO, metrics={
+                "count": metric(int(row["count"]), "count"), "p50": metric(float(row["p50"]), "ns"),
+                "p99": metric(float(row["p99"]), "ns"), "max": metric(float(row["max"]), "ns"),
+                "max_over_p50": metric(float(row["max_p50"]), "ratio"), "p99_over_p50": metric(float(row["p99_p50"]), "ratio"),
+                "tail_cost": metric(float(row["tail_cost"]), "ns"),
+                "tail_share_of_window": metric(100 * float(row["share"]), "%"),
+                "tail_score": metric(float(row["tail_score"]), "ratio")},
+                title="Host API tail", location=Location(api=name), key="api")
+
+
+def _launch_threads(ctx: RuleContext, gpu_rows: pd.DataFrame) -> list[tuple[int | None, int | None]]:
+    """(pid, tid) of the API call that launched each GPU row (same pid + correlationId), None when unknown."""
+    if not ctx.trace.has("api"):
+        return [(None, None)] * len(gpu_rows)
+    api = ctx.trace.frame("api", ["start", "correlation_id", "pid", "tid"])
+    out: list[tuple[int | None, int | None]] = []
+    for _, r in gpu_rows.iterrows():  # a handful of rows: the slowest instances only
+        hit = api[(api["correlation_id"] == r["correlation_id"]) & (api["pid"] == r["pid"])]
+        out.append((int(hit["pid"].iloc[0]), int(hit["tid"].iloc[0])) if len(hit) else (None, None))
+    return out
+
+
+RULE = KernelTail

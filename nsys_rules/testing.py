@@ -148,11 +148,16 @@ class TraceBuilder:
         return corr
 
     def nvtx(self, name: str, start: int, end: int | None, *, tid: int = MAIN_TID, pid: int = PID,
-             registered: bool = False, domain: int = 0) -> None:
-        """An NVTX push/pop range (``end`` None: a mark). ``registered`` stores the name in StringIds."""
+             registered: bool = False, domain: int = 0, process_wide: bool = False) -> None:
+        """An NVTX push/pop range (``end`` None: a mark). ``registered`` stores the name in StringIds.
+
+        ``process_wide`` writes a start/end range (``nvtxRangeStartA``/``nvtxRangeEnd``, eventType 60)
+        instead: not bound to the thread that opened it.
+        """
         text, text_id = (None, self.string(name)) if registered else (name, None)
-        event_type = 59 if end is not None else 34
-        self._add("NVTX_EVENTS", (start, end, event_type, None, None, None, text, self.global_tid(tid, pid), None,
+        event_type = 34 if end is None else (60 if process_wide else 59)
+        end_tid = self.global_tid(tid, pid) if process_wide and end is not None else None
+        self._add("NVTX_EVENTS", (start, end, event_type, None, None, None, text, self.global_tid(tid, pid), end_tid,
                                   text_id, domain, None, None, None, None, None, None, None, None, None))
 
     def profiler_start(self, start: int, *, driver: bool = False) -> None:
@@ -313,3 +318,37 @@ def run_rules(rules: Iterable[str | type], trace_path: str | Path, *, options: M
 
 def _name(rule: str | type) -> str:
     return rule if isinstance(rule, str) else getattr(rule, "name", str(rule))
+
+
+# -- assertions for pytest -------------------------------------------------------------------
+def only_finding(findings: Iterable[Any], rule: str | None = None) -> Any:
+    """The single finding (of ``rule`` when given); ``AssertionError`` listing them otherwise.
+
+    For firing cases::
+
+        finding = only_finding(run_rule("nvtx-coverage", path))
+        assert finding.severity is Severity.INFO
+    """
+    found = [f for f in findings if rule is None or f.rule == rule]
+    if len(found) != 1:
+        listed = "; ".join(f"{f.rule} [{f.severity.value}] {f.message[:80]}" for f in found) or "none"
+        raise AssertionError(f"expected exactly one finding{f' of {rule}' if rule else ''}, got {len(found)}: {listed}")
+    return found[0]
+
+
+def metric_values(finding: Any) -> dict[str, float | int]:
+    """``{metric name: value}`` of a finding, for plain ``==`` / ``pytest.approx`` asserts."""
+    return {name: m.value for name, m in finding.metrics.items()}
+
+
+def skip_reason(rule: str | type, trace_path: str | Path, *, options: Mapping[str, Any] | None = None) -> str:
+    """Why the engine skipped ``rule`` on this trace; ``AssertionError`` when it ran instead.
+
+    For the "missing table / capture option" cases, which :func:`run_rule` treats as failures.
+    """
+    result = run_rules([rule], trace_path, options={_name(rule): dict(options or {})})
+    if result.errors:
+        raise AssertionError(f"rule raised instead of being skipped: {result.errors[0]['error']}")
+    if not result.skipped:
+        raise AssertionError(f"rule ran ({len(result.findings)} findings) instead of being skipped")
+    return f"{result.skipped[0]['reason']} ({result.skipped[0].get('fix', '')})"

@@ -1,0 +1,241 @@
+"""nvtx-coverage: the share of GPU time launched while no NVTX range was open.
+
+The numbers are module-level pure functions over DataFrames (testable without the engine);
+the :class:`NvtxCoverage` rule only turns them into a finding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from nsys_rules.errors import MissingData
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Rule, RuleContext, metric
+
+#: NVTX_EVENTS.eventType of a push/pop range: bound to the thread that pushed it.
+PUSH_POP = 59
+#: NVTX_EVENTS.eventType of a start/end range: not bound to a thread (it may end on another one).
+START_END = 60
+#: Thread id used for ranges that cover every thread of their process.
+ANY_THREAD = -1
+_OPEN = np.iinfo(np.int64).max
+
+GPU_FRAMES = ("kernels", "memcpy", "memset")
+_GPU_COLUMNS = ("start", "end", "pid", "correlation_id")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of nvtx-coverage."""
+
+    min_uncovered_share: float = field(default=0.2, metadata={
+        "help": "report when at least this share (0-1) of GPU time was launched outside every NVTX range"})
+    min_gpu_time_ns: int = field(default=1_000_000, metadata={
+        "help": "ignore traces with less GPU time than this (ns) in the window: too little to annotate"})
+    top_kernels: int = field(default=3, metadata={"help": "how many unannotated kernels to name in the message"})
+    window: str = field(default="full", metadata={
+        "help": "`full` (default: coverage of the whole capture, warm-up included) or `steady`"})
+
+
+def nvtx_ranges(nvtx: pd.DataFrame) -> pd.DataFrame:
+    """The NVTX ranges as ``pid, tid, start, end`` (marks dropped).
+
+    Push/pop ranges keep their thread; start/end ranges get ``tid = ANY_THREAD`` because
+    they are process-wide (nsys lets them end on another thread). A range still open when
+    the capture stopped (``raw_end`` NULL, stored as a negative value) runs to the end.
+    """
+    kind = nvtx["event_type"].to_numpy()
+    keep = np.isin(kind, (PUSH_POP, START_END))
+    sub = nvtx.loc[keep]
+    end = sub["end"].to_numpy(dtype=np.int64, na_value=-1)
+    if "raw_end" in sub:
+        raw_end = sub["raw_end"].to_numpy(dtype=np.int64, na_value=-1)
+        end = np.where(raw_end < 0, _OPEN, end)
+    tid = np.where(kind[keep] == START_END, ANY_THREAD, sub["tid"].to_numpy(dtype=np.int64, na_value=ANY_THREAD))
+    return pd.DataFrame({"pid": sub["pid"].to_numpy(dtype=np.int64, na_value=-1), "tid": tid,
+                         "start": sub["start"].to_numpy(dtype=np.int64), "end": end})
+
+
+def launching_threads(api: pd.DataFrame, gpu: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """For each GPU row: the thread and start time of the API call that launched it.
+
+    The match is (pid, correlationId), as nsys links them. Rows with no launching call in
+    the trace get thread ``ANY_THREAD`` and their own GPU start.
+    """
+    n = len(gpu)
+    tids = np.full(n, ANY_THREAD, np.int64)
+    times = gpu["start"].to_numpy(dtype=np.int64).copy()
+    if not n or not len(api):
+        return tids, times
+    api_key = _key(api["pid"].to_numpy(dtype=np.int64, na_value=-1), api["correlation_id"].to_numpy(dtype=np.int64,
+                                                                                                   na_value=0))
+    order = np.argsort(api_key, kind="stable")
+    sorted_key = api_key[order]
+    corr = gpu["correlation_id"].to_numpy(dtype=np.int64, na_value=0)
+    gpu_key = _key(gpu["pid"].to_numpy(dtype=np.int64, na_value=-1), corr)
+    pos = np.searchsorted(sorted_key, gpu_key).clip(0, len(sorted_key) - 1)
+    found = (sorted_key[pos] == gpu_key) & (corr > 0)
+    rows = order[pos[found]]
+    tids[found] = api["tid"].to_numpy(dtype=np.int64, na_value=ANY_THREAD)[rows]
+    times[found] = api["start"].to_numpy(dtype=np.int64)[rows]
+    return tids, times
+
+
+def _key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    return (pid << 32) | (corr & 0xFFFFFFFF)
+
+
+def covered(pids: np.ndarray, tids: np.ndarray, times: np.ndarray, ranges: pd.DataFrame) -> np.ndarray:
+    """Whether each launch (pid, tid, time) happened inside an NVTX range.
+
+    A launch is covered by a push/pop range of its own thread or by a start/end range of its
+    process. A launch whose thread is unknown (``ANY_THREAD``) is covered by a range of any
+    thread of its process. Work is per thread (few), vectorized over launches and ranges.
+    """
+    out = np.zeros(len(times), bool)
+    if not len(times) or not len(ranges):
+        return out
+    for (pid, tid), group in ranges.groupby(["pid", "tid"], sort=False):
+        starts, cummax_end = _reach(group)
+        on_pid = pids == pid
+        rows = on_pid if tid == ANY_THREAD else on_pid & ((tids == tid) | (tids == ANY_THREAD))
+        if rows.any():
+            out[rows] |= _inside(times[rows], starts, cummax_end)
+    return out
+
+
+def _reach(group: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Range starts in order and, for each, the furthest end of the ranges begun so far."""
+    order = np.argsort(group["start"].to_numpy(), kind="stable")
+    return group["start"].to_numpy()[order], np.maximum.accumulate(group["end"].to_numpy()[order])
+
+
+def _inside(times: np.ndarray, starts: np.ndarray, cummax_end: np.ndarray) -> np.ndarray:
+    # The last range begun at or before t covers t when the furthest end so far reaches t.
+    idx = np.searchsorted(starts, times, side="right") - 1
+    hit = idx >= 0
+    hit[hit] = cummax_end[idx[hit]] >= times[hit]
+    return hit
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """The numbers of one trace (times in ns)."""
+
+    gpu_time: int
+    uncovered_time: int
+    gpu_ops: int
+    uncovered_ops: int
+    unlinked_ops: int
+    ranges: int
+    top_uncovered: tuple[tuple[str, int], ...]
+    first_uncovered: int | None
+    last_uncovered: int | None
+
+    @property
+    def uncovered_share(self) -> float:
+        """Unannotated GPU time over all GPU time (0 when there is none)."""
+        return self.uncovered_time / self.gpu_time if self.gpu_time else 0.0
+
+
+def coverage(gpu: pd.DataFrame, api: pd.DataFrame, ranges: pd.DataFrame, top: int = 3) -> Coverage:
+    """NVTX coverage of ``gpu`` rows (``start, end, pid, correlation_id``, optional ``name``)."""
+    tids, times = launching_threads(api, gpu)
+    pids = gpu["pid"].to_numpy(dtype=np.int64, na_value=-1)
+    inside = covered(pids, tids, times, ranges)
+    duration = (gpu["end"].to_numpy(dtype=np.int64) - gpu["start"].to_numpy(dtype=np.int64)).clip(0)
+    outside = ~inside
+    top_uncovered: tuple[tuple[str, int], ...] = ()
+    if "name" in gpu and outside.any():
+        names = gpu["name"].astype(object).where(gpu["name"].notna(), "<unnamed>").to_numpy()[outside]
+        per_name = pd.Series(duration[outside]).groupby(names, sort=False).sum()
+        per_name = per_name[per_name.index != "<not a kernel>"].sort_values(ascending=False, kind="stable")
+        top_uncovered = tuple((str(k), int(v)) for k, v in per_name.head(top).items())
+    return Coverage(
+        gpu_time=int(duration.sum()), uncovered_time=int(duration[outside].sum()), gpu_ops=len(gpu),
+        uncovered_ops=int(outside.sum()), unlinked_ops=int((tids == ANY_THREAD).sum()), ranges=len(ranges),
+        top_uncovered=top_uncovered,
+        first_uncovered=int(times[outside].min()) if outside.any() else None,
+        last_uncovered=int(times[outside].max()) if outside.any() else None)
+
+
+class NvtxCoverage(Rule):
+    """GPU work launched while no NVTX range was open.
+
+    What it detects: the share of GPU time (kernels, memcpy, memset) whose launching CUDA
+    call ran outside every NVTX range: no push/pop range open on the launching thread and no
+    start/end range open in the process. A capture that traced NVTX but recorded no range at
+    all counts as 0 % covered.
+    Why it hurts: NVTX ranges are how a trace maps GPU time back to the program's phases
+    (step, layer, request). Unannotated GPU time cannot be filtered with `--filter-nvtx`,
+    does not show in `nvtx_sum`/`nvtx_gpu_proj_sum`, and cannot be split per step by the
+    other rules, so its cost stays anonymous.
+    Evidence: GPU time and the unannotated part, its share, op counts, the kernels with the
+    most unannotated time, and the launch-time span in which they ran.
+    Next optimizations: wrap the code that launches the named kernels in a range
+    (`torch.cuda.nvtx.range("name")`, `nvtx.annotate("name")` from the `nvtx` package, or
+    `nvtxRangePushA`/`nvtxRangePop` in C/C++), at least one range per step or request, and
+    capture with `nsys profile --trace=cuda,nvtx`.
+    Options: `min_uncovered_share`, `min_gpu_time_ns`, `top_kernels`, `window`.
+    Requires: CUDA kernels and the CUDA API table (to find the launching thread); NVTX
+    events, or capture metadata that shows NVTX was traced.
+    False positives: work launched by a library thread the program cannot annotate (for
+    example NCCL's proxy threads or a framework's own worker pool) counts as uncovered; GPU
+    rows with no launching call in the trace are judged against ranges of any thread of the
+    process.
+    """
+
+    name = "nvtx-coverage"
+    title = "GPU time launched outside NVTX ranges"
+    default_severity = Severity.INFO
+    requires = ("kernels", "api")
+    optional = ("nvtx", "memcpy", "memset")
+    columns = {"kernels": (*_GPU_COLUMNS, "name"), "memcpy": _GPU_COLUMNS, "memset": _GPU_COLUMNS,
+               "api": ("start", "correlation_id", "pid", "tid"),
+               "nvtx": ("start", "end", "raw_end", "event_type", "pid", "tid")}
+    window = "full"
+    Options = Options
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        trace = ctx.trace
+        if trace.has("nvtx"):
+            ranges = nvtx_ranges(trace.frame("nvtx", self.columns["nvtx"]))
+        elif "NvtxEvents" in trace.capture.traced:
+            # NVTX was traced and nsys wrote no NVTX_EVENTS table: the program emitted none.
+            ranges = pd.DataFrame({"pid": [], "tid": [], "start": [], "end": []}, dtype=np.int64)
+        else:
+            raise MissingData("the trace has no NVTX_EVENTS table and its metadata does not say NVTX was traced",
+                              "annotate the program with NVTX ranges and capture with `nsys profile --trace=cuda,nvtx`")
+        frames = [ctx.frame(name, self.columns[name]) for name in GPU_FRAMES if trace.has(name)]
+        gpu = pd.concat([f.assign(name=f["name"].astype(object)) if "name" in f else f.assign(name="<not a kernel>")
+                         for f in frames], ignore_index=True)
+        api = trace.frame("api", self.columns["api"])
+        opts = ctx.options
+        result = coverage(gpu, api, ranges, opts.top_kernels)
+        if result.gpu_time < opts.min_gpu_time_ns or result.uncovered_share < opts.min_uncovered_share:
+            return
+        share = result.uncovered_share
+        metrics = {"gpu_time": metric(result.gpu_time, "ns"), "uncovered_gpu_time": metric(result.uncovered_time, "ns"),
+                   "uncovered_share": metric(share, "ratio"), "gpu_ops": metric(result.gpu_ops, "count"),
+                   "uncovered_ops": metric(result.uncovered_ops, "count"),
+                   "unlinked_ops": metric(result.unlinked_ops, "count"), "nvtx_ranges": metric(result.ranges, "count")}
+        named = ", ".join(f"`{_short(n)}` {t / 1e6:.2f} ms" for n, t in result.top_uncovered) or "memory copies/sets"
+        what = "no NVTX range was recorded" if result.ranges == 0 else f"{result.ranges} NVTX ranges leave it out"
+        top_kernel = result.top_uncovered[0][0] if result.top_uncovered else None
+        yield ctx.finding(
+            f"{share * 100:.1f} % of GPU time ({result.uncovered_time / 1e6:.2f} of {result.gpu_time / 1e6:.2f} ms, "
+            f"{result.uncovered_ops} of {result.gpu_ops} GPU ops) was launched outside every NVTX range ({what}); "
+            f"most unannotated: {named}.",
+            f"Wrap the code that launches {('`' + _short(top_kernel) + '`') if top_kernel else 'this work'} in an NVTX "
+            "range (`torch.cuda.nvtx.range(...)`, `nvtx.annotate(...)`, or `nvtxRangePushA`/`nvtxRangePop`), one range "
+            "per step or request at least, and capture with `nsys profile --trace=cuda,nvtx`.",
+            # No kernel in the location: the fingerprint stays one per trace even when the top kernel changes.
+            metrics=metrics, location=Location(start_ns=result.first_uncovered, end_ns=result.last_uncovered))
+
+
+def _short(name: str, limit: int = 80) -> str:
+    return name if len(name) <= limit else name[: limit - 3] + "..."

@@ -1,0 +1,143 @@
+"""Tests of nvtx-coverage, written the way any plugin author tests a rule.
+
+Scenarios are built with ``nsys_rules.testing.TraceBuilder`` (a real nsys-schema SQLite
+file) and run through the real engine with ``run_rule``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nsys_rules.findings import Severity
+from nsys_rules.testing import TraceBuilder, metric_values, only_finding, run_rule, run_rules, skip_reason
+from nsys_rules_nvtx_coverage.coverage import ANY_THREAD, NvtxCoverage, covered, nvtx_ranges
+
+MS = 1_000_000
+WORKER = 5001
+
+
+def _steps(b: TraceBuilder, steps: int, annotated: int, *, kernel_ns: int = MS) -> TraceBuilder:
+    """``steps`` kernels of ``kernel_ns``, 10 ms apart; the first ``annotated`` run inside a ``step`` range."""
+    for i in range(steps):
+        t = i * 10 * MS
+        if i < annotated:
+            b.nvtx("step", t, t + 5 * MS)
+        b.kernel("gemm_kernel" if i < annotated else "init_kernel", start=t + 100_000, duration=kernel_ns)
+    return b
+
+
+def test_fires_with_exact_share(tmp_path):
+    path = _steps(TraceBuilder(), steps=10, annotated=2).write(tmp_path / "t.sqlite")
+    finding = only_finding(run_rule("nvtx-coverage", path))
+    assert finding.rule == "nvtx-coverage" and finding.severity is Severity.INFO
+    values = metric_values(finding)
+    assert values["gpu_time"] == 10 * MS
+    assert values["uncovered_gpu_time"] == 8 * MS
+    assert values["uncovered_share"] == pytest.approx(0.8)
+    assert values["uncovered_ops"] == 8 and values["gpu_ops"] == 10 and values["nvtx_ranges"] == 2
+    assert "init_kernel" in finding.message
+
+
+def test_quiet_when_everything_is_annotated(tmp_path):
+    path = _steps(TraceBuilder(), steps=10, annotated=10).write(tmp_path / "t.sqlite")
+    assert run_rule("nvtx-coverage", path) == []
+
+
+@pytest.mark.parametrize(("threshold", "fires"), [(0.5, True), (0.5000001, False)])
+def test_min_uncovered_share_boundary(tmp_path, threshold, fires):
+    path = _steps(TraceBuilder(), steps=10, annotated=5).write(tmp_path / "t.sqlite")  # exactly 50 % uncovered
+    findings = run_rule("nvtx-coverage", path, options={"min_uncovered_share": threshold})
+    assert bool(findings) is fires
+
+
+@pytest.mark.parametrize(("minimum", "fires"), [(10 * MS, True), (10 * MS + 1, False)])
+def test_min_gpu_time_boundary(tmp_path, minimum, fires):
+    path = _steps(TraceBuilder(), steps=10, annotated=0).write(tmp_path / "t.sqlite")  # 10 ms of GPU time
+    assert bool(run_rule("nvtx-coverage", path, options={"min_gpu_time_ns": minimum})) is fires
+
+
+def test_launch_time_counts_not_gpu_time(tmp_path):
+    # Launched inside the range, executed after it closed (asynchronous launch): covered.
+    b = TraceBuilder()
+    for i in range(4):
+        t = i * 10 * MS
+        b.nvtx("step", t, t + MS)
+        b.kernel("late_kernel", start=t + 3 * MS, duration=MS, launch_at=t + 500_000)
+    assert run_rule("nvtx-coverage", b.write(tmp_path / "t.sqlite")) == []
+
+
+def test_range_on_another_thread_does_not_cover(tmp_path):
+    # The main thread is inside "step" while a worker thread launches: push/pop ranges are per thread.
+    b = TraceBuilder()
+    for i in range(4):
+        t = i * 10 * MS
+        b.nvtx("step", t, t + 9 * MS)
+        b.kernel("worker_kernel", start=t + 2 * MS, duration=MS, tid=WORKER)
+    values = metric_values(only_finding(run_rule("nvtx-coverage", b.write(tmp_path / "t.sqlite"))))
+    assert values["uncovered_share"] == pytest.approx(1.0)
+
+
+def test_start_end_range_covers_every_thread(tmp_path):
+    b = TraceBuilder()
+    for i in range(4):
+        t = i * 10 * MS
+        b.nvtx("request", t, t + 9 * MS, process_wide=True)
+        b.kernel("worker_kernel", start=t + 2 * MS, duration=MS, tid=WORKER)
+    assert run_rule("nvtx-coverage", b.write(tmp_path / "t.sqlite")) == []
+
+
+def test_memcpy_time_counts(tmp_path):
+    b = _steps(TraceBuilder(), steps=4, annotated=4)
+    b.memcpy(50 * MS, 4 * MS, 1 << 20)  # unannotated upload, as long as all kernels together
+    values = metric_values(only_finding(run_rule("nvtx-coverage", b.write(tmp_path / "t.sqlite"))))
+    assert values["uncovered_gpu_time"] == 4 * MS and values["uncovered_share"] == pytest.approx(0.5)
+
+
+def test_nvtx_traced_but_never_emitted_is_zero_coverage(tmp_path):
+    # TraceBuilder's metadata says NVTX was traced; with no range nsys writes no NVTX_EVENTS table.
+    path = _steps(TraceBuilder(), steps=5, annotated=0).write(tmp_path / "t.sqlite")
+    finding = only_finding(run_rule("nvtx-coverage", path))
+    assert metric_values(finding)["nvtx_ranges"] == 0 and "no NVTX range" in finding.message
+
+
+def test_skipped_when_nvtx_was_not_captured(tmp_path):
+    path = _steps(TraceBuilder(write_metadata=False), steps=5, annotated=0).write(tmp_path / "t.sqlite")
+    assert "--trace=cuda,nvtx" in skip_reason("nvtx-coverage", path)
+
+
+def test_skipped_without_kernels(tmp_path):
+    b = TraceBuilder()
+    b.nvtx("step", 0, MS)
+    result = run_rules(["nvtx-coverage"], b.write(tmp_path / "t.sqlite"))
+    assert [s["rule"] for s in result.skipped] == ["nvtx-coverage"] and not result.findings
+
+
+def test_rule_class_runs_without_installing(tmp_path):
+    # run_rule accepts the class itself: tests work before the plugin is pip-installed.
+    path = _steps(TraceBuilder(), steps=10, annotated=2).write(tmp_path / "t.sqlite")
+    assert metric_values(only_finding(run_rule(NvtxCoverage, path)))["uncovered_ops"] == 8
+
+
+# -- the pure functions ------------------------------------------------------------------------
+def test_open_range_runs_to_the_end():
+    nvtx = pd.DataFrame({"start": [100, 500], "end": [100, 600], "raw_end": [-1, 600], "event_type": [59, 34],
+                         "pid": [1, 1], "tid": [7, 7]})
+    ranges = nvtx_ranges(nvtx)
+    assert len(ranges) == 1  # the mark is dropped
+    hit = covered(np.array([1, 1, 1]), np.array([7, 7, 8]), np.array([50, 10**15, 10**15]), ranges)
+    assert hit.tolist() == [False, True, False]
+
+
+def test_nested_ranges_cover_the_gap_after_an_inner_range():
+    # outer [0, 100] with inner [10, 20]: t=50 lies after the inner range but inside the outer one.
+    ranges = pd.DataFrame({"pid": [1, 1], "tid": [7, 7], "start": [0, 10], "end": [100, 20]})
+    hit = covered(np.array([1, 1, 1]), np.array([7, 7, 7]), np.array([50, 100, 101]), ranges)
+    assert hit.tolist() == [True, True, False]
+
+
+def test_unknown_launch_thread_uses_any_thread_of_the_process():
+    ranges = pd.DataFrame({"pid": [1], "tid": [7], "start": [0], "end": [100]})
+    hit = covered(np.array([1, 2]), np.array([ANY_THREAD, ANY_THREAD]), np.array([50, 50]), ranges)
+    assert hit.tolist() == [True, False]  # another process's range never covers

@@ -8,12 +8,13 @@ from pathlib import Path
 from nsys_rules.trace import Trace
 
 
-def recapture_command(trace: Trace, flags: str = "--cuda-graph-trace=node") -> str:
+def recapture_command(trace: Trace, flags: str = "--cuda-graph-trace=node", command: str | None = None) -> str:
     """The standard nsys capture of the same program, with ``flags`` added.
 
-    Uses the profiled command line recorded in the export; a placeholder when it is not recorded.
+    Uses ``command`` when given (e.g. the release build of the profiled program), else the profiled
+    command line recorded in the export; a placeholder when it is not recorded.
     """
-    command = trace.capture.command_line or "<your program and its arguments>"
+    command = command or trace.capture.command_line or "<your program and its arguments>"
     name = Path(trace.label).stem or "report"
     return (f"nsys profile --force-overwrite=true {flags} --export=sqlite "
             f"-o {shlex.quote(name)} {command}").replace("  ", " ")

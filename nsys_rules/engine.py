@@ -10,8 +10,9 @@ from typing import Any, Callable
 
 from . import __version__
 from .config import Settings, resolve_rule_name
-from .errors import ExitCode, MissingData, UsageError
+from .errors import ExitCode, InputError, MissingData, UsageError
 from .findings import Finding, Severity, rank_key
+from .memory import enforce_limit as enforce_memory_limit
 from .plugins import Registry
 from .rule import Rule, RuleContext
 from .trace import Trace
@@ -128,8 +129,11 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
             from .loaders.tables import TABLES
 
             table = TABLES[missing[0]]
+            unusable = any(s in getattr(trace.export, "table_names", ()) for s in table.sources)  # lacks columns
             result.skipped.append({"rule": rule.name, "trace": trace.label,
-                                   "reason": f"the trace has no {table.sources[0]} table ({', '.join(missing)} missing)",
+                                   "reason": f"the trace's {table.sources[0]} table lacks required columns (see damage)"
+                                   if unusable else
+                                   f"the trace has no {table.sources[0]} table ({', '.join(missing)} missing)",
                                    "fix": table.capture_hint})
             continue
         runnable.append((rule, options))
@@ -137,6 +141,7 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
             if trace.has(table):
                 needs.setdefault(table, []).extend(c for c in cols if c not in needs.get(table, []))
     windows = _Windows(trace, settings)
+    enforce_memory_limit(trace, needs, settings.max_memory)  # exit 3 before a read that cannot fit
     try:
         trace.preload(needs)
     except MemoryError:
@@ -155,8 +160,8 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
             result.findings.extend(dataclasses.replace(f, severity=override) if override else f for f in findings)
         except MissingData as gap:
             result.skipped.append({"rule": rule.name, "trace": trace.label, "reason": gap.reason, "fix": gap.fix})
-        except UsageError:
-            raise
+        except (UsageError, InputError):
+            raise  # bad flags or a damaged file found mid-read end the run (exit 2 / 3), not one rule
         except Exception as exc:  # noqa: BLE001 - one rule failing must not hide the others
             result.errors.append({"rule": rule.name, "trace": trace.label,
                                   "error": f"{type(exc).__name__}: {exc}",
@@ -165,7 +170,7 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         _add_profile(trace, result, windows)
     result.info["window"] = windows.describe()
     if trace.damage:
-        result.info["damage"] = list(trace.damage)
+        result.info["damage"] = list(dict.fromkeys(trace.damage))
     return result
 
 

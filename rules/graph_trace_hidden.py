@@ -9,6 +9,7 @@ import numpy as np
 
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.windows import PROFILER_START_APIS
 
 from ._common import pct, recapture_command
 
@@ -26,6 +27,21 @@ def graph_activity(base_names: np.ndarray, graph_rows: int) -> int:
     """Graph replays seen: launch API calls, or graph-trace rows when the API was not traced."""
     launches = int(np.isin(base_names, GRAPH_LAUNCH_APIS).sum())
     return max(launches, graph_rows)
+
+
+def launch_api(base_names: np.ndarray) -> str:
+    """The graph launch API the program called most (runtime or driver); ``cudaGraphLaunch`` when none."""
+    launches = base_names[np.isin(base_names, GRAPH_LAUNCH_APIS)]
+    if not len(launches):
+        return GRAPH_LAUNCH_APIS[0]
+    names, counts = np.unique(launches.astype(str), return_counts=True)
+    return str(names[np.argmax(counts)])
+
+
+def launch_call_p50(base_names: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> float:
+    """Median host time of one graph launch call (0 when none): node tracing makes it grow with the node count."""
+    mask = np.isin(base_names, GRAPH_LAUNCH_APIS)
+    return float(np.median(ends[mask] - starts[mask])) if mask.any() else 0.0
 
 
 class GraphTraceHidden(Rule):
@@ -75,6 +91,7 @@ class GraphTraceHidden(Rule):
         metrics = {"graph_launches": metric(launches, "count"), "graph_trace_rows": metric(graph_rows, "count"),
                    "graph_node_kernels": metric(graph_kernels, "count"),
                    "hidden_graph_time": metric(hidden_ns, "ns")}
+        api_name = launch_api(names)
         hidden = mode == "Graph" or (mode is None and graph_rows > 0 and graph_kernels == 0)
         if hidden:
             share = pct(hidden_ns, hidden_ns + kernel_ns)
@@ -83,16 +100,31 @@ class GraphTraceHidden(Rule):
                 f"{launches} CUDA graph launches were traced in graph mode (mode={mode or 'unrecorded'}): "
                 f"{hidden_ns / 1e6:.2f} ms of GPU work ({share:.0f} % of traced GPU time) ran as opaque graph "
                 f"replays with no per-kernel rows, so kernel-level numbers of this trace are incomplete.",
-                f"Re-capture with node-level graph tracing: `{recapture_command(trace)}`.",
-                metrics=metrics, severity=Severity.ERROR, location=Location(api="cudaGraphLaunch"))
+                f"Re-capture with node-level graph tracing: `{recapture_command(trace, _flags(names))}`.",
+                metrics=metrics, severity=Severity.ERROR, location=Location(api=api_name))
         elif mode == "Node":
+            call_p50 = 0.0
+            if trace.has("api"):
+                api = ctx.frame("api")
+                call_p50 = launch_call_p50(names, api["start"].to_numpy(), api["end"].to_numpy())
+            metrics["launch_call_p50"] = metric(call_p50, "ns")
+            per_launch = graph_kernels / launches if launches else 0.0
             yield ctx.finding(
-                f"{launches} CUDA graph launches traced in node mode ({graph_kernels} graph kernels visible). "
+                f"{launches} CUDA graph launches traced in node mode ({graph_kernels} graph kernels visible, "
+                f"{per_launch:.0f} per launch; one {api_name} call takes {call_p50 / 1e3:.1f} us p50 on the host). "
                 "Node tracing adds host time per graph node, so absolute step times run longer than untraced.",
                 "Compare step times only against other node-mode captures; for absolute latency, time the "
                 "program without nsys or with `--cuda-graph-trace=graph` and use this trace for kernel detail.",
                 metrics=metrics, severity=Severity.INFO, title="CUDA graphs traced per node (host-time inflation)",
-                location=Location(api="cudaGraphLaunch"), key="node-mode")
+                location=Location(api=api_name), key="node-mode")
+
+
+def _flags(base_names: np.ndarray) -> str:
+    """Recapture flags: node tracing, and the profiler-API capture range when the trace was captured with one."""
+    flags = "--cuda-graph-trace=node"
+    if np.isin(base_names, PROFILER_START_APIS).any():
+        flags += " --capture-range=cudaProfilerApi --capture-range-end=stop"
+    return flags
 
 
 RULE = GraphTraceHidden

@@ -1,0 +1,170 @@
+"""alloc-churn: built scenarios (firing, quiet, thresholds) and the real H200 traces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nsys_rules.testing import TraceBuilder, run_rule, run_rules
+from nsys_rules.rules.alloc_churn import caching_disabled, context_init_rows
+
+PERIOD = 1_000_000
+T0 = 200_000_000
+
+
+def loop(b: TraceBuilder, steps: int = 10, *, allocs_per_step: int = 4, alloc_ns: int = 10_000,
+         malloc: str = "cudaMalloc_v3020", free: str = "cudaFree_v3020", t0: int = T0) -> None:
+    """A decode loop whose steps allocate and free ``allocs_per_step`` buffers each."""
+    for i in range(steps):
+        s = t0 + i * PERIOD
+        b.nvtx("decode_step", s, s + PERIOD - 10_000)
+        b.kernel("gemv", start=s + 100_000, duration=500_000, launch_at=s + 1_000)
+        for j in range(allocs_per_step):
+            b.api(malloc, s + 10_000 + j * 40_000, alloc_ns)
+            b.api(free, s + 600_000 + j * 40_000, alloc_ns)
+
+
+def start_up(b: TraceBuilder) -> None:
+    """Context creation (cudaFree(0), 130 ms) and one-time weight allocation, before the loop."""
+    b.api("cudaFree_v3020", 1_000_000, 130_000_000)
+    for i in range(40):
+        b.api("cudaMalloc_v3020", 140_000_000 + i * 200_000, 100_000)
+    b.api("cudaHostAlloc_v3020", 150_000_000, 900_000)
+
+
+def values(finding) -> dict[str, float]:
+    return {k: m.value for k, m in finding.metrics.items()}
+
+
+def test_caching_off_churn_is_a_warning_with_its_cause(tmp_path):
+    b = TraceBuilder(environment={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+    start_up(b)
+    loop(b, steps=10, allocs_per_step=4, alloc_ns=10_000)
+    [f] = run_rule("alloc-churn", b.write(tmp_path / "t.sqlite"))
+    m = values(f)
+    assert f.rule == "alloc-churn" and f.severity.value == "warning"
+    assert m["alloc_calls"] == 80 and m["calls_per_step"] == 8.0
+    assert m["alloc_time"] == 80 * 10_000 == f.estimated_savings_ns
+    assert m["alloc_share_of_steady_time"] == pytest.approx(100 * 800_000 / (10 * PERIOD - 10_000))
+    assert "PYTORCH_NO_CUDA_MEMORY_CACHING" in f.message and "PYTORCH_NO_CUDA_MEMORY_CACHING" in f.recommendation
+
+
+def test_start_up_allocation_is_not_churn(tmp_path):
+    b = TraceBuilder()
+    start_up(b)
+    loop(b, steps=10, allocs_per_step=0)
+    assert run_rule("alloc-churn", b.write(tmp_path / "t.sqlite")) == []
+
+
+def test_cudafree_zero_is_context_creation_even_in_the_whole_capture(tmp_path):
+    # No steps, no kernel pattern: the window is the whole capture, and still the 130 ms cudaFree(0)
+    # is not counted; 10 frees after allocations are.
+    b = TraceBuilder()
+    b.api("cudaFree_v3020", 1_000_000, 130_000_000)
+    for i in range(10):
+        b.api("cudaMalloc_v3020", 140_000_000 + i * 100_000, 5_000)
+        b.api("cudaFree_v3020", 140_050_000 + i * 100_000, 5_000)
+    [f] = run_rule("alloc-churn", b.write(tmp_path / "t.sqlite"))
+    assert values(f)["alloc_calls"] == 20 and values(f)["alloc_time"] == 100_000
+
+
+def test_stream_ordered_pool_churn_is_info(tmp_path):
+    b = TraceBuilder()
+    start_up(b)
+    loop(b, steps=20, allocs_per_step=1, alloc_ns=700, malloc="cuMemAllocAsync", free="cuMemFreeAsync")
+    [f] = run_rule("alloc-churn", b.write(tmp_path / "t.sqlite"))
+    assert f.severity.value == "info" and values(f)["calls_per_step"] == 2.0
+    assert f.location.api in ("cuMemAllocAsync", "cuMemFreeAsync")
+    assert "pool" in f.recommendation and "ReleaseThreshold" in f.recommendation
+
+
+def test_pinned_host_churn(tmp_path):
+    b = TraceBuilder()
+    loop(b, steps=10, allocs_per_step=1, alloc_ns=200_000, malloc="cudaHostAlloc_v3020", free="cudaFreeHost_v3020")
+    [f] = run_rule("alloc-churn", b.write(tmp_path / "t.sqlite"))
+    assert f.severity.value == "warning" and "pinned" in f.recommendation
+
+
+def test_min_calls_per_step_boundary(tmp_path):
+    b = TraceBuilder()
+    loop(b, steps=10, allocs_per_step=1)  # 2 calls per step
+    path = b.write(tmp_path / "t.sqlite")
+    assert len(run_rule("alloc-churn", path, options={"min_calls_per_step": 2.0})) == 1
+    assert run_rule("alloc-churn", path, options={"min_calls_per_step": 2.01}) == []
+
+
+def test_a_handful_of_calls_in_a_long_loop_is_not_churn(tmp_path):
+    b = TraceBuilder()
+    loop(b, steps=30, allocs_per_step=0)
+    for i in range(5):  # 5 calls over 30 steps: a cache growing now and then
+        b.api("cudaMalloc_v3020", T0 + i * 6 * PERIOD + 20_000, 300_000)
+    assert run_rule("alloc-churn", b.write(tmp_path / "t.sqlite")) == []
+
+
+def test_min_calls_boundary(tmp_path):
+    b = TraceBuilder()
+    loop(b, steps=3, allocs_per_step=2)  # 12 calls
+    path = b.write(tmp_path / "t.sqlite")
+    assert len(run_rule("alloc-churn", path, options={"min_calls": 12})) == 1
+    assert run_rule("alloc-churn", path, options={"min_calls": 13}) == []
+
+
+def test_warn_share_boundary(tmp_path):
+    b = TraceBuilder()
+    loop(b, steps=10, allocs_per_step=2, alloc_ns=5_000)
+    path = b.write(tmp_path / "t.sqlite")
+    share = values(run_rule("alloc-churn", path)[0])["alloc_share_of_steady_time"]
+    assert run_rule("alloc-churn", path, options={"warn_share": share - 1e-3})[0].severity.value == "warning"
+    assert run_rule("alloc-churn", path, options={"warn_share": share + 1e-3})[0].severity.value == "info"
+
+
+def test_memory_usage_events_add_bytes(tmp_path):
+    b = TraceBuilder()
+    loop(b, steps=10, allocs_per_step=1)
+    for i in range(10):
+        b.memory_event(T0 + i * PERIOD + 10_500, 1 << 20)
+        b.memory_event(T0 + i * PERIOD + 600_500, 1 << 20, allocate=False)
+    [f] = run_rule("alloc-churn", b.write(tmp_path / "t.sqlite"))
+    m = values(f)
+    assert m["allocation_events"] == 10 and m["bytes_allocated"] == 10 << 20 and m["bytes_allocated_per_step"] == 1 << 20
+
+
+def test_context_init_rows_is_per_process():
+    names = np.array(["cudaFree", "cudaMalloc", "cudaFree", "cudaMalloc", "cudaFree"])
+    pids = np.array([1, 1, 1, 2, 2])
+    starts = np.array([0, 10, 20, 5, 30])
+    assert context_init_rows(names, pids, starts).tolist() == [True, False, False, False, False]
+
+
+def test_caching_disabled_values():
+    assert caching_disabled({"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+    assert not caching_disabled({"PYTORCH_NO_CUDA_MEMORY_CACHING": "0"})
+    assert not caching_disabled({})
+
+
+# -- real traces -------------------------------------------------------------------------------
+def _findings(path):
+    result = run_rules(["alloc-churn"], path)
+    assert not result.errors and not result.skipped
+    return result.findings
+
+
+def test_nocache_trace_churns(h200):
+    [f] = _findings(h200 / "decode_hostsync_nocache.sqlite")
+    m = values(f)
+    assert f.severity.value == "warning" and m["calls_per_step"] > 400
+    assert m["alloc_share_of_steady_time"] > 15 and "PYTORCH_NO_CUDA_MEMORY_CACHING" in f.recommendation
+    assert m["bytes_allocated"] > 0
+
+
+def test_driver_pool_churn_is_cheap(h200):
+    [f] = _findings(h200 / "engine_driver_churn_sync.sqlite")
+    m = values(f)
+    assert f.severity.value == "info" and m["alloc_calls"] == 100 and m["calls_per_step"] == 2.0
+    assert m["alloc_time"] < 1e6  # 0.15 ms over 50 steps
+
+
+@pytest.mark.parametrize("name", ["decode_eager.sqlite", "moe_eager.sqlite", "engine_contention.sqlite",
+                                  "rust_debug_build.sqlite"])
+def test_load_time_allocation_stays_quiet(h200, name):
+    assert _findings(h200 / name) == []

@@ -4,21 +4,35 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..config import resolve_rule_name
-from ..docs import rule_markdown
+from ..docs import rule_markdown, write_rule_docs
+from ..errors import UsageError
 from .common import add_plugin_flags, registry_for
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("explain", help="show a rule's documentation and options")
-    p.add_argument("rule", help="rule name (or an NVIDIA analyze rule name)")
+    p.add_argument("rule", nargs="?", help="rule name (or an NVIDIA analyze rule name)")
+    p.add_argument("--all", action="store_true", help="every registered rule (plugins included unless --no-plugins)")
+    p.add_argument("--output", metavar="DIR", help="write <rule>.md pages and index.md into DIR instead of stdout")
     add_plugin_flags(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     registry = registry_for(args)
-    name = resolve_rule_name(args.rule, registry.rules, registry.aliases(), "explain")
-    sys.stdout.write(rule_markdown(registry.rules[name], registry.rule_plugin[name]))
-    return 0
+    if args.all == bool(args.rule):
+        raise UsageError("explain needs one rule name or --all, not both")
+    if args.all:
+        rules = dict(registry.rules)
+    else:
+        name = resolve_rule_name(args.rule, registry.rules, registry.aliases(), "explain")
+        rules = {name: registry.rules[name]}
+    if args.output:
+        for path in write_rule_docs(rules, registry.rule_plugin, Path(args.output)):
+            sys.stdout.write(f"{path}\n")
+    else:
+        sys.stdout.write("\n".join(rule_markdown(rule, registry.rule_plugin[name]) for name, rule in rules.items()))
+    return 4 if registry.errors else 0

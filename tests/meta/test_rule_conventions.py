@@ -1,0 +1,71 @@
+"""Conventions every registered rule follows (built-in pack and installed plugins).
+
+- the docstring has every section of ``DOC_SECTIONS`` (``nsys-rules explain`` renders them);
+- every ``Options`` field has help text and a default;
+- every built-in rule has its own tests file, ``tests/rules/test_<module>.py``
+  (plugins ship their tests in their own distribution);
+- every hook spec is documented like pytest's: what it returns and when it is called.
+
+Parametrized by rule name, so a failure names the rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+
+import pytest
+
+from nsys_rules import hooks
+from nsys_rules.docs import doc_sections, missing_sections, options_without_help, rule_markdown
+from nsys_rules.plugins import BUILTIN, build_registry
+from nsys_rules.rule import DOC_SECTIONS
+from tests.conftest import ROOT
+
+REGISTRY = build_registry(autoload=True)
+ALL = sorted(REGISTRY.rules)
+BUILTINS = sorted(n for n in ALL if REGISTRY.rule_plugin[n] == BUILTIN)
+
+
+def test_registry_loaded_cleanly():
+    assert REGISTRY.errors == []
+    assert BUILTINS, "no built-in rule registered"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_docstring_has_every_section(name):
+    rule = REGISTRY.rules[name]
+    assert missing_sections(rule) == [], f"{name}: docstring lacks {missing_sections(rule)} (sections: {DOC_SECTIONS})"
+    assert doc_sections(rule).get("summary"), f"{name}: docstring has no summary line"
+    assert "(not documented)" not in rule_markdown(rule)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_option_has_help_and_a_default(name):
+    rule = REGISTRY.rules[name]
+    assert options_without_help(rule) == [], f"{name}: Options fields without metadata help: {options_without_help(rule)}"
+    for f in dataclasses.fields(rule.Options):
+        assert f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING, \
+            f"{name}: option {f.name} has no default"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_rule_declares_title_and_window(name):
+    rule = REGISTRY.rules[name]
+    assert rule.title and rule.window in ("steady", "full")
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_builtin_rule_has_a_tests_file(name):
+    module = sys.modules[REGISTRY.rules[name].__module__].__name__.rsplit(".", 1)[-1]
+    path = ROOT / "tests" / "rules" / f"test_{module}.py"
+    assert path.is_file(), f"{name}: no tests file {path.relative_to(ROOT)} (firing, quiet and threshold cases)"
+    assert name in path.read_text(encoding="utf-8"), f"{path.relative_to(ROOT)} never names rule {name!r}"
+
+
+@pytest.mark.parametrize("spec", [n for n, f in inspect.getmembers(hooks, inspect.isfunction)
+                                  if n.startswith("register_")])
+def test_hook_is_documented(spec):
+    doc = inspect.getdoc(getattr(hooks, spec)) or ""
+    assert ":return:" in doc and "Called" in doc, f"hook {spec} must say what it returns and when it is called"

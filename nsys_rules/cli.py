@@ -7,6 +7,8 @@ Every error the user can cause ends as one line on stderr and a documented exit 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
 import traceback
 from typing import Sequence
@@ -52,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args_list.remove("--debug")
     parser = build_parser()
     try:
+        if sys.stdout is None:  # started with stdout closed (`>&-`): output could only be lost
+            raise OSError(errno.EBADF, "standard output is closed")
         args = parser.parse_args(args_list)
         return int(args.run(args))
     except NsysRulesError as exc:
@@ -66,12 +70,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("nsys-rules: interrupted\n")
         return 130
     except BrokenPipeError:
+        _silence_stdout()  # the reader left (`| head`); no second error at exit
         return 0
+    except OSError as exc:
+        if sys.stdout is not None and exc.errno not in _OUTPUT_ERRNOS:
+            if debug:
+                traceback.print_exc()
+            sys.stderr.write(f"nsys-rules: internal error: {type(exc).__name__}: {exc} "
+                             "(rerun with --debug and report it)\n")
+            return int(ExitCode.INCOMPLETE)
+        _silence_stdout()
+        sys.stderr.write(f"nsys-rules: cannot write the output ({exc.strerror or exc}); nothing more written\n")
+        return int(ExitCode.INCOMPLETE)
     except Exception as exc:  # noqa: BLE001 - a bug must still end in one line, not a traceback
         if debug:
             traceback.print_exc()
         sys.stderr.write(f"nsys-rules: internal error: {type(exc).__name__}: {exc} (rerun with --debug and report it)\n")
         return int(ExitCode.INCOMPLETE)
+
+
+#: errno values that mean "stdout cannot take the output" (disk full, closed or bad descriptor).
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EBADF, errno.EIO, errno.EPIPE, errno.EDQUOT, errno.EFBIG}
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so Python's exit-time flush cannot fail a second time."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, 1)
+        os.close(fd)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -191,6 +191,7 @@ def build_profile(trace: Trace, window: Window, flagged: Iterable[str] = (), top
         profile["step_time_ns"] = float(span)
         profile["busy_per_step_ns"] = float(busy_total)
     profile["idle_per_step_ns"] = max(0.0, profile["step_time_ns"] - profile["busy_per_step_ns"])
+    profile["busy_share"] = profile["busy_per_step_ns"] / profile["step_time_ns"] if profile["step_time_ns"] else 0.0
     return profile
 
 

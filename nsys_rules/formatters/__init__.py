@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..hooks import hookimpl
+from .html import format_html
 from .json_out import format_json
 from .markdown import format_markdown
 from .sarif import format_sarif
@@ -14,4 +15,5 @@ from .table import format_table
 @hookimpl
 def register_formatters() -> dict[str, Callable[..., str]]:
     """The built-in formats: ``table`` and ``json``."""
-    return {"table": format_table, "json": format_json, "sarif": format_sarif, "markdown": format_markdown}
+    return {"table": format_table, "json": format_json, "sarif": format_sarif, "markdown": format_markdown,
+            "html": format_html}

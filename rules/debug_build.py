@@ -1,0 +1,317 @@
+"""debug-build: the profiled program is a debug build, so its trace misleads."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from nsys_rules.errors import MissingData
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Rule, RuleContext, metric
+
+from ._common import pct, recapture_command
+from .gemv_dominance import _bytes_value, device_shares, gemv_mask, measure_bandwidth
+
+# Cargo puts dev-profile binaries under target/debug/ (target/<triple>/debug/ when cross
+# compiling; deps/ and examples/ for test and example binaries).
+_CARGO_DEBUG_EXE = re.compile(r"(^|/)target/(?:(?P<triple>[A-Za-z0-9_.-]+)/)?debug/(?:deps/|examples/)?"
+                              r"(?P<exe>[^/]+)$")
+# Build folders whose name says Debug: CLion's default (cmake-build-debug), build-debug /
+# build_debug, and the configuration folder of multi-config generators (Visual Studio, Xcode,
+# Ninja Multi-Config), which is capitalized.
+_CMAKE_DEBUG_DIR = re.compile(r"(^|/)(?P<dir>cmake-build-debug|(?:cmake-)?build[-_]debug)/")
+_MULTI_CONFIG_DEBUG = re.compile(r"(^|/)Debug/[^/]+$")
+_NOT_PROGRAM = re.compile(r"\.(so|a|rlib|rmeta|d|dylib|dll|lib|pdb|json|txt|log|toml|o|py|cfg)$", re.IGNORECASE)
+_CARGO_RUNS = {"run": "-r", "r": "-r", "test": "--release", "t": "--release"}
+_DEBUG_PROFILES = {"dev", "debug", "test"}
+_CARGO_GLOBAL_WITH_VALUE = {"-Z", "-C", "--config", "--color"}
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of debug-build."""
+
+    weight_bytes: object = field(default=None, metadata={
+        "help": "bytes the GEMVs read per step, for the kernel evidence (as gemv-dominance.weight_bytes); unset: the "
+                "host-to-device model load when the trace holds it"})
+    steps: int = field(default=0, metadata={"help": "steps in the window when the trace has no step range"})
+    max_bandwidth_fraction: float = field(default=0.05, metadata={
+        "help": "GEMV kernels below this fraction of peak bandwidth look like device code built with -G"})
+    min_gemv_share: float = field(default=0.3, metadata={
+        "help": "GEMV share of kernel time needed before their bandwidth is used as evidence"})
+    min_load_bytes: int = field(default=16 * 1024**2, metadata={
+        "help": "host-to-device bytes before the steady state needed to count them as the model load"})
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "weight_bytes", _bytes_value(self.weight_bytes))
+        if not 0 < self.max_bandwidth_fraction <= 1:
+            raise ValueError(f"max_bandwidth_fraction must be in (0, 1], not {self.max_bandwidth_fraction!r}")
+
+
+@dataclass(frozen=True)
+class CommandEvidence:
+    """Why the command line reads as a debug build, and the release equivalent."""
+
+    reason: str
+    release_command: str
+    build_step: str  # the command that builds the release binary first ("" when the run command builds it)
+    kind: str  # "cargo" or "cmake": device code is built with -G only in some setups
+
+
+# -- command line --------------------------------------------------------------------------
+def split_args(command: Iterable[str]) -> list[list[str]]:
+    """Each argument as tokens: an argument holding a whole shell command (``bash -c "cargo run"``) is split."""
+    out = []
+    for arg in command:
+        if any(ch.isspace() for ch in arg):
+            try:
+                out.append(shlex.split(arg))
+            except ValueError:
+                out.append(arg.split())
+        else:
+            out.append([arg])
+    return out
+
+
+def _join(parts: list[list[str]], original: list[str]) -> str:
+    """Shell-quoted command line; an argument that held a whole shell command stays one argument."""
+    words = []
+    for tokens, arg in zip(parts, original, strict=True):
+        split = any(ch.isspace() for ch in arg)
+        words.append(shlex.quote(shlex.join(tokens) if split else tokens[0]))
+    return " ".join(words)
+
+
+def command_evidence(command: tuple[str, ...], environment: Mapping[str, str] | None = None) -> CommandEvidence | None:
+    """The debug-build evidence in a profiled command line, or None.
+
+    Signals: an executable under ``target/debug/`` (cargo's dev profile); ``cargo run`` or
+    ``cargo test`` without ``-r``/``--release`` or a non-debug ``--profile``; a program under a
+    build folder named for Debug (``cmake-build-debug/``, ``build-debug/``, ``.../Debug/``).
+    """
+    if not command:
+        return None
+    original = list(command)
+    parts = split_args(original)
+    env = dict(environment or {})
+    for i, tokens in enumerate(parts):
+        for j, token in enumerate(tokens):
+            if PurePosixPath(token).name in ("cargo", "cargo.exe"):
+                found = _cargo_evidence(parts, original, i, j, env)
+                if found is not None:
+                    return found
+    for i, tokens in enumerate(parts):
+        for j, token in enumerate(tokens):
+            if _NOT_PROGRAM.search(token):
+                continue
+            m = _CARGO_DEBUG_EXE.search(token)
+            if m:
+                fixed = re.sub(r"(^|/)target/((?:[A-Za-z0-9_.-]+/)?)debug/", r"\1target/\2release/", token)
+                exe = m.group("exe")
+                triple = f" --target {m.group('triple')}" if m.group("triple") else ""
+                what = "--example " + exe if "/examples/" in token else ("--tests" if "/deps/" in token else
+                                                                         "--bin " + exe)
+                new_parts = [list(t) for t in parts]
+                new_parts[i][j] = fixed
+                return CommandEvidence(f"the program `{token}` is a cargo dev-profile (debug) binary",
+                                       _join(new_parts, original), f"cargo build --release {what}{triple}", "cargo")
+            m = _CMAKE_DEBUG_DIR.search(token)
+            if m:
+                folder = token[: m.end("dir")]
+                release_folder = re.sub(r"debug$", "release", folder)
+                new_parts = [list(t) for t in parts]
+                new_parts[i][j] = token.replace(folder, release_folder, 1)
+                return CommandEvidence(f"the program `{token}` lives in the debug build folder `{folder}/`",
+                                       _join(new_parts, original),
+                                       f"cmake -S . -B {release_folder} -DCMAKE_BUILD_TYPE=Release && "
+                                       f"cmake --build {release_folder}", "cmake")
+            m = _MULTI_CONFIG_DEBUG.search(token)
+            if m and i == 0 and j == 0:  # only the program itself: "Debug/" is too common a word elsewhere
+                build_dir = token[: m.start()] or "."
+                new_parts = [list(t) for t in parts]
+                new_parts[i][j] = re.sub(r"(^|/)Debug/(?=[^/]+$)", r"\1Release/", token)
+                return CommandEvidence(f"the program `{token}` is in the Debug configuration folder of a "
+                                       "multi-config build", _join(new_parts, original),
+                                       f"cmake --build {build_dir} --config Release", "cmake")
+    return None
+
+
+def _cargo_evidence(parts: list[list[str]], original: list[str], i: int, j: int,
+                    env: Mapping[str, str]) -> CommandEvidence | None:
+    tokens = parts[i]
+    k = j + 1
+    while k < len(tokens) and (tokens[k].startswith("+") or tokens[k].startswith("-")):
+        k += 2 if tokens[k] in _CARGO_GLOBAL_WITH_VALUE else 1  # toolchain (+nightly) and global options
+    if k >= len(tokens) or tokens[k] not in _CARGO_RUNS:
+        return None
+    sub = tokens[k]
+    args = tokens[k + 1:]
+    if "--" in args:
+        args = args[: args.index("--")]
+    profile = None
+    for n, arg in enumerate(args):
+        if arg in ("-r", "--release") or re.fullmatch(r"-[qv]*r[qv]*", arg):
+            return None
+        if arg == "--profile" and n + 1 < len(args):
+            profile = args[n + 1]
+        elif arg.startswith("--profile="):
+            profile = arg.split("=", 1)[1]
+    if profile is not None and profile not in _DEBUG_PROFILES:
+        return None  # a custom profile: cannot tell whether it inherits dev or release
+    # The dev profile made fast on purpose (CARGO_PROFILE_DEV_OPT_LEVEL=2/3) is not the slow debug build.
+    if str(env.get("CARGO_PROFILE_DEV_OPT_LEVEL", "")).strip('"') in ("2", "3"):
+        return None
+    new_tokens = list(tokens)
+    flag = _CARGO_RUNS[sub]
+    if profile is not None:
+        for n, arg in enumerate(new_tokens[k + 1:], start=k + 1):
+            if arg == "--profile":
+                del new_tokens[n: n + 2]
+                break
+            if arg.startswith("--profile="):
+                del new_tokens[n]
+                break
+    new_tokens.insert(k + 1, flag)
+    new_parts = [list(t) for t in parts]
+    new_parts[i] = new_tokens
+    how = f"`cargo {sub}` with the {profile} profile" if profile else f"`cargo {sub}` without `-r`/`--release`"
+    return CommandEvidence(f"the program was started by {how}, which builds the dev (debug) profile",
+                           _join(new_parts, original), "", "cargo")
+
+
+# -- the rule ------------------------------------------------------------------------------
+class DebugBuild(Rule):
+    """The profiled program is a debug build.
+
+    What it detects: the command line in the capture metadata (`PROCESS_0:COMMAND` and
+    `PROCESS_0:ARGUMENT_n`) runs a debug build: an executable under `target/debug/` (also
+    `target/<triple>/debug/`, `deps/`, `examples/`), `cargo run`/`cargo test` without
+    `-r`/`--release` (or with `--profile dev`), or a program in a Debug build folder
+    (`cmake-build-debug/`, `build-debug/`, a multi-config `Debug/`). Kernel evidence: when the
+    bytes the GEMVs read per step are known (`weight_bytes` or a captured host-to-device model
+    load), GEMV-class kernels reaching under `max_bandwidth_fraction` of peak bandwidth look like
+    device code built with `-G`; without a debug command line that alone is a warning.
+    Why it hurts: unoptimized host code inflates launch overhead and host gaps, and device
+    code built with `-G` runs 10x or more slower; every number in such a trace describes the
+    debug build, not the program, so optimizing from it misleads.
+    Evidence: the command line and the signal found; GEMV time per step and share; achieved
+    bandwidth against peak when the bytes are known.
+    Next optimizations: re-capture the release build: the exact command is given (`cargo run
+    -r ...`, `target/release/...`, a Release build folder).
+    Options: `weight_bytes`, `steps`, `max_bandwidth_fraction`, `min_gemv_share`, `min_load_bytes`.
+    Requires: the capture metadata (command line); the kernel table for the kernel evidence.
+    False positives: a custom cargo profile (`--profile bench-fast`) is not judged; a dev
+    profile made fast with `CARGO_PROFILE_DEV_OPT_LEVEL=2/3` is not reported; a CMake Debug
+    build optimizes device code unless `-G` was added, so its kernels may be fine while its host
+    timings are not.
+    """
+
+    name = "debug-build"
+    title = "Profiled program is a debug build"
+    default_severity = Severity.ERROR
+    requires = ()
+    optional = ("kernels", "memcpy")
+    columns = {"kernels": ("start", "end", "name", "device_id", "correlation_id", "pid"),
+               "memcpy": ("start", "bytes", "copy_kind", "device_id", "dst_device_id", "correlation_id", "pid")}
+    window = "steady"
+    Options = Options
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        capture = ctx.trace.capture
+        evidence = command_evidence(capture.command, capture.environment)
+        kernel = self._kernel_evidence(ctx)
+        if evidence is None and kernel is None:
+            if not capture.command and not ctx.trace.has("kernels"):
+                raise MissingData("the export records no command line and no kernels to judge",
+                                  "capture with a recent nsys (`nsys profile ...` records PROCESS_0:COMMAND)")
+            return
+        metrics = dict(kernel["metrics"]) if kernel else {}
+        if evidence is not None:
+            message = f"The profiled command `{capture.command_line}` is a debug build: {evidence.reason}."
+            if kernel:
+                message += " GEMV-class kernels reach only " + kernel["text"]
+            else:
+                message += " " + self._gemv_summary(ctx)
+            if evidence.kind == "cargo":
+                message += (" Rust debug builds run host code unoptimized and, when a build script compiles the "
+                            "CUDA kernels, often device code with -G: expect 10x+ slower kernels and launches.")
+            else:
+                message += (" A CMake Debug build runs host code at -O0 (launch overhead and host gaps inflated); "
+                            "device code is also slow if -G is in CMAKE_CUDA_FLAGS_DEBUG.")
+            recapture = recapture_command(ctx.trace, command=evidence.release_command)
+            build = f"`{evidence.build_step}`, then " if evidence.build_step else ""
+            alternative = ""
+            if evidence.kind == "cargo" and evidence.build_step.startswith("cargo build --release --bin "):
+                binary = evidence.build_step.split("--bin ", 1)[1].split()[0]
+                program_args = self._program_args(capture.command)
+                cargo_run = f"cargo run -r --bin {binary}" + (f" -- {program_args}" if program_args else "")
+                alternative = (f" (or in one step: `{recapture_command(ctx.trace, command=cargo_run)}`)")
+            recommendation = (f"Profile the release build: {build}re-capture with `{recapture}`{alternative}. "
+                              "Do not optimize from this trace.")
+            yield ctx.finding(message, recommendation, severity=Severity.ERROR, metrics=metrics,
+                              location=Location(), key="command")
+            return
+        assert kernel is not None
+        message = ("GEMV-class kernels reach only " + kernel["text"] + " That is typical of device code compiled "
+                   "with -G (device debug), although the command line does not look like a debug build.")
+        recommendation = ("Check the nvcc flags of the CUDA kernels (build script / CMAKE_CUDA_FLAGS): remove `-G` "
+                          "(keep `-lineinfo` for source-level profiling) and re-capture with "
+                          f"`{recapture_command(ctx.trace)}`; if the weight bytes given are wrong, fix "
+                          f"`--set debug-build.weight_bytes=...`.")
+        yield ctx.finding(message, recommendation, severity=Severity.WARNING, metrics=metrics,
+                          title="GEMV kernels at a few percent of peak bandwidth (device debug build?)",
+                          location=Location(device=kernel["device"]), key="kernels")
+
+    @staticmethod
+    def _program_args(command: tuple[str, ...]) -> str:
+        return " ".join(shlex.quote(a) for a in command[1:])
+
+    def _kernel_evidence(self, ctx: RuleContext) -> dict | None:
+        opts = ctx.options
+        if not ctx.trace.has("kernels"):
+            return None
+        kernels = ctx.frame("kernels")
+        if kernels.empty:
+            return None
+        is_gemv = gemv_mask(kernels["name"])
+        shares = device_shares(kernels, is_gemv)
+        device = int(shares.index[0])
+        share = float(shares.iloc[0]["share"] or 0.0)
+        if share < opts.min_gemv_share:
+            return None
+        bw, _why = measure_bandwidth(ctx, kernels, is_gemv, device, weight_bytes=opts.weight_bytes,
+                                     steps_option=opts.steps, peak_option=0.0, min_load_bytes=opts.min_load_bytes)
+        if bw is None or bw.fraction is None or bw.fraction >= opts.max_bandwidth_fraction:
+            return None
+        text = (f"{100 * bw.fraction:.1f} % of the {(bw.peak or 0) / 1e12:.2f} TB/s peak: {bw.weight_bytes / 1e9:.3f} GB of "
+                f"weights per step ({'given' if bw.source == 'option' else 'from the model load'}) in "
+                f"{bw.gemv_ns_per_step / 1e3:.0f} us of GEMV time per step = {bw.achieved / 1e9:.1f} GB/s.")
+        metrics = {"achieved_bandwidth": metric(bw.achieved, "B/s"), "bandwidth_fraction": metric(100 * bw.fraction, "%"),
+                   "gemv_time_per_step": metric(bw.gemv_ns_per_step, "ns"), "weight_bytes": metric(bw.weight_bytes, "B")}
+        return {"text": text, "metrics": metrics, "device": device}
+
+    @staticmethod
+    def _gemv_summary(ctx: RuleContext) -> str:
+        if not ctx.trace.has("kernels"):
+            return ""
+        kernels = ctx.frame("kernels")
+        if kernels.empty:
+            return ""
+        dur = (kernels["end"] - kernels["start"]).to_numpy()
+        is_gemv = gemv_mask(kernels["name"])
+        steps = len(ctx.window.steps)
+        gemv_ns = float(dur[is_gemv].sum())
+        if gemv_ns <= 0:
+            return ""
+        per_step = f", {gemv_ns / steps / 1e3:.0f} us per step" if steps else ""
+        return (f"GEMV-class kernels take {gemv_ns / 1e6:.2f} ms ({pct(gemv_ns, float(np.sum(dur))):.0f} % of kernel time"
+                f"{per_step}); give `--set debug-build.weight_bytes=<bytes per step>` to compare them with the "
+                "GPU's peak bandwidth.")
+
+
+RULE = DebugBuild

@@ -72,10 +72,26 @@ def build_registry(autoload: bool = True, extra: tuple[tuple[str, object], ...] 
             registry.plugins.append({"name": ep.name, "version": _dist_version(ep)})
     try:
         pm.check_pending()
-    except pluggy.PluginValidationError as exc:
-        registry.errors.append({"plugin": str(getattr(exc, "plugin_name", "?")), "error": str(exc)})
+    except pluggy.PluginValidationError:
+        # check_pending stops at the first unknown hook; name every one, with its plugin.
+        for plugin_name, message in unknown_hooks(pm):
+            registry.errors.append({"plugin": plugin_name, "error": message})
     _collect(pm, registry)
     return registry
+
+
+def unknown_hooks(pm: pluggy.PluginManager) -> list[tuple[str, str]]:
+    """(plugin name, message) for each hook implementation that matches no hook spec (a typo)."""
+    known = sorted(n for n in vars(pm.hook) if not n.startswith("_") and getattr(pm.hook, n).has_spec())
+    out = []
+    for name in sorted(vars(pm.hook)):
+        caller = getattr(pm.hook, name)
+        if name.startswith("_") or caller.has_spec():
+            continue
+        for impl in caller.get_hookimpls():
+            if not impl.optionalhook:
+                out.append((impl.plugin_name, f"unknown hook {name!r} (a typo? the hooks are: {', '.join(known)})"))
+    return out
 
 
 def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:

@@ -69,3 +69,5 @@ def test_builtin_rule_has_a_tests_file(name):
 def test_hook_is_documented(spec):
     doc = inspect.getdoc(getattr(hooks, spec)) or ""
     assert ":return:" in doc and "Called" in doc, f"hook {spec} must say what it returns and when it is called"
+    reference = (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")
+    assert f"### `{spec}(" in reference, f"docs/plugins.md has no reference entry for hook {spec}"

@@ -93,12 +93,15 @@ class RuleContext:
                 mask = self.window.mask(launch)
                 # No .copy(): pandas copy-on-write already keeps the trace's cached frame safe
                 # from a rule that writes, and a copy per rule cost 100+ MB on a 1M-kernel trace.
-                every = bool(mask.all())
-                sub = full[cols] if every else full.loc[mask, cols]
-                sub["launch_start"] = launch.copy() if every else launch[mask]
+                span = _contiguous(mask)
+                sub = full[cols] if span is None else (full[cols].iloc[span[0]:span[1]] if span[0] >= 0
+                                                      else full.loc[mask, cols])
+                sub["launch_start"] = launch.copy() if span is None else launch[mask]
             else:
                 mask = self.window.mask(full["start"].to_numpy())
-                sub = full.loc[mask, cols] if not mask.all() else full[cols]
+                span = _contiguous(mask)
+                sub = full[cols] if span is None else (full[cols].iloc[span[0]:span[1]] if span[0] >= 0
+                                                      else full.loc[mask, cols])
             self._cache[key] = sub.reset_index(drop=True)
         return self._cache[key]
 
@@ -136,6 +139,21 @@ class RuleContext:
             max(0, estimated_savings_ns))
         return Finding(self.rule.name, severity or self.rule.default_severity, title or self.rule.title, message,
                        recommendation, dict(metrics or {}), loc, savings, key)
+
+
+def _contiguous(mask: np.ndarray) -> tuple[int, int] | None:
+    """None when every row is in; (first, last + 1) when the rows in form one block; (-1, -1) otherwise.
+
+    Rows are in time order in nsys exports, so a one-interval window is usually one block of
+    rows: a row slice is a view (copy-on-write), where a boolean mask copies every column.
+    """
+    inside = np.flatnonzero(mask)
+    if len(inside) == len(mask):
+        return None
+    if not len(inside):
+        return (0, 0)
+    first, last = int(inside[0]), int(inside[-1])
+    return (first, last + 1) if last - first + 1 == len(inside) else (-1, -1)
 
 
 def metric(value: float | int, unit: str) -> Metric:

@@ -331,9 +331,12 @@ class KernelTail(Rule):
         api = ctx.frame("api")
         if api.empty:
             return
-        names = ctx.api_base_names().astype(str).to_numpy()
-        keep = np.array([not _WAITING_APIS.search(n) for n in names]) if len(names) else np.zeros(0, bool)
-        codes, uniques = pd.factorize(names)
+        # Judge each distinct name once, then map by category code: a regex per row took 2 s on 2.2M calls.
+        names = ctx.api_base_names()
+        codes = names.cat.codes.to_numpy()
+        uniques = names.cat.categories
+        waiting = np.array([bool(_WAITING_APIS.search(str(n))) for n in uniques] + [True], bool)  # last: NULL
+        keep = ~waiting[codes]
         durations = (api["end"] - api["start"]).to_numpy().astype(np.float64)
         lo, hi = ctx.window_bounds()
         window_ns = float(max(hi - lo, 1))

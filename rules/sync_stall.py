@@ -50,12 +50,17 @@ def copy_directions(api: pd.DataFrame, memcpy: pd.DataFrame | None) -> pd.DataFr
     if memcpy is None or not len(memcpy) or not len(api):
         return out
     rows = memcpy[["pid", "correlation_id", "copy_kind", "bytes"]].dropna()
-    rows = rows.groupby(["pid", "correlation_id"], sort=False, observed=True).agg(
+    rows = rows.groupby(["pid", "correlation_id"], sort=True, observed=True).agg(
         copy_kind=("copy_kind", "first"), bytes=("bytes", "sum")).reset_index()
-    merged = api[["pid", "correlation_id"]].reset_index(drop=True).merge(
-        rows, on=["pid", "correlation_id"], how="left")
-    out["copy_kind"] = merged["copy_kind"].fillna(-1).astype(np.int64).to_numpy()
-    out["bytes"] = merged["bytes"].fillna(0).astype(np.int64).to_numpy()
+    # A sorted-key lookup instead of a merge: the API table has millions of rows, memcpy few.
+    key = (rows["pid"].to_numpy(np.int64) << 32) | (rows["correlation_id"].to_numpy(np.int64) & 0xFFFFFFFF)
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    api_key = (api["pid"].to_numpy(np.int64) << 32) | (api["correlation_id"].to_numpy(np.int64) & 0xFFFFFFFF)
+    pos = np.searchsorted(key, api_key).clip(0, len(key) - 1)
+    found = key[pos] == api_key
+    out["copy_kind"] = np.where(found, rows["copy_kind"].to_numpy(np.int64)[order][pos], -1)
+    out["bytes"] = np.where(found, rows["bytes"].to_numpy(np.int64)[order][pos], 0)
     return out
 
 
@@ -69,36 +74,57 @@ def blocking_calls(api: pd.DataFrame, names: pd.Series, copies: pd.DataFrame) ->
     whose previous call on the same thread queued an asynchronous device-to-host copy: the
     ``.item()`` pattern of copy-then-wait).
     """
-    base = names.astype(str).to_numpy()
+    # Judge each distinct name once and map by category code: 2.2M API rows carry ~30 names,
+    # and string operations per row cost seconds on a 1M-kernel trace.
+    flags = _name_flags(names)
+    is_copy, is_async, named_dtoh, sync = (flags[:, i] for i in range(4))
     kind = copies["copy_kind"].to_numpy()
-    is_copy = np.char.find(base.astype(str), "Memcpy") >= 0 if len(base) else np.zeros(0, bool)
-    is_async = np.char.find(base.astype(str), "Async") >= 0 if len(base) else np.zeros(0, bool)
-    named_dtoh_sync = np.isin(base, list(NAMED_DTOH_SYNC_COPIES))
-    named_dtoh_async = np.isin(base, list(NAMED_DTOH_ASYNC_COPIES))
     # A copy's direction comes from its memcpy row; the name decides only when no row matched.
-    dtoh = np.where(kind >= 0, kind == DTOH, named_dtoh_sync | named_dtoh_async)
-    sync = np.isin(base, list(SYNC_APIS))
+    dtoh = np.where(kind >= 0, kind == DTOH, named_dtoh)
     readback = is_copy & ~is_async & dtoh
     async_dtoh = is_copy & is_async & dtoh
 
-    frame = pd.DataFrame({
-        "start": api["start"].to_numpy(np.int64), "end": api["end"].to_numpy(np.int64),
-        "pid": api["pid"].to_numpy(), "tid": api["tid"].to_numpy(),
-        "correlation_id": api["correlation_id"].to_numpy(), "api": base,
-        "bytes": copies["bytes"].to_numpy(), "_sync": sync, "_readback": readback, "_async_dtoh": async_dtoh})
-    frame = frame.sort_values(["pid", "tid", "start"], kind="stable")
-    same_thread = (frame["pid"].to_numpy()[1:] == frame["pid"].to_numpy()[:-1]) & (
-        frame["tid"].to_numpy()[1:] == frame["tid"].to_numpy()[:-1])
-    previous_async_dtoh = np.r_[False, same_thread & frame["_async_dtoh"].to_numpy()[:-1]]
-    frame["after_readback"] = frame["_sync"].to_numpy() & previous_async_dtoh
-    # The copy that the sync waits on is the readback's size.
-    prev_bytes = np.r_[0, frame["bytes"].to_numpy()[:-1]]
-    frame["bytes"] = np.where(frame["after_readback"], prev_bytes, frame["bytes"])
-    keep = frame["_sync"].to_numpy() | frame["_readback"].to_numpy()
-    out = frame.loc[keep].copy()
-    out["kind"] = np.where(out["_readback"], "readback", "sync")
-    out = out.drop(columns=["_sync", "_readback", "_async_dtoh"]).sort_values("start", kind="stable")
+    start = api["start"].to_numpy(np.int64)
+    pid, tid = api["pid"].to_numpy(), api["tid"].to_numpy()
+    order = _thread_order(start, pid, tid)  # rows by (pid, tid, start), stable
+    s_pid, s_tid = pid[order], tid[order]
+    same_thread = (s_pid[1:] == s_pid[:-1]) & (s_tid[1:] == s_tid[:-1])
+    previous_async_dtoh = np.r_[False, same_thread & async_dtoh[order][:-1]]
+    after_readback_sorted = sync[order] & previous_async_dtoh
+    keep_sorted = sync[order] | readback[order]
+    rows = order[keep_sorted]  # original row numbers of the kept calls, in thread order
+    after = after_readback_sorted[keep_sorted]
+    nbytes = copies["bytes"].to_numpy()
+    # The copy that the sync waits on is the readback's size (the previous call on the thread).
+    prev_rows = order[np.flatnonzero(keep_sorted) - 1]
+    kept_bytes = np.where(after, nbytes[prev_rows], nbytes[rows])
+    out = pd.DataFrame({
+        "start": start[rows], "end": api["end"].to_numpy(np.int64)[rows], "pid": pid[rows], "tid": tid[rows],
+        "correlation_id": api["correlation_id"].to_numpy()[rows],
+        "api": np.asarray(names.iloc[rows].astype(object).to_numpy(), dtype=object),
+        "bytes": kept_bytes, "after_readback": after,
+        "kind": np.where(readback[rows], "readback", "sync")})
+    out = out.sort_values("start", kind="stable")
     return out.reset_index(drop=True)
+
+
+def _name_flags(names: pd.Series) -> np.ndarray:
+    """Per row: (is a memcpy, is async, device-to-host by name, is a sync call), judged per distinct name."""
+    cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
+    labels = [str(c) for c in cat.cat.categories]
+    table = np.zeros((len(labels) + 1, 4), bool)  # last row: NULL name (code -1)
+    for i, label in enumerate(labels):
+        table[i] = ("Memcpy" in label, "Async" in label,
+                    label in NAMED_DTOH_SYNC_COPIES or label in NAMED_DTOH_ASYNC_COPIES, label in SYNC_APIS)
+    return table[cat.cat.codes.to_numpy()]
+
+
+def _thread_order(start: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """Row order by (pid, tid, start), stable, without a 3-key sort when the rows are in time order already."""
+    if len(start) > 1 and bool((start[1:] >= start[:-1]).all()) and int(tid.max(initial=0)) < (1 << 24):
+        thread = (pid.astype(np.int64) << 24) | (tid.astype(np.int64) & 0xFFFFFF)
+        return np.argsort(thread, kind="stable")
+    return np.lexsort((start, tid, pid))
 
 
 def busy_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,73 @@
+"""Where the time and memory of a ``check`` go: the preload, then each rule on its own.
+
+Usage: python benchmarks/profile_rules.py TRACE.sqlite [--select RULES]
+
+Prints the tables and columns the selected rules make the engine preload (with their size in
+memory), then per rule its seconds and the peak memory it allocates beyond the loaded frames
+(tracemalloc; numpy and pandas report their buffers to it). Use it to find the rule that breaks
+the speed or memory target on a big trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+from nsys_rules.config import Settings
+from nsys_rules.engine import _Windows, effective_options, rule_window_kind, select_rules
+from nsys_rules.inputs import open_trace
+from nsys_rules.plugins import build_registry
+from nsys_rules.rule import RuleContext
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trace", type=Path)
+    parser.add_argument("--select", default="", help="comma-separated rule names (default: all)")
+    args = parser.parse_args(argv)
+    registry = build_registry()
+    settings = Settings(select=[s for s in args.select.split(",") if s])
+    rules = select_rules(registry, settings)
+    trace = open_trace(args.trace)
+    needs: dict[str, list[str]] = {}
+    for rule in rules:
+        for table, cols in rule.needs().items():
+            if trace.has(table):
+                needs.setdefault(table, []).extend(c for c in cols if c not in needs.get(table, []))
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    trace.preload(needs)
+    print(f"preload {time.perf_counter() - t0:.2f} s, {tracemalloc.get_traced_memory()[0] / 2**20:.0f} MB held")
+    for table in needs:
+        frame = trace.frame(table, needs[table])
+        size = frame.memory_usage(deep=False).sum() / 2**20
+        print(f"  {table}: {len(frame)} rows, {len(frame.columns)} columns ({', '.join(frame.columns)}), {size:.0f} MB")
+    windows = _Windows(trace, settings)
+    for kind in ("steady", "full"):
+        t0 = time.perf_counter()
+        windows.get(kind)
+        print(f"window {kind}: {time.perf_counter() - t0:.2f} s")
+    print(f"{'rule':28} {'seconds':>8} {'peak MB':>8}  findings")
+    for rule in rules:
+        options = effective_options(rule, settings)
+        held = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        t0 = time.perf_counter()
+        try:
+            window = windows.get(rule_window_kind(rule, options))
+            found = len(list(rule().check(RuleContext(trace, rule(), options, window))))
+            note = str(found)
+        except Exception as exc:  # noqa: BLE001 - a profile reports failures, it does not stop
+            note = f"{type(exc).__name__}: {exc}"[:80]
+        seconds = time.perf_counter() - t0
+        peak = (tracemalloc.get_traced_memory()[1] - held) / 2**20
+        print(f"{rule.name:28} {seconds:8.2f} {peak:8.0f}  {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -125,7 +125,8 @@ class GpuIdleGaps(Rule):
             if gaps.empty:
                 return
         steady_start = _steady_start(ctx)
-        gaps["phase"] = np.where(gaps["end"].to_numpy() <= steady_start, "start-up", "run")
+        # A gap that opened before the steady state began is loading or warm-up, not the run.
+        gaps["phase"] = np.where(gaps["start"].to_numpy() < steady_start, "start-up", "run")
         lo, hi = ctx.window_bounds()
         judged = max(1, hi - lo)
         for group in split_flagged(gaps, ["pid", "device_id", "phase"], opts.report, opts.max_findings):

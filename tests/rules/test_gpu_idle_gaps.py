@@ -1,0 +1,94 @@
+"""gpu-idle-gaps: interval helpers, the 100 us default, overhead, start-up phase."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nsys_rules.findings import Severity
+from nsys_rules.rules._gpu_activity import chunk_utilization, idle_gaps, merge_intervals, merge_low_chunks
+from nsys_rules.testing import TraceBuilder, run_rule
+
+T0 = 100_000_000
+
+
+def values(finding) -> dict[str, float]:
+    return {k: m.value for k, m in finding.metrics.items()}
+
+
+def busy_steps(b: TraceBuilder, steps: int, *, gap: int, t0: int = T0, kernel_ns: int = 900_000) -> int:
+    """Steps of one long kernel each, ``gap`` ns of idle GPU between them; returns the end."""
+    t = t0
+    for _ in range(steps):
+        b.nvtx("decode_step", t - 1_000, t + kernel_ns + 1_000)
+        b.kernel("gemv", start=t, duration=kernel_ns)
+        t += kernel_ns + gap
+    return t
+
+
+def test_merge_and_gaps_ignore_overlap():
+    s, e = merge_intervals(np.array([0, 5, 20]), np.array([10, 8, 30]))
+    assert s.tolist() == [0, 20] and e.tolist() == [10, 30]
+    starts, lengths = idle_gaps(np.array([0, 5, 20]), np.array([10, 8, 30]))
+    assert starts.tolist() == [10] and lengths.tolist() == [10]
+
+
+def test_chunk_utilization_matches_a_direct_sum():
+    rng = np.random.default_rng(1)
+    s = np.sort(rng.integers(0, 10_000, 200))
+    e = s + rng.integers(1, 300, 200)
+    lo, hi = int(s.min()), int(e.max())
+    starts, lengths, used = chunk_utilization(s, e, lo, hi, 30)
+    for a, n, u in zip(starts, lengths, used, strict=True):
+        direct = (np.minimum(e, a + n) - np.maximum(s, a)).clip(0).sum()
+        assert u == pytest.approx(100 * direct / n)
+    assert lengths.sum() == hi - lo
+
+
+def test_low_chunks_merge_with_a_duration_weighted_average():
+    merged = merge_low_chunks(np.array([0, 10, 20, 30]), np.array([10, 10, 10, 5]), np.array([10.0, 60, 20, 40]), 50)
+    assert merged == [(0, 10, 10.0), (20, 15, pytest.approx((20 * 10 + 40 * 5) / 15))]
+
+
+
+@pytest.mark.parametrize("gap,flagged", [(99_999, False), (100_000, True)])
+def test_default_threshold_is_100_us(tmp_path, gap, flagged):
+    b = TraceBuilder()
+    busy_steps(b, 3, gap=gap)
+    found = run_rule("gpu-idle-gaps", b.write(tmp_path / "t.sqlite"))
+    assert bool(found) is flagged
+    if flagged:
+        assert len(found) == 2 and all(values(f)["idle_time"] == gap for f in found)
+
+
+def test_many_run_gaps_group_into_one_warning(tmp_path):
+    b = TraceBuilder()
+    busy_steps(b, 12, gap=300_000)  # 25 % of the time idle while the program runs
+    found = run_rule("gpu-idle-gaps", b.write(tmp_path / "t.sqlite"))
+    assert len(found) == 1
+    f = found[0]
+    assert f.severity == Severity.WARNING and values(f)["gaps"] == 11 and values(f)["idle_time"] == 11 * 300_000
+    assert f.location.start_ns == T0 + 900_000 and f.estimated_savings_ns == 11 * 300_000
+    assert len(run_rule("gpu-idle-gaps", b.write(tmp_path / "t.sqlite"), options={"report": "all"})) == 11
+
+
+def test_gap_under_profiler_overhead_is_dropped_but_not_under_dlopen(tmp_path):
+    b = TraceBuilder()
+    end = busy_steps(b, 2, gap=1_000_000)
+    gap_start = end - 1_000_000 - 900_000 - 1_000_000
+    b.overhead(gap_start + 10, gap_start + 20, "CUPTI Buffer flush")
+    assert run_rule("gpu-idle-gaps", b.write(tmp_path / "t.sqlite")) == []
+    b2 = TraceBuilder()
+    busy_steps(b2, 2, gap=1_000_000)
+    b2.overhead(gap_start + 10, gap_start + 20, "dlopen(libcudnn.so.9)")
+    assert len(run_rule("gpu-idle-gaps", b2.write(tmp_path / "u.sqlite"))) == 1
+
+
+def test_start_up_gaps_are_info(tmp_path):
+    b = TraceBuilder()
+    b.kernel("init_weights", start=T0 - 60_000_000, duration=1_000_000)  # loading, long before the steps
+    busy_steps(b, 6, gap=50_000)
+    found = run_rule("gpu-idle-gaps", b.write(tmp_path / "t.sqlite"))
+    assert len(found) == 1
+    assert found[0].severity == Severity.INFO and found[0].estimated_savings_ns is None
+    assert "steady state" in found[0].message

@@ -1,0 +1,106 @@
+"""launch-bound: built scenarios (firing, quiet, thresholds) and the real H200 verdicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from nsys_rules.findings import Severity
+from nsys_rules.testing import TraceBuilder, run_rule, run_rules
+
+T0 = 100_000_000
+LEVEL = {"info": 0, "warning": 1, "error": 2}
+
+
+def values(finding) -> dict[str, float]:
+    return {k: m.value for k, m in finding.metrics.items()}
+
+
+def eager_steps(b: TraceBuilder, steps: int = 10, per_step: int = 50, *, kernel_ns: int = 2_000,
+                period_ns: int = 10_000, blocking: bool = False, lead_ns: int = 5_000) -> None:
+    """Eager decode: small kernels, each launched by its own call, one every ``period_ns``.
+
+    The launch call ends 2 us before its kernel starts; with ``blocking`` it returns only
+    after the kernel ended, as under CUDA_LAUNCH_BLOCKING=1.
+    """
+    step_ns = per_step * period_ns + 50_000
+    for i in range(steps):
+        s = T0 + i * step_ns
+        b.nvtx("decode_step", s, s + step_ns - 10_000)
+        for j in range(per_step):
+            k = s + 10_000 + j * period_ns
+            if blocking:  # the call returns 1 us after its kernel ended
+                corr = b.kernel(f"k{j % 5}", start=k, duration=kernel_ns, api=None)
+                b.api("cudaLaunchKernel_v7000", k - lead_ns, lead_ns + kernel_ns + 1_000, correlation_id=corr)
+            else:
+                b.kernel(f"k{j % 5}", start=k, duration=kernel_ns, launch_at=k - lead_ns)
+
+
+def test_small_kernels_with_launch_gaps_are_launch_bound(tmp_path):
+    b = TraceBuilder()
+    eager_steps(b)
+    (f,) = run_rule("launch-bound", b.write(tmp_path / "t.sqlite"))
+    v = values(f)
+    assert f.severity == Severity.WARNING
+    assert v["kernels"] == 500 and v["median_kernel_duration"] == 2_000
+    assert v["gpu_busy_share"] == pytest.approx(100 * 1_000_000 / (10 * 550_000 - 10_000 - 10_000 - 8_000), rel=0.05)
+    assert v["launch_api_time_per_kernel"] == 3_000
+    # 49 gaps of 8 us per step plus 9 step boundaries (58 us): all launch gaps; graphs leave 1 us each.
+    assert v["launch_gaps"] == 10 * 49 + 9
+    assert f.estimated_savings_ns == 10 * 49 * 7_000 + 9 * 57_000
+
+
+def test_busy_gpu_is_not_launch_bound(tmp_path):
+    b = TraceBuilder()
+    eager_steps(b, kernel_ns=9_000)  # 90 % busy
+    assert run_rule("launch-bound", b.write(tmp_path / "t.sqlite")) == []
+
+
+@pytest.mark.parametrize("busy_limit,fires", [(0.2, False), (0.3, True)])
+def test_busy_share_threshold(tmp_path, busy_limit, fires):
+    b = TraceBuilder()
+    eager_steps(b, kernel_ns=2_500)  # ~25 % busy
+    found = run_rule("launch-bound", b.write(tmp_path / "t.sqlite"), options={"max_busy_share": busy_limit})
+    assert bool(found) is fires
+
+
+@pytest.mark.parametrize("median_limit,fires", [(1_999, False), (2_000, True)])
+def test_median_kernel_threshold(tmp_path, median_limit, fires):
+    b = TraceBuilder()
+    eager_steps(b)
+    found = run_rule("launch-bound", b.write(tmp_path / "t.sqlite"), options={"max_median_kernel_ns": median_limit})
+    assert bool(found) is fires
+
+
+def test_gpu_queue_full_is_not_launch_bound(tmp_path):
+    """Kernels launched long before they run (deep queue): gaps are not the host's fault."""
+    b = TraceBuilder()
+    for j in range(300):
+        k = T0 + j * 10_000
+        b.kernel("k", start=k, duration=2_000, launch_at=T0 - 5_000_000 + j * 4_000)
+    assert run_rule("launch-bound", b.write(tmp_path / "t.sqlite")) == []
+
+
+def test_small_saving_is_info(tmp_path):
+    b = TraceBuilder()
+    # 0.3 us gaps, 87 % busy; the launch call (3 us) returns 0.1 us after the GPU ran dry
+    eager_steps(b, steps=1, per_step=500, period_ns=2_300, kernel_ns=2_000, lead_ns=3_200)
+    found = run_rule("launch-bound", b.write(tmp_path / "t.sqlite"), options={"max_busy_share": 0.95,
+                                                                               "graph_gap_ns": 250})
+    assert len(found) == 1 and found[0].severity == Severity.INFO
+
+
+
+def test_h200_verdicts_of_launch_rules(h200):
+    import json
+
+    expected = json.loads((h200 / "expected.json").read_text())["traces"]
+    for name, spec in expected.items():
+        result = run_rules(["launch-bound"], h200 / name)
+        worst = {}
+        for f in result.findings:
+            worst[f.rule] = max(worst.get(f.rule, -1), LEVEL[f.severity.value])
+        for rule in ("launch-bound",):
+            if rule in spec["must"]:
+                assert worst.get(rule, -1) >= LEVEL[spec["must"][rule]], (name, rule)
+            if rule in spec["must_not"]:
+                assert worst.get(rule, -1) <= LEVEL["info"], (name, rule)

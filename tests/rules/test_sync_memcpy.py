@@ -1,0 +1,49 @@
+"""sync-memcpy: built scenarios (firing, quiet, the 64,000-byte boundary, driver calls)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nsys_rules.testing import TraceBuilder, run_rule
+
+T0 = 100_000_000
+
+
+def values(finding) -> dict[str, float]:
+    return {k: m.value for k, m in finding.metrics.items()}
+
+
+def copies(b: TraceBuilder, n: int, nbytes: int = 4096, **kw) -> None:
+    """``n`` copies 1 ms apart (20 us each) and a kernel after them."""
+    for i in range(n):
+        b.memcpy(T0 + i * 1_000_000, 20_000, nbytes, **kw)
+    b.kernel("k", start=T0 + n * 1_000_000 + 10_000, duration=10_000)
+
+
+def test_sync_copy_back_is_flagged(tmp_path):
+    b = TraceBuilder()
+    copies(b, 2, kind="DtoH", src="device", dst="pinned", api="cudaMemcpy_v3020", nbytes=1 << 20)
+    found = run_rule("sync-memcpy", b.write(tmp_path / "t.sqlite"))
+    assert len(found) == 2 and all(values(f)["bytes"] == 1 << 20 for f in found)
+
+
+@pytest.mark.parametrize("nbytes,flagged", [(64_000, False), (64_001, True)])
+def test_small_host_to_device_copies_are_exempt(tmp_path, nbytes, flagged):
+    b = TraceBuilder()
+    copies(b, 1, kind="HtoD", src="pinned", api="cudaMemcpy_v3020", nbytes=nbytes)
+    assert bool(run_rule("sync-memcpy", b.write(tmp_path / "t.sqlite"))) is flagged
+
+
+def test_in_device_and_async_copies_are_not_sync_copies(tmp_path):
+    b = TraceBuilder()
+    copies(b, 2, kind="DtoD", src="device", api="cudaMemcpy_v3020", nbytes=1 << 20)
+    copies(b, 2, kind="DtoH", src="device", dst="pinned", api="cudaMemcpyAsync_v3020", nbytes=1 << 20)
+    assert run_rule("sync-memcpy", b.write(tmp_path / "t.sqlite")) == []
+
+
+def test_driver_sync_copy_is_ours_not_nvidias(tmp_path):
+    b = TraceBuilder()
+    copies(b, 1, kind="DtoH", src="device", dst="pageable", api="cuMemcpyDtoH_v2", nbytes=1 << 20)
+    path = b.write(tmp_path / "t.sqlite")
+    assert len(run_rule("sync-memcpy", path)) == 1
+    assert run_rule("sync-memcpy", path, options={"include_driver_api": False}) == []

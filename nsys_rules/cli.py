@@ -14,11 +14,11 @@ import traceback
 from typing import Sequence
 
 from . import __version__
-from .commands import check, diff, explain, rules_cmd, schema
+from .commands import check, diff, explain, rules_cmd, schema, stats
 from .errors import ExitCode, NsysRulesError
 
 #: Subcommand modules, in help order. Each has add_parser(subparsers) and run(args).
-COMMANDS = [check, diff, rules_cmd, explain, schema]
+COMMANDS = [check, diff, stats, rules_cmd, explain, schema]
 
 EXIT_CODES = """exit codes:
   0  nothing at or above --fail-on      1  findings at or above --fail-on

@@ -76,6 +76,7 @@ TABLES: dict[str, Table] = {
             + (
                 _c("name", "demangledName", kind="string"),
                 _c("short_name", "shortName", kind="string"),
+                _c("mangled_name", "mangledName", kind="string"),  # stats `:mangled`; absent before nsys 2021
                 _c("grid_x", "gridX"), _c("grid_y", "gridY"), _c("grid_z", "gridZ"),
                 _c("block_x", "blockX"), _c("block_y", "blockY"), _c("block_z", "blockZ"),
                 _c("registers_per_thread", "registersPerThread"),
@@ -142,6 +143,9 @@ TABLES: dict[str, Table] = {
             (
                 _c("start", required=True),
                 _c("end"),
+                # `end` as stored: NULL_INT for a range still open at the end of the capture
+                # (`end` itself is patched to `start`); nvtx_sum runs those to the last timestamp.
+                _c("raw_end", "end"),
                 _c("event_type", "eventType"),
                 # Registered strings live in StringIds (textId), others inline (text).
                 _c("name", "text", "textId", kind="nvtx_name"),

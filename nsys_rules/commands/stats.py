@@ -1,0 +1,51 @@
+"""``nsys-rules stats --report NAME TRACE``: NVIDIA's ``nsys stats`` summaries, without nsys.
+
+Same column names, rows, rounding and ordering as nsys 2025.3; ``--format json`` prints the bare
+array nsys prints (not the ``check`` envelope). A report with no data prints ``[]`` (json) or
+nothing, says why on stderr and exits 0, as nsys does. ``--percentiles`` adds p95/p99 columns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import UsageError
+from ..inputs import open_trace
+from ..stats import REPORTS, parse_report
+from ..stats.filters import stats_window
+from ..stats.output import FORMATS, render
+from .common import add_filter_flags
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    names = ", ".join(f"{n}" + "".join(f"[:{v}]" for v in m.VARIANTS) for n, m in REPORTS.items())
+    p = sub.add_parser("stats", help="nsys stats summary reports (same numbers as `nsys stats`)",
+                       description="Print one of NVIDIA's `nsys stats` summary reports, computed without nsys. "
+                                   f"Reports: {names}.")
+    p.add_argument("trace", metavar="TRACE", help="nsys .sqlite export (or .nsys-rep with nsys on PATH)")
+    p.add_argument("--report", required=True, metavar="NAME[:VARIANT]", help=f"the report: {names}")
+    p.add_argument("--format", default="table", choices=FORMATS, help="table (default), csv, or json (nsys's array)")
+    p.add_argument("--percentiles", action="store_true", help="add p95 and p99 columns (beyond nsys)")
+    add_filter_flags(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    module, variant = parse_report(args.report)
+    from pathlib import Path
+
+    path = Path(args.trace)
+    if path.is_dir():
+        raise UsageError(f"{path}: stats takes one trace file, not a folder")
+    trace = open_trace(path)
+    try:
+        window = stats_window(trace, args.filter_time, args.filter_nvtx)
+        result = module.build(trace, window, variant, args.percentiles)
+    finally:
+        trace.close()
+    if not result.rows:
+        sys.stderr.write(f"nsys-rules: {args.report}: no data: {result.reason or 'the report is empty'}\n")
+    sys.stdout.write(render(result, args.format))
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,40 @@
+"""``cuda_api_sum``: time per CUDA runtime/driver API function, as ``nsys stats`` prints it.
+
+nsys groups by the stored name (so ``cudaGetDeviceProperties_v2_v12000`` and a plain
+``cudaGetDeviceProperties_v2`` stay two rows) and only then strips a 4-digit ``_vNNNN`` suffix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..trace import Trace
+from ..windows import Window
+from .common import (PERCENTILES, StatsResult, duration_summary, group_stats, nsys_api_name, order_rows,
+                     rows_from_columns)
+from .filters import host_mask
+
+NAME = "cuda_api_sum"
+VARIANTS: tuple[str, ...] = ()
+COLUMNS = ["Time (%)", "Total Time (ns)", "Num Calls", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)",
+           "StdDev (ns)", "Name"]
+
+
+def build(trace: Trace, window: Window | None, variant: str | None = None, percentiles: bool = False) -> StatsResult:
+    """Run the report on ``trace`` restricted to ``window``."""
+    columns = COLUMNS[:-1] + [f"P{p} (ns)" for p in PERCENTILES] + ["Name"] if percentiles else list(COLUMNS)
+    if not trace.has("api"):
+        return StatsResult(columns, reason=f"{trace.path} does not contain CUDA trace data "
+                           "(CUPTI_ACTIVITY_KIND_RUNTIME); capture with `nsys profile --trace=cuda`")
+    frame = trace.frame("api", ["start", "end", "name"])
+    mask = host_mask(frame, window)
+    names = frame["name"].array
+    codes = np.asarray(names.codes, dtype=np.int64)[mask] + 1
+    durations = (frame["end"].to_numpy() - frame["start"].to_numpy())[mask]
+    if not len(durations):
+        return StatsResult(columns, reason="no CUDA API calls in the selected time range")
+    categories = [""] + [nsys_api_name(str(c)) for c in names.categories]
+    stats = group_stats(codes, durations, len(categories), PERCENTILES if percentiles else ())
+    cols = duration_summary(stats, [categories[g] for g in stats.group], "Name", "Num Calls", percentiles)
+    rows = order_rows(rows_from_columns(cols), ("Total Time (ns)", True), ("Name", False))
+    return StatsResult(list(cols), rows, text_columns=("Name",))

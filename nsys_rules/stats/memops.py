@@ -1,0 +1,76 @@
+"""GPU memory operations (memcpy + memset) as the two ``cuda_gpu_mem_*_sum`` reports see them.
+
+nsys names a copy ``[CUDA memcpy <label>]`` with the label of its ``copyKind`` from the export's
+own ``ENUM_CUDA_MEMCPY_OPER`` table (an inner join: copies of an unlisted kind are left out, and
+an export with copies but no such table gets no report), and every memset ``[CUDA memset]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace import Trace
+from ..windows import Window
+from .filters import gpu_mask
+
+MEMSET = "[CUDA memset]"
+
+
+@dataclass(frozen=True)
+class MemOps:
+    """One entry per memory operation: its operation name code, duration and size."""
+
+    names: list[str]
+    codes: np.ndarray
+    durations: np.ndarray
+    sizes: np.ndarray
+
+
+def memcpy_labels(trace: Trace) -> dict[int, str] | None:
+    """``copyKind`` -> label from ``ENUM_CUDA_MEMCPY_OPER``, or None when the export lacks it."""
+    cols = trace.export.columns_of("ENUM_CUDA_MEMCPY_OPER")
+    if "id" not in cols or "label" not in cols:
+        return None
+    return {int(i): str(label) for i, label in trace.export.query('SELECT "id", "label" FROM "ENUM_CUDA_MEMCPY_OPER"')
+            if i is not None and label is not None}
+
+
+def load_memops(trace: Trace, window: Window | None) -> MemOps | str:
+    """The memory operations in ``window``, or the reason there are none to report."""
+    has_copy, has_set = trace.has("memcpy"), trace.has("memset")
+    if not has_copy and not has_set:
+        return (f"{trace.path} does not contain GPU memory data (no CUPTI_ACTIVITY_KIND_MEMCPY or _MEMSET table); "
+                "capture with `nsys profile --trace=cuda`")
+    names: list[str] = []
+    codes, durations, sizes = [], [], []
+    gpu_cols = ["start", "end", "bytes"] + (["correlation_id", "pid"] if window is not None else [])
+    if has_copy:
+        labels = memcpy_labels(trace)
+        if labels is None:
+            return f"{trace.path} does not contain the ENUM_CUDA_MEMCPY_OPER table (re-export with a newer nsys)"
+        copies = trace.frame("memcpy", gpu_cols + ["copy_kind"])
+        keep = gpu_mask(trace, copies, window)
+        kind = copies["copy_kind"].to_numpy()
+        kinds = sorted(labels)
+        lookup = {k: i for i, k in enumerate(kinds)}
+        names += [f"[CUDA memcpy {labels[k]}]" for k in kinds]
+        code = np.array([lookup.get(int(k), -1) for k in range(int(kind.max()) + 1)] if len(kind) else [], np.int64)
+        row_code = code[kind.clip(0)] if len(kind) else np.zeros(0, np.int64)
+        row_code = np.where(kind < 0, -1, row_code)
+        keep &= row_code >= 0
+        codes.append(row_code[keep])
+        durations.append((copies["end"].to_numpy() - copies["start"].to_numpy())[keep])
+        sizes.append(copies["bytes"].to_numpy()[keep])
+    if has_set:
+        sets = trace.frame("memset", gpu_cols)
+        keep = gpu_mask(trace, sets, window)
+        codes.append(np.full(int(keep.sum()), len(names), np.int64))
+        names.append(MEMSET)
+        durations.append((sets["end"].to_numpy() - sets["start"].to_numpy())[keep])
+        sizes.append(sets["bytes"].to_numpy()[keep])
+    ops = MemOps(names, np.concatenate(codes), np.concatenate(durations), np.concatenate(sizes))
+    if not len(ops.codes):
+        return "no GPU memory operations in the selected time range"
+    return ops

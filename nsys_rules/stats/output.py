@@ -1,0 +1,69 @@
+"""Printing a stats report: ``table`` (nsys's column layout), ``csv`` and ``json`` (the bare array nsys prints)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from .common import StatsResult
+
+FORMATS = ("table", "csv", "json")
+
+#: nsys shortens long names in its table (not in csv/json) to this many characters, ending in "…".
+TABLE_NAME_WIDTH = 100
+
+
+def render(result: StatsResult, fmt: str) -> str:
+    """The report as text in ``fmt``; an empty report is ``[]`` in json and nothing elsewhere."""
+    if fmt == "json":
+        return json.dumps(result.rows, indent=2, ensure_ascii=False) + "\n"
+    if fmt == "csv":
+        return _csv(result)
+    return _table(result)
+
+
+def _csv(result: StatsResult) -> str:
+    if not result.rows:
+        return ""
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
+    writer.writerow(result.columns)
+    for row in result.rows:
+        writer.writerow([row[c] for c in result.columns])
+    return out.getvalue()
+
+
+def _cell(value: Any, column: str) -> str:
+    if isinstance(value, bool) or value is None or value == "":
+        return ""
+    if isinstance(value, int):
+        return f"{value:,}" if _grouped(column) else str(value)
+    if isinstance(value, float):
+        digits = 3 if "(MB)" in column else 1
+        return f"{value:,.{digits}f}"
+    text = str(value)
+    return text if len(text) <= TABLE_NAME_WIDTH else text[:TABLE_NAME_WIDTH - 1] + "…"
+
+
+def _grouped(column: str) -> bool:
+    # Ids (PID, TID, DevId) print plain; counts and durations with thousands separators.
+    return column not in ("PID", "TID", "DevId")
+
+
+def _table(result: StatsResult) -> str:
+    if not result.rows:
+        return ""
+    cells = [[_cell(row[c], c) for c in result.columns] for row in result.rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(result.columns)]
+    left = [c in result.text_columns for c in result.columns]
+
+    def line(values: list[str]) -> str:
+        parts = [v.ljust(w) if is_left else v.rjust(w) for v, w, is_left in zip(values, widths, left, strict=True)]
+        return " " + "  ".join(parts).rstrip()
+
+    header = [c.center(w) if is_left else c.rjust(w) for c, w, is_left in zip(result.columns, widths, left, strict=True)]
+    lines = [" " + "  ".join(header).rstrip(), " " + "  ".join("-" * w for w in widths)]
+    lines += [line(r) for r in cells]
+    return "\n".join(lines) + "\n"

@@ -12,6 +12,7 @@ from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 
 from ._common import pct
+from ._loop import GPU_ACTIVITY_TABLES, gpu_launches, loop_span, spread
 
 #: Allocation and free calls by base name (``_v<digits>`` removed), with the kind of memory they manage.
 ALLOC_APIS: Mapping[str, str] = {
@@ -53,6 +54,9 @@ class Options:
     min_calls_per_step: float = field(default=1.0, metadata={
         "help": "average allocation and free calls per step needed when steps are known (one-time allocation "
                 "falls below this)"})
+    min_spread: float = field(default=0.5, metadata={
+        "help": "when no steps are known: share of the loop's ten equal parts that must hold calls (a burst at "
+                "load fills one or two)"})
     warn_share: float = field(default=5.0, metadata={
         "help": "percent of steady-state time spent in allocation calls at or above which the finding is a warning"})
 
@@ -137,7 +141,7 @@ class AllocChurn(Rule):
     Next optimizations: unset `PYTORCH_NO_CUDA_MEMORY_CACHING`; allocate buffers once before the
     loop and reuse them (workspace, KV cache, pinned staging buffers); for stream-ordered
     allocation keep memory in the pool (`cudaMemPoolAttrReleaseThreshold`).
-    Options: `min_calls`, `min_calls_per_step`, `warn_share`.
+    Options: `min_calls`, `min_calls_per_step`, `min_spread`, `warn_share`.
     Requires: the API table; memory-usage events (optional) for bytes.
     False positives: a program that really resizes its buffers every step (growing sequence
     length) allocates legitimately, though a pool still removes the cost.
@@ -147,9 +151,10 @@ class AllocChurn(Rule):
     title = "Memory allocation churn in the hot path"
     default_severity = Severity.WARNING
     requires = ("api",)
-    optional = ("memory_usage",)
+    optional = ("memory_usage", *GPU_ACTIVITY_TABLES)
     columns = {"api": ("start", "end", "name", "pid", "tid"),
-               "memory_usage": ("start", "pid", "bytes", "operation")}
+               "memory_usage": ("start", "pid", "bytes", "operation"),
+               **{t: ("start", "pid", "correlation_id") for t in GPU_ACTIVITY_TABLES}}
     Options = Options
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
@@ -162,12 +167,23 @@ class AllocChurn(Rule):
         in_window = ctx.window.mask(full["start"].to_numpy())
         api = ctx.frame("api")
         calls = churn_calls(api, ctx.api_base_names(), init[in_window])
+        # Judge the loop only: the steps, or without steps the first to the last GPU launch, so load
+        # (weights, workspaces) and tear-down (frees at exit) stay out even in a whole-capture window.
+        span = loop_span(ctx.window.steps, gpu_launches(ctx))
+        if span is None:
+            return
+        lo, hi = span
+        start = calls["start"].to_numpy(np.int64)
+        calls = calls.loc[(start >= lo) & (start <= hi)].reset_index(drop=True)
         steps = len(ctx.window.steps)
         per_step = len(calls) / steps if steps else None
-        if len(calls) < opts.min_calls or (per_step is not None and per_step < opts.min_calls_per_step):
+        if len(calls) < opts.min_calls:
             return
-
-        lo, hi = (ctx.window.steps[0][0], ctx.window.steps[-1][1]) if steps else ctx.window_bounds()
+        if per_step is not None and per_step < opts.min_calls_per_step:
+            return
+        calls_spread = spread(calls["start"].to_numpy(np.int64), lo, hi)
+        if per_step is None and calls_spread < opts.min_spread:
+            return
         steady_ns = max(1, hi - lo)
         total = int(calls["duration"].sum())
         per_thread = calls.groupby(["pid", "tid"], observed=True)["duration"].sum()
@@ -190,6 +206,8 @@ class AllocChurn(Rule):
         }
         if per_step is not None:
             metrics["calls_per_step"] = metric(per_step, "ratio")
+        else:
+            metrics["loop_spread"] = metric(calls_spread, "ratio")
         if usage is not None:
             metrics["allocation_events"] = metric(usage[0], "count")
             metrics["bytes_allocated"] = metric(usage[1], "B")

@@ -12,6 +12,7 @@ from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 
 from ._common import pct
+from ._loop import GPU_ACTIVITY_TABLES, gpu_launches, loop_span
 
 #: Calls that block the calling host thread until GPU work finishes (base names, runtime and driver).
 SYNC_APIS = frozenset({
@@ -26,7 +27,6 @@ NAMED_DTOH_SYNC_COPIES = frozenset({"cuMemcpyDtoH", "cuMemcpyAtoH"})
 NAMED_DTOH_ASYNC_COPIES = frozenset({"cuMemcpyDtoHAsync", "cuMemcpyAtoHAsync"})
 
 DTOH = 2  # CUPTI copyKind of a device-to-host copy
-GPU_ACTIVITY_TABLES = ("kernels", "memcpy", "memset", "graph_trace")
 
 
 @dataclass(frozen=True)
@@ -166,19 +166,17 @@ def busy_within(union: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> int:
     return int(np.clip(np.minimum(ue, hi) - np.maximum(us, lo), 0, None).sum())
 
 
-def in_loop(calls: pd.DataFrame, steps: tuple[tuple[int, int], ...], last_launch: int | None) -> np.ndarray:
-    """Which blocking calls belong to the repeating loop.
+def in_loop(calls: pd.DataFrame, span: tuple[int, int] | None) -> np.ndarray:
+    """Which blocking calls start inside the loop's ``span`` (see :func:`rules._loop.loop_span`).
 
-    With known steps, a call before the first step starts or after the last one ends is set-up or
-    tear-down (the final sync of a run). Without steps, a call after the last GPU launch of the
-    window is the final sync: nothing queued after it can be delayed by it.
+    Before the loop is set-up; after it (past the last step, or past the last GPU launch when
+    no steps are known) is tear-down, the final sync of a run: nothing queued after it can be
+    delayed by it. No span (no GPU work launched in the window): nothing follows any sync.
     """
+    if span is None:
+        return np.zeros(len(calls), bool)
     start = calls["start"].to_numpy(np.int64)
-    if steps:
-        return (start >= steps[0][0]) & (start <= steps[-1][1])
-    if last_launch is None:
-        return np.zeros(len(calls), bool)  # no GPU work launched in the window: nothing follows any sync
-    return start <= last_launch
+    return (start >= span[0]) & (start <= span[1])
 
 
 def per_call_stats(durations: np.ndarray) -> tuple[float, int]:
@@ -248,28 +246,24 @@ class SyncStall(Rule):
         if calls.empty:
             return
 
-        # GPU activity: launch times in the window (for the final-sync cut) and busy intervals over time.
-        launches: list[np.ndarray] = []
+        # GPU busy intervals over time (for bubbles and idle time), and the loop from the window's launches.
         spans_s: list[np.ndarray] = []
         spans_e: list[np.ndarray] = []
         for table in GPU_ACTIVITY_TABLES:
-            if not trace.has(table):
-                continue
-            launches.append(ctx.frame(table)["launch_start"].to_numpy(np.int64))
-            full = trace.frame(table, self.columns[table])
-            spans_s.append(full["start"].to_numpy(np.int64))
-            spans_e.append(full["end"].to_numpy(np.int64))
-        all_launches = np.concatenate(launches) if launches else np.empty(0, np.int64)
-        last_launch = int(all_launches.max()) if len(all_launches) else None
-        keep = in_loop(calls, ctx.window.steps, last_launch)
+            if trace.has(table):
+                full = trace.frame(table, self.columns[table])
+                spans_s.append(full["start"].to_numpy(np.int64))
+                spans_e.append(full["end"].to_numpy(np.int64))
+        span = loop_span(ctx.window.steps, gpu_launches(ctx))
+        keep = in_loop(calls, span)
         dropped = int((~keep).sum())
         calls = calls.loc[keep].reset_index(drop=True)
-        if len(calls) < opts.min_calls:
+        if span is None or len(calls) < opts.min_calls:
             return
 
-        # The steady state is the step loop when steps are known (a profiler-API window runs on to the
-        # end of the capture, past the loop), else the window clipped to the trace's activity.
-        lo, hi = (ctx.window.steps[0][0], ctx.window.steps[-1][1]) if ctx.window.steps else ctx.window_bounds()
+        # The steady state is the loop: the steps when known (a profiler-API window runs on to the end
+        # of the capture, past the loop), else the first to the last GPU launch of the window.
+        lo, hi = span
         steady_ns = max(1, hi - lo)
         union = busy_union(np.concatenate(spans_s) if spans_s else np.empty(0, np.int64),
                            np.concatenate(spans_e) if spans_e else np.empty(0, np.int64))

@@ -56,16 +56,49 @@ def test_start_up_allocation_is_not_churn(tmp_path):
     assert run_rule("alloc-churn", b.write(tmp_path / "t.sqlite")) == []
 
 
-def test_cudafree_zero_is_context_creation_even_in_the_whole_capture(tmp_path):
-    # No steps, no kernel pattern: the window is the whole capture, and still the 130 ms cudaFree(0)
-    # is not counted; 10 frees after allocations are.
+def copy_loop(b: TraceBuilder, n: int = 10, *, t0: int = 140_000_000, every: int = 100_000) -> None:
+    """No NVTX and no kernels (so no steps): each iteration allocates, copies, frees."""
+    for i in range(n):
+        t = t0 + i * every
+        b.api("cudaMalloc_v3020", t, 5_000)
+        b.memcpy(t + 30_000, 10_000, 4096, launch_at=t + 20_000)
+        b.api("cudaFree_v3020", t + 50_000, 5_000)
+
+
+def test_whole_capture_judges_the_loop_between_first_and_last_launch(tmp_path):
+    # The window is the whole capture; the 130 ms cudaFree(0), the first malloc (before the first
+    # launch) and the last free (after the last launch) are left out: 18 calls remain.
     b = TraceBuilder()
     b.api("cudaFree_v3020", 1_000_000, 130_000_000)
-    for i in range(10):
-        b.api("cudaMalloc_v3020", 140_000_000 + i * 100_000, 5_000)
-        b.api("cudaFree_v3020", 140_050_000 + i * 100_000, 5_000)
+    copy_loop(b, 10)
     [f] = run_rule("alloc-churn", b.write(tmp_path / "t.sqlite"))
-    assert values(f)["alloc_calls"] == 20 and values(f)["alloc_time"] == 100_000
+    m = values(f)
+    assert m["alloc_calls"] == 18 and m["alloc_time"] == 18 * 5_000 and m["loop_spread"] == 1.0
+    assert "calls_per_step" not in m
+
+
+def test_whole_capture_load_burst_is_not_churn(tmp_path):
+    # 30 allocations right after the first launch, then a long loop without any: a burst, not churn.
+    b = TraceBuilder()
+    b.memcpy(100_030_000, 10_000, 4096, launch_at=100_000_000)
+    for i in range(30):
+        b.api("cudaMalloc_v3020", 100_100_000 + i * 10_000, 5_000)
+    for i in range(10):
+        b.memcpy(110_000_000 + i * 1_000_000, 10_000, 4096, launch_at=109_990_000 + i * 1_000_000)
+    assert run_rule("alloc-churn", b.write(tmp_path / "t.sqlite")) == []
+
+
+def test_min_spread_boundary(tmp_path):
+    # Calls in the first half of the loop only: 5 of its 10 parts.
+    b = TraceBuilder()
+    copy_loop(b, 6, every=100_000)
+    for i in range(6):  # the loop goes on without allocations
+        b.memcpy(140_700_000 + i * 100_000, 10_000, 4096, launch_at=140_690_000 + i * 100_000)
+    path = b.write(tmp_path / "t.sqlite")
+    spread_value = values(run_rule("alloc-churn", path, options={"min_spread": 0.0})[0])["loop_spread"]
+    assert 0.3 <= spread_value <= 0.7
+    assert len(run_rule("alloc-churn", path, options={"min_spread": spread_value, "min_calls": 5})) == 1
+    assert run_rule("alloc-churn", path, options={"min_spread": spread_value + 0.05, "min_calls": 5}) == []
 
 
 def test_stream_ordered_pool_churn_is_info(tmp_path):

@@ -1,0 +1,41 @@
+"""The repeating loop inside a rule's window: where host-side patterns (syncs, allocations) are judged.
+
+Load and tear-down can sit inside a window that has no steps (a whole-capture window, or a
+kernel-pattern window that runs to the end of the capture), so rules about the steady loop
+restrict themselves to the step span, or, without steps, to the span between the first and the
+last GPU launch of the window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nsys_rules.rule import RuleContext
+
+GPU_ACTIVITY_TABLES = ("kernels", "memcpy", "memset", "graph_trace")
+
+
+def gpu_launches(ctx: RuleContext) -> np.ndarray:
+    """Launch times (start of the launching API call) of the window's GPU work, unsorted."""
+    out = [ctx.frame(t)["launch_start"].to_numpy(np.int64) for t in GPU_ACTIVITY_TABLES if ctx.trace.has(t)]
+    return np.concatenate(out) if out else np.empty(0, np.int64)
+
+
+def loop_span(steps: tuple[tuple[int, int], ...], launches: np.ndarray) -> tuple[int, int] | None:
+    """First and last instant of the loop: the steps when known, else the first and last GPU launch."""
+    if steps:
+        return steps[0][0], steps[-1][1]
+    if len(launches) >= 2:
+        return int(launches.min()), int(launches.max())
+    return None
+
+
+def spread(times: np.ndarray, lo: int, hi: int, slices: int = 10) -> float:
+    """Share of ``slices`` equal parts of ``[lo, hi]`` that hold at least one of ``times`` (0..1).
+
+    A burst at load fills one or two parts; calls that recur through the loop fill most of them.
+    """
+    if hi <= lo or not len(times) or slices < 1:
+        return 0.0
+    part = np.clip((np.asarray(times, np.int64) - lo) * slices // (hi - lo), 0, slices - 1)
+    return len(np.unique(part)) / slices

@@ -30,6 +30,9 @@ from .tables import TABLES, Column, Table
 _NSYS_PREFIXES = ("TARGET_INFO_", "META_DATA_", "EXPORT_META_DATA", "CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS",
                   "ThreadNames", "OSRT_", "PROCESSES", "ANALYSIS_", "ENUM_NSYS_", "PROFILER_OVERHEAD")
 
+#: Longest string kept from ``StringIds``; kernel names (deep C++ templates) stay far below it.
+MAX_STRING = 65536
+
 #: Value stored for a NULL in an optional integer column (ids are never negative in nsys).
 NULL_INT = -1
 
@@ -137,7 +140,11 @@ class SqliteExport:
             if "id" not in cols or "value" not in cols:
                 self._strings = (np.empty(0, np.int64), np.empty(0, object))
             else:
-                rows = self.query('SELECT "id", "value" FROM "StringIds" WHERE typeof("id") = \'integer\'')
+                # Cut in SQL, so a planted multi-MB string never reaches Python (rules run regexes
+                # over names: 5 MB made one run take 20 s). Not reported as damage: real exports
+                # hold long non-name strings (captured program output, metric configs; 333 KB seen).
+                rows = self.query('SELECT "id", substr("value", 1, ?) FROM "StringIds" '
+                                  'WHERE typeof("id") = \'integer\'', (MAX_STRING,))
                 ids = np.fromiter((r[0] for r in rows), np.int64, len(rows))
                 values = np.array([r[1] if isinstance(r[1], str) else str(r[1]) for r in rows], dtype=object)
                 order = np.argsort(ids, kind="stable")
@@ -262,7 +269,7 @@ class SqliteExport:
             ids = _to_int(values, NULL_INT)
             if not col.required:
                 self._note_unreadable(values, ids, what)
-            nulls = int((ids < 0).sum())
+            nulls = int((ids < 0).sum()) if col.name in ("name", "short_name") else 0  # nsys always writes these
             if nulls:
                 damage_fix.note(self.damage, f"{what}: {nulls} row(s) with no name (NULL string id)")
             return self.resolve_strings(ids, what)

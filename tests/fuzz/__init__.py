@@ -1,0 +1,1 @@
+"""Fuzz suite: mutated nsys exports through the CLI, in process."""

@@ -82,8 +82,10 @@ def _join(parts: list[list[str]], original: list[str]) -> str:
     """Shell-quoted command line; an argument that held a whole shell command stays one argument."""
     words = []
     for tokens, arg in zip(parts, original, strict=True):
-        split = any(ch.isspace() for ch in arg)
-        words.append(shlex.quote(shlex.join(tokens) if split else tokens[0]))
+        if any(ch.isspace() for ch in arg):
+            words.append(shlex.quote(shlex.join(tokens)))
+        else:
+            words.extend(shlex.quote(t) for t in tokens)  # tokens inserted next to a plain argument
     return " ".join(words)
 
 
@@ -99,12 +101,12 @@ def command_evidence(command: tuple[str, ...], environment: Mapping[str, str] | 
     original = list(command)
     parts = split_args(original)
     env = dict(environment or {})
-    for i, tokens in enumerate(parts):
-        for j, token in enumerate(tokens):
-            if PurePosixPath(token).name in ("cargo", "cargo.exe"):
-                found = _cargo_evidence(parts, original, i, j, env)
-                if found is not None:
-                    return found
+    flat = [(i, j, token) for i, tokens in enumerate(parts) for j, token in enumerate(tokens)]
+    for n, (_, _, token) in enumerate(flat):
+        if PurePosixPath(token).name in ("cargo", "cargo.exe"):
+            found = _cargo_evidence(parts, original, flat, n, env)
+            if found is not None:
+                return found
     for i, tokens in enumerate(parts):
         for j, token in enumerate(tokens):
             if _NOT_PROGRAM.search(token):
@@ -141,44 +143,37 @@ def command_evidence(command: tuple[str, ...], environment: Mapping[str, str] | 
     return None
 
 
-def _cargo_evidence(parts: list[list[str]], original: list[str], i: int, j: int,
+def _cargo_evidence(parts: list[list[str]], original: list[str], flat: list[tuple[int, int, str]], at: int,
                     env: Mapping[str, str]) -> CommandEvidence | None:
-    tokens = parts[i]
-    k = j + 1
+    """``cargo [+toolchain] [global options] run|test ...`` without a release flag (``flat[at]`` is cargo)."""
+    tokens = [t for _, _, t in flat]
+    k = at + 1
     while k < len(tokens) and (tokens[k].startswith("+") or tokens[k].startswith("-")):
         k += 2 if tokens[k] in _CARGO_GLOBAL_WITH_VALUE else 1  # toolchain (+nightly) and global options
     if k >= len(tokens) or tokens[k] not in _CARGO_RUNS:
         return None
     sub = tokens[k]
-    args = tokens[k + 1:]
-    if "--" in args:
-        args = args[: args.index("--")]
-    profile = None
-    for n, arg in enumerate(args):
+    end = tokens.index("--", k) if "--" in tokens[k:] else len(tokens)  # after `--`: the program's own flags
+    profile, profile_at = None, []
+    for n in range(k + 1, end):
+        arg = tokens[n]
         if arg in ("-r", "--release") or re.fullmatch(r"-[qv]*r[qv]*", arg):
             return None
-        if arg == "--profile" and n + 1 < len(args):
-            profile = args[n + 1]
+        if arg == "--profile" and n + 1 < end:
+            profile, profile_at = tokens[n + 1], [n, n + 1]
         elif arg.startswith("--profile="):
-            profile = arg.split("=", 1)[1]
+            profile, profile_at = arg.split("=", 1)[1], [n]
     if profile is not None and profile not in _DEBUG_PROFILES:
         return None  # a custom profile: cannot tell whether it inherits dev or release
     # The dev profile made fast on purpose (CARGO_PROFILE_DEV_OPT_LEVEL=2/3) is not the slow debug build.
     if str(env.get("CARGO_PROFILE_DEV_OPT_LEVEL", "")).strip('"') in ("2", "3"):
         return None
-    new_tokens = list(tokens)
-    flag = _CARGO_RUNS[sub]
-    if profile is not None:
-        for n, arg in enumerate(new_tokens[k + 1:], start=k + 1):
-            if arg == "--profile":
-                del new_tokens[n: n + 2]
-                break
-            if arg.startswith("--profile="):
-                del new_tokens[n]
-                break
-    new_tokens.insert(k + 1, flag)
     new_parts = [list(t) for t in parts]
-    new_parts[i] = new_tokens
+    for n in sorted(profile_at, reverse=True):
+        i, j, _ = flat[n]
+        del new_parts[i][j]
+    i, j, _ = flat[k]
+    new_parts[i].insert(j + 1, _CARGO_RUNS[sub])
     how = f"`cargo {sub}` with the {profile} profile" if profile else f"`cargo {sub}` without `-r`/`--release`"
     return CommandEvidence(f"the program was started by {how}, which builds the dev (debug) profile",
                            _join(new_parts, original), "", "cargo")

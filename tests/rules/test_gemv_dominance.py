@@ -1,0 +1,216 @@
+"""gemv-dominance: built decode/prefill scenarios, bandwidth bands and bytes sources, real H200 traces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nsys_rules.testing import GpuSpec, TraceBuilder, run_rule
+from nsys_rules.rules.gemv_dominance import achieved_bandwidth, per_step_time
+
+PEAK = 4_814_304_000_000  # TraceBuilder's H200
+PERIOD = 1_000_000
+T0 = 50_000_000
+GEMV = "gemv_bf16(const __nv_bfloat16 *, const __nv_bfloat16 *, __nv_bfloat16 *, int, int)"
+NORM = "rmsnorm(__nv_bfloat16 *, int)"
+GEMM = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT"
+
+
+def decode(b: TraceBuilder, steps: int = 10, *, gemv_ns: int = 100_000, other_ns: int = 25_000, gemv_name: str = GEMV,
+           other_name: str = NORM, nvtx: bool = True, device: int = 0, t0: int = T0) -> None:
+    """Per step: four GEMVs of ``gemv_ns / 4`` and one other kernel of ``other_ns``."""
+    for i in range(steps):
+        s = t0 + i * PERIOD
+        if nvtx:
+            b.nvtx("decode_step", s, s + PERIOD - 10_000)
+        t = s + 20_000
+        for _ in range(4):
+            b.kernel(gemv_name, start=t, duration=gemv_ns // 4, device=device)
+            t += gemv_ns // 4 + 1_000
+        b.kernel(other_name, start=t, duration=other_ns, device=device)
+
+
+def values(finding) -> dict[str, float]:
+    return {k: m.value for k, m in finding.metrics.items()}
+
+
+def test_decode_without_bytes_is_info_with_share(tmp_path):
+    b = TraceBuilder()
+    decode(b)
+    [f] = run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"))
+    m = values(f)
+    assert f.rule == "gemv-dominance" and f.severity.value == "info"
+    assert m["gemv_time"] == 10 * 100_000 and m["kernel_time"] == 10 * 125_000
+    assert m["gemv_share"] == pytest.approx(80.0)
+    assert "achieved_bandwidth" not in m
+    assert "weight_bytes" in f.recommendation and f.location.device == 0
+
+
+def test_gemm_bound_work_is_silent(tmp_path):
+    b = TraceBuilder()
+    decode(b, gemv_name=GEMM, gemv_ns=400_000, other_name=GEMV, other_ns=20_000)  # prefill-like: GEMMs dominate
+    assert run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite")) == []
+
+
+@pytest.mark.parametrize("other_ns,fires", [(100_000, True), (101_000, False)])
+def test_min_share_boundary(tmp_path, other_ns, fires):
+    b = TraceBuilder()
+    decode(b, gemv_ns=100_000, other_ns=other_ns)  # share 0.5 exactly, then just under
+    assert bool(run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"))) is fires
+
+
+def test_bandwidth_from_option_at_roofline(tmp_path):
+    b = TraceBuilder()
+    decode(b)
+    weight = 400_000_000  # 400 MB in 100 us per step = 4.0 TB/s = 83 % of peak
+    [f] = run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"), options={"weight_bytes": weight})
+    m = values(f)
+    assert m["achieved_bandwidth"] == pytest.approx(4.0e12)
+    assert m["bandwidth_fraction"] == pytest.approx(100 * 4.0e12 / PEAK, rel=1e-6)
+    assert m["steps"] == 10 and m["gemv_time_per_step"] == 100_000
+    assert f.severity.value == "info" and "quantization" in f.recommendation
+    assert f.estimated_savings_ns == 10 * 100_000 // 2
+
+
+def test_low_bandwidth_is_a_warning_with_savings(tmp_path):
+    b = TraceBuilder()
+    decode(b)
+    [f] = run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"), options={"weight_bytes": "200M"})
+    m = values(f)
+    weight = 200 * 1024**2
+    frac = weight / 100e-6 / PEAK
+    assert m["weight_bytes"] == weight and m["bandwidth_fraction"] == pytest.approx(100 * frac, rel=1e-6)
+    assert f.severity.value == "warning" and "Custom GEMV kernels" in f.recommendation
+    # Saving: per step from 100 us down to the time at 85 % of peak, over 10 steps.
+    assert f.estimated_savings_ns == pytest.approx(10 * (100_000 - 100_000 * frac / 0.85), abs=2)
+
+
+def test_low_bandwidth_with_small_savings_stays_info(tmp_path):
+    b = TraceBuilder()
+    decode(b, gemv_ns=100_000, other_ns=25_000)
+    # 68 % of peak: saving to 85 % is 20 us of 125 us per step (16 %): warning; raise the bar above it.
+    weight = int(0.68 * PEAK * 100e-6)
+    path = b.write(tmp_path / "t.sqlite")
+    [f] = run_rule("gemv-dominance", path, options={"weight_bytes": weight})
+    assert f.severity.value == "warning"
+    [f] = run_rule("gemv-dominance", path, options={"weight_bytes": weight, "min_savings_share": 0.2})
+    assert f.severity.value == "info"
+
+
+@pytest.mark.parametrize("fraction,advice", [(0.80, "close to what large GEMVs achieve"),
+                                             (0.70, "close to what large GEMVs achieve"),
+                                             (0.805, "memory roofline"), (0.695, "Custom GEMV kernels")])
+def test_band_boundaries(tmp_path, fraction, advice):
+    b = TraceBuilder()
+    decode(b)
+    weight = int(round(fraction * PEAK * 100e-6))
+    [f] = run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"), options={"weight_bytes": weight})
+    assert advice in f.recommendation
+
+
+def test_bytes_from_the_model_load(tmp_path):
+    b = TraceBuilder()
+    for i in range(8):  # 8 x 50 MB host-to-device before the first step: the model load
+        b.memcpy(1_000_000 + i * 2_000_000, 1_500_000, 50_000_000, kind="HtoD")
+    b.memcpy(T0 + 5 * PERIOD + 1_000, 2_000, 4_096, kind="HtoD")  # a per-step input copy: not weights
+    decode(b)
+    [f] = run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"))
+    m = values(f)
+    assert m["weight_bytes"] == 400_000_000
+    assert m["achieved_bandwidth"] == pytest.approx(4.0e12)
+    assert "model load" in f.message
+
+
+def test_small_load_is_not_taken_for_weights(tmp_path):
+    b = TraceBuilder()
+    b.memcpy(1_000_000, 10_000, 8 * 1024**2, kind="HtoD")  # 8 MiB < min_load_bytes (16 MiB)
+    decode(b)
+    path = b.write(tmp_path / "t.sqlite")
+    [f] = run_rule("gemv-dominance", path)
+    assert "achieved_bandwidth" not in values(f)
+    [f] = run_rule("gemv-dominance", path, options={"min_load_bytes": 8 * 1024**2})
+    assert values(f)["weight_bytes"] == 8 * 1024**2
+
+
+def test_load_implying_more_than_peak_is_rejected(tmp_path):
+    b = TraceBuilder()
+    b.memcpy(1_000_000, 10_000_000, 2_000_000_000, kind="HtoD")  # 2 GB per 100 us would be 20 TB/s
+    decode(b)
+    [f] = run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"))
+    assert "achieved_bandwidth" not in values(f)
+    assert "above the" in f.message and "peak" in f.message
+
+
+def test_peak_missing_from_export(tmp_path):
+    b = TraceBuilder(gpus=(GpuSpec(memory_bandwidth=None),))
+    decode(b)
+    path = b.write(tmp_path / "t.sqlite")
+    [f] = run_rule("gemv-dominance", path, options={"weight_bytes": 400_000_000})
+    m = values(f)
+    assert m["achieved_bandwidth"] == pytest.approx(4.0e12) and "bandwidth_fraction" not in m
+    assert "memoryBandwidth" in f.message and "peak_bandwidth" in f.recommendation
+    [f] = run_rule("gemv-dominance", path, options={"weight_bytes": 400_000_000, "peak_bandwidth": 5e12})
+    assert values(f)["bandwidth_fraction"] == pytest.approx(80.0)
+
+
+def test_peak_of_the_kernels_device(tmp_path):
+    b = TraceBuilder(gpus=(GpuSpec(id=0, memory_bandwidth=1_000_000_000_000),
+                           GpuSpec(id=1, memory_bandwidth=8_000_000_000_000)))
+    decode(b, device=1)
+    [f] = run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"), options={"weight_bytes": 400_000_000})
+    assert f.location.device == 1
+    assert values(f)["bandwidth_fraction"] == pytest.approx(50.0)
+
+
+def test_steps_option_without_step_ranges(tmp_path):
+    b = TraceBuilder()
+    t = T0
+    for count in (4, 5, 3, 4, 5, 3, 4, 5, 3, 4):  # uneven launches: no NVTX and no marker kernel gives steps
+        for _ in range(count):
+            b.kernel(GEMV, start=t, duration=25_000)
+            t += 26_000
+        b.kernel(NORM, start=t, duration=25_000)
+        t += 500_000
+    path = b.write(tmp_path / "t.sqlite")
+    [f] = run_rule("gemv-dominance", path, options={"weight_bytes": 400_000_000})
+    assert "achieved_bandwidth" not in values(f) and "steps=N" in f.message
+    [f] = run_rule("gemv-dominance", path, options={"weight_bytes": 400_000_000, "steps": 10})
+    assert values(f)["gemv_time_per_step"] == pytest.approx(100_000)
+
+
+def test_extra_gemv_patterns(tmp_path):
+    b = TraceBuilder()
+    decode(b, gemv_name="w4a16_decode_kernel(int)")
+    path = b.write(tmp_path / "t.sqlite")
+    assert run_rule("gemv-dominance", path) == []
+    [f] = run_rule("gemv-dominance", path, options={"extra_gemv_patterns": ("w4a16_decode",)})
+    assert values(f)["gemv_share"] == pytest.approx(80.0)
+
+
+def test_bad_weight_bytes_is_a_usage_error(tmp_path):
+    from nsys_rules.errors import UsageError
+
+    b = TraceBuilder()
+    decode(b)
+    with pytest.raises(UsageError):
+        run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"), options={"weight_bytes": "lots"})
+
+
+def test_pure_functions():
+    assert achieved_bandwidth(1_000_000_000, 1_000_000) == pytest.approx(1e12)
+    launch = np.array([5, 15, 16, 35, 99])
+    dur = np.array([1.0, 2.0, 3.0, 4.0, 100.0])
+    per_step, used = per_step_time(launch, dur, ((0, 10), (10, 20), (30, 40), (50, 60)))
+    assert used == 3 and per_step == pytest.approx(10 / 3)
+
+
+def test_real_decode_and_prefill(h200):
+    [f] = run_rule("gemv-dominance", h200 / "decode_graph_profilerapi.sqlite")
+    m = values(f)
+    assert f.severity.value == "info" and 65 < m["gemv_share"] < 80
+    assert run_rule("gemv-dominance", h200 / "prefill_2048.sqlite") == []
+    [f] = run_rule("gemv-dominance", h200 / "rust_release_build.sqlite", options={"weight_bytes": 7_000_000_000})
+    m = values(f)
+    # 109.1 ms of GEMV over 63 steps = 1.732 ms per step; 7 GB / 1.732 ms = 4.04 TB/s = 84 % of peak.
+    assert m["gemv_time_per_step"] == pytest.approx(1.732e6, rel=0.01)
+    assert m["bandwidth_fraction"] == pytest.approx(84, abs=1.5)

@@ -126,11 +126,12 @@ class AllocChurn(Rule):
 
     What it detects: `cudaMalloc`/`cudaFree`, `cudaMallocAsync`/`cudaFreeAsync`, `cuMemAlloc*`,
     `cuMemFree*`, pinned host allocations (`cudaMallocHost`, `cudaHostAlloc`, `cuMemHostAlloc`,
-    host registration), managed and virtual-memory calls, at a steady rate in the steady state
-    (on average at least `min_calls_per_step` per step when steps are known). The start-up
-    `cudaFree(0)` (a free before anything was allocated: context creation, 115-140 ms) and
-    one-time allocation at load are not churn: the steady window leaves load out, and a handful
-    of calls falls below the rate.
+    host registration), managed and virtual-memory calls, at a steady rate in the steady loop:
+    on average at least `min_calls_per_step` per step when steps are known; without steps, inside
+    the span from the first to the last GPU launch and spread over at least `min_spread` of it.
+    The start-up `cudaFree(0)` (a free before anything was allocated: context creation, 115-140
+    ms) and one-time allocation at load are not churn: the steady window and the loop span leave
+    load out, and a handful of calls falls below the rate.
     Why it hurts: `cudaMalloc` and `cudaFree` go to the driver, and `cudaFree` synchronizes the
     device; pinning host memory costs milliseconds. A caching allocator or pool makes the steady
     state allocation-free. Stream-ordered pool calls are cheap while the pool keeps its memory,
@@ -142,7 +143,8 @@ class AllocChurn(Rule):
     loop and reuse them (workspace, KV cache, pinned staging buffers); for stream-ordered
     allocation keep memory in the pool (`cudaMemPoolAttrReleaseThreshold`).
     Options: `min_calls`, `min_calls_per_step`, `min_spread`, `warn_share`.
-    Requires: the API table; memory-usage events (optional) for bytes.
+    Requires: The API table; GPU rows (kernels, copies, memsets, graph replays) to find the loop
+    when no steps are known; memory-usage events (optional) for bytes.
     False positives: a program that really resizes its buffers every step (growing sequence
     length) allocates legitimately, though a pool still removes the cost.
     """

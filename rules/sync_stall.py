@@ -26,6 +26,7 @@ NAMED_DTOH_SYNC_COPIES = frozenset({"cuMemcpyDtoH", "cuMemcpyAtoH"})
 #: Asynchronous copies whose direction is in the name.
 NAMED_DTOH_ASYNC_COPIES = frozenset({"cuMemcpyDtoHAsync", "cuMemcpyAtoHAsync"})
 
+GRAPH_LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch")
 DTOH = 2  # CUPTI copyKind of a device-to-host copy
 
 
@@ -190,8 +191,9 @@ def per_call_stats(durations: np.ndarray) -> tuple[float, int]:
 class SyncStall(Rule):
     """Host threads blocked in synchronization during the steady state.
 
-    What it detects: recurring blocking calls in the steady state (model load, warm-up, set-up
-    before the first step and the final sync after the last launch are left out):
+    What it detects: recurring blocking calls in the steady loop (model load, warm-up, set-up
+    before the first step and the final sync after the last step are left out; without steps,
+    the loop runs from the first to the last GPU launch of the window):
     `cudaStreamSynchronize`, `cudaDeviceSynchronize`, `cudaEventSynchronize` and the driver's
     `cuStreamSynchronize`, `cuCtxSynchronize`, `cuEventSynchronize` (runtime and driver alike,
     `_v<digits>` suffixes removed, which `nsys analyze` misses), and blocking device-to-host
@@ -213,12 +215,13 @@ class SyncStall(Rule):
     sample on the GPU and overlap it with the next step; replace device-wide syncs with an event
     wait on the one stream that matters; keep the decode loop inside a CUDA graph.
     Options: `min_calls`, `warn_share`.
-    Requires: the API table; kernels/memcpy/memset/graph-trace rows for the bubble and idle
-    time; the SYNCHRONIZATION table (optional) to cross-check.
+    Requires: The API table; kernel, memcpy, memset and graph-trace rows for the loop, the
+    bubble and the idle time; the SYNCHRONIZATION table (optional) to cross-check.
     False positives: a loop that must hand every result to the host before it can continue (an
     interactive sampler, a stop condition) still pays the bubble, but the fix then is to overlap,
     not to remove the sync. One sync per step in a GPU-bound loop shows large blocked time but a
-    small savings estimate: read the savings, not only the severity.
+    small savings estimate: read the savings, not only the severity. The bubble is measured
+    against the activity of all GPUs together, so on multi-GPU traces it can read low.
     """
 
     name = "sync-stall"
@@ -320,10 +323,17 @@ class SyncStall(Rule):
             f"that overlapping host and GPU work can give back to the step.{check}"
             + (f" {dropped} set-up or final sync call(s) outside the loop were left out." if dropped else ""))
         severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
-        yield ctx.finding(message, _recommendation(top_api, readback_waits + sync_readbacks, calls),
+        yield ctx.finding(message, _recommendation(top_api, readback_waits + sync_readbacks, calls, _is_python(trace),
+                                          bool(names.isin(GRAPH_LAUNCH_APIS).any())),
                           severity=severity, metrics=metrics, estimated_savings_ns=savings,
                           location=Location(pid=int(pid), tid=int(tid), api=top_api, nvtx=(
                               (ctx.window.step_name,) if ctx.window.step_name else None)))
+
+
+def _is_python(trace) -> bool:
+    """True when the profiled program is a Python interpreter (the fix is then shown in PyTorch terms)."""
+    command = trace.capture.command[:1]
+    return bool(command) and "python" in command[0].rsplit("/", 1)[-1]
 
 
 def _confirmed(ctx: RuleContext, calls: pd.DataFrame) -> int | None:
@@ -338,23 +348,40 @@ def _confirmed(ctx: RuleContext, calls: pd.DataFrame) -> int | None:
     return int(mine.isin(key).sum())
 
 
-def _recommendation(top_api: str, readbacks: int, calls: pd.DataFrame) -> str:
+def _readback_fix(top_api: str, python: bool) -> str:
+    """The asynchronous-readback recipe in the API family the program uses."""
+    if top_api.startswith("cu") and not top_api.startswith("cuda"):  # driver API
+        how = ("`cuMemcpyDtoHAsync` into a pinned `cuMemHostAlloc` buffer, `cuEventRecord` after it, and "
+               "`cuEventSynchronize` (or `cuEventQuery`) on that event one step later")
+    elif python:
+        how = ("`host = torch.empty(n, dtype=..., pin_memory=True)` once, then per step "
+               "`host.copy_(t, non_blocking=True); ev = torch.cuda.Event(); ev.record()` and `ev.synchronize()` "
+               "one step later, instead of `.item()`/`.cpu()`/`.tolist()`")
+    else:
+        how = ("`cudaMemcpyAsync` into a pinned `cudaMallocHost` buffer, `cudaEventRecord` after it, and "
+               "`cudaEventSynchronize` (or `cudaEventQuery`) on that event one step later")
+    return (f"make the per-step readback asynchronous: {how}, so the host enqueues step N+1 while the GPU runs "
+            "step N; better still, sample on the GPU and keep the tokens on the device")
+
+
+def _recommendation(top_api: str, readbacks: int, calls: pd.DataFrame, python: bool = False,
+                    graphs: bool = False) -> str:
     steps: list[str] = []
     if readbacks:
-        steps.append(
-            "Make the per-step readback asynchronous: copy the result into a pinned host buffer "
-            "(`buf = torch.empty(n, pin_memory=True); buf.copy_(t, non_blocking=True)`, or `cudaMemcpyAsync`/"
-            "`cuMemcpyDtoHAsync` into `cudaMallocHost` memory), record an event after it and consume the value one "
-            "step later (`event.synchronize()`/`cuEventSynchronize` only when it is needed), so the host enqueues "
-            "step N+1 while the GPU runs step N; better still, sample on the GPU and keep the tokens on the device")
+        steps.append(_readback_fix(top_api, python))
     if top_api in ("cudaDeviceSynchronize", "cuCtxSynchronize", "cudaThreadSynchronize"):
         steps.append(f"replace the device-wide `{top_api}` with an event recorded on the one stream whose result "
                      "is needed (`cudaEventRecord` + `cudaEventSynchronize`/`cudaStreamWaitEvent`), or drop it")
     elif not readbacks:
         steps.append(f"remove the per-step `{top_api}`, or wait on an event recorded for just the data that is "
                      "needed, one step behind, instead of draining the stream")
-    steps.append("capture the decode step in a CUDA graph and keep the loop on the device (one launch per step, "
-                 "no host round trip between steps)")
+    if graphs:
+        steps.append("the step already replays as a CUDA graph, so the host round trip between replays is what is "
+                     "left: launch replay N+1 before waiting on replay N's result (double-buffer its output), or "
+                     "put several steps in one graph")
+    else:
+        steps.append("capture the decode step in a CUDA graph and keep the loop on the device (one launch per step, "
+                     "no host round trip between steps)")
     threads = calls[["pid", "tid"]].drop_duplicates()
     where = "" if len(threads) == 1 else f" ({len(threads)} threads block; start with the busiest)"
     text = "; ".join(steps)

@@ -71,6 +71,29 @@ def test_driver_api_syncs_are_found(tmp_path):
     assert values(f)["blocking_calls"] == 8 and values(f)["readback_waits"] == 8
 
 
+def test_fix_speaks_the_programs_api(tmp_path):
+    driver = TraceBuilder(command=["./engine"])
+    decode_loop(driver, steps=5, sync_api="cuStreamSynchronize", readback_api="cuMemcpyDtoHAsync_v2")
+    [f] = run_rule("sync-stall", driver.write(tmp_path / "d.sqlite"))
+    assert "cuEventRecord" in f.recommendation and "torch" not in f.recommendation
+    torch = TraceBuilder(command=["/usr/bin/python3", "decode.py"])
+    decode_loop(torch, steps=5)
+    [f] = run_rule("sync-stall", torch.write(tmp_path / "p.sqlite"))
+    assert "non_blocking=True" in f.recommendation and "capture the decode step in a CUDA graph" in f.recommendation
+
+
+def test_graph_replay_loop_is_told_to_overlap_replays(tmp_path):
+    b = TraceBuilder()
+    for i in range(6):
+        s = T0 + i * PERIOD
+        b.nvtx("decode_step", s, s + PERIOD - 10_000)
+        b.graph_launch(s + 20_000, GPU, launch_at=s + 1_000, traced_as_graph=False)
+        b.kernel("gemv", start=s + 20_000, duration=GPU, api=None, graph_node_id=1)
+        b.sync(s + 10_000, GPU + 12_000)
+    [f] = run_rule("sync-stall", b.write(tmp_path / "t.sqlite"))
+    assert "already replays as a CUDA graph" in f.recommendation
+
+
 @pytest.mark.parametrize("api", ["cudaDeviceSynchronize_v3020", "cudaEventSynchronize_v3020", "cuCtxSynchronize",
                                  "cuEventSynchronize"])
 def test_every_sync_api_counts(tmp_path, api):

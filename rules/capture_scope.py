@@ -1,0 +1,149 @@
+"""capture-scope: the trace holds model loading and warm-up around the steady state it is about."""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.windows import PROFILER_START_APIS
+
+HTOD = 1
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of capture-scope."""
+
+    min_outside_share: float = field(default=0.5, metadata={
+        "help": "report when at least this share of the capture lies outside the steady state"})
+    min_outside_ns: int = field(default=1_000_000_000, metadata={
+        "help": "or when at least this much time (ns) precedes the steady state"})
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where the steady state sits in the capture (ns from the session start, nsys's time 0)."""
+
+    capture_end: int
+    first_kernel: int | None
+    steady_start: int
+    steady_end: int
+    htod_bytes_before: int
+    htod_copies_before: int
+
+    @property
+    def before(self) -> int:
+        """Time from the session start to the steady state."""
+        return self.steady_start
+
+    @property
+    def after(self) -> int:
+        """Time from the end of the steady state to the end of the capture."""
+        return max(0, self.capture_end - self.steady_end)
+
+    @property
+    def outside_share(self) -> float:
+        """Share of the capture outside the steady state."""
+        return (self.before + self.after) / self.capture_end if self.capture_end else 0.0
+
+
+def has_profiler_range(api_base_names: np.ndarray) -> bool:
+    """A cudaProfilerStart/cuProfilerStart call: the capture was already limited (`-c cudaProfilerApi`)."""
+    return bool(np.isin(api_base_names, PROFILER_START_APIS).any())
+
+
+class CaptureScope(Rule):
+    """The capture holds start-up (loading, warm-up) and not only the steady state it is about.
+
+    What it detects: no `cudaProfilerStart`/`cuProfilerStart` call in the trace (the only sign
+    of a `-c cudaProfilerApi` capture: the range is not recorded in the metadata) while at
+    least `min_outside_share` of the capture, or `min_outside_ns` before it, lies outside the
+    steady state (the repeating step range after warm-up). The evidence adds the first kernel's
+    time and the host-to-device bytes copied before the steady state (weights being loaded).
+    Why it hurts: whole-capture numbers (`nsys stats`, `nsys analyze`, GPU utilization, gaps)
+    then describe loading rather than inference, the file and the time to open it grow, and
+    start-up work (random weight fills, autotuning, allocator growth) pollutes kernel statistics.
+    Evidence: time before and after the steady state and their share, first kernel time,
+    host-to-device bytes before the steady state, the steady window and how it was found.
+    Next optimizations: capture only the measured loop: `nsys profile -c cudaProfilerApi` with
+    cudaProfilerStart/Stop around it (PyTorch `torch.cuda.profiler.start()`/`stop()`, or the
+    engine's capture flag); or `--delay`/`--duration` with the numbers given; or keep the trace
+    and judge the steady part with `nsys-rules check --filter-time`.
+    Options: `min_outside_share`, `min_outside_ns`.
+    Requires: the API table (to see a profiler range); kernels, NVTX and memcpy sharpen it.
+    False positives: a trace meant to study start-up (loading time) itself.
+    """
+
+    name = "capture-scope"
+    title = "Capture holds loading and warm-up"
+    default_severity = Severity.INFO
+    requires = ("api",)
+    optional = ("kernels", "memcpy", "nvtx")
+    columns = {"api": ("start", "end", "name", "correlation_id", "pid"),
+               "kernels": ("start", "end", "correlation_id", "pid"),
+               "memcpy": ("start", "end", "bytes", "copy_kind", "correlation_id", "pid"),
+               "nvtx": ("start", "end", "name")}
+    window = "steady"
+    Options = Options
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opts = ctx.options
+        trace = ctx.trace
+        if has_profiler_range(trace.api_names().astype(object).to_numpy()):
+            return
+        window = ctx.window
+        if window.intervals is None:
+            return  # no steady state found: nothing to say where the capture should begin
+        lo, hi = ctx.span()
+        steady_start, steady_end = max(lo, int(window.start)), min(hi, int(window.end))
+        if steady_end <= steady_start:
+            return
+        kernels = trace.frame("kernels", ["start"]) if trace.has("kernels") else None
+        first_kernel = int(kernels["start"].min()) if kernels is not None and len(kernels) else None
+        htod_bytes = htod_copies = 0
+        if trace.has("memcpy"):
+            copies = trace.frame("memcpy", ["start", "bytes", "copy_kind"])
+            early = copies[(copies["copy_kind"] == HTOD) & (copies["start"] < steady_start)]
+            htod_bytes, htod_copies = int(early["bytes"].sum()), len(early)
+        scope = Scope(hi, first_kernel, steady_start, steady_end, htod_bytes, htod_copies)
+        if scope.outside_share < opts.min_outside_share and scope.before < opts.min_outside_ns:
+            return
+        delay_s = math.floor(steady_start / 1e9)
+        duration_s = max(1, math.ceil((steady_end - delay_s * 1e9) / 1e9))
+        first = f"; the first kernel ran at {first_kernel / 1e9:.3f} s" if first_kernel is not None else ""
+        size = f"{htod_bytes / 1e6:.1f} MB" if htod_bytes >= 100_000 else f"{htod_bytes} B"
+        loads = f"; {size} were copied host-to-device in {htod_copies} copies before it" if htod_bytes else ""
+        program = trace.capture.command_line or "<your program>"
+        name = shlex.quote(Path(trace.label).stem or "report")
+        yield ctx.finding(
+            f"The steady state ({window.source}) runs {steady_start / 1e9:.3f}-{steady_end / 1e9:.3f} s, "
+            f"{(steady_end - steady_start) / 1e6:.1f} ms of a {hi / 1e9:.3f} s capture: {scope.before / 1e9:.3f} s "
+            f"before it and {scope.after / 1e9:.3f} s after it ({100 * scope.outside_share:.0f} % of the capture) "
+            f"are start-up, warm-up and shutdown{first}{loads}. No cudaProfilerStart/cuProfilerStart call limits "
+            "the capture.",
+            "Capture only the measured loop: `nsys profile -c cudaProfilerApi --capture-range-end=stop "
+            f"--cuda-graph-trace=node --export=sqlite -o {name} {program}` with cudaProfilerStart/Stop around the "
+            "steps (PyTorch `torch.cuda.profiler.start()`/`stop()`, or the engine's capture flag, e.g. "
+            f"bench_serving `--cuda-profiler-capture`); or `--delay={delay_s} --duration={duration_s}`; or keep "
+            f"this trace and judge the steady part with `nsys-rules check --filter-time "
+            f"{steady_start / 1e6:.0f}ms/{steady_end / 1e6:.0f}ms {shlex.quote(trace.label)}`.",
+            metrics={"time_before_steady_state": metric(scope.before, "ns"),
+                     "time_after_steady_state": metric(scope.after, "ns"),
+                     "outside_share": metric(100 * scope.outside_share, "%"),
+                     "steady_state_time": metric(steady_end - steady_start, "ns"),
+                     "capture_time": metric(hi, "ns"),
+                     "first_kernel_at": metric(first_kernel if first_kernel is not None else -1, "ns"),
+                     "htod_bytes_before_steady_state": metric(htod_bytes, "B")},
+            severity=Severity.INFO,
+            location=Location(start_ns=steady_start, end_ns=steady_end),
+            key="outside-steady")
+
+
+RULE = CaptureScope

@@ -1,0 +1,190 @@
+"""queue-delay: kernels wait long in the stream queue relative to their run time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Rule, RuleContext, metric
+
+from ._common import pct
+from ._gpu_activity import busy_ns, launch_api_rows, merge_intervals
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of queue-delay."""
+
+    min_ratio: float = field(default=1.0, metadata={
+        "help": "report a stream when its median queue time is at least this many times its median kernel time"})
+    min_queue_ns: int = field(default=10_000, metadata={
+        "help": "queue time below this (ns) is launch latency, not queueing; also the median queue must reach it"})
+    min_kernels: int = field(default=50, metadata={"help": "fewest kernels of a stream in the window to judge it"})
+    gpu_bound_share: float = field(default=0.8, metadata={
+        "help": "GPU busy share at or above which queueing means the GPU is the bottleneck (info)"})
+    warning_share: float = field(default=0.05, metadata={
+        "help": "warning when the GPU idles (for this process) while kernels wait for this share of the window"})
+
+
+@dataclass(frozen=True)
+class QueueProfile:
+    """Queue numbers of one stream (ns)."""
+
+    kernels: int
+    median_queue: float
+    p90_queue: float
+    median_kernel: float
+    queue_total: int
+    kernel_total: int
+    idle_while_queued: int
+
+    @property
+    def ratio(self) -> float:
+        """Median queue time over median kernel time."""
+        return self.median_queue / self.median_kernel if self.median_kernel else float("inf")
+
+
+def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, device_busy: tuple[np.ndarray, np.ndarray],
+                  min_queue_ns: int, bounds: tuple[int, int] | None = None) -> QueueProfile:
+    """Queue time = kernel start - end of its launch call (nsys `cuda_kern_exec_sum` Q), per kernel.
+
+    ``idle_while_queued`` is the time some kernel of the stream waited (beyond ``min_queue_ns``
+    of launch latency) while no kernel of the process ran on the device: the wait was for
+    something the trace does not show (another process, a cross-stream dependency).
+    """
+    queue = (k_start - api_end).clip(0)
+    dur = k_end - k_start
+    waiting = queue > min_queue_ns
+    q_lo, q_hi = merge_intervals(api_end[waiting] + min_queue_ns, k_start[waiting])
+    if bounds is not None:  # only waiting inside the judged span, where the device's work is known
+        q_lo, q_hi = np.maximum(q_lo, bounds[0]), np.minimum(q_hi, bounds[1])
+        inside = q_hi > q_lo
+        q_lo, q_hi = q_lo[inside], q_hi[inside]
+    b_lo, b_hi = device_busy
+    if len(b_lo) > 1:
+        # Gaps of a few us between back-to-back kernels are the device's own dispatch latency
+        # (a graph's nodes, a queue of launches), not time lost to something else: close them.
+        keep = np.ones(len(b_lo), bool)
+        keep[1:] = (b_lo[1:] - b_hi[:-1]) >= min_queue_ns
+        first = np.flatnonzero(keep)
+        last = np.append(first[1:] - 1, len(b_lo) - 1)
+        b_lo, b_hi = b_lo[first], b_hi[last]
+    both_lo, both_hi = merge_intervals(np.concatenate([q_lo, b_lo]), np.concatenate([q_hi, b_hi]))
+    idle_queued = int((both_hi - both_lo).sum() - (b_hi - b_lo).sum())
+    return QueueProfile(len(queue), float(np.median(queue)), float(np.percentile(queue, 90)), float(np.median(dur)),
+                        int(queue.sum()), int(dur.sum()), max(0, idle_queued))
+
+
+class QueueDelay(Rule):
+    """Kernels that wait in the stream queue much longer than they run.
+
+    What it detects: per device and stream in the steady state, the queue time of each kernel
+    (its start minus the end of the call that launched it, nsys `cuda_kern_exec_sum`'s Q against
+    K) when the median queue time is at least `min_ratio` times the median kernel time.
+    Why it hurts: queueing itself is how an asynchronous host keeps a GPU busy, so with a busy
+    GPU it only says the GPU is the bottleneck (host-side work will not help; faster kernels
+    will). When the process's GPU work is *not* busy while kernels wait, the wait is for
+    something else: another process or context sharing the GPU, or a dependency on another
+    stream, and the latency of every step grows by it.
+    Only the first kernel of each launch call counts (a CUDA graph's later nodes wait for the
+    nodes before them, not in the queue).
+    Evidence: kernels, median and p90 queue time, median kernel time, their ratio, GPU busy
+    share, and the time the GPU idled for this process while kernels waited.
+    Next optimizations: GPU-bound: shorten the kernels that dominate (see gemv-dominance,
+    kernel-tail) or batch more work per launch. Contention: give the latency-critical process
+    the GPU alone (no co-located jobs, MPS limits, or a dedicated GPU), or a higher stream
+    priority (`cudaStreamCreateWithPriority`); remove unneeded cross-stream waits.
+    Options: `min_ratio`, `min_queue_ns`, `min_kernels`, `gpu_bound_share`, `warning_share`.
+    Requires: the kernel and API tables (`--trace=cuda`).
+    False positives: a host that launches a whole step ahead and then synchronizes shows long
+    queues by design: that is the GPU-bound (info) case.
+    """
+
+    name = "queue-delay"
+    title = "Kernels wait long in the stream queue"
+    default_severity = Severity.INFO
+    requires = ("kernels", "api")
+    optional = ("nvtx", "memcpy", "memset")
+    columns = {"kernels": ("start", "end", "pid", "correlation_id", "device_id", "stream_id"),
+               "memcpy": ("start", "end", "pid", "device_id", "correlation_id"),
+               "memset": ("start", "end", "pid", "device_id", "correlation_id"),
+               "api": ("start", "end", "correlation_id", "pid", "name"),
+               "nvtx": ("start", "end", "name")}
+    window = "steady"
+    Options = Options
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opts = ctx.options
+        kernels = ctx.frame("kernels")
+        if kernels.empty:
+            return
+        api = launch_api_rows(ctx.trace, kernels)
+        frame = pd.DataFrame({"device": kernels["device_id"].to_numpy(), "stream": kernels["stream_id"].to_numpy(),
+                              "pid": kernels["pid"].to_numpy(), "start": kernels["start"].to_numpy(),
+                              "end": kernels["end"].to_numpy(), "api_end": api["api_end"].to_numpy()})
+        frame["corr"] = kernels["correlation_id"].to_numpy()
+        # A graph launch (or a multi-kernel call) queues all its kernels at once; after the first, a
+        # node waits for the node before it, not in the queue, so only the first kernel per call counts.
+        others = [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"])
+                  for t in ("memcpy", "memset") if ctx.trace.has(t)]
+        every = frame[frame["api_end"] >= 0].sort_values("start", kind="stable")
+        first = every.drop_duplicates(["pid", "corr"], keep="first")
+        for (pid, dev), on_device in every.groupby(["pid", "device"], sort=True):
+            # Copies and memsets occupy the device too: a kernel queued behind one is not held back by others.
+            other = [f for f in others if len(f)]
+            mine = [f[(f["pid"] == pid) & (f["device_id"] == dev)] for f in other]
+            starts = np.concatenate([on_device["start"].to_numpy(), *[f["start"].to_numpy() for f in mine]])
+            ends = np.concatenate([on_device["end"].to_numpy(), *[f["end"].to_numpy() for f in mine]])
+            busy = merge_intervals(starts, ends)
+            lo, hi = int(on_device["start"].min()), int(on_device["end"].max())
+            span = max(1, hi - lo)
+            busy_share = busy_ns(starts, ends, lo, hi) / span
+            launches = first[(first["pid"] == pid) & (first["device"] == dev)]
+            for stream, grp in launches.groupby("stream", sort=True):
+                if len(grp) < opts.min_kernels:
+                    continue
+                prof = queue_profile(grp["start"].to_numpy(), grp["end"].to_numpy(), grp["api_end"].to_numpy(), busy,
+                                     opts.min_queue_ns, (lo, hi))
+                if prof.median_queue < opts.min_queue_ns or prof.ratio < opts.min_ratio:
+                    continue
+                held_back = prof.idle_while_queued >= opts.warning_share * span
+                gpu_bound = busy_share >= opts.gpu_bound_share and not held_back
+                severity = Severity.WARNING if held_back else Severity.INFO
+                head = (f"Kernels on stream {stream} (GPU {dev}) waited a median {prof.median_queue / 1e3:.1f} us "
+                        f"(p90 {prof.p90_queue / 1e3:.1f} us) in the queue for a median run of "
+                        f"{prof.median_kernel / 1e3:.1f} us ({prof.ratio:.1f}x, {prof.kernels} kernels); the GPU was "
+                        f"busy {100 * busy_share:.1f} % of {span / 1e6:.1f} ms")
+                if held_back:
+                    message = head + (f", and it idled {prof.idle_while_queued / 1e6:.2f} ms "
+                                      f"({pct(prof.idle_while_queued, span):.1f} %) while these kernels waited: "
+                                      "something outside this process's trace held them back.")
+                    rec = ("Check for another process or context on the same GPU (`nvidia-smi`, or profile it with "
+                           "`nsys profile --trace=cuda` system-wide) and give the latency-critical work the GPU alone "
+                           "or a higher stream priority (`cudaStreamCreateWithPriority`); remove cross-stream waits "
+                           "that are not needed.")
+                elif gpu_bound:
+                    message = head + ": the host runs ahead and the GPU is the bottleneck."
+                    rec = ("Host-side work will not shorten this: speed up the kernels that dominate GPU time "
+                           "(see gemv-dominance, kernel-tail) or do more work per kernel (batching, fusion).")
+                else:
+                    message = head + (": they queue behind earlier work of their own stream (a CUDA graph or "
+                                      "long kernels launched just before), not behind other processes.")
+                    rec = ("Nothing to fix in the queue itself; the GPU's idle time is elsewhere (see gpu-idle-gaps "
+                           "and sync-stall for what the host does between steps).")
+                yield ctx.finding(
+                    message, rec, severity=severity,
+                    metrics={"kernels": metric(prof.kernels, "count"), "median_queue": metric(prof.median_queue, "ns"),
+                             "p90_queue": metric(prof.p90_queue, "ns"),
+                             "median_kernel": metric(prof.median_kernel, "ns"),
+                             "queue_to_kernel_ratio": metric(prof.ratio, "ratio"),
+                             "gpu_busy_share": metric(100 * busy_share, "%"),
+                             "idle_while_queued": metric(prof.idle_while_queued, "ns")},
+                    location=Location(pid=int(pid), device=int(dev), stream=int(stream), start_ns=lo, end_ns=hi),
+                    estimated_savings_ns=None if gpu_bound else prof.idle_while_queued, key=str(stream))
+
+
+RULE = QueueDelay

@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NsysRulesError as exc:
         if debug:
             traceback.print_exc()
-        sys.stderr.write(f"nsys-rules: {exc}\n")
+        sys.stderr.write(f"nsys-rules: {one_line(str(exc))}\n")
         return int(exc.exit_code)
     except MemoryError:
         sys.stderr.write("nsys-rules: out of memory; narrow the run with --filter-time or --select\n")
@@ -87,6 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         sys.stderr.write(f"nsys-rules: internal error: {type(exc).__name__}: {exc} (rerun with --debug and report it)\n")
         return int(ExitCode.INCOMPLETE)
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters (newlines from SQLite messages, from the file) made visible."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 #: errno values that mean "stdout cannot take the output" (disk full, closed or bad descriptor).

@@ -109,6 +109,8 @@ def describe_trace(trace: Trace) -> dict[str, Any]:
         "path": trace.label,
         "nsys_version": trace.export_info.nsys_version,
         "export_schema_version": trace.export_info.schema_version,
+        # null above means "unknown": exports before nsys 2022.1 carry no metadata; this says what the shapes suggest.
+        **({"nsys_version_inferred": trace.export_info.inferred} if trace.export_info.inferred else {}),
         "gpus": [dataclasses.asdict(g) for g in sorted(trace.gpus.values(), key=lambda g: g.id)],
         "capture": {"graph_trace_mode": cap.graph_trace_mode, "traced": list(cap.traced),
                     "command": cap.command_line or None},

@@ -16,6 +16,7 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from .errors import InputError
 from .loaders.sqlite import SqliteExport
 from .loaders.tables import TABLES
 
@@ -62,6 +63,9 @@ class ExportInfo:
 
     nsys_version: str | None = None
     schema_version: str | None = None
+    #: For exports without export metadata (nsys before 2022.1): the version range the table
+    #: shapes point to, e.g. "2021.2-2021.5"; None when the metadata names the version.
+    inferred: str | None = None
 
 
 class Trace:
@@ -215,4 +219,35 @@ def _read_export_info(export: SqliteExport) -> ExportInfo:
     schema = rows.get("EXPORT_SCHEMA_VERSION")
     if not schema and rows.get("EXPORT_SCHEMA_VERSION_MAJOR"):
         schema = ".".join(rows.get(f"EXPORT_SCHEMA_VERSION_{p}", "0") for p in ("MAJOR", "MINOR", "MICRO"))
-    return ExportInfo(version, schema or None)
+    return ExportInfo(version, schema or None, None if version else _infer_era(export))
+
+
+def _infer_era(export: SqliteExport) -> str:
+    """The nsys versions an export without metadata can come from, by its table shapes.
+
+    nsys wrote no export metadata table before 2022.1 (EXPORT_META_DATA, then META_DATA_EXPORT
+    from 2023.3). Seen in exports of 2020.3-2021.5: 2020.3 had only TARGET_INFO_CUDA_GPU;
+    2020.5 added TARGET_INFO_GPU (name and bus only, details still in TARGET_INFO_CUDA_GPU);
+    2021.2 moved smCount, clocks and bandwidth into TARGET_INFO_GPU.
+    """
+    # The injection library's install path often leaks into StringIds (".../nsight-systems/2021.2.1/...").
+    try:
+        rows = export.query("SELECT value FROM StringIds WHERE value LIKE '%nsight-systems%' LIMIT 50") \
+            if "value" in export.columns_of("StringIds") else []
+    except InputError:  # a damaged StringIds is the loader's to report, not a reason to refuse here
+        rows = []
+    for (value,) in rows:
+        found = _INSTALL_PATH.search(str(value))
+        if found:
+            return f"{found.group(1)} (nsys install path in StringIds)"
+    gpu_cols = export.columns_of("TARGET_INFO_GPU")
+    if "smCount" in gpu_cols:
+        return "2021.2-2021.5 (table shapes)"
+    if gpu_cols:
+        return "2020.5-2021.x (table shapes)"
+    if export.columns_of("TARGET_INFO_CUDA_GPU"):
+        return "2020.4 or older (table shapes)"
+    return "older than 2022.1 (no export metadata)"
+
+
+_INSTALL_PATH = re.compile(r"nsight-systems[-/](20\d\d\.\d+(?:\.\d+)*)")

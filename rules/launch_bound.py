@@ -126,12 +126,12 @@ class LaunchBound(Rule):
         if hi <= lo:
             raise MissingData("the steady state holds no kernel time", "capture more steps")
         calls = ctx.frame("api", ["start", "end", "name"])
-        names = ctx.api_base_names().astype(object).to_numpy()
-        launch_mask = np.isin(names, KERNEL_LAUNCH_APIS + GRAPH_LAUNCH_APIS)
-        graphs = int(np.isin(names, GRAPH_LAUNCH_APIS).sum())
+        names = ctx.api_base_names()  # categorical: isin judges each distinct name once
+        launch_mask = names.isin(list(KERNEL_LAUNCH_APIS + GRAPH_LAUNCH_APIS)).to_numpy()
+        graphs = int(names.isin(list(GRAPH_LAUNCH_APIS)).sum())
         launch_ns = int((calls["end"] - calls["start"]).to_numpy()[launch_mask].sum())
         for dev, idx in kernels.groupby("device_id", sort=True).groups.items():
-            sel = np.asarray(list(idx))
+            sel = np.asarray(idx)  # not list(idx): a Python loop over a million row labels
             sub = kernels.iloc[sel]
             prof = launch_profile(sub, api["api_end"].to_numpy()[sel], lo, hi, launch_ns, int(launch_mask.sum()),
                                   opts.max_launch_gap_ns, opts.graph_gap_ns)

@@ -66,7 +66,7 @@ def drop_duplicate_rows(table: str, frame: pd.DataFrame, damage: list[str]) -> p
     if not {"start", "end", "correlation_id"} <= set(key):
         return frame  # too few columns read to tell a repeat from two real events
     # Cheap first pass on one column: only rows sharing a start time can be repeats.
-    same_start = pd.Series(frame["start"].to_numpy(), copy=False).duplicated(keep=False).to_numpy()
+    same_start = _shared_start(frame["start"].to_numpy())
     if not same_start.any():
         return frame
     candidates = frame.loc[same_start, key]
@@ -76,6 +76,18 @@ def drop_duplicate_rows(table: str, frame: pd.DataFrame, damage: list[str]) -> p
         return frame
     note(damage, f"{table}: {int(repeat.sum())} duplicate row(s) dropped (same correlationId, start and end)")
     return frame.loc[~repeat].reset_index(drop=True)
+
+
+def _shared_start(start: np.ndarray) -> np.ndarray:
+    """Rows whose start time another row shares (``duplicated(keep=False)``).
+
+    Exports are in time order, so equal starts are neighbours: one vectorized comparison
+    instead of a 2M-row hash table (0.4 s per table on the 1M-kernel trace).
+    """
+    if bool((start[1:] >= start[:-1]).all()):
+        equal = start[1:] == start[:-1]
+        return np.r_[equal, False] | np.r_[False, equal]
+    return pd.Series(start, copy=False).duplicated(keep=False).to_numpy()
 
 
 def unreadable_count(raw: np.ndarray, converted: np.ndarray, null_int: int) -> int:

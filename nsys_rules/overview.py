@@ -69,27 +69,35 @@ def gpu_activity(trace: Trace, window: Window) -> pd.DataFrame:
     """Kernels, memcpy and memset launched inside ``window``: start, end, launch, name, class.
 
     Copies and memsets carry the class ``memcpy``/``memset`` and a name saying their kind, so
-    the per-class table shows copy-engine time next to kernel time.
+    the per-class table shows copy-engine time next to kernel time. Names and classes stay
+    categorical (a 1M-kernel trace has a few hundred distinct names).
     """
     parts: list[pd.DataFrame] = []
+
+    def add(frame: pd.DataFrame, names: pd.Categorical, classes: pd.Categorical) -> None:
+        # Plain object categories everywhere, so the parts' categoricals can be unioned.
+        names, classes = (pd.Categorical.from_codes(c.codes, pd.Index(c.categories.astype(str), dtype=object))
+                          for c in (names, classes))
+        launch = launch_times(trace, frame)
+        keep = window.mask(launch) & (frame["end"].to_numpy() >= frame["start"].to_numpy())
+        parts.append(pd.DataFrame({"start": frame["start"].to_numpy(np.int64)[keep],
+                                   "end": frame["end"].to_numpy(np.int64)[keep], "launch": launch[keep],
+                                   "name": names[keep], "cls": classes[keep]}))
+
     if trace.has("kernels"):
         k = trace.frame("kernels", ["start", "end", "name", "correlation_id", "pid"])
         if len(k):
-            names = k["name"].astype(object).where(k["name"].notna(), "<unnamed kernel>")
-            cls = classify_kernels(k["name"]).to_numpy(dtype=object)
-            parts.append(pd.DataFrame({"start": k["start"].to_numpy(np.int64), "end": k["end"].to_numpy(np.int64),
-                                       "launch": launch_times(trace, k), "name": names.to_numpy(dtype=object),
-                                       "cls": cls}))
+            names = k["name"].astype("category")
+            if names.isna().any():
+                names = names.cat.add_categories(["<unnamed kernel>"]).fillna("<unnamed kernel>")
+            add(k, pd.Categorical(names), pd.Categorical(classify_kernels(k["name"])))
     if trace.has("graph_trace") and (not parts or trace.capture.graph_trace_mode == "Graph"):
         # Graph-level capture: no kernel rows, only whole graph replays. Count those as one
         # opaque class so GPU time is not reported as zero (graph-trace-hidden says why).
         g = trace.frame("graph_trace", ["start", "end", "correlation_id", "pid"])
         if len(g):
-            parts.append(pd.DataFrame({"start": g["start"].to_numpy(np.int64), "end": g["end"].to_numpy(np.int64),
-                                       "launch": launch_times(trace, g),
-                                       "name": np.full(len(g), "[CUDA graph replay]", dtype=object),
-                                       "cls": np.full(len(g), "cuda-graph", dtype=object)}))
-    for table, label in (("memcpy", "memcpy"), ("memset", "memset")):
+            add(g, pd.Categorical(["[CUDA graph replay]"] * len(g)), pd.Categorical(["cuda-graph"] * len(g)))
+    for table in ("memcpy", "memset"):
         if not trace.has(table):
             continue
         f = trace.frame(table, ["start", "end", "correlation_id", "pid"] + (["copy_kind"] if table == "memcpy" else []))
@@ -97,18 +105,24 @@ def gpu_activity(trace: Trace, window: Window) -> pd.DataFrame:
             continue
         if table == "memcpy" and "copy_kind" in f:
             kinds = f["copy_kind"].map(_COPY_KINDS).fillna("copy").astype(object)
-            names = ("[memcpy " + kinds + "]").to_numpy(dtype=object)
+            names = pd.Categorical("[memcpy " + kinds + "]")
         else:
-            names = np.full(len(f), f"[{label}]", dtype=object)
-        parts.append(pd.DataFrame({"start": f["start"].to_numpy(np.int64), "end": f["end"].to_numpy(np.int64),
-                                   "launch": launch_times(trace, f), "name": names,
-                                   "cls": np.full(len(f), label, dtype=object)}))
+            names = pd.Categorical([f"[{table}]"] * len(f))
+        add(f, names, pd.Categorical([table] * len(f)))
     if not parts:
-        return pd.DataFrame({"start": [], "end": [], "launch": [], "name": [], "cls": []})
-    gpu = pd.concat(parts, ignore_index=True)
-    gpu = gpu[window.mask(gpu["launch"].to_numpy())]
-    gpu = gpu[gpu["end"] >= gpu["start"]]
-    return gpu.reset_index(drop=True)
+        return pd.DataFrame({"start": np.array([], np.int64), "end": np.array([], np.int64),
+                             "launch": np.array([], np.int64), "name": pd.Categorical([]), "cls": pd.Categorical([])})
+    if len(parts) == 1:
+        return parts[0]
+    from pandas.api.types import union_categoricals
+
+    return pd.DataFrame({
+        "start": np.concatenate([p["start"].to_numpy() for p in parts]),
+        "end": np.concatenate([p["end"].to_numpy() for p in parts]),
+        "launch": np.concatenate([p["launch"].to_numpy() for p in parts]),
+        "name": union_categoricals([p["name"] for p in parts]),
+        "cls": union_categoricals([p["cls"] for p in parts]),
+    })
 
 
 # CUPTI memcpy kinds (copyKind): the ones that matter for reading a report.
@@ -160,7 +174,8 @@ def build_profile(trace: Trace, window: Window, flagged: Iterable[str] = (), top
     n_steps = len(steps)
     per = n_steps or 1
 
-    by_class = (pd.DataFrame({"cls": gpu["cls"], "dur": dur}).groupby("cls", sort=False)["dur"].agg(["sum", "count"])
+    by_class = (pd.DataFrame({"cls": gpu["cls"], "dur": dur}).groupby("cls", sort=False, observed=True)["dur"]
+                .agg(["sum", "count"])
                 if len(gpu) else pd.DataFrame({"sum": [], "count": []}))
     classes = [{"class": str(c), "total_ns": int(r["sum"]), "count": int(r["count"]),
                 "per_step_ns": float(r["sum"]) / per, "share": float(r["sum"]) / gpu_total if gpu_total else 0.0}
@@ -199,7 +214,7 @@ def _kernel_table(gpu: pd.DataFrame, dur: np.ndarray, per: int, gpu_total: int, 
     if not len(gpu):
         return []
     frame = pd.DataFrame({"name": gpu["name"], "cls": gpu["cls"], "dur": dur})
-    grouped = frame.groupby("name", sort=False)
+    grouped = frame.groupby("name", sort=False, observed=True)
     stats = grouped["dur"].agg(["sum", "count", "median", "max"])
     stats["cls"] = grouped["cls"].first()
     stats = stats.reset_index().sort_values(["sum", "name"], ascending=[False, True], kind="stable")
@@ -257,12 +272,15 @@ def _timeline(gpu: pd.DataFrame, steps: tuple[tuple[int, int], ...]) -> dict[str
 def _distributions(gpu: pd.DataFrame, dur: np.ndarray, flagged: Iterable[str]) -> list[dict[str, Any]]:
     """Quantiles and a log-spaced histogram of each flagged kernel's durations (name match, demangled or short)."""
     out = []
-    names = gpu["name"].astype(str) if len(gpu) else pd.Series([], dtype=str)
+    if not len(gpu):
+        return out
+    names = gpu["name"]
+    cats = pd.Series(names.cat.categories.astype(str))
     for kernel in dict.fromkeys(k for k in flagged if k):
         mask = (names == kernel).to_numpy()
         if not mask.any():
-            # Short names: match kernels whose base name starts the demangled name.
-            mask = names.str.contains(re.escape(kernel), regex=True).to_numpy()
+            # A short name: every demangled name that contains it.
+            mask = names.isin(cats[cats.str.contains(re.escape(kernel), regex=True)]).to_numpy()
         values = np.sort(dur[mask])
         if not len(values):
             continue

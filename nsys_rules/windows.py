@@ -5,7 +5,8 @@ The steady state skips model loading and warm-up, found in this order:
    ``-c cudaProfilerApi``, so it is steady as captured;
 2. a repeating NVTX range (the step or request range: repeats, instances never overlap,
    not nested in another repeating range), minus its first instances while they still
-   differ from the rest (warm-up);
+   differ from the rest (warm-up), and minus the steps before a lone synchronize between
+   two steps in the first half (a harness's end-of-warm-up barrier);
 3. the repeating kernel pattern: start after the last kernel whose name never recurs in
    the second half of the capture (initialization kernels such as random weight fills);
 4. else the whole capture.
@@ -335,7 +336,36 @@ def step_ranges(trace: Trace, options: SteadyOptions = SteadyOptions()) -> tuple
     best = max(candidates, key=lambda n: (len(groups[n][0]), groups[n][1][-1]))
     s, e = groups[best]
     dropped = _warmup_count(e - s, options.warmup_tolerance)
+    dropped += _barrier_count(trace, s[dropped:], e[dropped:], options.min_repeats)
     return best, tuple(zip(s[dropped:].tolist(), e[dropped:].tolist(), strict=True)), dropped
+
+
+#: Host calls that wait for the GPU (base names); one alone between two steps is an end-of-warm-up barrier.
+HOST_SYNC_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cuStreamSynchronize",
+                  "cuCtxSynchronize", "cuEventSynchronize")
+
+
+def _barrier_count(trace: Trace, s: np.ndarray, e: np.ndarray, min_repeats: int) -> int:
+    """Steps before a warm-up barrier: a synchronize outside the steps, in the only gap between steps that holds one,
+    in the first half.
+
+    Benchmark harnesses run a few warm-up steps, wait for the GPU, then start measuring; warm-up steps after the
+    first often take exactly as long as measured ones, so durations alone keep them. A sync between every pair of
+    steps is the loop's own pattern, not a barrier, and is left alone.
+    """
+    if len(s) < 2 or not trace.has("api"):
+        return 0
+    api = trace.frame("api", ["start"])
+    starts = api["start"].to_numpy()[trace.api_names().isin(HOST_SYNC_APIS).to_numpy()]
+    if not len(starts):
+        return 0
+    pos = np.searchsorted(s, starts, side="right") - 1
+    between = (pos >= 0) & (pos < len(s) - 1)
+    between[between] &= starts[between] > e[pos[between]]
+    gaps = np.unique(pos[between])
+    if len(gaps) != 1 or gaps[0] >= len(s) // 2 or len(s) - int(gaps[0]) - 1 < min_repeats:
+        return 0
+    return int(gaps[0]) + 1
 
 
 def _mostly_nested(inner: tuple[np.ndarray, np.ndarray], outers: list[tuple[np.ndarray, np.ndarray]]) -> bool:

@@ -193,8 +193,9 @@ def test_nocache_trace_churns(h200):
 def test_driver_pool_churn_is_cheap(h200):
     [f] = _findings(h200 / "engine_driver_churn_sync.sqlite")
     m = values(f)
-    assert f.severity.value == "info" and m["alloc_calls"] == 100 and m["calls_per_step"] == 2.0
-    assert m["alloc_time"] < 1e6  # 0.15 ms over 50 steps
+    # One cuMemAllocAsync and one cuMemFreeAsync in each of the 48 measured steps, about 3 us per step.
+    assert f.severity.value == "info" and m["alloc_calls"] == 96 and m["calls_per_step"] == 2.0
+    assert m["alloc_time"] < 1e6 and m["alloc_share_of_steady_time"] < 1
 
 
 @pytest.mark.parametrize("name", ["decode_eager.sqlite", "moe_eager.sqlite", "engine_contention.sqlite",

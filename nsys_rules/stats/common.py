@@ -72,8 +72,7 @@ def group_stats(codes: np.ndarray, values: np.ndarray, n_groups: int,
     counts_all = np.bincount(codes, minlength=n_groups) if len(codes) else np.zeros(n_groups, np.int64)
     present = np.flatnonzero(counts_all)
     count = counts_all[present]
-    order = np.lexsort((values, codes))
-    ordered = values[order]
+    ordered = _sorted_by_group(codes, values, n_groups)
     starts = np.zeros(len(present), np.int64)
     if len(present) > 1:
         starts[1:] = np.cumsum(count)[:-1]
@@ -96,6 +95,24 @@ def group_stats(codes: np.ndarray, values: np.ndarray, n_groups: int,
     median = _quantile(ordered, starts, count, 0.5)
     pct = {p: _quantile(ordered, starts, count, p / 100.0) for p in percentiles}
     return GroupStats(present, total.astype(np.int64), count, mean, median, minimum, maximum, stddev, pct)
+
+
+def _sorted_by_group(codes: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
+    """``values`` ordered by (group, value).
+
+    One plain sort of a packed int64 key (group in the high bits, value above the minimum in the
+    low bits) is several times faster than ``np.lexsort`` on a million rows; the packed key falls
+    back to lexsort when it would not fit in 63 bits.
+    """
+    if not len(values):
+        return values
+    low = int(values.min())
+    span = int(values.max()) - low + 1
+    if span * max(n_groups, 1) < 2**62:
+        key = codes * span + (values - low)
+        key.sort()
+        return key % span + low
+    return values[np.lexsort((values, codes))]
 
 
 def _quantile(ordered: np.ndarray, starts: np.ndarray, count: np.ndarray, q: float) -> np.ndarray:
@@ -138,7 +155,10 @@ def combine_codes(*arrays: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
         key, _ = _factorize(key)
     if not n:
         return key, 0, np.zeros(0, np.int64)
-    _, first = np.unique(key, return_index=True)
+    # Factorized codes number groups in order of first appearance, so a group's first row is
+    # where the running maximum of the codes steps up (no sort needed).
+    running = np.maximum.accumulate(key)
+    first = np.flatnonzero(np.concatenate(([True], running[1:] > running[:-1])))
     return key, len(first), first
 
 

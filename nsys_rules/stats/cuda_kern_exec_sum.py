@@ -83,15 +83,17 @@ def build(trace: Trace, window: Window | None, variant: str | None = None, perce
     k_start = kernels["start"].to_numpy()[k_idx]
     k_end = kernels["end"].to_numpy()[k_idx]
     api_names = api["name"].array
+    # Names are stripped per category, then merged: two stored names with one printed name are one group.
     api_categories = np.array([""] + [nsys_api_name(str(c)) for c in api_names.categories], dtype=object)
-    api_base = api_categories[np.asarray(api_names.codes, dtype=np.int64)[a_idx] + 1]
+    category_code, _ = pd.factorize(api_categories)
+    api_cat = np.asarray(api_names.codes, dtype=np.int64)[a_idx] + 1
+    api_code = category_code[api_cat]
     knames = kernel_names(trace, kernels, variant)
     kernel_categories = np.array([""] + [str(c) for c in knames.categories], dtype=object)
     kernel_codes = np.asarray(knames.codes, dtype=np.int64)[k_idx] + 1
     pid = api["pid"].to_numpy()[a_idx]
     tid = api["tid"].to_numpy()[a_idx]
     dev = kernels["device_id"].to_numpy()[k_idx]
-    _, api_code = np.unique(api_base, return_inverse=True)
     group, n_groups, first = combine_codes(pid, tid, dev, api_code, kernel_codes)
 
     queue = k_start - a_end
@@ -115,7 +117,7 @@ def build(trace: Trace, window: Window | None, variant: str | None = None, perce
     cols["QCount"] = python_values(q_count, "int")
     for letter in _PHASES:
         cols.update(_phase_columns(letter, phases[letter], n_groups, percentiles))
-    cols["API Name"] = [str(v) for v in api_base[first]]
+    cols["API Name"] = [str(v) for v in api_categories[api_cat[first]]]
     cols["Kernel Name"] = [str(v) for v in kernel_categories[kernel_codes[first]]]
     rows = rows_from_columns(cols)
     # nsys orders by TAvg only; ties keep the group order (pid, tid, device, API, kernel).

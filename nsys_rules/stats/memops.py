@@ -1,8 +1,9 @@
 """GPU memory operations (memcpy + memset) as the two ``cuda_gpu_mem_*_sum`` reports see them.
 
 nsys names a copy ``[CUDA memcpy <label>]`` with the label of its ``copyKind`` from the export's
-own ``ENUM_CUDA_MEMCPY_OPER`` table (an inner join: copies of an unlisted kind are left out, and
-an export with copies but no such table gets no report), and every memset ``[CUDA memset]``.
+own ``ENUM_CUDA_MEMCPY_OPER`` table (an inner join: copies of an unlisted kind are left out), and
+every memset ``[CUDA memset]``. Where nsys refuses an export without that table, we fall back to
+CUPTI's fixed labels.
 """
 
 from __future__ import annotations
@@ -28,11 +29,19 @@ class MemOps:
     sizes: np.ndarray
 
 
-def memcpy_labels(trace: Trace) -> dict[int, str] | None:
-    """``copyKind`` -> label from ``ENUM_CUDA_MEMCPY_OPER``, or None when the export lacks it."""
+#: CUPTI's memcpy kinds with nsys's labels, for exports without ``ENUM_CUDA_MEMCPY_OPER`` (nsys itself
+#: refuses those; the CUPTI enum is fixed, so we can still name the copies).
+DEFAULT_LABELS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array", 4: "Array-to-Host",
+                  5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array", 8: "Device-to-Device",
+                  9: "Host-to-Host", 10: "Peer-to-Peer", 11: "Unified Host-to-Device", 12: "Unified Device-to-Host",
+                  13: "Unified Device-to-Device"}
+
+
+def memcpy_labels(trace: Trace) -> dict[int, str]:
+    """``copyKind`` -> label from the export's ``ENUM_CUDA_MEMCPY_OPER``, else CUPTI's fixed labels."""
     cols = trace.export.columns_of("ENUM_CUDA_MEMCPY_OPER")
     if "id" not in cols or "label" not in cols:
-        return None
+        return dict(DEFAULT_LABELS)
     return {int(i): str(label) for i, label in trace.export.query('SELECT "id", "label" FROM "ENUM_CUDA_MEMCPY_OPER"')
             if i is not None and label is not None}
 
@@ -48,17 +57,15 @@ def load_memops(trace: Trace, window: Window | None) -> MemOps | str:
     gpu_cols = ["start", "end", "bytes"] + (["correlation_id", "pid"] if window is not None else [])
     if has_copy:
         labels = memcpy_labels(trace)
-        if labels is None:
-            return f"{trace.path} does not contain the ENUM_CUDA_MEMCPY_OPER table (re-export with a newer nsys)"
         copies = trace.frame("memcpy", gpu_cols + ["copy_kind"])
         keep = gpu_mask(trace, copies, window)
         kind = copies["copy_kind"].to_numpy()
-        kinds = sorted(labels)
-        lookup = {k: i for i, k in enumerate(kinds)}
+        kinds = sorted(k for k in labels if k >= 0)
         names += [f"[CUDA memcpy {labels[k]}]" for k in kinds]
-        code = np.array([lookup.get(int(k), -1) for k in range(int(kind.max()) + 1)] if len(kind) else [], np.int64)
-        row_code = code[kind.clip(0)] if len(kind) else np.zeros(0, np.int64)
-        row_code = np.where(kind < 0, -1, row_code)
+        # copyKind -> index into names; kinds the enum does not list get -1 and are left out.
+        lookup = np.full(max(kinds[-1] if kinds else 0, int(kind.max()) if len(kind) else 0) + 1, -1, np.int64)
+        lookup[kinds] = np.arange(len(kinds))
+        row_code = np.where(kind >= 0, lookup[kind.clip(0)], -1)
         keep &= row_code >= 0
         codes.append(row_code[keep])
         durations.append((copies["end"].to_numpy() - copies["start"].to_numpy())[keep])

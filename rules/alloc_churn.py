@@ -71,12 +71,14 @@ def context_init_rows(names: np.ndarray, pids: np.ndarray, starts: np.ndarray) -
     out = np.zeros(len(names), bool)
     if not len(names):
         return out
-    frame = pd.DataFrame({"name": names, "pid": pids, "start": starts, "row": np.arange(len(names))})
-    frame = frame[frame["name"].isin(list(ALLOC_APIS))].sort_values(["pid", "start"], kind="stable")
-    for _, rows in frame.groupby("pid", sort=False):
-        first = rows.iloc[0]
-        if first["name"] in CONTEXT_INIT_FREES:
-            out[int(first["row"])] = True
+    series = pd.Series(names, copy=False)
+    rows = np.flatnonzero(series.isin(list(ALLOC_APIS)).to_numpy())  # filter first: millions of rows, few allocs
+    if not len(rows):
+        return out
+    frame = pd.DataFrame({"name": series.iloc[rows].astype(object).to_numpy(), "pid": np.asarray(pids)[rows],
+                          "start": np.asarray(starts)[rows], "row": rows})
+    first = frame.sort_values(["pid", "start"], kind="stable").drop_duplicates("pid")
+    out[first.loc[first["name"].isin(CONTEXT_INIT_FREES), "row"].to_numpy()] = True
     return out
 
 
@@ -154,7 +156,8 @@ class AllocChurn(Rule):
     default_severity = Severity.WARNING
     requires = ("api",)
     optional = ("memory_usage", *GPU_ACTIVITY_TABLES)
-    columns = {"api": ("start", "end", "name", "pid", "tid"),
+    # correlation_id: the GPU rows' launch times (the loop span) look their API call up by it.
+    columns = {"api": ("start", "end", "name", "pid", "tid", "correlation_id"),
                "memory_usage": ("start", "pid", "bytes", "operation"),
                **{t: ("start", "pid", "correlation_id") for t in GPU_ACTIVITY_TABLES}}
     Options = Options

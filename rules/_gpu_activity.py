@@ -143,22 +143,23 @@ def gpu_operations(trace: Trace, tables: Sequence[str] = GPU_OP_TABLES) -> pd.Da
     return pd.concat(parts, ignore_index=True)
 
 
-def launch_api_rows(trace: Trace, gpu: pd.DataFrame) -> pd.DataFrame:
+def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True) -> pd.DataFrame:
     """For each GPU row (with ``pid`` and ``correlation_id``), its launching API call.
 
-    Columns ``api_start``, ``api_end``, ``api_name`` (base name, ``_v<digits>`` removed;
-    missing where the call is not in the trace) and ``api_raw`` (as nsys stores it), both
-    categorical, aligned with ``gpu``.
+    Columns ``api_start``, ``api_end`` (-1 where the call is not in the trace) and, with
+    ``names``, ``api_name`` (base name, ``_v<digits>`` removed; missing where the call is
+    not in the trace) and ``api_raw`` (as nsys stores it), both categorical, aligned with ``gpu``.
     """
     n = len(gpu)
-    out = pd.DataFrame({"api_start": np.full(n, -1, np.int64), "api_end": np.full(n, -1, np.int64),
-                        "api_name": np.full(n, None, object), "api_raw": np.full(n, None, object)})
+    cols: dict[str, np.ndarray] = {"api_start": np.full(n, -1, np.int64), "api_end": np.full(n, -1, np.int64)}
+    if names:
+        cols.update({"api_name": np.full(n, None, object), "api_raw": np.full(n, None, object)})
+    out = pd.DataFrame(cols)
     if not n or not trace.has("api"):
         return out
     api = trace.frame("api", ["start", "end", "correlation_id", "pid", "name"])
     if not len(api):
         return out
-    base = trace.api_names()
     api_key = (api["pid"].to_numpy().astype(np.int64) << 32) | (api["correlation_id"].to_numpy().astype(np.int64)
                                                                  & 0xFFFFFFFF)
     # Correlation ids grow with calls, so the keys are usually sorted already: skip the 2M-row argsort.
@@ -166,19 +167,20 @@ def launch_api_rows(trace: Trace, gpu: pd.DataFrame) -> pd.DataFrame:
         order = np.argsort(api_key, kind="stable")
         sorted_key = api_key[order]
     else:
-        order = np.arange(len(api_key))
+        order = None  # already sorted: positions are rows
         sorted_key = api_key
     corr = gpu["correlation_id"].to_numpy().astype(np.int64)
     key = (gpu["pid"].to_numpy().astype(np.int64) << 32) | (corr & 0xFFFFFFFF)
     pos = np.searchsorted(sorted_key, key).clip(0, len(sorted_key) - 1)
     found = (sorted_key[pos] == key) & (corr > 0)
-    rows = order[pos]
+    rows = pos if order is None else order[pos]
     out["api_start"] = np.where(found, api["start"].to_numpy()[rows], -1)
     out["api_end"] = np.where(found, api["end"].to_numpy()[rows], -1)
-    # Names by category code, gathered only for the matched rows: materializing 2.2M API names
-    # as Python strings took 1.2 s per call on the 1M-kernel trace.
-    out["api_name"] = _names_at(base, rows, found)
-    out["api_raw"] = _names_at(api["name"], rows, found)
+    if names:
+        # Names by category code, gathered only for the matched rows: materializing 2.2M API names
+        # as Python strings took 1.2 s per call on the 1M-kernel trace.
+        out["api_name"] = _names_at(trace.api_names(), rows, found)
+        out["api_raw"] = _names_at(api["name"], rows, found)
     return out
 
 

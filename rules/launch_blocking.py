@@ -53,6 +53,19 @@ def blocking_share(kernel_start: np.ndarray, kernel_end: np.ndarray, api_start: 
     return float(waited.mean()), len(waited), False
 
 
+def per_launch_call(pid: np.ndarray, corr: np.ndarray, k_start: np.ndarray, k_end: np.ndarray, a_start: np.ndarray,
+                    a_end: np.ndarray) -> pd.DataFrame:
+    """Kernels merged per launch call (pid + correlationId): first kernel start, last kernel end, the call."""
+    frame = pd.DataFrame({"k_start": k_start, "k_end": k_end, "a_start": a_start, "a_end": a_end})
+    key = pd.Series((pid.astype(np.int64) << 32) | (corr.astype(np.int64) & 0xFFFFFFFF))
+    shared = key.duplicated(keep=False).to_numpy()
+    if not shared.any():  # the usual case: one kernel per launch call, no group-by needed
+        return frame
+    merged = frame[shared].groupby(key[shared].to_numpy(), sort=False).agg(
+        k_start=("k_start", "min"), k_end=("k_end", "max"), a_start=("a_start", "first"), a_end=("a_end", "first"))
+    return pd.concat([frame[~shared], merged], ignore_index=True)
+
+
 class LaunchBlocking(Rule):
     """Kernel launches that wait for the kernel: the trace does not show the program's real timing.
 
@@ -93,13 +106,10 @@ class LaunchBlocking(Rule):
             kernels = ctx.frame("kernels")
             api = launch_api_rows(ctx.trace, kernels)
             # One row per launch call: a graph launch or a multi-kernel call is not a single launch.
-            is_launch = pd.Series(api["api_name"].to_numpy(), dtype=object).isin(KERNEL_LAUNCH_APIS).to_numpy()
-            frame = pd.DataFrame({"corr": kernels["correlation_id"].to_numpy(), "pid": kernels["pid"].to_numpy(),
-                                  "k_start": kernels["start"].to_numpy(), "k_end": kernels["end"].to_numpy(),
-                                  "a_start": api["api_start"].to_numpy(), "a_end": api["api_end"].to_numpy()})[is_launch]
-            per_call = frame.groupby(["pid", "corr"], sort=False).agg(
-                k_start=("k_start", "min"), k_end=("k_end", "max"), a_start=("a_start", "first"),
-                a_end=("a_end", "first"))
+            rows = np.flatnonzero(api["api_name"].isin(KERNEL_LAUNCH_APIS).to_numpy())
+            per_call = per_launch_call(kernels["pid"].to_numpy()[rows], kernels["correlation_id"].to_numpy()[rows],
+                                       kernels["start"].to_numpy()[rows], kernels["end"].to_numpy()[rows],
+                                       api["api_start"].to_numpy()[rows], api["api_end"].to_numpy()[rows])
             if len(per_call) >= opts.min_launches:
                 share, judged, long_only = blocking_share(
                     per_call["k_start"].to_numpy(), per_call["k_end"].to_numpy(), per_call["a_start"].to_numpy(),

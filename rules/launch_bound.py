@@ -121,7 +121,7 @@ class LaunchBound(Rule):
         kernels = ctx.frame("kernels")
         if len(kernels) < opts.min_kernels:
             return
-        api = launch_api_rows(ctx.trace, kernels)
+        api = launch_api_rows(ctx.trace, kernels, names=False)
         lo, hi = _judged_bounds(ctx, kernels)
         if hi <= lo:
             raise MissingData("the steady state holds no kernel time", "capture more steps")

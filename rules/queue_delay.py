@@ -79,6 +79,15 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
                         int(queue.sum()), int(dur.sum()), max(0, idle_queued))
 
 
+def first_kernel_per_call(pid: np.ndarray, correlation_id: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Row index of the earliest kernel of each launch call (same pid and correlationId), in start order."""
+    ordered = len(start) < 2 or bool((start[1:] >= start[:-1]).all())  # kernels usually come in start order
+    order = np.arange(len(start)) if ordered else np.argsort(start, kind="stable")
+    key = (pid.astype(np.int64)[order] << 32) | (correlation_id.astype(np.int64)[order] & 0xFFFFFFFF)
+    first = ~pd.Series(key).duplicated(keep="first").to_numpy()  # hash-based, keeps start order
+    return np.sort(order[first])
+
+
 class QueueDelay(Rule):
     """Kernels that wait in the stream queue much longer than they run.
 
@@ -122,33 +131,37 @@ class QueueDelay(Rule):
         kernels = ctx.frame("kernels")
         if kernels.empty:
             return
-        api = launch_api_rows(ctx.trace, kernels)
-        frame = pd.DataFrame({"device": kernels["device_id"].to_numpy(), "stream": kernels["stream_id"].to_numpy(),
-                              "pid": kernels["pid"].to_numpy(), "start": kernels["start"].to_numpy(),
-                              "end": kernels["end"].to_numpy(), "api_end": api["api_end"].to_numpy()})
-        frame["corr"] = kernels["correlation_id"].to_numpy()
+        api = launch_api_rows(ctx.trace, kernels, names=False)
+        start = kernels["start"].to_numpy()
+        end = kernels["end"].to_numpy()
+        api_end = api["api_end"].to_numpy()
+        pid_all = kernels["pid"].to_numpy()
+        dev_all = kernels["device_id"].to_numpy()
+        stream_all = kernels["stream_id"].to_numpy()
         # A graph launch (or a multi-kernel call) queues all its kernels at once; after the first, a
         # node waits for the node before it, not in the queue, so only the first kernel per call counts.
+        first = first_kernel_per_call(pid_all, kernels["correlation_id"].to_numpy(), start)
+        first = first[api_end[first] >= 0]
         others = [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"])
                   for t in ("memcpy", "memset") if ctx.trace.has(t)]
-        every = frame[frame["api_end"] >= 0].sort_values("start", kind="stable")
-        first = every.drop_duplicates(["pid", "corr"], keep="first")
-        for (pid, dev), on_device in every.groupby(["pid", "device"], sort=True):
+        pair_key = (pid_all.astype(np.int64) << 16) | dev_all.astype(np.int64)
+        for key in sorted(pd.unique(pair_key)):  # hash-based: a sort of 1M keys per call is slow
+            pid, dev = int(key) >> 16, int(key) & 0xFFFF
+            on = (pid_all == pid) & (dev_all == dev)
             # Copies and memsets occupy the device too: a kernel queued behind one is not held back by others.
-            other = [f for f in others if len(f)]
-            mine = [f[(f["pid"] == pid) & (f["device_id"] == dev)] for f in other]
-            starts = np.concatenate([on_device["start"].to_numpy(), *[f["start"].to_numpy() for f in mine]])
-            ends = np.concatenate([on_device["end"].to_numpy(), *[f["end"].to_numpy() for f in mine]])
+            mine = [f[(f["pid"] == pid) & (f["device_id"] == dev)] for f in others if len(f)]
+            starts = np.concatenate([start[on], *[f["start"].to_numpy() for f in mine]])
+            ends = np.concatenate([end[on], *[f["end"].to_numpy() for f in mine]])
             busy = merge_intervals(starts, ends)
-            lo, hi = int(on_device["start"].min()), int(on_device["end"].max())
+            lo, hi = int(start[on].min()), int(end[on].max())
             span = max(1, hi - lo)
             busy_share = busy_ns(starts, ends, lo, hi) / span
-            launches = first[(first["pid"] == pid) & (first["device"] == dev)]
-            for stream, grp in launches.groupby("stream", sort=True):
+            launches = first[(pid_all[first] == pid) & (dev_all[first] == dev)]
+            for stream in sorted(pd.unique(stream_all[launches])):
+                grp = launches[stream_all[launches] == stream]
                 if len(grp) < opts.min_kernels:
                     continue
-                prof = queue_profile(grp["start"].to_numpy(), grp["end"].to_numpy(), grp["api_end"].to_numpy(), busy,
-                                     opts.min_queue_ns, (lo, hi))
+                prof = queue_profile(start[grp], end[grp], api_end[grp], busy, opts.min_queue_ns, (lo, hi))
                 if prof.median_queue < opts.min_queue_ns or prof.ratio < opts.min_ratio:
                     continue
                 held_back = prof.idle_while_queued >= opts.warning_share * span

@@ -91,7 +91,7 @@ def private_copy(path: Path, sidecar: Path) -> tuple[Path, Path]:
                 db.execute("PRAGMA journal_mode=DELETE")
         finally:
             db.close()
-    except (OSError, sqlite3.DatabaseError) as exc:
+    except (OSError, sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         shutil.rmtree(folder, ignore_errors=True)
         raise InputError(f"{path}: cannot merge {sidecar.name} beside it ({exc}); "
                          "close the program that writes it, or re-export the report") from None

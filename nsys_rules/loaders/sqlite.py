@@ -30,6 +30,10 @@ from .tables import TABLES, Column, Table
 _NSYS_PREFIXES = ("TARGET_INFO_", "META_DATA_", "EXPORT_META_DATA", "CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS",
                   "ThreadNames", "OSRT_", "PROCESSES", "ANALYSIS_", "ENUM_NSYS_", "PROFILER_OVERHEAD")
 
+#: What a damaged file can make the stdlib driver raise: SQLite errors, and UnicodeDecodeError
+#: when SQLite's own error message quotes a garbled (non-UTF-8) name from the file.
+SQLITE_ERRORS = (sqlite3.DatabaseError, UnicodeDecodeError)
+
 #: Longest string kept from ``StringIds``; kernel names (deep C++ templates) stay far below it.
 MAX_STRING = 65536
 
@@ -67,7 +71,7 @@ class SqliteExport:
                                "being written or its writer crashed)")
         try:
             self._db = sqlite3.connect(_uri(self._open_path), uri=True, check_same_thread=False)
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             remove_folder(self._private_dir)
             raise InputError(f"{self.path}: damaged or unreadable SQLite file ({exc}); re-export it with "
                              "`nsys export --type=sqlite`") from None
@@ -77,7 +81,7 @@ class SqliteExport:
             # A planted view, trigger or generated column must not run unsafe SQL functions.
             self._db.execute("PRAGMA trusted_schema = OFF")
             rows = self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             self.close()
             raise InputError(f"{self.path}: damaged or unreadable SQLite file ({exc}); re-export it with "
                              "`nsys export --type=sqlite`") from None
@@ -102,7 +106,7 @@ class SqliteExport:
         if table not in self._columns:
             try:
                 info = self._db.execute(f"PRAGMA table_info({_quote(table)})").fetchall()
-            except sqlite3.DatabaseError:
+            except SQLITE_ERRORS:
                 info = []
             self._columns[table] = tuple(str(r[1]) for r in info)
         return self._columns[table]
@@ -123,7 +127,7 @@ class SqliteExport:
         """Run a small fixed query (metadata); values are bound, never formatted in."""
         try:
             return self._db.execute(sql, tuple(params)).fetchall()
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             raise InputError(f"{self.path}: damaged SQLite file ({exc}); re-export the report with "
                              "`nsys export --type=sqlite`") from None
 
@@ -241,7 +245,7 @@ class SqliteExport:
             pass
         try:
             rows = self._db.execute(sql).fetchall()
-        except sqlite3.DatabaseError as exc:
+        except SQLITE_ERRORS as exc:
             raise InputError(f"{self.path}: cannot read table {source} ({exc}); the file is damaged: re-export "
                              "the report with `nsys export --type=sqlite`") from None
         out: dict[str, np.ndarray] = {}
@@ -289,7 +293,7 @@ class SqliteExport:
         sources = {s for t in TABLES.values() for s in t.sources} | {"StringIds"}
         try:
             views = [str(r[0]) for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'view'")]
-        except sqlite3.DatabaseError:
+        except SQLITE_ERRORS:
             return
         for name in sorted(v for v in views if v in sources):
             damage_fix.note(self.damage, f"{name}: is a view, not a table (planted or damaged export); ignored")

@@ -114,6 +114,18 @@ def test_corrupted_page_exits_3_or_reports(tmp_path):
     assert run.code in (0, 3)
 
 
+def test_malformed_schema_with_a_non_utf8_name(tmp_path):
+    """SQLite's error message quotes the garbled name; decoding it must not escape as a crash."""
+    path = tmp_path / "g.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute('CREATE TABLE "StringIds" (id INTEGER, value TEXT)')
+        db.execute('CREATE TABLE "CUPTI_ACTIVITY_KIND_Ab" (x INTEGER)')
+    db.close()
+    data = path.read_bytes().replace(b"CUPTI_ACTIVITY_KIND_Ab", b"CUPTI_ACTIVITY_KIND_\xe5(")
+    path.write_bytes(data.replace(b'CREATE TABLE "CUPTI', b'CREATE TABLX "CUPTI'))
+    _unusable(path, "damaged or unreadable SQLite file")
+
+
 def test_dropped_string_table_exits_3(tmp_path):
     path = damaged_copy(EXAMPLE, tmp_path / "d.sqlite", [f'DROP TABLE "{STRINGS}"'])
     _unusable(path, "no StringIds table")

@@ -67,8 +67,13 @@ def tables_of(path: Path) -> dict[str, list[str]]:
 
 
 # -- SQL-level damage ------------------------------------------------------------------------
-def sql_damage(rng: random.Random, tables: dict[str, list[str]]) -> list[str]:
-    """One random SQL-level damage to an export with ``tables``, as statements."""
+def sql_damage(rng: random.Random, tables: dict[str, list[str]]) -> tuple[str, list[str]]:
+    """One random SQL-level damage to an export with ``tables``: ``(name, statements)``."""
+    kind, statements = _sql_damage(rng, tables)
+    return kind, statements
+
+
+def _sql_damage(rng: random.Random, tables: dict[str, list[str]]) -> tuple[str, list[str]]:
     present = [t for t in DAMAGE_TARGETS if t in tables]
     table = rng.choice(present)
     cols = [c for c in DAMAGE_TARGETS[table] if c in tables[table]] or tables[table]
@@ -80,66 +85,67 @@ def sql_damage(rng: random.Random, tables: dict[str, list[str]]) -> list[str]:
                        "shuffle_ids", "bad_utf8"])
     t, c = f'"{table}"', f'"{col}"'
     if kind == "drop_table":
-        return [f"DROP TABLE {t}"]
+        return kind, [f"DROP TABLE {t}"]
     if kind == "drop_column":
-        return loosen(table) + [f"ALTER TABLE {t} DROP COLUMN {c}"]
+        return kind, loosen(table) + [f"ALTER TABLE {t} DROP COLUMN {c}"]
     if kind == "null":
-        return loosen(table) + [f"UPDATE {t} SET {c} = NULL WHERE {where}"]
+        return kind, loosen(table) + [f"UPDATE {t} SET {c} = NULL WHERE {where}"]
     if kind == "text":
-        return loosen(table) + [f"UPDATE {t} SET {c} = 'x' || rowid WHERE {where}"]
+        return kind, loosen(table) + [f"UPDATE {t} SET {c} = 'x' || rowid WHERE {where}"]
     if kind == "blob":
-        return loosen(table) + [f"UPDATE {t} SET {c} = x'00ff10' WHERE {where}"]
+        return kind, loosen(table) + [f"UPDATE {t} SET {c} = x'00ff10' WHERE {where}"]
     if kind == "real":
-        return loosen(table) + [f"UPDATE {t} SET {c} = {c} + 0.5 WHERE {where}"]
+        return kind, loosen(table) + [f"UPDATE {t} SET {c} = {c} + 0.5 WHERE {where}"]
     if kind == "huge":
         value = rng.choice(["9223372036854775807", "-9223372036854775808", "1e300", "-1e300"])
-        return loosen(table) + [f"UPDATE {t} SET {c} = {value} WHERE {where}"]
+        return kind, loosen(table) + [f"UPDATE {t} SET {c} = {value} WHERE {where}"]
     if kind == "negative":
-        return loosen(table) + [f"UPDATE {t} SET {c} = -abs(coalesce({c}, 1)) - 1 WHERE {where}"]
+        return kind, loosen(table) + [f"UPDATE {t} SET {c} = -abs(coalesce({c}, 1)) - 1 WHERE {where}"]
     if kind == "zero_dur" and "end" in tables[table] and "start" in tables[table]:
-        return [f'UPDATE {t} SET "end" = "start" WHERE {where}']
+        return kind, [f'UPDATE {t} SET "end" = "start" WHERE {where}']
     if kind == "swap" and "end" in tables[table] and "start" in tables[table]:
-        return loosen(table) + [f'UPDATE {t} SET "start" = "end", "end" = "start" WHERE {where}']
+        return kind, loosen(table) + [f'UPDATE {t} SET "start" = "end", "end" = "start" WHERE {where}']
     if kind == "dup":
-        return loosen(table) + [f"INSERT INTO {t} SELECT * FROM {t} WHERE {where}"]
+        return kind, loosen(table) + [f"INSERT INTO {t} SELECT * FROM {t} WHERE {where}"]
     if kind == "dangling":
-        return loosen(table) + [f"UPDATE {t} SET {c} = coalesce({c}, 0) + 100000007 WHERE {where}"]
+        return kind, loosen(table) + [f"UPDATE {t} SET {c} = coalesce({c}, 0) + 100000007 WHERE {where}"]
     if kind == "big_string" and STRINGS in tables:
-        size = rng.choice([100_000, 5_000_000])
-        return [f"UPDATE \"{STRINGS}\" SET \"value\" = printf('%.*c', {size}, 'k') WHERE {where}"]
+        # One 5 MB string, or a few of 100 KB (every row at 5 MB would be gigabytes, not a test).
+        size, rows = rng.choice([(100_000, f"rowid % 50 = {rng.randrange(50)}"), (5_000_000, f"rowid = {rng.randrange(1, 60)}")])
+        return kind, [f"UPDATE \"{STRINGS}\" SET \"value\" = printf('%.*c', {size}, 'k') WHERE {rows}"]
     if kind == "view":
-        return [f'ALTER TABLE {t} RENAME TO "_moved"', f'CREATE VIEW {t} AS SELECT * FROM "_moved"']
+        return kind, [f'ALTER TABLE {t} RENAME TO "_moved"', f'CREATE VIEW {t} AS SELECT * FROM "_moved"']
     if kind == "trigger":
-        return ['CREATE TABLE IF NOT EXISTS "_log" (x)',
+        return kind, ['CREATE TABLE IF NOT EXISTS "_log" (x)',
                 f'CREATE TRIGGER "_t{rng.randrange(10**6)}" AFTER INSERT ON {t} BEGIN INSERT INTO "_log" VALUES (1); END']
     if kind == "empty":
-        return [f"DELETE FROM {t}"]
+        return kind, [f"DELETE FROM {t}"]
     if kind == "shuffle_ids" and "id" in tables[table]:
-        return loosen(table) + [f'UPDATE {t} SET "id" = ("id" * 7919) % 1009 WHERE {where}']
+        return kind, loosen(table) + [f'UPDATE {t} SET "id" = ("id" * 7919) % 1009 WHERE {where}']
     if kind == "bad_utf8":
-        return loosen(table) + [f"UPDATE {t} SET {c} = CAST(x'c328ff41' AS TEXT) WHERE {where}"]
-    return [f"DELETE FROM {t} WHERE {where}"]
+        return kind, loosen(table) + [f"UPDATE {t} SET {c} = CAST(x'c328ff41' AS TEXT) WHERE {where}"]
+    return "delete_rows", [f"DELETE FROM {t} WHERE {where}"]
 
 
 # -- byte-level damage -----------------------------------------------------------------------
-def byte_damage(rng: random.Random, data: bytes) -> bytes:
-    """One random byte-level damage of a SQLite file's bytes."""
+def byte_damage(rng: random.Random, data: bytes) -> tuple[str, bytes]:
+    """One random byte-level damage of a SQLite file's bytes: ``(name, damaged bytes)``."""
     kind = rng.choice(["truncate", "flip", "zero_page", "shuffle_pages", "header", "garbage_tail", "splice"])
     size = len(data)
     page = int.from_bytes(data[16:18], "big") or 4096 if size >= 18 else 4096
     page = 65536 if page == 1 else page
     buf = bytearray(data)
     if kind == "truncate":
-        return bytes(buf[:rng.randrange(0, size)])
+        return kind, bytes(buf[:rng.randrange(0, size)])
     if kind == "flip":
         for _ in range(rng.choice([1, 4, 64, 1024])):
             i = rng.randrange(size)
             buf[i] ^= 1 << rng.randrange(8)
-        return bytes(buf)
+        return kind, bytes(buf)
     if kind == "zero_page":
         n = rng.randrange(max(size // page, 1))
         buf[n * page:(n + 1) * page] = bytes(min(page, size - n * page))
-        return bytes(buf)
+        return kind, bytes(buf)
     if kind == "shuffle_pages":
         pages = [buf[i:i + page] for i in range(0, size, page)]
         first, rest = pages[:1], pages[1:]
@@ -150,15 +156,16 @@ def byte_damage(rng: random.Random, data: bytes) -> bytes:
             rng.shuffle(chosen)
             for i, p in zip(idx, chosen, strict=True):
                 rest[i] = p
-        return b"".join(bytes(p) for p in first + rest)
+        return kind, b"".join(bytes(p) for p in first + rest)
     if kind == "header":
         i = rng.randrange(16, min(100, size))
         buf[i] = rng.randrange(256)
-        return bytes(buf)
+        return kind, bytes(buf)
     if kind == "garbage_tail":
-        return bytes(buf) + rng.randbytes(rng.choice([1, 100, 4096]))
+        return kind, bytes(buf) + rng.randbytes(rng.choice([1, 100, 4096]))
     # splice: a random run of bytes overwritten with random bytes
+    kind = "splice"
     start = rng.randrange(size)
     length = min(rng.choice([8, 512, 8192]), size - start)
     buf[start:start + length] = rng.randbytes(length)
-    return bytes(buf)
+    return kind, bytes(buf)

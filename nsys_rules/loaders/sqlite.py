@@ -228,7 +228,9 @@ class SqliteExport:
             bad = frame["end"].to_numpy() < frame["start"].to_numpy()
             if table.name == "nvtx":
                 # NVTX marks and unfinished ranges have no end: treat them as instants.
-                frame.loc[frame["end"] == NULL_INT, "end"] = frame["start"]
+                # A new array, not an in-place patch: `raw_end` may share the same buffer and must keep NULLs.
+                ends = frame["end"].to_numpy()
+                frame["end"] = np.where(ends == NULL_INT, frame["start"].to_numpy(), ends)
                 bad = frame["end"].to_numpy() < frame["start"].to_numpy()
             if bad.any():
                 self.damage.append(f"{table.name}: {int(bad.sum())} row(s) ending before they start dropped")

@@ -41,6 +41,8 @@ class Options:
     shape_explained: float = field(default=0.25, metadata={
         "help": "when the tail measured against each step position's own median is at most this fraction of the "
                 "plain tail, the spread is shape variation, not a tail"})
+    max_period: int = field(default=64, metadata={
+        "help": "without step ranges, longest launch period (in invocations of the group) tried for shape variation"})
     worst_instances: int = field(default=3, metadata={"help": "slowest invocations listed per finding"})
     max_findings: int = field(default=5, metadata={"help": "kernel groups reported per trace, costliest first"})
     api: bool = field(default=True, metadata={"help": "also judge host API calls (info only)"})
@@ -129,6 +131,73 @@ def positional_tail(group: np.ndarray, step: np.ndarray, launch: np.ndarray, dur
     steps_seen = np.bincount(g[run_start], minlength=n_groups)
     return pd.DataFrame({"in_steps": np.bincount(g, minlength=n_groups), "plain_in_steps": plain,
                          "positional": positional, "steps_seen": steps_seen})
+
+
+def _position_medians(durations: np.ndarray, position: np.ndarray, period: int) -> np.ndarray:
+    """Median duration of each position 0..period-1 (NaN where a position has no sample)."""
+    order = np.lexsort((durations, position))
+    counts = np.bincount(position, minlength=period)
+    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    sorted_d = durations[order].astype(np.float64)
+    lo, hi = np.maximum(counts - 1, 0) // 2, np.maximum(counts, 1) // 2
+    idx_lo = np.minimum(first + lo, len(sorted_d) - 1)
+    idx_hi = np.minimum(first + hi, len(sorted_d) - 1)
+    return np.where(counts > 0, (sorted_d[idx_lo] + sorted_d[idx_hi]) / 2, np.nan)
+
+
+def periodic_tail(durations: np.ndarray, max_period: int, min_per_position: int = 4) -> tuple[float, int, float]:
+    """Tail against the median of each position modulo the best period: (tail, period, held-out ratio).
+
+    ``durations`` are one group's invocations in launch order. Without step ranges, a program
+    that runs the same sequence over and over still launches the same shape every ``P``
+    invocations (o_proj, down_proj, o_proj, ...); measured against the median of its position
+    modulo ``P``, shape variation leaves no tail, while a real tail (a hot expert at a varying
+    position, a slow phase) stays. Trying many periods could explain noise by chance, so each
+    period is judged out of sample: medians from the first half, tail measured on the second
+    half, as a fraction of the second half's plain tail (the held-out ratio; 1 = explains
+    nothing). Returns period 0 and NaNs when no period can be tried.
+    """
+    n = len(durations)
+    half = n // 2
+    if half < 2 * min_per_position:
+        return float("nan"), 0, float("nan")
+    overall = float(np.median(durations))
+    second = durations[half:].astype(np.float64)
+    plain_second = float(np.clip(second - overall, 0, None).sum())
+    if plain_second <= 0:
+        return float("nan"), 0, float("nan")
+    index = np.arange(n)
+    best_ratio, best_period = float("inf"), 0
+    for period in range(2, min(max_period, half // min_per_position) + 1):
+        medians = _position_medians(durations[:half], index[:half] % period, period)
+        expected = medians[index[half:] % period]
+        expected = np.where(np.isnan(expected), overall, expected)
+        ratio = float(np.clip(second - expected, 0, None).sum()) / plain_second
+        if ratio < best_ratio - 1e-12:
+            best_ratio, best_period = ratio, period
+    if not best_period:
+        return float("nan"), 0, float("nan")
+    position = index % best_period
+    medians = _position_medians(durations, position, best_period)
+    tail = float(np.clip(durations - medians[position], 0, None).sum())
+    return tail, best_period, best_ratio
+
+
+def slow_runs(is_slow: np.ndarray) -> int:
+    """Number of maximal runs of consecutive slow invocations (in launch order)."""
+    if not is_slow.any():
+        return 0
+    starts = is_slow & ~np.concatenate(([False], is_slow[:-1]))
+    return int(starts.sum())
+
+
+_PYTORCH_RANGE_NOISE = re.compile(r",\s*(seq|op_id|sizes|input_dims|input_op_ids)\s*=.*$")
+
+
+def clean_range_name(name: str, limit: int = 48) -> str:
+    """An NVTX range name for a message: PyTorch's ``, seq = N, op_id = M`` suffix dropped, long names cut."""
+    text = _PYTORCH_RANGE_NOISE.sub("", name).strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def nvtx_path(nvtx: pd.DataFrame | None, pid: int | None, tid: int | None, at: int) -> tuple[str, ...]:
@@ -231,10 +300,20 @@ class KernelTail(Rule):
         label = f"{base_name(full_name)} grid {grid} block {block}"
         gpu_time = float(row["gpu_time"])
         plain_cost = float(row["tail_cost"])
+        # Two position tests, the better explanation wins: the rank within each step (needs
+        # steps with several invocations of the group), and a period in the group's own launch
+        # sequence (works without step ranges, and when each step holds one invocation).
         testable = n_steps >= opts.min_steps and row["steps_seen"] >= opts.min_steps and \
-            row["in_steps"] >= 0.8 * row["count"]
+            row["in_steps"] >= 0.8 * row["count"] and row["in_steps"] > row["steps_seen"]
         positional_cost = float(row["positional"]) + max(0.0, plain_cost - float(row["plain_in_steps"]))
-        shape_variation = testable and (float(row["positional"]) <= opts.shape_explained * float(row["plain_in_steps"])
+        explained_by = f"each position in the step ({int(row['steps_seen'])} steps)"
+        plain_tested, positional_tested = float(row["plain_in_steps"]), float(row["positional"])
+        in_order = durations[rows[np.argsort(kernels["launch_start"].to_numpy()[rows], kind="stable")]]
+        cost_p, period, held_out = periodic_tail(in_order, opts.max_period)
+        if period and held_out <= opts.shape_explained and (not testable or cost_p < positional_cost):
+            testable, positional_cost, plain_tested, positional_tested = True, cost_p, plain_cost, cost_p
+            explained_by = f"each position in a repeating sequence of {period} launches"
+        shape_variation = testable and (positional_tested <= opts.shape_explained * plain_tested
                                         or positional_cost < opts.min_share * gpu_time)
         cost = min(plain_cost, positional_cost) if testable else plain_cost
         share = cost / gpu_time if gpu_time else 0.0
@@ -258,9 +337,9 @@ class KernelTail(Rule):
                             start_ns=worst["start"], end_ns=worst["end"])
         key = f"grid={grid} block={block}"
         if shape_variation:
-            message = (stats + f" Measured against the median of each position in the step (over {int(row['steps_seen'])} "
-                       f"steps), the tail is only {positional_cost / 1e6:.3f} ms ({pct(positional_cost, gpu_time):.2f} %): "
-                       "durations follow the position in the step, so this is shape variation (different matrices "
+            message = (stats + f" Measured against the median of {explained_by}, the tail is only "
+                       f"{positional_cost / 1e6:.3f} ms ({pct(positional_cost, gpu_time):.2f} %): durations follow the "
+                       "position in the sequence, so this is shape variation (different matrices "
                        f"sharing one kernel and launch configuration), not a tail. Slowest: {slowest}.")
             recommendation = ("Nothing to fix as a tail. To see each shape separately, give the call sites their own "
                               "NVTX ranges (e.g. `nvtx.range('o_proj')` / `nvtxRangePush(\"down_proj\")`) or launch "
@@ -268,23 +347,42 @@ class KernelTail(Rule):
             return ctx.finding(message, recommendation, severity=Severity.INFO, metrics=metrics, location=location,
                                title="Kernel duration spread is shape variation, not a tail", key=key)
         severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
-        kind = "systematic tail" if row["p99_p50"] > opts.tail_ratio else "outlier invocations"
-        slow_count = int((durations[rows] > opts.outlier_ratio * row["p50"]).sum())
-        message = (stats + f" This is a {kind}: {slow_count} invocations ({pct(slow_count, row['count']):.1f} %) run over "
-                   f"{opts.outlier_ratio:g}x the median. Slowest: {slowest}.")
+        group_d = durations[rows[np.argsort(kernels["launch_start"].to_numpy()[rows], kind="stable")]]
+        slow = group_d > opts.tail_ratio * row["p50"]
+        slow_count = int(slow.sum())
+        # The playbook's labels: p99/p50 over tail_ratio is a systematic tail, max/p50 over
+        # outlier_ratio alone means outliers. With few invocations p99 is the second-largest
+        # value, so a "systematic" tail needs at least 3 slow invocations and 1 % of them.
+        systematic = row["p99_p50"] > opts.tail_ratio and slow_count >= max(3, 0.01 * row["count"])
+        kind = "systematic tail" if systematic else "outlier invocations"
+        runs = slow_runs(slow)
+        what = (f"A systematic tail: {slow_count} invocations ({pct(slow_count, row['count']):.1f} %) run over "
+                f"{opts.tail_ratio:g}x the median" if systematic else
+                f"Outlier invocations: {slow_count} of {int(row['count'])} run over {opts.tail_ratio:g}x the median")
+        message = stats + f" {what}. Slowest: {slowest}."
+        phase = systematic and runs <= 3 and slow_count >= 10
+        if phase:
+            message += (f" The slow invocations are {'consecutive' if runs == 1 else f'in {runs} consecutive runs'}: "
+                        "a phase of the run (other input sizes, clock throttling, or competing work during that "
+                        "period), not scattered noise.")
         if testable:
-            message += (f" The tail stays when each step position is judged against its own median "
-                        f"({positional_cost / 1e6:.2f} ms), so it is not shape variation.")
+            message += (f" Judged against the median of {explained_by}, the tail stays at "
+                        f"{positional_cost / 1e6:.2f} ms, so it is not shape variation.")
         more = n_candidates - opts.max_findings
         if more > 0:
             message += f" ({more} more kernel group(s) with smaller tails not listed.)"
-        return ctx.finding(message, self._advice(full_name, kind, row, cost), severity=severity, metrics=metrics,
+        return ctx.finding(message, self._advice(full_name, kind, row, cost, phase), severity=severity, metrics=metrics,
                            location=location, estimated_savings_ns=cost, key=key)
 
     @staticmethod
-    def _advice(name: str, kind: str, row: pd.Series, cost: float) -> str:
+    def _advice(name: str, kind: str, row: pd.Series, cost: float, phase: bool = False) -> str:
         lower = name.lower()
         gain = f"Removing the tail saves up to {cost / 1e6:.2f} ms of GPU time over the window."
+        if phase and not ("moe" in lower or "expert" in lower):
+            return ("Open the trace at the start of the slow phase (first listed timestamps) and compare it with the "
+                    "fast part: a change of problem size or arguments, GPU clocks dropping (check with "
+                    "`nsys profile --gpu-metrics-devices=all` or `nvidia-smi -q -d CLOCK`), or another process/stream "
+                    "competing from then on. " + gain)
         if "moe" in lower or "expert" in lower:
             return ("MoE route imbalance: a few hot experts get most tokens, and their launches run "
                     f"{row['p99'] / max(row['p50'], 1):.0f}x the median. Balance the routing (capacity factor / "
@@ -320,7 +418,8 @@ class KernelTail(Rule):
             pid, tid = threads[i]
             path = nvtx_path(nvtx, pid, tid, int(k["launch_start"]))
             where = f" in step {int(step_of[i]) + 1}/{len(steps)}" if step_of[i] >= 0 else ""
-            ranges = f", NVTX {' > '.join(path)}" if path else ""
+            shown = [clean_range_name(p) for p in path[-3:]]  # innermost three: enough to place it
+            ranges = f", NVTX {' > '.join(shown)}" if path else ""
             text.append(f"{durations[r] / 1e3:.1f} us at {int(k['start']) / 1e6:.3f} ms{where}{ranges}")
         top = kernels.iloc[pick[0]]
         return {"text": text, "start": int(top["start"]), "end": int(top["end"]), "stream": int(top["stream_id"])}

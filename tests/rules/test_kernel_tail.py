@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from nsys_rules.testing import TraceBuilder, run_rule
-from nsys_rules.rules.kernel_tail import group_quantiles, positional_tail, step_index, tail_table
+from nsys_rules.rules.kernel_tail import (clean_range_name, group_quantiles, periodic_tail, positional_tail, slow_runs,
+                                          step_index, tail_table)
 
 PERIOD = 2_000_000
 T0 = 10_000_000
@@ -98,7 +99,7 @@ def test_outlier_ratio_boundary(tmp_path, slow, fires):
     found = kernel_findings(run_rule("kernel-tail", b.write(tmp_path / "t.sqlite"), options={"min_share": 0.0}))
     assert bool(found) is fires
     if fires:
-        assert "outlier invocations" in found[0].message
+        assert "Outlier invocations: 1 of 200" in found[0].message
 
 
 @pytest.mark.parametrize("slow,fires", [(30_000, False), (31_000, True)])
@@ -165,6 +166,42 @@ def test_api_tail_is_info_and_skips_waiting_calls(tmp_path):
     assert values(f)["tail_cost"] == 4 * 395_000
     assert [f for f in run_rule("kernel-tail", path, options={"api": False, "api_min_share": 0.0})
             if f.title == "Host API tail"] == []
+
+
+def test_shape_variation_without_step_ranges(tmp_path):
+    # No NVTX: the same sequence of 8 launches repeats; positions 6 and 7 are the big matrix.
+    b = TraceBuilder()
+    t = T0
+    for _ in range(20):
+        for d in [18_000] * 6 + [60_000, 60_000]:
+            b.kernel(KERNEL, start=t, duration=d, grid=(132, 1, 1))
+            t += d + 2_000
+        t += 300_000
+    [f] = kernel_findings(run_rule("kernel-tail", b.write(tmp_path / "t.sqlite"), filter_time="0/"))
+    assert f.severity.value == "info" and "shape variation" in f.title
+
+
+def test_slow_phase_is_named(tmp_path):
+    # The last quarter of the run is 3x slower: consecutive, so a phase, and still a warning.
+    b = TraceBuilder()
+    loop(b, [[20_000] * 10 for _ in range(15)] + [[60_000] * 10 for _ in range(5)])
+    [f] = kernel_findings(run_rule("kernel-tail", b.write(tmp_path / "t.sqlite"), filter_time="0/"))
+    assert f.severity.value == "warning" and "consecutive" in f.message and "clock" in f.recommendation
+
+
+def test_periodic_tail_and_runs():
+    d = np.array([1.0, 5.0, 1.0] * 20)
+    cost, period, held_out = periodic_tail(d, 8)
+    assert cost == 0.0 and period == 3 and held_out == 0.0
+    rng = np.random.default_rng(1)
+    noisy = np.where(rng.random(400) < 0.1, 10.0, 1.0)  # a real tail: no period explains it out of sample
+    cost, _, held_out = periodic_tail(noisy, 64)
+    assert held_out > 0.5
+    deterministic = np.array([[200.0 if n == (3 * i) % 10 else 20.0 for n in range(10)] for i in range(20)]).ravel()
+    assert periodic_tail(deterministic, 64)[2] > 0.5  # the hot position moves every step: not a shape
+    assert slow_runs(np.array([False, True, True, False, True])) == 2 and slow_runs(np.zeros(3, bool)) == 0
+    assert clean_range_name("aten::linear, seq = 47220, op_id = 997426") == "aten::linear"
+    assert clean_range_name("x" * 100).endswith("...")
 
 
 def test_group_quantiles_match_numpy():

@@ -42,13 +42,19 @@ def artifact_uri(path: str) -> str:
     return quote(PurePosixPath(*p.parts).as_posix() if p.parts else path, safe="/")
 
 
+def _artifact_location(path: str) -> dict[str, Any]:
+    """``{uri}``; relative paths are relative to the checkout (``%SRCROOT%``), as code scanning expects."""
+    uri = artifact_uri(path)
+    return {"uri": uri} if uri.startswith("file:") else {"uri": uri, "uriBaseId": "%SRCROOT%"}
+
+
 def sarif_log(report: Report) -> dict[str, Any]:
     """The SARIF log object of ``report``."""
     registry = report.registry
     descriptors = [_descriptor(entry, registry) for entry in report.rules]
     index = {d["id"]: i for i, d in enumerate(descriptors)}
     traces = [r.info["path"] for r in report.results]
-    artifacts = [{"location": {"uri": artifact_uri(t)}, "roles": ["analysisTarget"]} for t in traces]
+    artifacts = [{"location": _artifact_location(t), "roles": ["analysisTarget"]} for t in traces]
     art_index = {t: i for i, t in enumerate(traces)}
     results = [_result(rank, f, index, art_index) for rank, f in enumerate(report.findings, 1)]
     info = tool_info(report)
@@ -120,7 +126,9 @@ def _plain_text(sections: dict[str, str]) -> str:
 
 def _result(rank: int, f: Finding, index: dict[str, int], art_index: dict[str, int]) -> dict[str, Any]:
     loc = f.location
-    physical: dict[str, Any] = {"artifactLocation": {"uri": artifact_uri(loc.trace or "")}}
+    # A trace is binary, so the region is nominal: GitHub code scanning rejects results whose
+    # location has no region.startLine (its validator rule GH1003).
+    physical: dict[str, Any] = {"artifactLocation": _artifact_location(loc.trace or ""), "region": {"startLine": 1}}
     if loc.trace in art_index:
         physical["artifactLocation"]["index"] = art_index[loc.trace]
     location: dict[str, Any] = {"physicalLocation": physical}

@@ -197,3 +197,14 @@ def test_diff_usage_errors(tmp_path):
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
     proc = run_cli("diff", str(EXAMPLE), str(EXAMPLE), "--gate", "-1")
     assert proc.returncode == 2
+
+
+def test_sarif_relative_trace_path_is_relative_to_the_checkout(tmp_path):
+    hidden_graph_trace(tmp_path / "graphs.sqlite")
+    proc = run_cli("check", "--format", "sarif", "graphs.sqlite", cwd=tmp_path)
+    doc = json.loads(proc.stdout)
+    validate_sarif(doc)
+    physical = doc["runs"][0]["results"][0]["locations"][0]["physicalLocation"]
+    assert physical["artifactLocation"]["uri"] == "graphs.sqlite"
+    assert physical["artifactLocation"]["uriBaseId"] == "%SRCROOT%"
+    assert physical["region"]["startLine"] == 1  # code scanning needs a line, even for a binary file

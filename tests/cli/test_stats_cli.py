@@ -1,0 +1,114 @@
+"""``nsys-rules stats``: formats, filters (launch-time membership on any thread) and usage errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from nsys_rules.testing import TraceBuilder
+from tests.unit._stats_helpers import run_stats
+
+
+@pytest.fixture
+def worker_trace(tmp_path):
+    """Two instances of the range ``serve`` on the main thread; every kernel is launched from a worker."""
+    b = TraceBuilder()
+    b.nvtx("serve", 0, 1_000_000)
+    b.nvtx("serve", 3_000_000, 4_000_000)
+    b.kernel("gemv", 120_000, 1_000, launch_at=100_000, tid=77)
+    b.kernel("gemv", 520_000, 3_000, launch_at=500_000, tid=77)
+    # Launched inside the first instance, runs after it ended: still in (membership by launch time).
+    b.kernel("late", 1_500_000, 2_000, launch_at=990_000, tid=77)
+    b.kernel("between", 2_000_000, 5_000, launch_at=1_990_000, tid=77)
+    b.kernel("gemv", 3_500_000, 7_000, launch_at=3_400_000, tid=78)
+    return b.write(tmp_path / "worker.sqlite")
+
+
+def _instances(rows):
+    return {r["Name"]: r["Instances"] for r in rows}
+
+
+def test_filter_nvtx_selects_all_threads_and_all_instances(capsys, worker_trace):
+    code, rows, _ = run_stats(capsys, worker_trace, "cuda_gpu_kern_sum", "--filter-nvtx", "serve")
+    assert code == 0
+    assert _instances(rows) == {"gemv": 3, "late": 1}
+
+
+def test_filter_nvtx_index_picks_one_instance(capsys, worker_trace):
+    _, rows, _ = run_stats(capsys, worker_trace, "cuda_gpu_kern_sum", "--filter-nvtx", "serve/1")
+    assert _instances(rows) == {"gemv": 1}
+    assert rows[0]["Total Time (ns)"] == 7_000
+
+
+def test_filter_applies_to_api_and_exec_reports(capsys, worker_trace):
+    _, api, _ = run_stats(capsys, worker_trace, "cuda_api_sum", "--filter-nvtx", "serve/0")
+    assert [(r["Name"], r["Num Calls"]) for r in api] == [("cudaLaunchKernel", 3)]
+    _, ex, _ = run_stats(capsys, worker_trace, "cuda_kern_exec_sum", "--filter-nvtx", "serve/0")
+    assert sorted((r["TID"], r["Kernel Name"], r["Count"]) for r in ex) == [(77, "gemv", 2), (77, "late", 1)]
+
+
+def test_filter_time_uses_launch_time_and_nsys_units(capsys, worker_trace):
+    # "between" runs at 2.0 ms but was launched at 1.99 ms: outside 2ms/; the 3.4 ms launch is inside.
+    _, rows, _ = run_stats(capsys, worker_trace, "cuda_gpu_kern_sum", "--filter-time", "2ms/")
+    assert _instances(rows) == {"gemv": 1}
+    _, rows, _ = run_stats(capsys, worker_trace, "cuda_gpu_kern_sum", "--filter-time", "1ms/3ms")
+    assert _instances(rows) == {"between": 1}
+
+
+def test_filter_with_nothing_inside_is_an_empty_report(capsys, worker_trace):
+    code, rows, err = run_stats(capsys, worker_trace, "cuda_gpu_kern_sum", "--filter-time", "10s/11s")
+    assert (code, rows) == (0, [])
+    assert "selected time range" in err
+
+
+@pytest.mark.parametrize("flags", [["--filter-time", "5s"], ["--filter-nvtx", "no_such_range"],
+                                   ["--filter-time", "3s/1s"]])
+def test_bad_filters_exit_2(capsys, worker_trace, flags):
+    code, _, err = run_stats(capsys, worker_trace, "cuda_gpu_kern_sum", *flags)
+    assert code == 2 and err.startswith("nsys-rules:")
+
+
+@pytest.mark.parametrize("report", ["no_such_report", "cuda_api_sum:base", "cuda_gpu_kern_sum:shortest"])
+def test_unknown_report_or_variant_exits_2(capsys, worker_trace, report):
+    code, _, err = run_stats(capsys, worker_trace, report)
+    assert code == 2 and "report" in err
+
+
+def test_unreadable_trace_exits_3(capsys, tmp_path):
+    bad = tmp_path / "bad.sqlite"
+    bad.write_text("not a database")
+    code, _, err = run_stats(capsys, bad, "cuda_gpu_kern_sum")
+    assert code == 3 and err.count("\n") == 1
+
+
+def test_csv_format(capsys, worker_trace):
+    code, text, _ = run_stats(capsys, worker_trace, "cuda_gpu_kern_sum", fmt="csv")
+    assert code == 0
+    lines = text.splitlines()
+    assert lines[0] == '"Time (%)","Total Time (ns)","Instances","Avg (ns)","Med (ns)","Min (ns)","Max (ns)",' \
+                       '"StdDev (ns)","Name"'
+    rows = list(csv.DictReader(io.StringIO(text)))
+    gemv = next(r for r in rows if r["Name"] == "gemv")
+    assert (gemv["Total Time (ns)"], gemv["Instances"], gemv["Med (ns)"]) == ("11000", "3", "3000.0")
+
+
+def test_table_format(capsys, worker_trace):
+    code, text, _ = run_stats(capsys, worker_trace, "cuda_gpu_kern_sum", fmt="table")
+    assert code == 0
+    header, rule, first = text.splitlines()[:3]
+    assert header.split() == ["Time", "(%)", "Total", "Time", "(ns)", "Instances", "Avg", "(ns)", "Med", "(ns)",
+                              "Min", "(ns)", "Max", "(ns)", "StdDev", "(ns)", "Name"]
+    assert set(rule.replace(" ", "")) == {"-"}
+    assert "11,000" in first and first.rstrip().endswith("gemv")
+
+
+def test_table_shortens_long_names_like_nsys(capsys, tmp_path):
+    b = TraceBuilder()
+    b.kernel("k" * 150, 10_000, 100)
+    path = b.write(tmp_path / "long.sqlite")
+    _, text, _ = run_stats(capsys, path, "cuda_gpu_kern_sum", fmt="table")
+    assert ("k" * 99 + "…") in text and "k" * 100 not in text
+    _, rows, _ = run_stats(capsys, path, "cuda_gpu_kern_sum")
+    assert rows[0]["Name"] == "k" * 150  # json keeps the whole name

@@ -39,6 +39,8 @@ def register_formatters() -> dict[str, Callable[..., str]]:  # type: ignore[empt
         ``format(report: nsys_rules.engine.Report) -> str``.
 
     Called once, when the plugin manager is built. A name that is already taken is an error.
+    A formatter that draws the steady-state profile sets ``format.needs_profile = True``; the
+    engine then fills ``TraceResult.profile`` (see :mod:`nsys_rules.overview`).
     """
 
 

@@ -77,6 +77,7 @@ _DDL = {
     "ThreadNames": "nameId INTEGER NOT NULL, priority INTEGER, globalTid INTEGER",
     "META_DATA_CAPTURE": "name TEXT NOT NULL, value TEXT",
     "META_DATA_EXPORT": "name TEXT NOT NULL, value TEXT",
+    "EXPORT_META_DATA": "name TEXT NOT NULL, value TEXT",
 }
 
 
@@ -110,6 +111,9 @@ class TraceBuilder:
     launch_lead: int = 5_000
     launch_duration: int = 3_000
     write_metadata: bool = True
+    #: Write metadata the way nsys 2022.1-2023.2 did: ``EXPORT_META_DATA`` instead of
+    #: ``META_DATA_EXPORT``, and no ``META_DATA_CAPTURE`` (capture options unrecorded).
+    legacy_metadata: bool = False
     _rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict, init=False)
     _strings: dict[str, int] = field(default_factory=dict, init=False)
     _corr: int = field(default=0, init=False)
@@ -242,9 +246,10 @@ class TraceBuilder:
         rows += [("PROCESS_0:ENVIRONMENT_VARIABLE", f'{k}="{v}"') for k, v in self.environment.items()]
         if self.graph_trace_mode:
             rows.append(("PROCESS_0:CUDA_GRAPH_TRACE_OPTIONS:MODE", self.graph_trace_mode))
-        self._rows["META_DATA_CAPTURE"] = rows
+        if not self.legacy_metadata:
+            self._rows["META_DATA_CAPTURE"] = rows
         major, minor, micro = (self.schema_version.split(".") + ["0", "0"])[:3]
-        self._rows["META_DATA_EXPORT"] = [
+        self._rows["EXPORT_META_DATA" if self.legacy_metadata else "META_DATA_EXPORT"] = [
             ("EXPORT_PRODUCT_VERSION", self.nsys_version), ("EXPORT_SCHEMA_VERSION", self.schema_version),
             ("EXPORT_SCHEMA_VERSION_MAJOR", major), ("EXPORT_SCHEMA_VERSION_MINOR", minor),
             ("EXPORT_SCHEMA_VERSION_MICRO", micro)]

@@ -107,6 +107,17 @@ def test_skipped_when_nvtx_was_not_captured(tmp_path):
     assert "--trace=cuda,nvtx" in skip_reason("nvtx-coverage", path)
 
 
+def test_2022_export_without_ranges_is_skipped(tmp_path):
+    # nsys 2022.1-2023.2 recorded no capture options: no NVTX table may mean NVTX was not traced.
+    path = _steps(TraceBuilder(legacy_metadata=True), steps=5, annotated=0).write(tmp_path / "t.sqlite")
+    assert "does not say NVTX was traced" in skip_reason("nvtx-coverage", path)
+
+
+def test_2022_export_with_ranges_runs(tmp_path):
+    path = _steps(TraceBuilder(legacy_metadata=True), steps=10, annotated=4).write(tmp_path / "t.sqlite")
+    assert metric_values(only_finding(run_rule("nvtx-coverage", path)))["uncovered_share"] == pytest.approx(0.6)
+
+
 def test_skipped_without_kernels(tmp_path):
     b = TraceBuilder()
     b.nvtx("step", 0, MS)

@@ -9,6 +9,11 @@ exact scenario it needs and runs the same code path as a real trace::
         b.nvtx("decode_step", step * 1_000_000, step * 1_000_000 + 900_000)
         b.kernel("gemv_kernel", start=step * 1_000_000 + 10_000, duration=50_000)
     findings = run_rule("kernel-tail", b.write(tmp_path / "t.sqlite"))
+
+:func:`run_rule` fails the test when the rule was skipped or raised; :func:`skip_reason` is its
+opposite; :func:`only_finding` and :func:`metric_values` keep asserts short. Older exports:
+``TraceBuilder(legacy_metadata=True)`` (nsys 2022.1-2023.2 metadata) or ``write_metadata=False``
+(before 2022.1). This module is public API for plugin authors (see docs/plugins.md).
 """
 
 from __future__ import annotations

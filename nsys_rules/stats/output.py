@@ -28,7 +28,8 @@ def _csv(result: StatsResult) -> str:
     if not result.rows:
         return ""
     out = io.StringIO()
-    writer = csv.writer(out, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
+    # Like nsys: plain header and numbers, quotes only where a name needs them (commas, quotes).
+    writer = csv.writer(out, quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
     writer.writerow(result.columns)
     for row in result.rows:
         writer.writerow([row[c] for c in result.columns])

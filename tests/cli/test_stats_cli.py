@@ -87,8 +87,7 @@ def test_csv_format(capsys, worker_trace):
     code, text, _ = run_stats(capsys, worker_trace, "cuda_gpu_kern_sum", fmt="csv")
     assert code == 0
     lines = text.splitlines()
-    assert lines[0] == '"Time (%)","Total Time (ns)","Instances","Avg (ns)","Med (ns)","Min (ns)","Max (ns)",' \
-                       '"StdDev (ns)","Name"'
+    assert lines[0] == "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name"
     rows = list(csv.DictReader(io.StringIO(text)))
     gemv = next(r for r in rows if r["Name"] == "gemv")
     assert (gemv["Total Time (ns)"], gemv["Instances"], gemv["Med (ns)"]) == ("11000", "3", "3000.0")
@@ -107,8 +106,11 @@ def test_table_format(capsys, worker_trace):
 def test_table_shortens_long_names_like_nsys(capsys, tmp_path):
     b = TraceBuilder()
     b.kernel("k" * 150, 10_000, 100)
+    b.kernel("add(int, float)", 20_000, 50)
     path = b.write(tmp_path / "long.sqlite")
     _, text, _ = run_stats(capsys, path, "cuda_gpu_kern_sum", fmt="table")
     assert ("k" * 99 + "…") in text and "k" * 100 not in text
     _, rows, _ = run_stats(capsys, path, "cuda_gpu_kern_sum")
     assert rows[0]["Name"] == "k" * 150  # json keeps the whole name
+    _, text, _ = run_stats(capsys, path, "cuda_gpu_kern_sum", fmt="csv")
+    assert text.splitlines()[2].endswith(',"add(int, float)"')  # quoted only where needed, as nsys

@@ -9,13 +9,16 @@ prints, one test per trace with every report in it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from nsys_rules.cli import main
 from nsys_rules.inputs import open_trace
 from nsys_rules.stats import REPORTS
 from nsys_rules.stats.filters import stats_window
@@ -86,3 +89,15 @@ def test_nvtx_filter_keeps_kernels_launched_from_worker_threads(h200):
         trace.close()
     assert sum(r["Instances"] for r in rows) == 3752
     assert rows == everything
+
+
+@pytest.mark.parametrize("report", ["cuda_api_sum", "cuda_gpu_kern_sum"])
+def test_csv_is_byte_identical_to_nsys(corpus, report):
+    """nsys 2023.1.2's own `--format csv` output for a Julia CUDA.jl trace, kept beside it in the corpus."""
+    stem = "nsys2023.1.2-julia-cudajl-v100"
+    expected = need_shared(corpus / f"{stem}.{report}.csv").read_text()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["stats", "--report", report, "--format", "csv", str(corpus / f"{stem}.sqlite")])
+    assert code == 0
+    assert out.getvalue() == expected

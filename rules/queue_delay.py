@@ -45,7 +45,8 @@ class QueueProfile:
     @property
     def ratio(self) -> float:
         """Median queue time over median kernel time."""
-        return self.median_queue / self.median_kernel if self.median_kernel else float("inf")
+        # Zero-length kernels (damaged or synthetic traces) count as 1 ns: the ratio stays finite for JSON.
+        return self.median_queue / max(self.median_kernel, 1.0)
 
 
 def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, device_busy: tuple[np.ndarray, np.ndarray],
@@ -77,6 +78,11 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
     idle_queued = int((both_hi - both_lo).sum() - (b_hi - b_lo).sum())
     return QueueProfile(len(queue), float(np.median(queue)), float(np.percentile(queue, 90)), float(np.median(dur)),
                         int(queue.sum()), int(dur.sum()), max(0, idle_queued))
+
+
+def _ids(column: pd.Series) -> np.ndarray:
+    """An id column as int64, missing values as -1."""
+    return pd.to_numeric(column, errors="coerce").fillna(-1).to_numpy().astype(np.int64)
 
 
 def first_kernel_per_call(pid: np.ndarray, correlation_id: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -135,19 +141,19 @@ class QueueDelay(Rule):
         start = kernels["start"].to_numpy()
         end = kernels["end"].to_numpy()
         api_end = api["api_end"].to_numpy()
-        pid_all = kernels["pid"].to_numpy()
-        dev_all = kernels["device_id"].to_numpy()
-        stream_all = kernels["stream_id"].to_numpy()
+        # Damaged exports can lack ids (NULL or dropped columns): -1 keeps them one group, not a crash.
+        pid_all, dev_all, stream_all, corr_all = (_ids(kernels[c]) for c in ("pid", "device_id", "stream_id",
+                                                                            "correlation_id"))
         # A graph launch (or a multi-kernel call) queues all its kernels at once; after the first, a
         # node waits for the node before it, not in the queue, so only the first kernel per call counts.
-        first = first_kernel_per_call(pid_all, kernels["correlation_id"].to_numpy(), start)
+        first = first_kernel_per_call(pid_all, corr_all, start)
         first = first[api_end[first] >= 0]
         others = [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"])
                   for t in ("memcpy", "memset") if ctx.trace.has(t)]
-        pair_key = (pid_all.astype(np.int64) << 16) | dev_all.astype(np.int64)
+        pair_key = pid_all * 65_536 + (dev_all + 1)  # device -1 (unknown) stays its own group
         for key in sorted(pd.unique(pair_key)):  # hash-based: a sort of 1M keys per call is slow
-            pid, dev = int(key) >> 16, int(key) & 0xFFFF
-            on = (pid_all == pid) & (dev_all == dev)
+            on = pair_key == key
+            pid, dev = int(pid_all[on][0]), int(dev_all[on][0])
             # Copies and memsets occupy the device too: a kernel queued behind one is not held back by others.
             mine = [f[(f["pid"] == pid) & (f["device_id"] == dev)] for f in others if len(f)]
             starts = np.concatenate([start[on], *[f["start"].to_numpy() for f in mine]])
@@ -156,7 +162,7 @@ class QueueDelay(Rule):
             lo, hi = int(start[on].min()), int(end[on].max())
             span = max(1, hi - lo)
             busy_share = busy_ns(starts, ends, lo, hi) / span
-            launches = first[(pid_all[first] == pid) & (dev_all[first] == dev)]
+            launches = first[pair_key[first] == key]
             for stream in sorted(pd.unique(stream_all[launches])):
                 grp = launches[stream_all[launches] == stream]
                 if len(grp) < opts.min_kernels:

@@ -32,6 +32,8 @@ TOP_KERNELS = 25
 HISTOGRAM_BINS = 24
 #: Per-step rows kept for the timeline (evenly thinned beyond this).
 MAX_STEPS = 400
+#: GPU operations kept for the close-up of the typical step.
+MAX_OPS = 4000
 
 _FALLBACK = (
     ("attention", r"flash|fmha|attention|attn|sdpa"),
@@ -236,7 +238,7 @@ def _timeline(gpu: pd.DataFrame, steps: tuple[tuple[int, int], ...]) -> dict[str
     """
     n = len(steps)
     if not n:
-        return {"rows": [], "complete": True, "busy_total_ns": 0, "wall_total_ns": 0}
+        return {"rows": [], "complete": True, "busy_total_ns": 0, "wall_total_ns": 0, "typical": None}
     idx = gpu["step"].to_numpy(np.int64) if len(gpu) else np.array([], np.int64)
     starts, ends = gpu["start"].to_numpy(np.int64), gpu["end"].to_numpy(np.int64)
     busy = busy_ns(starts, ends, idx).reindex(range(n), fill_value=0).to_numpy(np.int64) if len(gpu) \
@@ -266,7 +268,20 @@ def _timeline(gpu: pd.DataFrame, steps: tuple[tuple[int, int], ...]) -> dict[str
         keep = sorted(set(np.linspace(0, n - 1, MAX_STEPS).round().astype(int).tolist()))
     rows = [{"step": i, "start_ns": int(begin[i] - origin), "wall_ns": int(wall[i]), "host_ns": int(host_wall[i]),
              "busy_ns": int(busy[i]), "gpu_time_ns": int(kernel[i]), "idle_ns": int(wall[i] - busy[i])} for i in keep]
-    return {"rows": rows, "complete": complete, "busy_total_ns": int(busy.sum()), "wall_total_ns": int(wall.sum())}
+    typical = int(np.argsort(wall, kind="stable")[(n - 1) // 2])  # the median step by wall time
+    return {"rows": rows, "complete": complete, "busy_total_ns": int(busy.sum()), "wall_total_ns": int(wall.sum()),
+            "typical_step": typical, "typical": _step_detail(gpu, typical, int(begin[typical]), int(wall[typical]))}
+
+
+def _step_detail(gpu: pd.DataFrame, step: int, begin: int, wall: int) -> dict[str, Any]:
+    """The GPU operations of one step as (offset from the step's start, duration, class), capped at MAX_OPS."""
+    if not len(gpu):
+        return {"step": step, "wall_ns": wall, "ops": [], "truncated": False}
+    mine = gpu[gpu["step"].to_numpy() == step].sort_values("start", kind="stable")
+    ops = [[int(s - begin), int(e - s), str(c)] for s, e, c in
+           zip(mine["start"].to_numpy()[:MAX_OPS].tolist(), mine["end"].to_numpy()[:MAX_OPS].tolist(),
+               mine["cls"].astype(object).to_numpy()[:MAX_OPS].tolist(), strict=True)]
+    return {"step": step, "wall_ns": wall, "ops": ops, "truncated": len(mine) > MAX_OPS}
 
 
 def _distributions(gpu: pd.DataFrame, dur: np.ndarray, flagged: Iterable[str]) -> list[dict[str, Any]]:

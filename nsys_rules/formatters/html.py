@@ -259,11 +259,38 @@ def _timeline_section(p: dict[str, Any]) -> str:
     svg = (f"<svg viewBox='0 0 {width} {height}' width='100%' role='img' aria-label='busy and idle GPU time per step'>"
            + "".join(parts) + "</svg>")
     note = "" if p["timeline"]["complete"] else f" (every step is not drawn: {len(rows)} of {p['steps']} evenly spread)"
+    svg += _step_strip(p["timeline"].get("typical"))
     return (f"<section><h2>Steady-state timeline: busy vs idle per step</h2><p class='sub'>{p['steps']} steps of "
             f"{escape(str(p['step_range']))}, wall time on the GPU clock{note}; GPU busy "
             f"{100.0 * p['busy_share']:.0f} % of the step</p>{svg}"
             "<div class='legend'><span><i style='background:var(--busy)'></i>GPU busy</span>"
             "<span><i style='background:var(--idle)'></i>GPU idle (gaps: host, launches, syncs)</span></div></section>")
+
+
+def _step_strip(detail: dict[str, Any] | None) -> str:
+    """The typical step up close: every GPU operation on one time axis, coloured by class; white is idle."""
+    if not detail or not detail["ops"] or detail["wall_ns"] <= 0:
+        return ""
+    width, lane, left = 1080, 38, 54
+    span = detail["wall_ns"]
+    scale = (width - left - 10) / span
+    parts = [f"<rect x='{left}' y='8' width='{width - left - 10}' height='{lane}' fill='#fff' stroke='#e2e8f0'/>"]
+    for offset, dur, cls in detail["ops"]:
+        x = left + offset * scale
+        if x > width - 10:
+            break
+        parts.append(f"<rect x='{x:.2f}' y='8' width='{max(dur * scale, 0.6):.2f}' height='{lane}' "
+                     f"fill='{CLASS_COLORS.get(cls, '#cbd5e1')}'><title>{escape(cls)} {human_ns(dur)} at "
+                     f"+{human_ns(offset)}</title></rect>")
+    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
+        x = left + (width - left - 10) * tick
+        anchor = "start" if tick == 0 else "end" if tick == 1 else "middle"
+        parts.append(f"<text x='{x:.1f}' y='{lane + 24}' text-anchor='{anchor}'>{human_ns(span * tick)}</text>")
+    more = " (first operations only)" if detail.get("truncated") else ""
+    return (f"<h3>One step up close: step {detail['step']} (the median step), {human_ns(span)} on the GPU clock{more}; "
+            f"coloured by kernel class, white is idle</h3>"
+            f"<svg viewBox='0 0 {width} {lane + 30}' width='100%' role='img' aria-label='GPU work in one step'>"
+            + "".join(parts) + "</svg>")
 
 
 def _distributions_section(p: dict[str, Any]) -> str:

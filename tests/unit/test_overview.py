@@ -103,3 +103,11 @@ def test_profile_without_steps_uses_the_window(tmp_path):
     assert p["gpu_time_ns"] == 400_000
     assert p["busy_per_step_ns"] == pytest.approx(400_000)
     assert p["step_time_ns"] == pytest.approx(700_000)
+
+
+def test_typical_step_close_up_is_the_median_step(tmp_path):
+    p = profile_of(stepped_trace(tmp_path / "t.sqlite", steps=8, slow_step=5))
+    detail = p["timeline"]["typical"]
+    assert detail["step"] != 5  # the slow step is not typical
+    assert detail["ops"] == [[0, 100_000, "gemv"], [120_000, 10_000, "norm"]]
+    assert detail["wall_ns"] == 195_000 and not detail["truncated"]

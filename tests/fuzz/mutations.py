@@ -47,6 +47,7 @@ def damaged_copy(source: Path, target: Path, statements: list[str]) -> Path:
     """Copy ``source`` to ``target`` and run ``statements`` on the copy (a fixture, not the tool)."""
     shutil.copyfile(source, target)
     db = sqlite3.connect(target)
+    db.execute("PRAGMA synchronous = OFF")  # a scratch copy: no fsync
     try:
         for sql in statements:
             db.execute(sql)

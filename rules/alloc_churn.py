@@ -182,7 +182,7 @@ class AllocChurn(Rule):
         calls = calls.loc[(start >= lo) & (start <= hi)].reset_index(drop=True)
         steps = len(ctx.window.steps)
         per_step = len(calls) / steps if steps else None
-        if len(calls) < opts.min_calls:
+        if calls.empty or len(calls) < opts.min_calls:
             return
         if per_step is not None and per_step < opts.min_calls_per_step:
             return
@@ -191,7 +191,7 @@ class AllocChurn(Rule):
             return
         steady_ns = max(1, hi - lo)
         total = int(calls["duration"].sum())
-        per_thread = calls.groupby(["pid", "tid"], observed=True)["duration"].sum()
+        per_thread = calls.groupby(["pid", "tid"], observed=True, dropna=False)["duration"].sum()
         (pid, tid) = per_thread.idxmax()
         share = pct(int(per_thread.max()), steady_ns)
         table = by_api(calls)
@@ -234,7 +234,7 @@ class AllocChurn(Rule):
         severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
         yield ctx.finding(message, _recommendation(no_cache, top_kind, total, steps),
                           severity=severity, metrics=metrics, estimated_savings_ns=total,
-                          location=Location(pid=int(pid), tid=int(tid), api=top_api))
+                          location=Location(pid=_int(pid), tid=_int(tid), api=top_api))
 
 
 def _recommendation(no_cache: bool, kind: str, total: int, steps: int) -> str:
@@ -256,6 +256,15 @@ def _recommendation(no_cache: bool, kind: str, total: int, steps: int) -> str:
     return ("Take allocation out of the loop: allocate workspaces once and reuse them, or use a caching "
             "allocator / stream-ordered pool (`cudaMallocAsync` with `cudaMemPoolAttrReleaseThreshold` set high); "
             f"`cudaFree` also synchronizes the device. Time to win: {total / 1e6:.2f} ms{per_step}.")
+
+
+
+def _int(value: object) -> int | None:
+    """An id as int, None when missing (a damaged export can leave thread ids NULL)."""
+    try:
+        return None if pd.isna(value) else int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
 
 
 RULE = AllocChurn

@@ -261,7 +261,7 @@ class SyncStall(Rule):
         keep = in_loop(calls, span)
         dropped = int((~keep).sum())
         calls = calls.loc[keep].reset_index(drop=True)
-        if span is None or len(calls) < opts.min_calls:
+        if span is None or calls.empty or len(calls) < opts.min_calls:
             return
 
         # The steady state is the loop: the steps when known (a profiler-API window runs on to the end
@@ -272,7 +272,7 @@ class SyncStall(Rule):
                            np.concatenate(spans_e) if spans_e else np.empty(0, np.int64))
         durations = (calls["end"] - calls["start"]).to_numpy(np.int64)
         blocked = int(durations.sum())
-        per_thread = calls.assign(d=durations).groupby(["pid", "tid"], observed=True)["d"].sum()
+        per_thread = calls.assign(d=durations).groupby(["pid", "tid"], observed=True, dropna=False)["d"].sum()
         (pid, tid), thread_blocked = per_thread.idxmax(), int(per_thread.max())
         share = pct(thread_blocked, steady_ns)
         bubbles = idle_after(calls["end"].to_numpy(np.int64), union, hi)
@@ -326,7 +326,7 @@ class SyncStall(Rule):
         yield ctx.finding(message, _recommendation(top_api, readback_waits + sync_readbacks, calls, _is_python(trace),
                                           bool(names.isin(GRAPH_LAUNCH_APIS).any())),
                           severity=severity, metrics=metrics, estimated_savings_ns=savings,
-                          location=Location(pid=int(pid), tid=int(tid), api=top_api, nvtx=(
+                          location=Location(pid=_int(pid), tid=_int(tid), api=top_api, nvtx=(
                               (ctx.window.step_name,) if ctx.window.step_name else None)))
 
 
@@ -386,6 +386,15 @@ def _recommendation(top_api: str, readbacks: int, calls: pd.DataFrame, python: b
     where = "" if len(threads) == 1 else f" ({len(threads)} threads block; start with the busiest)"
     text = "; ".join(steps)
     return text[0].upper() + text[1:] + "." + where
+
+
+
+def _int(value: object) -> int | None:
+    """An id as int, None when missing (a damaged export can leave thread ids NULL)."""
+    try:
+        return None if pd.isna(value) else int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
 
 
 RULE = SyncStall

@@ -197,15 +197,22 @@ def nvtx_filter_window(trace: Trace, spec: str) -> Window:
     name, domain, index = parse_nvtx_filter(spec)
     if not trace.has("nvtx"):
         raise UsageError(f"--filter-nvtx {spec}: the trace has no NVTX events (capture with --trace=nvtx)")
-    nvtx = trace.frame("nvtx", ["start", "end", "name", "domain_id"])
+    nvtx = trace.frame("nvtx", ["start", "end", "name", "domain_id", "event_type", "pid"])
     rows = nvtx[(nvtx["name"] == name) & (nvtx["end"] > nvtx["start"])]
     if domain is not None:
-        # Domains are registered NVTX strings; without a domain table we match the numeric id.
+        # A number is the domain id; a name is the domain's nvtxDomainCreate event (eventType 75)
+        # in the same process, the only place the export records it.
         if domain.isdigit():
             rows = rows[rows["domain_id"] == int(domain)]
+        else:
+            created = nvtx[(nvtx["event_type"] == 75) & (nvtx["name"] == domain)]
+            keys = set(zip(created["pid"].tolist(), created["domain_id"].tolist(), strict=True))
+            pairs = zip(rows["pid"].tolist(), rows["domain_id"].tolist(), strict=True)
+            rows = rows[np.array([k in keys for k in pairs], dtype=bool)]
     rows = rows.sort_values("start", kind="stable")
     if rows.empty:
-        raise UsageError(f"--filter-nvtx {spec}: no NVTX range named {name!r} in the trace")
+        where = f" in domain {domain!r}" if domain is not None else ""
+        raise UsageError(f"--filter-nvtx {spec}: no NVTX range named {name!r}{where} in the trace")
     if index is not None:
         if index >= len(rows):
             raise UsageError(f"--filter-nvtx {spec}: the range has {len(rows)} instance(s), index {index} is out of range")

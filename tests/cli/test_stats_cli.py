@@ -8,7 +8,7 @@ import io
 import pytest
 
 from nsys_rules.testing import TraceBuilder
-from tests.unit._stats_helpers import run_stats
+from tests.unit._stats_helpers import add_nvtx_rows, run_stats
 
 
 @pytest.fixture
@@ -114,3 +114,20 @@ def test_table_shortens_long_names_like_nsys(capsys, tmp_path):
     assert rows[0]["Name"] == "k" * 150  # json keeps the whole name
     _, text, _ = run_stats(capsys, path, "cuda_gpu_kern_sum", fmt="csv")
     assert text.splitlines()[2].endswith(',"add(int, float)"')  # quoted only where needed, as nsys
+
+
+def test_filter_nvtx_domain_by_name(capsys, tmp_path):
+    b = TraceBuilder()
+    b.kernel("in_nccl_init", 150_000, 1_000, launch_at=120_000)
+    b.kernel("in_default_init", 550_000, 1_000, launch_at=520_000)
+    b.nvtx("other", 900_000, 950_000)
+    path = b.write(tmp_path / "domains.sqlite")
+    tid = TraceBuilder.global_tid()
+    add_nvtx_rows(path, [(50, None, 75, "NCCL", tid, 1), (100_000, 200_000, 59, "init", tid, 1),
+                         (500_000, 600_000, 59, "init", tid, 0)])
+    _, rows, _ = run_stats(capsys, path, "cuda_gpu_kern_sum", "--filter-nvtx", "init@NCCL")
+    assert [r["Name"] for r in rows] == ["in_nccl_init"]
+    _, rows, _ = run_stats(capsys, path, "cuda_gpu_kern_sum", "--filter-nvtx", "init")
+    assert sorted(r["Name"] for r in rows) == ["in_default_init", "in_nccl_init"]
+    code, _, err = run_stats(capsys, path, "cuda_gpu_kern_sum", "--filter-nvtx", "init@NOPE")
+    assert code == 2 and "domain 'NOPE'" in err

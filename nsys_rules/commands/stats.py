@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..errors import UsageError
 from ..inputs import open_trace
@@ -19,7 +20,7 @@ from .common import add_filter_flags
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    names = ", ".join(f"{n}" + "".join(f"[:{v}]" for v in m.VARIANTS) for n, m in REPORTS.items())
+    names = ", ".join(n + (f"[:{'|:'.join(m.VARIANTS)}]" if m.VARIANTS else "") for n, m in REPORTS.items())
     p = sub.add_parser("stats", help="nsys stats summary reports (same numbers as `nsys stats`)",
                        description="Print one of NVIDIA's `nsys stats` summary reports, computed without nsys. "
                                    f"Reports: {names}.")
@@ -32,9 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print one report; 0 also when it is empty (the reason goes to stderr)."""
     module, variant = parse_report(args.report)
-    from pathlib import Path
-
     path = Path(args.trace)
     if path.is_dir():
         raise UsageError(f"{path}: stats takes one trace file, not a folder")

@@ -43,6 +43,7 @@ class Report:
     results: list[TraceResult] = field(default_factory=list)
     errors: list[dict[str, str]] = field(default_factory=list)  # plugin errors, not tied to a trace
     registry: Registry | None = None
+    cross_trace: dict[str, Any] | None = None  # set by nsys_rules.parallel when several traces ran
 
     @property
     def findings(self) -> list[Finding]:

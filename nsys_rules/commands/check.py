@@ -8,6 +8,7 @@ import sys
 from ..engine import run_check
 from ..errors import UsageError
 from ..inputs import expand_inputs, open_trace
+from ..parallel import default_jobs, run_many
 from .common import FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for
 from .outputs import add_output_flags, finish, prepare
 
@@ -23,6 +24,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--config", metavar="FILE", help="config file (default: nearest nsys-rules.toml or pyproject.toml)")
     p.add_argument("--set", action="append", metavar="RULE.OPTION=VALUE", help="override one rule option")
     p.add_argument("--max-memory", metavar="SIZE", help="stop with exit 3 when a trace would need more (e.g. 2G)")
+    p.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                   help="analyze up to N traces at once in worker processes (0: one per CPU)")
+    p.add_argument("--dask", metavar="SCHEDULER", help="run the per-trace work on Dask distributed: a scheduler "
+                   "address (tcp://host:8786) or 'local' for a local cluster of --jobs workers (pip install 'nsys-rules[dask]')")
     add_filter_flags(p)
     add_plugin_flags(p)
     add_output_flags(p)
@@ -36,7 +41,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown --format {args.format!r}; choose from {', '.join(sorted(registry.formatters))}")
     paths = expand_inputs(args.traces, tuple(registry.loaders))
     baseline = prepare(args, registry, settings)
-    report = run_check(paths, registry, settings, lambda p: open_trace(p, registry.loaders))
+    if len(paths) > 1 or args.jobs != 1 or args.dask:
+        # Several traces: per-trace tasks (pool, Dask or in turn) and the cross-trace summary.
+        jobs = default_jobs() if args.jobs == 0 else args.jobs
+        report = run_many(paths, registry, settings, jobs=jobs, dask=args.dask,
+                          autoload_plugins=not getattr(args, "no_plugins", False))
+    else:
+        report = run_check(paths, registry, settings, lambda p: open_trace(p, registry.loaders))
     finish(args, report, registry, baseline)
     text = registry.formatters[args.format](report)
     # Written in one call so that output is complete or absent.

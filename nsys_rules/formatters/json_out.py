@@ -12,7 +12,7 @@ from ..engine import SCHEMA_VERSION, Report, tool_info
 
 def envelope(report: Report) -> dict[str, Any]:
     """The report as the JSON envelope object."""
-    return {
+    out = {
         "schema_version": SCHEMA_VERSION,
         "tool": tool_info(report),
         "traces": [r.info for r in report.results],
@@ -22,6 +22,9 @@ def envelope(report: Report) -> dict[str, Any]:
         "errors": [{k: v for k, v in e.items() if k != "traceback"} for e in report.all_errors],
         "summary": report.summary(),
     }
+    if getattr(report, "cross_trace", None) is not None:
+        out["cross_trace"] = report.cross_trace  # only when several traces ran (schema: optional)
+    return out
 
 
 def format_json(report: Report) -> str:

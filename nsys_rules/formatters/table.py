@@ -45,6 +45,10 @@ def format_table(report: Report) -> str:
         lines.extend(f"  {s['rule']}: {s['reason']}" + (f"; fix: {s['fix']}" if s.get("fix") else "") for s in skipped)
     for e in report.all_errors:
         lines.append(f"error: {e.get('rule') or e.get('plugin')}: {e['error']}")
+    if getattr(report, "cross_trace", None):
+        from ..parallel import summary_lines
+
+        lines.extend(summary_lines(report.cross_trace))  # type: ignore[arg-type]
     s = report.summary()["by_severity"]
     lines.append(f"{s['error']} error(s), {s['warning']} warning(s), {s['info']} info")
     return "\n".join(lines) + "\n"

@@ -322,9 +322,17 @@ class SyncStall(Rule):
             f"Estimated savings {savings / 1e6:.2f} ms: the blocked time, capped by that GPU idle time, which is all "
             f"that overlapping host and GPU work can give back to the step.{check}"
             + (f" {dropped} set-up or final sync call(s) outside the loop were left out." if dropped else ""))
+        graph_launch = names.isin(GRAPH_LAUNCH_APIS).to_numpy()
+        if graph_launch.any() and trace.capture.graph_trace_mode == "Node":
+            # Node-level graph tracing costs host time per node inside the launch call, and the launch
+            # sits between the sync and the GPU's next work: the traced bubble is longer than the real one.
+            launch_p50 = float(np.median((api["end"] - api["start"]).to_numpy()[graph_launch]))
+            metrics["graph_launch_call_p50"] = metric(launch_p50, "ns")
+            message += (f" Each graph launch takes {launch_p50 / 1e3:.0f} us on the host in this node-traced capture, "
+                        "inflating the bubble; an untraced run has a shorter one.")
         severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
         yield ctx.finding(message, _recommendation(top_api, readback_waits + sync_readbacks, calls, _is_python(trace),
-                                          bool(names.isin(GRAPH_LAUNCH_APIS).any())),
+                                                   bool(graph_launch.any())),
                           severity=severity, metrics=metrics, estimated_savings_ns=savings,
                           location=Location(pid=_int(pid), tid=_int(tid), api=top_api, nvtx=(
                               (ctx.window.step_name,) if ctx.window.step_name else None)))

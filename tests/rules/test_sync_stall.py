@@ -92,6 +92,8 @@ def test_graph_replay_loop_is_told_to_overlap_replays(tmp_path):
         b.sync(s + 10_000, GPU + 12_000)
     [f] = run_rule("sync-stall", b.write(tmp_path / "t.sqlite"))
     assert "already replays as a CUDA graph" in f.recommendation
+    # Node-mode capture: the launch call's host time (node tracing inflates it) is reported with the bubble.
+    assert values(f)["graph_launch_call_p50"] == b.launch_duration
 
 
 @pytest.mark.parametrize("api", ["cudaDeviceSynchronize_v3020", "cudaEventSynchronize_v3020", "cuCtxSynchronize",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nsys_rules.testing import TraceBuilder, run_rule
-from nsys_rules.rules.kernel_tail import (clean_range_name, group_quantiles, periodic_tail, positional_tail, slow_runs,
+from nsys_rules.rules.kernel_tail import (clean_range_name, group_ids, group_quantiles, periodic_tail, positional_tail, slow_runs,
                                           step_index, tail_table)
 
 PERIOD = 2_000_000
@@ -202,6 +202,13 @@ def test_periodic_tail_and_runs():
     assert slow_runs(np.array([False, True, True, False, True])) == 2 and slow_runs(np.zeros(3, bool)) == 0
     assert clean_range_name("aten::linear, seq = 47220, op_id = 997426") == "aten::linear"
     assert clean_range_name("x" * 100).endswith("...")
+
+
+def test_group_ids():
+    a, b = np.array([5, 5, 7, 5, 7]), np.array([1, 2, 1, 1, 1])
+    assert list(group_ids([a, b])) == [0, 1, 2, 0, 2]
+    huge = np.array([0, 2**35, 0, 2**35])  # keys that would overflow a naive fold
+    assert list(group_ids([huge, huge, np.array([1, 1, 1, 2])])) == [0, 1, 0, 2]
 
 
 def test_group_quantiles_match_numpy():

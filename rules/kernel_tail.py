@@ -98,6 +98,8 @@ def _codes(column: pd.Series) -> np.ndarray:
     """Integer values of a key column: category codes for names (NULL = -1), -1 for missing numbers."""
     if isinstance(column.dtype, pd.CategoricalDtype):
         return column.cat.codes.to_numpy().astype(np.int64)
+    if column.dtype.kind in "iu":  # plain numpy integers: no NULLs to fill, no copy
+        return column.to_numpy()
     return column.fillna(-1).to_numpy().astype(np.int64)
 
 

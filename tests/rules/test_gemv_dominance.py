@@ -85,6 +85,13 @@ def test_low_bandwidth_is_a_warning_with_savings(tmp_path):
     assert f.estimated_savings_ns == pytest.approx(10 * (100_000 - 100_000 * frac / 0.85), abs=2)
 
 
+def test_library_gemv_tiles_get_kernel_replacement_advice(tmp_path):
+    b = TraceBuilder()
+    decode(b, gemv_name="nvjet_sm90_tst_256x8_64x6_4x1_v_bz_TNT")  # cuBLASLt tile with N = 8
+    [f] = run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"), options={"weight_bytes": 200_000_000})
+    assert f.severity.value == "warning" and "library GEMM tiles" in f.recommendation
+
+
 def test_low_bandwidth_with_small_savings_stays_info(tmp_path):
     b = TraceBuilder()
     decode(b, gemv_ns=100_000, other_ns=25_000)

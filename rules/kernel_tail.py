@@ -266,8 +266,11 @@ class KernelTail(Rule):
     block), in the steady state: p50/p95/p99/max, max/p50 above `outlier_ratio` (outlier
     invocations) or p99/p50 above `tail_ratio` (a systematic tail), with the tail cost (time
     above the p50) and pegainfer's tail score (max_us * log2(count+1) * max(1, max/p50)).
-    When NVTX steps exist, each invocation is also compared with the median of its position
-    in the step: durations that follow the position are shape variation, reported as such.
+    Each invocation is also compared with the median of its position in the step (NVTX or
+    kernel-pattern steps) and, judged out of sample, of its position in a repeating sequence
+    of the group's own launches: durations that follow the position are shape variation,
+    reported as such (info). Slow invocations that come in one or a few consecutive runs are
+    named a phase (other sizes, clock throttling, competing work).
     With `api`, host API calls get the same statistics (info only).
     Why it hurts: a tail is time spent above what the kernel usually takes: MoE route
     imbalance (hot experts), rank skew, stream contention, allocator stalls or variable work.
@@ -280,12 +283,13 @@ class KernelTail(Rule):
     contention move the competing work to a lower-priority stream; for variable work bucket
     the shapes. The recommendation names the case.
     Options: `outlier_ratio`, `tail_ratio`, `min_share`, `warn_share`, `min_count`, `min_steps`,
-    `shape_explained`, `worst_instances`, `max_findings`, `api`, `api_min_share`.
+    `shape_explained`, `max_period`, `worst_instances`, `max_findings`, `api`, `api_min_share`.
     Requires: the kernel table; the API table (launching thread, API tails) and NVTX (steps,
     ranges of the slowest instances) when present.
     False positives: tiny kernels with a noisy max are not reported (tail cost under
-    `min_share`); shapes sharing a name and grid are recognized only when NVTX step ranges
-    exist, otherwise their bimodal spread can read as a tail. Launch calls block when the
+    `min_share`); shapes sharing a name and grid are recognized only when they repeat in a
+    fixed order (per step, or with a period of at most `max_period` launches); shapes chosen
+    by data (variable sequence lengths) read as a tail. Launch calls block when the
     launch queue is full, so a launch-call tail is often the GPU being behind.
     """
 

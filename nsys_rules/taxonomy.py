@@ -11,8 +11,9 @@ The taxonomy is data: an ordered list of ``(class, regular expression)`` rules m
 against the kernel's *base name* (the function name without return type, namespaces,
 template arguments and parameters), first match wins. Library GEMM kernels whose tile shape
 is written into the name (cuBLASLt ``nvjet_*``: ``nvjet_sm90_tst_256x8_64x6_...`` is an
-M=256 by N=8 output tile) are classed by that tile: cuBLASLt picks a tile with one side of
-8 or 16 only when that side of the problem is that skinny, i.e. a batch-1 (or tiny batch)
+M=256 by N=8 output tile; cuBLAS ``..._tilesize64x8x64_...``; ``..._s16816gemm_bf16_64x16_...``)
+are classed by that tile: the library picks a tile with one side of 8 or 16 only when that
+side of the problem is that skinny, i.e. a batch-1 (or tiny batch)
 matrix-vector product run through the GEMM path. The tile is the launch shape that matters
 here: the grid alone does not say which side of the product is skinny.
 
@@ -66,8 +67,12 @@ DEFAULT_RULES: tuple[tuple[str, str], ...] = (
                     r"|nvfuser_pointwise|fusion"),
 )
 
-# cuBLASLt nvjet tile: nvjet_[sm90_]<kind>_<M>x<N>_<K>x<stages>_...
-_NVJET_TILE = re.compile(r"nvjet_(?:sm\d+_)?[a-z0-9]+_(\d+)x(\d+)_", re.IGNORECASE)
+# Output tiles written into library GEMM names, M x N first:
+# cuBLASLt nvjet_[sm90_]<kind>_<M>x<N>_<K>x<stages>_...; cuBLAS xmma ..._tilesize<M>x<N>x<K>_...;
+# cuBLAS/CUTLASS/TensorRT <arch>_<type>_s16816gemm_[relu_][bf16_]<M>x<N>_... and volta_sgemm_<M>x<N>_nn.
+_TILES = (re.compile(r"nvjet_(?:sm\d+_)?[a-z0-9]+_(\d+)x(\d+)_", re.IGNORECASE),
+          re.compile(r"tilesize(\d+)x(\d+)x\d+", re.IGNORECASE),
+          re.compile(r"gemm(?:_[a-z0-9]+)*?_(\d+)x(\d+)(?:_|$)", re.IGNORECASE))
 _UNNAMED = re.compile(r"<unnamed>|\(anonymous namespace\)|\{anonymous\}")
 _RETURN_TYPE = re.compile(r"^(?:void|int|float|double|bool|unsigned)\s+")
 
@@ -143,11 +148,12 @@ def base_name(name: str) -> str:
 
 
 def skinny_tile(name: str) -> int | None:
-    """The smaller side of a cuBLASLt ``nvjet`` output tile written in ``name``, or None."""
-    m = _NVJET_TILE.search(name)
-    if not m:
-        return None
-    return min(int(m.group(1)), int(m.group(2)))
+    """The smaller side of the output tile a library GEMM name carries (nvjet, xmma, cutlass-style), or None."""
+    for pattern in _TILES:
+        m = pattern.search(name)
+        if m:
+            return min(int(m.group(1)), int(m.group(2)))
+    return None
 
 
 def classify(names: pd.Series, extra: Mapping[str, Iterable[str]] | None = None,

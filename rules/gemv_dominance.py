@@ -85,6 +85,7 @@ class Bandwidth:
     steps: int
     achieved: float  # B/s
     peak: float | None  # B/s, None when unknown
+    steps_source: str = ""  # where the step count came from, for the message
 
     @property
     def fraction(self) -> float | None:
@@ -156,34 +157,50 @@ def peak_bandwidth(ctx: RuleContext, device: int, override: float) -> tuple[floa
 
 
 def measure_bandwidth(ctx: RuleContext, kernels: pd.DataFrame, is_gemv: np.ndarray, device: int, *, weight_bytes: int,
-                      steps_option: int, peak_option: float, min_load_bytes: int) -> tuple[Bandwidth | None, str]:
-    """Achieved GEMV bandwidth on ``device``, or None and the reason it cannot be computed."""
+                      steps_option: int, peak_option: float, min_load_bytes: int,
+                      rule: str = "gemv-dominance") -> tuple[Bandwidth | None, str]:
+    """Achieved GEMV bandwidth on ``device``, or None and the reason it cannot be computed.
+
+    A result above the peak is refused: the bytes or the step count must be wrong (a model
+    load that also copied other data; steps inferred from a kernel that runs once per layer).
+    """
     on_device = (kernels["device_id"].to_numpy() == device) & is_gemv
     launch = kernels["launch_start"].to_numpy()[on_device]
     dur = (kernels["end"] - kernels["start"]).to_numpy()[on_device]
     steps = ctx.window.steps
     if steps_option > 0:
         per_step, used = float(dur.sum()) / steps_option, steps_option
+        steps_from = f"{steps_option} steps given"
     else:
         per_step, used = per_step_time(launch, dur, steps)
+        steps_from = f"{used} steps of {_step_source(ctx)}"
     source = "option"
     if weight_bytes <= 0:
         weight_bytes, source = _load_bytes(ctx, device, min_load_bytes), "model load"
     if weight_bytes <= 0:
         return None, ("weight bytes are unknown: the trace holds no host-to-device model load before the steady "
-                      "state (weights created on the GPU, or loading not captured)")
+                      f"state (weights created on the GPU, or loading not captured); give `--set {rule}.weight_bytes=...`")
     if used <= 0:
         return None, ("the window has no step range to count steps by; give the number of steps with "
-                      "`--set gemv-dominance.steps=N`")
+                      f"`--set {rule}.steps=N`")
     peak, why = peak_bandwidth(ctx, device, peak_option)
-    bw = Bandwidth(weight_bytes, source, per_step, used, achieved_bandwidth(weight_bytes, per_step), peak)
+    bw = Bandwidth(weight_bytes, source, per_step, used, achieved_bandwidth(weight_bytes, per_step), peak, steps_from)
     if peak is None:
         return bw, why
-    if source == "model load" and bw.achieved > 1.05 * peak:
-        return None, (f"the {weight_bytes / 1e9:.2f} GB copied host-to-device before the steady state would mean "
-                      f"{bw.achieved / 1e12:.2f} TB/s, above the {peak / 1e12:.2f} TB/s peak: that copy is not the "
-                      "per-step weight read (give `--set gemv-dominance.weight_bytes=...`)")
+    if bw.achieved > 1.05 * peak:
+        what = ("copied host-to-device before the steady state" if source == "model load" else "given")
+        return None, (f"{weight_bytes / 1e9:.2f} GB per step ({what}) over {per_step / 1e3:.0f} us of GEMV per step "
+                      f"({steps_from}) would mean {bw.achieved / 1e12:.2f} TB/s, above the {peak / 1e12:.2f} TB/s "
+                      f"peak: the bytes are not the per-step weight read or the step count is wrong (check "
+                      f"`--set {rule}.weight_bytes=...` and `--set {rule}.steps=N`)")
     return bw, ""
+
+
+def _step_source(ctx: RuleContext) -> str:
+    name = ctx.window.step_name or "the window"
+    if name.startswith("kernel:"):
+        return f"the repeating kernel {base_name(name[len('kernel:'):])} (a kernel per layer would count layers)"
+    return f"NVTX range '{name}'"
 
 
 def _load_bytes(ctx: RuleContext, device: int, min_load_bytes: int) -> int:
@@ -278,7 +295,8 @@ class GemvDominance(Rule):
             metrics.update({"weight_bytes": metric(bw.weight_bytes, "B"), "gemv_time_per_step": metric(bw.gemv_ns_per_step, "ns"),
                             "steps": metric(bw.steps, "count"), "achieved_bandwidth": metric(bw.achieved, "B/s")})
             src = "given" if bw.source == "option" else "from the host-to-device model load, an upper bound"
-            message += (f" Per step the GEMVs take {bw.gemv_ns_per_step / 1e3:.1f} us for {bw.weight_bytes / 1e9:.3f} GB "
+            message += (f" Per step ({bw.steps_source}) the GEMVs take {bw.gemv_ns_per_step / 1e3:.1f} us for "
+                        f"{bw.weight_bytes / 1e9:.3f} GB "
                         f"of weights ({src}): {bw.achieved / 1e12:.2f} TB/s achieved")
             if bw.fraction is None:
                 message += f"; peak unknown, so no band: {why}."

@@ -148,6 +148,13 @@ def test_load_implying_more_than_peak_is_rejected(tmp_path):
     assert "above the" in f.message and "peak" in f.message
 
 
+def test_given_bytes_above_peak_are_refused(tmp_path):
+    b = TraceBuilder()
+    decode(b)
+    [f] = run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"), options={"weight_bytes": 1_000_000_000})
+    assert "achieved_bandwidth" not in values(f) and "10.00 TB/s" in f.message and "steps=N" in f.message
+
+
 def test_peak_missing_from_export(tmp_path):
     b = TraceBuilder(gpus=(GpuSpec(memory_bandwidth=None),))
     decode(b)

@@ -41,6 +41,12 @@ CASES = {
     "ncclKernel_AllReduce_RING_LL_Sum_bfloat16": "communication",
     "void at::native::<unnamed>::distribution_elementwise_grid_stride_kernel<float, (int)4>(int, T3)": "elementwise",
     "Fan1": "other",
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x8x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas":
+        "gemv",
+    "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x3_tn": "gemm",
+    "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x16_64x4_tn_align8": "gemv",
+    "trt_ampere_h16816gemm_64x64_ldg8_relu_stages_64x5_tn_v1": "gemm",
+    "volta_sgemm_32x32_sliced1x4_tn": "gemm",
 }
 
 

@@ -26,7 +26,8 @@ _CARGO_DEBUG_EXE = re.compile(r"(^|/)target/(?:(?P<triple>[A-Za-z0-9_.-]+)/)?deb
 # Ninja Multi-Config), which is capitalized.
 _CMAKE_DEBUG_DIR = re.compile(r"(^|/)(?P<dir>cmake-build-debug|(?:cmake-)?build[-_]debug)/")
 _MULTI_CONFIG_DEBUG = re.compile(r"(^|/)Debug/[^/]+$")
-_NOT_PROGRAM = re.compile(r"\.(so|a|rlib|rmeta|d|dylib|dll|lib|pdb|json|txt|log|toml|o|py|cfg)$", re.IGNORECASE)
+_NOT_PROGRAM = re.compile(r"\.(so|a|rlib|rmeta|d|dylib|dll|lib|pdb|json|txt|log|toml|o|py|cfg|yaml|yml|csv|bin|pt|"
+                          r"safetensors|gguf|onnx)$", re.IGNORECASE)
 _CARGO_RUNS = {"run": "-r", "r": "-r", "test": "--release", "t": "--release"}
 _DEBUG_PROFILES = {"dev", "debug", "test"}
 _CARGO_GLOBAL_WITH_VALUE = {"-Z", "-C", "--config", "--color"}
@@ -108,13 +109,18 @@ def command_evidence(command: tuple[str, ...], environment: Mapping[str, str] | 
             if found is not None:
                 return found
     for i, tokens in enumerate(parts):
-        for j, token in enumerate(tokens):
-            if _NOT_PROGRAM.search(token):
+        for j, raw in enumerate(tokens):
+            if _NOT_PROGRAM.search(raw):
                 continue
+            token = raw.replace("\\", "/")  # Windows paths: target\debug\app.exe
             m = _CARGO_DEBUG_EXE.search(token)
             if m:
                 fixed = re.sub(r"(^|/)target/((?:[A-Za-z0-9_.-]+/)?)debug/", r"\1target/\2release/", token)
+                if "\\" in raw:
+                    fixed = fixed.replace("/", "\\")
                 exe = m.group("exe")
+                if exe.lower().endswith(".exe"):
+                    exe = exe[:-4]
                 triple = f" --target {m.group('triple')}" if m.group("triple") else ""
                 what = "--example " + exe if "/examples/" in token else ("--tests" if "/deps/" in token else
                                                                          "--bin " + exe)

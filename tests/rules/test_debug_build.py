@@ -26,6 +26,7 @@ GEMV = "gemv_bf16(const __nv_bfloat16 *, const __nv_bfloat16 *, __nv_bfloat16 *,
     (["cmake-build-debug/bin/server", "--port", "1"], "cmake-build-release/bin/server --port 1"),
     (["build-debug/app"], "build-release/app"),
     (["build/Debug/app.exe"], "build/Release/app.exe"),
+    (["C:\\src\\engine\\target\\debug\\engine.exe", "--steps", "4"], "'C:\\src\\engine\\target\\release\\engine.exe' --steps 4"),
 ])
 def test_debug_commands(command, release):
     evidence = command_evidence(tuple(command))

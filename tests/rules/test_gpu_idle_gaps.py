@@ -20,7 +20,7 @@ def busy_steps(b: TraceBuilder, steps: int, *, gap: int, t0: int = T0, kernel_ns
     """Steps of one long kernel each, ``gap`` ns of idle GPU between them; returns the end."""
     t = t0
     for _ in range(steps):
-        b.nvtx("decode_step", t - 1_000, t + kernel_ns + 1_000)
+        b.nvtx("decode_step", t - 10_000, t + kernel_ns + 1_000)  # the launch call (5 us ahead) is in the step
         b.kernel("gemv", start=t, duration=kernel_ns)
         t += kernel_ns + gap
     return t
@@ -92,3 +92,14 @@ def test_start_up_gaps_are_info(tmp_path):
     assert len(found) == 1
     assert found[0].severity == Severity.INFO and found[0].estimated_savings_ns is None
     assert "steady state" in found[0].message
+
+
+def test_steady_window_leaves_start_up_out(tmp_path):
+    b = TraceBuilder()
+    b.kernel("init_weights", start=T0 - 60_000_000, duration=1_000_000)
+    busy_steps(b, 6, gap=200_000)
+    path = b.write(tmp_path / "t.sqlite")
+    full = run_rule("gpu-idle-gaps", path, options={"report": "all"})
+    steady = run_rule("gpu-idle-gaps", path, options={"report": "all", "window": "steady"})
+    assert len(full) == 6 and len(steady) == 5
+    assert all(f.location.start_ns > T0 for f in steady) and all(values(f)["idle_time"] == 200_000 for f in steady)

@@ -17,7 +17,7 @@ def busy_steps(b: TraceBuilder, steps: int, *, gap: int, t0: int = T0, kernel_ns
     """Steps of one long kernel each, ``gap`` ns of idle GPU between them; returns the end."""
     t = t0
     for _ in range(steps):
-        b.nvtx("decode_step", t - 1_000, t + kernel_ns + 1_000)
+        b.nvtx("decode_step", t - 10_000, t + kernel_ns + 1_000)  # the launch call (5 us ahead) is in the step
         b.kernel("gemv", start=t, duration=kernel_ns)
         t += kernel_ns + gap
     return t

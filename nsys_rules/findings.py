@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
@@ -110,7 +111,9 @@ class Finding:
             "severity": self.severity.value,
             "title": self.title,
             "message": self.message,
-            "metrics": {k: m.to_json() for k, m in self.metrics.items()},
+            # A ratio over a zero denominator is not evidence: JSON has no Infinity/NaN, so such
+            # a metric is left out rather than printed as invalid JSON or a made-up number.
+            "metrics": {k: m.to_json() for k, m in self.metrics.items() if math.isfinite(m.value)},
             "location": self.location.to_json(),
             "recommendation": self.recommendation,
             "fingerprint": self.fingerprint,

@@ -29,7 +29,7 @@ def envelope(report: Report) -> dict[str, Any]:
 
 def format_json(report: Report) -> str:
     """Deterministic, indented JSON of the envelope."""
-    return json.dumps(envelope(report), indent=2, sort_keys=False, default=_default) + "\n"
+    return json.dumps(envelope(report), indent=2, sort_keys=False, default=_default, allow_nan=False) + "\n"
 
 
 def _default(value: Any) -> Any:

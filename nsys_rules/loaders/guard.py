@@ -48,15 +48,35 @@ def check_file(path: Path) -> None:
         raise InputError(f"{path}: empty file; re-export the report with `nsys export --type=sqlite`")
     try:
         with open(path, "rb") as fh:
-            head = fh.read(len(SQLITE_MAGIC))
+            header = fh.read(100)
     except PermissionError:
         raise InputError(f"{path}: permission denied; make the file readable (chmod +r)") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror}); {_EXPORT_HINT}") from None
-    if head != SQLITE_MAGIC:
+    if header[:len(SQLITE_MAGIC)] != SQLITE_MAGIC:
         raise InputError(f"{path}: not a SQLite file; {_EXPORT_HINT}")
-    if info.st_size < 512:
-        raise InputError(f"{path}: truncated SQLite file ({info.st_size} bytes); re-export the report")
+    declared = declared_size(header)
+    if info.st_size < 512 or (declared is not None and info.st_size < declared):
+        # SQLite reads pages past the end as empty: a cut copy would silently lose rows.
+        of = f" of the {declared:,} its header declares" if declared else ""
+        raise InputError(f"{path}: truncated SQLite file ({info.st_size:,} bytes{of}); copy it again or "
+                         "re-export the report with `nsys export --type=sqlite`")
+
+
+def declared_size(header: bytes) -> int | None:
+    """The file size a SQLite header declares (page size x page count), None when it does not say.
+
+    The page count at offset 28 is valid only when the change counter (offset 24) equals the
+    version-valid-for number (offset 92), as SQLite itself checks.
+    """
+    if len(header) < 100:
+        return None
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    if header[24:28] != header[92:96] or pages == 0 or page_size < 512 or page_size & (page_size - 1):
+        return None
+    return page_size * pages
 
 
 def pending_sidecar(path: Path) -> Path | None:

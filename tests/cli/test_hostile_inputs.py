@@ -72,6 +72,15 @@ def test_truncated_sqlite(tmp_path, keep):
     _unusable(tmp_path / "t.sqlite", "SQLite file")
 
 
+def test_export_missing_its_last_page(tmp_path):
+    """SQLite would read the missing page as empty; the header's page count gives the cut away."""
+    data = EXAMPLE.read_bytes()
+    page = int.from_bytes(data[16:18], "big")
+    (tmp_path / "cut.sqlite").write_bytes(data[:-page])
+    message = _unusable(tmp_path / "cut.sqlite", "truncated SQLite file")
+    assert f"{len(data) - page:,} bytes of the {len(data):,} its header declares" in message
+
+
 def test_sqlite_without_nsys_tables(tmp_path):
     with sqlite3.connect(tmp_path / "o.sqlite") as db:
         db.execute("CREATE TABLE users (id INTEGER, name TEXT)")

@@ -7,6 +7,7 @@ import sys
 
 from ..engine import run_check
 from ..errors import UsageError
+from ..textsafe import TERMINAL_FORMATS, terminal_safe
 from ..inputs import expand_inputs, open_trace
 from ..parallel import default_jobs, run_many
 from .common import FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for
@@ -50,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
         report = run_check(paths, registry, settings, lambda p: open_trace(p, registry.loaders))
     finish(args, report, registry, baseline)
     text = registry.formatters[args.format](report)
+    if args.format in TERMINAL_FORMATS:
+        text = terminal_safe(text)  # names from the file must not drive the terminal
     # Written in one call so that output is complete or absent.
     sys.stdout.write(text)
     sys.stdout.flush()

@@ -16,6 +16,7 @@ from ..inputs import open_trace
 from ..stats import REPORTS, parse_report
 from ..stats.filters import stats_window
 from ..stats.output import FORMATS, render
+from ..textsafe import terminal_safe
 from .common import add_filter_flags
 
 
@@ -46,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         trace.close()
     if not result.rows:
         sys.stderr.write(f"nsys-rules: {args.report}: no data: {result.reason or 'the report is empty'}\n")
-    sys.stdout.write(render(result, args.format))
+    text = render(result, args.format)
+    # The table is for a terminal: names from the file must not drive it (csv/json stay exact).
+    sys.stdout.write(terminal_safe(text) if args.format == "table" else text)
     sys.stdout.flush()
     return 0

@@ -548,3 +548,28 @@ def test_default_memory_limit_is_80_percent_of_available(monkeypatch, example_co
     run = _check(example_copy)
     check_run(run)
     assert run.code == 3 and "limit is 1.5 MB (80 % of the available memory" in run.stderr
+
+
+# -- names from the file never drive the terminal ---------------------------------------------
+def test_terminal_escapes_in_names_are_shown_escaped(tmp_path):
+    b = TraceBuilder(graph_trace_mode="Graph")
+    evil = "evil\x1b]0;pwned\x07\x1b[2J\rkernel"
+    for i in range(30):
+        b.kernel(evil, i * 100_000, 90_000)
+        b.graph_launch(i * 100_000 + 95_000, 1_000)
+    path = b.write(tmp_path / "esc.sqlite")
+    table = run_cli_inprocess("check", "--fail-on", "never", "--no-plugins", str(path))
+    check_run(table, json_output=False)
+    assert "\x1b" not in table.stdout and "\x07" not in table.stdout and "\r" not in table.stdout
+    assert "evil\\x1b]0;pwned\\x07" in table.stdout
+    stats = run_cli_inprocess("stats", "--report", "cuda_gpu_kern_sum", str(path))
+    assert stats.code == 0 and "\x1b" not in stats.stdout and "evil\\x1b" in stats.stdout
+    data = check_run(_check(path))  # JSON keeps the exact name, escaped by the JSON encoder
+    assert data is not None
+
+
+def test_terminal_safe_keeps_tabs_newlines_and_unicode():
+    from nsys_rules.textsafe import terminal_safe
+
+    assert terminal_safe("a\tb\nc µs ✓") == "a\tb\nc µs ✓"
+    assert terminal_safe("x\x1b[31my\x9bz\x00") == "x\\x1b[31my\\x9bz\\x00"

@@ -11,6 +11,7 @@ the speed or memory target on a big trace.
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import time
 import tracemalloc
@@ -23,11 +24,19 @@ from nsys_rules.plugins import build_registry
 from nsys_rules.rule import RuleContext
 
 
+def _rss_mb() -> tuple[float, float]:
+    """(current, peak) resident set size of this process in MB."""
+    with open("/proc/self/statm") as fh:
+        current = int(fh.read().split()[1]) * resource.getpagesize() / 2**20
+    return current, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace", type=Path)
     parser.add_argument("--select", default="", help="comma-separated rule names (default: all)")
+    parser.add_argument("--no-tracemalloc", action="store_true", help="RSS only (tracemalloc slows numpy work down)")
     args = parser.parse_args(argv)
     registry = build_registry()
     settings = Settings(select=[s for s in args.select.split(",") if s])
@@ -38,10 +47,14 @@ def main(argv: list[str] | None = None) -> int:
         for table, cols in rule.needs().items():
             if trace.has(table):
                 needs.setdefault(table, []).extend(c for c in cols if c not in needs.get(table, []))
-    tracemalloc.start()
+    traced = not args.no_tracemalloc
+    if traced:
+        tracemalloc.start()
+    print("before preload: RSS %.0f MB (peak %.0f MB)" % _rss_mb())
     t0 = time.perf_counter()
     trace.preload(needs)
-    print(f"preload {time.perf_counter() - t0:.2f} s, {tracemalloc.get_traced_memory()[0] / 2**20:.0f} MB held")
+    held_mb = tracemalloc.get_traced_memory()[0] / 2**20 if traced else float("nan")
+    print(f"preload {time.perf_counter() - t0:.2f} s, {held_mb:.0f} MB held; RSS %.0f MB (peak %.0f MB)" % _rss_mb())
     for table in needs:
         frame = trace.frame(table, needs[table])
         size = frame.memory_usage(deep=False).sum() / 2**20
@@ -51,11 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         windows.get(kind)
         print(f"window {kind}: {time.perf_counter() - t0:.2f} s")
-    print(f"{'rule':28} {'seconds':>8} {'peak MB':>8}  findings")
+    print(f"{'rule':28} {'seconds':>8} {'peak MB':>8} {'RSS MB':>7} {'RSS peak':>8}  findings")
     for rule in rules:
         options = effective_options(rule, settings)
-        held = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
+        held = tracemalloc.get_traced_memory()[0] if traced else 0
+        if traced:
+            tracemalloc.reset_peak()
         t0 = time.perf_counter()
         try:
             window = windows.get(rule_window_kind(rule, options))
@@ -64,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - a profile reports failures, it does not stop
             note = f"{type(exc).__name__}: {exc}"[:80]
         seconds = time.perf_counter() - t0
-        peak = (tracemalloc.get_traced_memory()[1] - held) / 2**20
-        print(f"{rule.name:28} {seconds:8.2f} {peak:8.0f}  {note}")
+        peak = (tracemalloc.get_traced_memory()[1] - held) / 2**20 if traced else float("nan")
+        rss, rss_peak = _rss_mb()
+        print(f"{rule.name:28} {seconds:8.2f} {peak:8.0f} {rss:7.0f} {rss_peak:8.0f}  {note}")
     return 0
 
 

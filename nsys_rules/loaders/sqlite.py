@@ -40,6 +40,12 @@ MAX_STRING = 65536
 #: Value stored for a NULL in an optional integer column (ids are never negative in nsys).
 NULL_INT = -1
 
+#: Small ids and launch dimensions, read as int32 when every value fits (memory: a 1M-kernel
+#: trace carries ten of them). Times, sizes, correlation and graph ids stay int64.
+NARROW_COLUMNS = frozenset({"device_id", "context_id", "stream_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
+                            "block_z", "registers_per_thread", "launch_type", "copy_kind", "src_kind", "dst_kind",
+                            "mem_kind", "sync_type", "event_type", "src_device_id", "dst_device_id"})
+
 
 def _uri(path: Path) -> str:
     return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
@@ -284,10 +290,14 @@ class SqliteExport:
         ints = _to_int(values, NULL_INT)
         if not col.required:  # a required column's unreadable rows are dropped, with their own note
             self._note_unreadable(values, ints, what)
+        # pid/tid are 24-bit fields of a serialized global id: int32 holds them (half the memory of
+        # int64 on 2.2M API rows); small ids and launch dimensions too, when every value fits.
         if col.kind == "pid":
-            return np.where(ints >= 0, (ints >> 24) & 0xFFFFFF, NULL_INT)
+            return np.where(ints >= 0, (ints >> 24) & 0xFFFFFF, NULL_INT).astype(np.int32)
         if col.kind == "tid":
-            return np.where(ints >= 0, ints & 0xFFFFFF, NULL_INT)
+            return np.where(ints >= 0, ints & 0xFFFFFF, NULL_INT).astype(np.int32)
+        if col.name in NARROW_COLUMNS and len(ints) and int(ints.min()) >= -(2**31) and int(ints.max()) < 2**31:
+            return ints.astype(np.int32)
         return ints
 
     def _note_planted_views(self) -> None:

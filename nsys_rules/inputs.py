@@ -40,7 +40,12 @@ def open_trace(path: Path, loaders: Mapping[str, Callable[..., Any]] | None = No
     """Open one trace read-only; :class:`InputError` with one line when it cannot be used."""
     suffix = path.suffix.lower()
     if loaders and suffix in loaders:
-        trace = loaders[suffix](path)
+        try:
+            trace = loaders[suffix](path)
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a plugin's bug on this file: say whose, one line
+            raise InputError(f"{path}: the plugin loader for {suffix} failed: {type(exc).__name__}: {exc}") from exc
         if not isinstance(trace, Trace):
             raise InputError(f"{path}: the loader for {suffix} returned {type(trace).__name__}, not a Trace")
         return trace

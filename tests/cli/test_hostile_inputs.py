@@ -573,3 +573,23 @@ def test_terminal_safe_keeps_tabs_newlines_and_unicode():
 
     assert terminal_safe("a\tb\nc µs ✓") == "a\tb\nc µs ✓"
     assert terminal_safe("x\x1b[31my\x9bz\x00") == "x\\x1b[31my\\x9bz\\x00"
+
+
+def test_loader_plugin_that_raises_is_one_line(monkeypatch, tmp_path):
+    from nsys_rules.commands import check as check_cmd
+    from nsys_rules.hooks import hookimpl
+    from nsys_rules.plugins import build_registry
+
+    class Plugin:
+        @hookimpl
+        def register_loaders(self):
+            def load(path):
+                raise KeyError("no such field")
+            return {".weird": load}
+
+    monkeypatch.setattr(check_cmd, "registry_for",
+                        lambda args: build_registry(autoload=False, extra=(("weird", Plugin()),)))
+    (tmp_path / "t.weird").write_text("{}")
+    run = _check(tmp_path / "t.weird")
+    check_run(run)
+    assert run.code == 3 and "the plugin loader for .weird failed: KeyError" in run.stderr

@@ -12,7 +12,7 @@ from . import __version__
 from .config import Settings, resolve_rule_name
 from .errors import ExitCode, InputError, MissingData, UsageError
 from .findings import Finding, Severity, rank_key
-from .memory import enforce_limit as enforce_memory_limit
+from .memory_limit import enforce_limit as enforce_memory_limit
 from .plugins import Registry
 from .rule import Rule, RuleContext
 from .trace import Trace

@@ -542,7 +542,7 @@ def test_max_memory_large_enough_runs(example_copy):
 
 
 def test_default_memory_limit_is_80_percent_of_available(monkeypatch, example_copy):
-    from nsys_rules import memory
+    from nsys_rules import memory_limit as memory
 
     monkeypatch.setattr(memory, "available_memory", lambda: 2_000_000)
     run = _check(example_copy)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from nsys_rules.testing import GpuSpec, TraceBuilder
 from tests.conftest import EXAMPLE
-from tests.fuzz.harness import check_run, digest, folder_listing, run_cli_inprocess
+from tests.fuzz.harness import check_run, digest, folder_listing, run_cli_inprocess, strict_json
 from tests.fuzz.mutations import byte_damage, sql_damage, tables_of
 
 FAMILIES = ("bytes", "sql", "built")
@@ -184,9 +184,15 @@ def run_case(family: str, seed: int, workdir: Path | None = None) -> CaseResult:
             args += ["--filter-time", rng.choice(["0s/1s", "1ms/", "/5ms", "0/0"])]
         run = run_cli_inprocess(*args, *select, str(path))
         data = check_run(run)
-        if run.code != 3 and rng.random() < 0.1:
-            table = run_cli_inprocess("check", "--no-plugins", "--fail-on", "never", *select, str(path))
-            check_run(table, json_output=False)
+        if run.code != 3 and rng.random() < 0.2:
+            # The human formats (markdown/html also build the steady-state profile) and SARIF.
+            fmt = rng.choice(["table", "table", "markdown", "html", "sarif"])
+            other = run_cli_inprocess("check", "--format", fmt, "--no-plugins", "--fail-on", "never", *select,
+                                      str(path))
+            check_run(other, json_output=False)
+            assert other.code in (0, 4) and other.stdout, (fmt, other.code, other.stderr[-500:])
+            if fmt == "sarif":
+                strict_json(other.stdout)
         if run.code != 3:
             _sweep_loader(path)
         assert digest(path) == before, "the input file changed"

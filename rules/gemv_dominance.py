@@ -122,6 +122,8 @@ def per_step_time(launch: np.ndarray, durations: np.ndarray, steps: tuple[tuple[
         return 0.0, 0
     per_step = np.bincount(pos[inside], weights=durations[inside], minlength=len(steps))
     used = int((per_step > 0).sum())
+    if not used:  # zero-length kernels (damaged or synthetic exports): nothing to average
+        return 0.0, 0
     return float(per_step.sum() / used), used
 
 

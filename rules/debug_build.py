@@ -239,8 +239,9 @@ class DebugBuild(Rule):
             else:
                 message += " " + self._gemv_summary(ctx)
             if evidence.kind == "cargo":
-                message += (" Rust debug builds run host code unoptimized and, when a build script compiles the "
-                            "CUDA kernels, often device code with -G: expect 10x+ slower kernels and launches.")
+                message += (" A cargo debug build runs host code unoptimized (launch overhead and host gaps "
+                            "inflated), and a build script that compiles the CUDA kernels may build them for debug "
+                            "too (-G / -O0): kernels can run 10x+ slower than in the release build.")
             else:
                 message += (" A CMake Debug build runs host code at -O0 (launch overhead and host gaps inflated); "
                             "device code is also slow if -G is in CMAKE_CUDA_FLAGS_DEBUG.")

@@ -237,7 +237,9 @@ class DebugBuild(Rule):
             if kernel:
                 message += " GEMV-class kernels reach only " + kernel["text"]
             else:
-                message += " " + self._gemv_summary(ctx)
+                summary, summary_metrics = self._gemv_summary(ctx)
+                message += (" " + summary) if summary else ""
+                metrics.update(summary_metrics)
             if evidence.kind == "cargo":
                 message += (" A cargo debug build runs host code unoptimized (launch overhead and host gaps "
                             "inflated), and a build script that compiles the CUDA kernels may build them for debug "
@@ -298,22 +300,28 @@ class DebugBuild(Rule):
         return {"text": text, "metrics": metrics, "device": device}
 
     @staticmethod
-    def _gemv_summary(ctx: RuleContext) -> str:
+    def _gemv_summary(ctx: RuleContext) -> tuple[str, dict]:
+        """GEMV time of the window (text and metrics): the kernel side when the weight bytes are unknown."""
         if not ctx.trace.has("kernels"):
-            return ""
+            return "", {}
         kernels = ctx.frame("kernels")
         if kernels.empty:
-            return ""
+            return "", {}
         dur = (kernels["end"] - kernels["start"]).to_numpy()
         is_gemv = gemv_mask(kernels["name"])
         steps = len(ctx.window.steps)
         gemv_ns = float(dur[is_gemv].sum())
+        total_ns = float(np.sum(dur))
+        metrics = {"kernel_time": metric(total_ns, "ns"), "gemv_time": metric(gemv_ns, "ns")}
         if gemv_ns <= 0:
-            return ""
+            return "", metrics
+        metrics["gemv_share"] = metric(pct(gemv_ns, total_ns), "%")
+        if steps:
+            metrics["gemv_time_per_step"] = metric(gemv_ns / steps, "ns")
         per_step = f", {gemv_ns / steps / 1e3:.0f} us per step" if steps else ""
-        return (f"GEMV-class kernels take {gemv_ns / 1e6:.2f} ms ({pct(gemv_ns, float(np.sum(dur))):.0f} % of kernel time"
+        return (f"GEMV-class kernels take {gemv_ns / 1e6:.2f} ms ({pct(gemv_ns, total_ns):.0f} % of kernel time"
                 f"{per_step}); give `--set debug-build.weight_bytes=<bytes per step>` to compare them with the "
-                "GPU's peak bandwidth.")
+                "GPU's peak bandwidth.", metrics)
 
 
 RULE = DebugBuild

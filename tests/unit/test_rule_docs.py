@@ -1,0 +1,93 @@
+"""Rule pages generated from metadata, and the checks the meta tests rely on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nsys_rules.docs import doc_sections, missing_sections, options_without_help, rule_markdown, write_rule_docs
+from nsys_rules.plugins import BUILTIN, build_registry
+from nsys_rules.rule import DOC_SECTIONS, Rule
+from tests.conftest import run_cli
+
+
+@dataclass(frozen=True)
+class _Options:
+    documented: int = field(default=1, metadata={"help": "has help"})
+    bare: float = 0.5
+
+
+class _Sloppy(Rule):
+    """Finds something.
+
+    What it detects: a thing.
+    Why it hurts: time.
+    Options: `documented`, `bare`.
+    """
+
+    name = "sloppy-rule"
+    title = "Sloppy"
+    requires = ("kernels",)
+    Options = _Options
+
+
+class _Complete(Rule):
+    """Finds everything.
+
+    What it detects: all of it, over
+    two lines.
+    Why it hurts: time.
+    Evidence: numbers.
+    Next optimizations: fix it.
+    Options: none.
+    Requires: kernels.
+    False positives: none known.
+    """
+
+    name = "complete-rule"
+    title = "Complete"
+
+
+def test_missing_sections_and_option_help_are_found():
+    assert missing_sections(_Sloppy) == ["Evidence", "Next optimizations", "Requires", "False positives"]
+    assert options_without_help(_Sloppy) == ["bare"]
+    assert missing_sections(_Complete) == [] and options_without_help(_Complete) == []
+
+
+def test_sections_are_split_and_rendered_in_order():
+    sections = doc_sections(_Complete)
+    assert sections["summary"] == "Finds everything."
+    assert sections["What it detects"] == "all of it, over\ntwo lines."
+    page = rule_markdown(_Complete, "my-plugin")
+    headings = [line[3:] for line in page.splitlines() if line.startswith("## ")]
+    assert headings == list(DOC_SECTIONS)
+    assert "All of it, over" in page and "Plugin: my-plugin." in page
+    assert "(not documented)" in rule_markdown(_Sloppy)
+
+
+def test_write_rule_docs_writes_pages_and_index(tmp_path):
+    paths = write_rule_docs({"complete-rule": _Complete}, {"complete-rule": "x"}, tmp_path / "out")
+    assert [p.name for p in paths] == ["complete-rule.md", "index.md"]
+    assert "[`complete-rule`](complete-rule.md)" in (tmp_path / "out" / "index.md").read_text()
+
+
+def test_explain_all_output_writes_every_registered_rule(tmp_path):
+    proc = run_cli("explain", "--all", "--output", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    registry = build_registry(autoload=True)
+    assert sorted(p.name for p in tmp_path.glob("*.md")) == sorted([f"{n}.md" for n in registry.rules] + ["index.md"])
+
+
+def test_explain_needs_a_rule_or_all():
+    assert run_cli("explain").returncode == 2
+    assert run_cli("explain", "--all", "graph-trace-hidden").returncode == 2
+
+
+def test_docs_module_writes_builtin_rules_only(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "nsys_rules.docs", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    registry = build_registry(autoload=False)
+    builtins = [n for n, p in registry.rule_plugin.items() if p == BUILTIN]
+    assert sorted(p.stem for p in tmp_path.glob("*.md")) == sorted([*builtins, "index"])

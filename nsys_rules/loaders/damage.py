@@ -39,6 +39,12 @@ def note_missing_columns(table: str, source: str, missing: list[Column], damage:
         note(damage, f"{source}: no {names} column(s); {table} rows read them as unknown")
 
 
+#: Largest believable timestamp, in ns from the session start: 2^53 ns is 104 days (the public
+#: corpus tops out at 156 s), and below it int64 sums and float conversions stay exact.
+MAX_TIME_NS = 2**53
+TIME_COLUMNS = ("start", "end")
+
+
 def drop_invalid_required(table: str, frame: pd.DataFrame, required: list[str], null_int: int,
                           damage: list[str]) -> pd.DataFrame:
     """Drop rows whose required integer column could not be read as a number.
@@ -52,9 +58,19 @@ def drop_invalid_required(table: str, frame: pd.DataFrame, required: list[str], 
     cols = [c for c in required if c in frame and frame[c].dtype.kind == "i"]
     for col in cols:
         bad |= frame[col].to_numpy() == null_int
+    if bad.any():
+        note(damage, f"{table}: {int(bad.sum())} row(s) with a non-numeric {'/'.join(cols)} dropped")
+    # A timestamp beyond ~104 days from the session start is no capture's: kept, one such row
+    # would overflow int64 sums of durations into nonsense totals.
+    wild = np.zeros(len(frame), bool)
+    for col in (c for c in TIME_COLUMNS if c in frame and frame[c].dtype.kind == "i"):
+        values = frame[col].to_numpy()
+        wild |= (values > MAX_TIME_NS) | (values < -MAX_TIME_NS)
+    if wild.any():
+        note(damage, f"{table}: {int(wild.sum())} row(s) with an impossible timestamp (beyond 2^53 ns) dropped")
+    bad |= wild
     if not bad.any():
         return frame
-    note(damage, f"{table}: {int(bad.sum())} row(s) with a non-numeric {'/'.join(cols)} dropped")
     return frame.loc[~bad].reset_index(drop=True)
 
 

@@ -593,3 +593,19 @@ def test_loader_plugin_that_raises_is_one_line(monkeypatch, tmp_path):
     run = _check(tmp_path / "t.weird")
     check_run(run)
     assert run.code == 3 and "the plugin loader for .weird failed: KeyError" in run.stderr
+
+
+def test_impossible_timestamps_are_dropped_not_summed(tmp_path):
+    from nsys_rules.loaders.sqlite import SqliteExport
+    from nsys_rules.trace import Trace
+
+    path = damaged_copy(EXAMPLE, tmp_path / "d.sqlite", [
+        f'UPDATE "{KERNEL}" SET "end" = 9223372036854775807 WHERE rowid % 100 = 0',
+        f'UPDATE "{KERNEL}" SET "start" = -9223372036854775807 WHERE rowid % 100 = 1'])
+    trace = Trace(SqliteExport(path))
+    kernels = trace.frame("kernels", ["start", "end"])
+    assert len(kernels) == 3584 - 71  # 35 rows with rowid % 100 == 0, 36 with 1
+    assert int((kernels["end"] - kernels["start"]).sum()) > 0
+    assert "kernels: 71 row(s) with an impossible timestamp (beyond 2^53 ns) dropped" in trace.damage
+    trace.close()
+    _ran(path)

@@ -220,6 +220,7 @@ def _sweep_loader(path: Path) -> None:
             if "start" in frame and "end" in frame and len(frame):
                 assert (frame["end"] >= frame["start"]).all(), f"{name}: a row ends before it starts"
                 assert (frame["start"] != -1).all(), f"{name}: an unknown start time was kept"
+                assert int((frame["end"] - frame["start"]).sum()) >= 0, f"{name}: durations overflow"
     except InputError:
         pass
     finally:

@@ -66,13 +66,74 @@ class Options:
         "help": "estimated savings, as a fraction of steady-state kernel time, that make low bandwidth a warning"})
     extra_gemv_patterns: tuple = field(default=(), metadata={
         "help": "extra regular expressions (kernel names) that are GEMV-class, e.g. ['my_matvec', 'w4a16_decode']"})
+    model_config: str = field(default="", metadata={
+        "help": "path to the model's Hugging Face config.json: weight bytes per step computed from it (linear layers "
+                "and lm_head, active experts only) when weight_bytes is not given"})
+    weight_dtype_bytes: float = field(default=0.0, metadata={
+        "help": "bytes per weight for model_config (0: from its torch_dtype; 1 for int8/fp8, 0.5 for int4)"})
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "weight_bytes", _bytes_value(self.weight_bytes))
+        if self.model_config:
+            config_weight_bytes(self.model_config, self.weight_dtype_bytes)  # a bad path or config fails early
         for name in ("min_share", "roofline_fraction", "room_fraction", "target_fraction", "min_savings_share"):
             value = getattr(self, name)
             if not 0 <= value <= 1.5:
                 raise ValueError(f"{name} must be a fraction, not {value!r}")
+
+
+_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8_e4m3fn": 1, "int8": 1}
+
+
+def weights_read_per_step(config: dict, dtype_bytes: float = 0.0) -> tuple[int, str]:
+    """Bytes of weights a batch-1 decode step reads, from a Hugging Face ``config.json`` dict, and how.
+
+    Every linear layer is read once per token: attention q/k/v/o (grouped-query heads counted
+    by ``num_key_value_heads``), the MLP (gate, up, down for gated activations such as SiLU;
+    up and down otherwise), only the ``num_experts_per_tok`` active experts of an MoE layer
+    (plus shared experts), and the lm_head. The embedding table is not: a step reads one row.
+    """
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    try:
+        hidden = int(text["hidden_size"])
+        layers = int(text["num_hidden_layers"])
+        vocab = int(text["vocab_size"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"model config lacks {exc}: need hidden_size, num_hidden_layers and vocab_size") from None
+    heads = int(text.get("num_attention_heads") or 1)
+    kv_heads = int(text.get("num_key_value_heads") or heads)
+    head_dim = int(text.get("head_dim") or hidden // heads)
+    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o + k, v
+    act = str(text.get("hidden_act") or text.get("hidden_activation") or "silu").lower()
+    matrices = 3 if ("silu" in act or "swish" in act or "glu" in act or "gelu_pytorch_tanh" in act) else 2
+    experts = int(text.get("num_experts_per_tok") or 0)
+    if experts and (text.get("num_local_experts") or text.get("num_experts") or text.get("n_routed_experts")):
+        moe_inter = int(text.get("moe_intermediate_size") or text.get("intermediate_size"))
+        shared = int(text.get("n_shared_experts") or 0)
+        shared_inter = int(text.get("shared_expert_intermediate_size") or shared * moe_inter)
+        mlp = matrices * hidden * (experts * moe_inter + shared_inter)
+        how = f"{experts} active experts of {moe_inter}"
+    else:
+        mlp = matrices * hidden * int(text.get("intermediate_size") or 4 * hidden)
+        how = "dense MLP"
+    params = layers * (attention + mlp) + vocab * hidden  # lm_head: read every step, tied or not
+    size = dtype_bytes or _DTYPE_BYTES.get(str(config.get("torch_dtype") or text.get("torch_dtype") or "bfloat16"), 2)
+    return int(params * size), (f"{params / 1e9:.2f} B weights read per step ({layers} layers, {how}, lm_head) x "
+                                 f"{size:g} B")
+
+
+def config_weight_bytes(path: str, dtype_bytes: float = 0.0) -> tuple[int, str]:
+    """:func:`weights_read_per_step` of the config.json at ``path``; ``ValueError`` with the reason otherwise."""
+    import json
+    from pathlib import Path
+
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"model_config {path!r} is not a readable JSON file: {exc}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"model_config {path!r} is not a JSON object")
+    return weights_read_per_step(config, dtype_bytes)
 
 
 @dataclass(frozen=True)
@@ -80,7 +141,7 @@ class Bandwidth:
     """Achieved GEMV bandwidth on one device, and where the bytes came from."""
 
     weight_bytes: int
-    source: str  # "option" or "model load"
+    source: str  # "option", "model config" or "model load"
     gemv_ns_per_step: float
     steps: int
     achieved: float  # B/s
@@ -177,6 +238,10 @@ def measure_bandwidth(ctx: RuleContext, kernels: pd.DataFrame, is_gemv: np.ndarr
         per_step, used = per_step_time(launch, dur, steps)
         steps_from = f"{used} steps of {_step_source(ctx)}"
     source = "option"
+    model_config = getattr(ctx.options, "model_config", "")
+    if weight_bytes <= 0 and model_config:
+        weight_bytes, _ = config_weight_bytes(model_config, getattr(ctx.options, "weight_dtype_bytes", 0.0))
+        source = "model config"
     if weight_bytes <= 0:
         weight_bytes, source = _load_bytes(ctx, device, min_load_bytes), "model load"
     if weight_bytes <= 0:
@@ -222,8 +287,9 @@ class GemvDominance(Rule):
     `nvjet_*` tiles with a side of 8 or 16, custom `*gemv*` kernels; see
     `nsys_rules.taxonomy`, extensible with `extra_gemv_patterns`) take at least `min_share` of
     the kernel time of a GPU: the signature of batch-1 decode. When the bytes they read per
-    step are known (the `weight_bytes` option, or the host-to-device volume of a model load
-    captured before the steady state), it computes the achieved bandwidth against the GPU's
+    step are known (the `weight_bytes` option, a Hugging Face `config.json` given as
+    `model_config`, or the host-to-device volume of a model load captured before the steady
+    state), it computes the achieved bandwidth against the GPU's
     peak (`TARGET_INFO_GPU.memoryBandwidth` of the kernels' device).
     Why it hurts: a GEMV does two flops per weight byte, so it is bound by memory bandwidth:
     the step time is the weight bytes over the bandwidth the kernels reach. Large GEMVs reach
@@ -236,9 +302,9 @@ class GemvDominance(Rule):
     (vectorized 128-bit loads, split-K for skinny shapes, fused QKV / gate-up projections);
     the saving to `target_fraction` of peak is estimated. Without bytes, give
     `--set gemv-dominance.weight_bytes=...` to get the bandwidth.
-    Options: `min_share`, `weight_bytes`, `steps`, `peak_bandwidth`, `min_load_bytes`,
-    `roofline_fraction`, `room_fraction`, `target_fraction`, `min_savings_share`,
-    `extra_gemv_patterns`.
+    Options: `min_share`, `weight_bytes`, `model_config`, `weight_dtype_bytes`, `steps`,
+    `peak_bandwidth`, `min_load_bytes`, `roofline_fraction`, `room_fraction`,
+    `target_fraction`, `min_savings_share`, `extra_gemv_patterns`.
     Requires: the kernel table; the memcpy table for the model-load bytes; NVTX step ranges
     (or the `steps` option) for per-step numbers.
     False positives: the model-load copy volume includes the embedding table, which a step
@@ -296,7 +362,8 @@ class GemvDominance(Rule):
         else:
             metrics.update({"weight_bytes": metric(bw.weight_bytes, "B"), "gemv_time_per_step": metric(bw.gemv_ns_per_step, "ns"),
                             "steps": metric(bw.steps, "count"), "achieved_bandwidth": metric(bw.achieved, "B/s")})
-            src = "given" if bw.source == "option" else "from the host-to-device model load, an upper bound"
+            src = {"option": "given", "model config": "from " + ctx.options.model_config}.get(
+                bw.source, "from the host-to-device model load, an upper bound")
             message += (f" Per step ({bw.steps_source}) the GEMVs take {bw.gemv_ns_per_step / 1e3:.1f} us for "
                         f"{bw.weight_bytes / 1e9:.3f} GB "
                         f"of weights ({src}): {bw.achieved / 1e12:.2f} TB/s achieved")
@@ -360,7 +427,8 @@ class GemvDominance(Rule):
                          f"{per_step * peak / 1e18:.3f} GB at the {peak / 1e12:.2f} TB/s peak: if your per-step weight "
                          "bytes are well below that, the GEMV kernels run below the memory roofline.")
         return ("This is bandwidth-bound decode: give the bytes the GEMVs read per step (about 2 x active parameters "
-                "for bf16, lm_head included) with `--set gemv-dominance.weight_bytes=<bytes>` to get the achieved "
+                "for bf16, lm_head included) with `--set gemv-dominance.weight_bytes=<bytes>`, or point "
+                "`--set gemv-dominance.model_config=<path/to/config.json>` at the model's config, to get the achieved "
                 "bandwidth and the next step (> 80 % of peak: quantize or batch; < 70 %: tune the GEMV kernels)."
                 + reference)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nsys_rules.testing import GpuSpec, TraceBuilder, run_rule
-from nsys_rules.rules.gemv_dominance import achieved_bandwidth, per_step_time
+from nsys_rules.rules.gemv_dominance import achieved_bandwidth, per_step_time, weights_read_per_step
 
 PEAK = 4_814_304_000_000  # TraceBuilder's H200
 PERIOD = 1_000_000
@@ -199,6 +199,49 @@ def test_extra_gemv_patterns(tmp_path):
     assert run_rule("gemv-dominance", path) == []
     [f] = run_rule("gemv-dominance", path, options={"extra_gemv_patterns": ("w4a16_decode",)})
     assert values(f)["gemv_share"] == pytest.approx(80.0)
+
+
+LLAMA_7B = {"hidden_size": 4096, "num_hidden_layers": 32, "vocab_size": 32000, "num_attention_heads": 32,
+            "num_key_value_heads": 32, "intermediate_size": 11008, "hidden_act": "silu", "torch_dtype": "float16"}
+
+
+def test_weights_read_per_step_from_configs():
+    # Llama-2-7B: 6.74 B parameters, of which the 131 M embedding rows are not read per step.
+    size, how = weights_read_per_step(LLAMA_7B)
+    assert size == 2 * (32 * (4 * 4096 * 4096 + 3 * 4096 * 11008) + 32000 * 4096)
+    assert size / 2 == pytest.approx(6.61e9, rel=0.01) and "dense MLP" in how
+    # Mixtral-8x7B: only 2 of 8 experts are read per token (about 12.75 B active weights).
+    mixtral = dict(LLAMA_7B, num_key_value_heads=8, intermediate_size=14336, num_local_experts=8,
+                   num_experts_per_tok=2, torch_dtype="bfloat16")
+    size, how = weights_read_per_step(mixtral)
+    assert size / 2 == pytest.approx(12.75e9, rel=0.01) and "2 active experts" in how
+    assert weights_read_per_step(LLAMA_7B, dtype_bytes=0.5)[0] == weights_read_per_step(LLAMA_7B)[0] // 4  # int4
+    with pytest.raises(ValueError, match="hidden_size"):
+        weights_read_per_step({"num_hidden_layers": 2})
+
+
+def test_bytes_from_model_config(tmp_path):
+    import json
+
+    config = {"hidden_size": 1024, "num_hidden_layers": 8, "vocab_size": 32000, "num_attention_heads": 16,
+              "intermediate_size": 2816, "torch_dtype": "bfloat16"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    expected = weights_read_per_step(config)[0]
+    b = TraceBuilder()
+    decode(b)
+    [f] = run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"), options={"model_config": str(path)})
+    assert values(f)["weight_bytes"] == expected and str(path) in f.message
+    assert values(f)["achieved_bandwidth"] == pytest.approx(expected / 100e-6)
+
+
+def test_bad_model_config_is_a_usage_error(tmp_path):
+    from nsys_rules.errors import UsageError
+
+    b = TraceBuilder()
+    decode(b)
+    with pytest.raises(UsageError, match="model_config"):
+        run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"), options={"model_config": str(tmp_path / "no.json")})
 
 
 def test_bad_weight_bytes_is_a_usage_error(tmp_path):

@@ -81,7 +81,14 @@ def declared_size(header: bytes) -> int | None:
 
 def pending_sidecar(path: Path) -> Path | None:
     """A non-empty ``-wal`` or ``-journal`` file beside ``path``: rows SQLite has not merged yet."""
+    try:
+        with open(path, "rb") as fh:
+            wal_mode = fh.read(20)[18:19] == b"\x02"  # header byte 18: 2 = WAL, 1 = rollback journal
+    except OSError:
+        return None
     for suffix in ("-wal", "-journal"):
+        if suffix == "-wal" and not wal_mode:
+            continue  # SQLite ignores a -wal beside a rollback-journal database
         side = path.with_name(path.name + suffix)
         try:
             if side.is_file() and side.stat().st_size > 0:

@@ -609,3 +609,26 @@ def test_impossible_timestamps_are_dropped_not_summed(tmp_path):
     assert "kernels: 71 row(s) with an impossible timestamp (beyond 2^53 ns) dropped" in trace.damage
     trace.close()
     _ran(path)
+
+
+def test_hot_journal_is_rolled_back_in_a_private_copy(tmp_path):
+    """A writer died mid-transaction: the -journal holds the pages to restore; the file itself is torn."""
+    live = tmp_path / "live"
+    live.mkdir()
+    shutil.copyfile(EXAMPLE, live / "j.sqlite")
+    writer = sqlite3.connect(live / "j.sqlite", isolation_level=None)
+    writer.execute("PRAGMA cache_size = 1")  # spill changed pages into the file before commit
+    writer.execute("BEGIN")
+    writer.execute(f'DELETE FROM "{KERNEL}"')
+    writer.execute(f'UPDATE "{RUNTIME}" SET "start" = "start" + 1')
+    frozen = tmp_path / "frozen"
+    frozen.mkdir()
+    for name in ("j.sqlite", "j.sqlite-journal"):
+        shutil.copyfile(live / name, frozen / name)
+    writer.execute("ROLLBACK")
+    writer.close()
+    before = {p: digest(frozen / p) for p in folder_listing(frozen)}
+    data = _ran(frozen / "j.sqlite")
+    assert data["traces"][0]["tables"]["kernels"] == 3584  # the rolled-back state, not the torn one
+    assert any(d.startswith("j.sqlite-journal: unmerged rows") for d in _damage(data))
+    assert {p: digest(frozen / p) for p in folder_listing(frozen)} == before

@@ -20,6 +20,7 @@ from pathlib import Path
 from nsys_rules.config import Settings
 from nsys_rules.engine import _Windows, effective_options, rule_window_kind, select_rules
 from nsys_rules.inputs import open_trace
+from nsys_rules.malloc_tune import tune_malloc
 from nsys_rules.plugins import build_registry
 from nsys_rules.rule import RuleContext
 
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--select", default="", help="comma-separated rule names (default: all)")
     parser.add_argument("--no-tracemalloc", action="store_true", help="RSS only (tracemalloc slows numpy work down)")
     args = parser.parse_args(argv)
+    tune_malloc()  # as the CLI does
     registry = build_registry()
     settings = Settings(select=[s for s in args.select.split(",") if s])
     rules = select_rules(registry, settings)

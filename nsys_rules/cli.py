@@ -16,6 +16,7 @@ from typing import Sequence
 from . import __version__
 from .commands import check, diff, explain, rules_cmd, schema, stats
 from .errors import ExitCode, NsysRulesError
+from .malloc_tune import tune_malloc
 
 #: Subcommand modules, in help order. Each has add_parser(subparsers) and run(args).
 COMMANDS = [check, diff, stats, rules_cmd, explain, schema]
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns (and, as a console script, exits with) the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    tune_malloc()  # big traces: freed column buffers go back to the system (see nsys_rules/malloc_tune.py)
     debug = "--debug" in args_list
     if debug:
         args_list.remove("--debug")

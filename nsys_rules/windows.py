@@ -107,24 +107,37 @@ _LAUNCH_CACHE: "weakref.WeakKeyDictionary[Trace, dict[int, tuple[pd.DataFrame, n
     weakref.WeakKeyDictionary())
 
 
-def _api_index(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """The API table's (pid, correlationId) keys sorted, and the matching API start times."""
+def api_key_index(trace: Trace) -> tuple[np.ndarray, np.ndarray | None]:
+    """The API table's (pid << 32 | correlationId) keys sorted, and the row order (None: already in order).
+
+    Computed once per trace and shared by every launch join (``launch_times``, rules that need
+    the launching call's end or name): 2.2M keys are 18 MB and a sort.
+    """
     api = trace.frame("api", ["start", "correlation_id", "pid"])
     hit = _API_INDEX.get(trace)
     if hit is not None and hit[0] is api:
         return hit[1], hit[2]
     api_key = _key(api["pid"].to_numpy(), api["correlation_id"].to_numpy())
-    api_start = api["start"].to_numpy()
+    order: np.ndarray | None = None
     # The API table is in call order and correlation ids grow with calls, so the keys are
     # usually sorted already: skip the 2M-row argsort (0.3 s) when they are.
     if len(api_key) > 1 and not bool((api_key[1:] >= api_key[:-1]).all()):
         order = np.argsort(api_key, kind="stable")
-        api_key, api_start = api_key[order], api_start[order]
-    _API_INDEX[trace] = (api, api_key, api_start)
-    return api_key, api_start
+        api_key = api_key[order]
+    api_key.flags.writeable = False
+    _API_INDEX[trace] = (api, api_key, order)
+    return api_key, order
 
 
-_API_INDEX: "weakref.WeakKeyDictionary[Trace, tuple[pd.DataFrame, np.ndarray, np.ndarray]]" = weakref.WeakKeyDictionary()
+def _api_index(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted API keys and the matching API start times."""
+    api_key, order = api_key_index(trace)
+    start = trace.frame("api", ["start", "correlation_id", "pid"])["start"].to_numpy()
+    return api_key, (start if order is None else start[order])
+
+
+_API_INDEX: "weakref.WeakKeyDictionary[Trace, tuple[pd.DataFrame, np.ndarray, np.ndarray | None]]" = (
+    weakref.WeakKeyDictionary())
 
 
 def _launch_times(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:

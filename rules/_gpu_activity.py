@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.trace import Trace
+from nsys_rules.windows import api_key_index
 
 #: Canonical GPU tables whose rows occupy a device (what nsys's gpu_gaps/gpu_time_util count).
 GPU_OP_TABLES = ("kernels", "memcpy", "memset")
@@ -160,15 +161,8 @@ def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True) -> pd.D
     api = trace.frame("api", ["start", "end", "correlation_id", "pid", "name"])
     if not len(api):
         return out
-    api_key = (api["pid"].to_numpy().astype(np.int64) << 32) | (api["correlation_id"].to_numpy().astype(np.int64)
-                                                                 & 0xFFFFFFFF)
-    # Correlation ids grow with calls, so the keys are usually sorted already: skip the 2M-row argsort.
-    if len(api_key) > 1 and not bool((api_key[1:] >= api_key[:-1]).all()):
-        order = np.argsort(api_key, kind="stable")
-        sorted_key = api_key[order]
-    else:
-        order = None  # already sorted: positions are rows
-        sorted_key = api_key
+    # Sorted (pid, correlationId) keys, built once per trace and shared with launch_times.
+    sorted_key, order = api_key_index(trace)
     corr = gpu["correlation_id"].to_numpy().astype(np.int64)
     key = (gpu["pid"].to_numpy().astype(np.int64) << 32) | (corr & 0xFFFFFFFF)
     pos = np.searchsorted(sorted_key, key).clip(0, len(sorted_key) - 1)

@@ -207,7 +207,10 @@ class SqliteExport:
         src_cols = list(dict.fromkeys(s for s in picks.values() if s is not None))
         extra = [s for c in wanted if c.kind == "nvtx_name" for s in c.sources[1:] if s in present]
         src_cols += [s for s in extra if s not in src_cols]
-        raw = self._fetch(source, src_cols)
+        # Sources read straight into int32 (when their values fit): no int64 copy of them ever exists.
+        narrow = {picks[c.name] for c in wanted if c.name in NARROW_COLUMNS} - {
+            picks[c.name] for c in wanted if c.name not in NARROW_COLUMNS} - {None}
+        raw = self._fetch(source, src_cols, narrow)  # type: ignore[arg-type]
         n = len(next(iter(raw.values()))) if raw else self.count(source)
         keep = np.ones(n, bool)
         for col in wanted:
@@ -243,12 +246,13 @@ class SqliteExport:
                 frame = frame.loc[~bad].reset_index(drop=True)
         return damage_fix.drop_duplicate_rows(table.name, frame, self.damage)
 
-    def _fetch(self, source: str, src_cols: list[str]) -> dict[str, np.ndarray]:
+    def _fetch(self, source: str, src_cols: list[str], narrow: set[str] | frozenset[str] = frozenset()
+               ) -> dict[str, np.ndarray]:
         if not src_cols:
             return {}
         sql = "SELECT " + ", ".join(_quote(c) for c in src_cols) + " FROM " + _quote(source)
         try:
-            return _fetch_arrow(self._open_path, sql, src_cols, self.count(source))
+            return _fetch_arrow(self._open_path, sql, src_cols, self.count(source), narrow)
         except Exception:  # noqa: BLE001 - any ADBC failure falls back to the stdlib reader
             pass
         try:
@@ -287,6 +291,8 @@ class SqliteExport:
             return self.resolve_strings(ids, what)
         if values is None:
             return np.full(n, NULL_INT, np.int64)
+        if values.dtype == np.int32 and col.name in NARROW_COLUMNS:
+            return values  # read narrow by _fetch_arrow: already checked to fit
         ints = _to_int(values, NULL_INT)
         if not col.required:  # a required column's unreadable rows are dropped, with their own note
             self._note_unreadable(values, ints, what)
@@ -327,7 +333,8 @@ class SqliteExport:
 BATCH_ROWS = 16384
 
 
-def _fetch_arrow(path: Path, sql: str, names: list[str], expected_rows: int) -> dict[str, np.ndarray]:
+def _fetch_arrow(path: Path, sql: str, names: list[str], expected_rows: int,
+                 narrow: set[str] | frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
     """Stream ``sql`` as Arrow record batches into preallocated numpy columns.
 
     Integer columns land in int64 arrays (NULL -> :data:`NULL_INT`) without ever holding the
@@ -339,7 +346,7 @@ def _fetch_arrow(path: Path, sql: str, names: list[str], expected_rows: int) -> 
     import pyarrow as pa
 
     size = max(int(expected_rows), 0)
-    ints: list[np.ndarray | None] = [np.empty(size, np.int64) for _ in names]
+    ints: list[np.ndarray | None] = [np.empty(size, np.int32 if name in narrow else np.int64) for name in names]
     objs: list[np.ndarray | None] = [None for _ in names]
     pos = 0
     with adbc.connect(_uri(path)) as conn, conn.cursor() as cur:
@@ -361,7 +368,13 @@ def _fetch_arrow(path: Path, sql: str, names: list[str], expected_rows: int) -> 
                 if objs[i] is None and pa.types.is_integer(column.type):
                     if column.null_count:
                         column = column.fill_null(NULL_INT)
-                    ints[i][pos:pos + rows] = column.to_numpy()  # type: ignore[index]
+                    values = column.to_numpy()
+                    target = ints[i]
+                    assert target is not None
+                    if target.dtype == np.int32 and len(values) and not (
+                            int(values.min()) >= -(2**31) and int(values.max()) < 2**31):
+                        target = ints[i] = target.astype(np.int64)  # a value too big for int32: widen
+                    target[pos:pos + rows] = values
                     continue
                 if objs[i] is None:
                     objs[i] = np.full(size, None, dtype=object)

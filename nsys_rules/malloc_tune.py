@@ -1,0 +1,37 @@
+"""Process-wide memory tuning for big traces.
+
+glibc's malloc raises its mmap threshold each time a large block is freed (up to 32 MB), so
+after the loader frees its first column buffers, every later million-row array comes from
+the heap, and the heap cannot return freed holes to the system: on the 1M-kernel trace the
+resident set stayed 80 MB above what was alive. A fixed threshold keeps large arrays in their
+own mappings, which go back to the system the moment numpy frees them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+#: mallopt parameter number of M_MMAP_THRESHOLD in glibc's malloc.h.
+_M_MMAP_THRESHOLD = -3
+#: Blocks of this size or more get their own mapping (glibc's initial default, kept fixed).
+MMAP_THRESHOLD = 128 * 1024
+
+_done = False
+
+
+def tune_malloc() -> bool:
+    """Fix glibc's mmap threshold (Linux only; elsewhere, or on musl, nothing happens). True when applied."""
+    global _done
+    if _done or not sys.platform.startswith("linux"):
+        return _done
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    _done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    return _done

@@ -82,6 +82,8 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
 
 def _ids(column: pd.Series) -> np.ndarray:
     """An id column as int64, missing values as -1."""
+    if column.dtype.kind in "iu":  # the loader's integer columns: no NaN to fill, skip two 1M-row copies
+        return column.to_numpy().astype(np.int64, copy=False)
     return pd.to_numeric(column, errors="coerce").fillna(-1).to_numpy().astype(np.int64)
 
 

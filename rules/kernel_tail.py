@@ -147,9 +147,11 @@ def step_index(launch: np.ndarray, steps: tuple[tuple[int, int], ...]) -> np.nda
     return np.where(inside, pos, -1)
 
 
-def positional_tail(group: np.ndarray, step: np.ndarray, launch: np.ndarray, durations: np.ndarray,
+def positional_tail(group: np.ndarray, step: np.ndarray, order: np.ndarray, durations: np.ndarray,
                     p50: np.ndarray) -> pd.DataFrame:
     """Per group, over invocations inside steps: the plain tail and the tail against each step position's median.
+
+    ``order`` sorts the invocations in launch order (launch times, or their rank).
 
     The position of an invocation is its rank among the same group's launches within its step
     (the 3rd ``gemv`` of the step). When every step runs the same sequence, the same position
@@ -158,7 +160,7 @@ def positional_tail(group: np.ndarray, step: np.ndarray, launch: np.ndarray, dur
     """
     n_groups = len(p50)
     inside = step >= 0
-    g, s, t, d = group[inside], step[inside], launch[inside], durations[inside]
+    g, s, t, d = group[inside], step[inside], order[inside], durations[inside]
     empty = pd.DataFrame({"in_steps": np.zeros(n_groups, np.int64), "plain_in_steps": np.zeros(n_groups),
                           "positional": np.zeros(n_groups), "steps_seen": np.zeros(n_groups, np.int64)})
     if not len(g):
@@ -318,9 +320,13 @@ class KernelTail(Rule):
         group = group_ids([_codes(kernels[c]) for c in KERNEL_KEYS])
         durations = (kernels["end"] - kernels["start"]).to_numpy().astype(np.float64)
         launch = kernels["launch_start"].to_numpy()
+        # Launch order, GPU start breaking ties: the kernels of one graph replay share their
+        # launch call (cudaGraphLaunch), so its time alone does not order them.
+        sequence = np.empty(len(launch), np.int64)
+        sequence[np.lexsort((kernels["start"].to_numpy(), launch))] = np.arange(len(launch))
         table = tail_table(group, durations)
         steps = ctx.window.steps
-        pos = positional_tail(group, step_index(launch, steps), launch, durations, table["p50"].to_numpy())
+        pos = positional_tail(group, step_index(launch, steps), sequence, durations, table["p50"].to_numpy())
         table = table.join(pos)
         device = kernels["device_id"].to_numpy()
         device_time = pd.Series(durations).groupby(device).sum()
@@ -337,6 +343,7 @@ class KernelTail(Rule):
                 break
             reported += 1
             rows = np.flatnonzero(group == gid)
+            rows = rows[np.argsort(sequence[rows], kind="stable")]  # launch order
             yield self._kernel_finding(ctx, kernels, rows, row, durations, len(steps), len(candidates))
 
     def _kernel_finding(self, ctx: RuleContext, kernels: pd.DataFrame, rows: np.ndarray, row: pd.Series,
@@ -357,7 +364,7 @@ class KernelTail(Rule):
         positional_cost = float(row["positional"]) + max(0.0, plain_cost - float(row["plain_in_steps"]))
         explained_by = f"each position in the step ({int(row['steps_seen'])} steps)"
         plain_tested, positional_tested = float(row["plain_in_steps"]), float(row["positional"])
-        in_order = durations[rows[np.argsort(kernels["launch_start"].to_numpy()[rows], kind="stable")]]
+        in_order = durations[rows]  # rows come in launch order
         cost_p, period, held_out = periodic_tail(in_order, opts.max_period)
         if period and held_out <= opts.shape_explained and (not testable or cost_p < positional_cost):
             testable, positional_cost, plain_tested, positional_tested = True, cost_p, plain_cost, cost_p
@@ -396,7 +403,7 @@ class KernelTail(Rule):
             return ctx.finding(message, recommendation, severity=Severity.INFO, metrics=metrics, location=location,
                                title="Kernel duration spread is shape variation, not a tail", key=key)
         severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
-        group_d = durations[rows[np.argsort(kernels["launch_start"].to_numpy()[rows], kind="stable")]]
+        group_d = durations[rows]
         slow = group_d > opts.tail_ratio * row["p50"]
         slow_count = int(slow.sum())
         # The playbook's labels: p99/p50 over tail_ratio is a systematic tail, max/p50 over

@@ -197,6 +197,12 @@ class FlaggedGroup:
     key: tuple[object, ...]
     rows: pd.DataFrame  # sorted by start; columns start, end + the rule's own
     single: bool  # one flagged row per finding
+    ordinal: int = -1  # the row's position in its group when single: keeps fingerprints distinct and stable
+
+    @property
+    def key_suffix(self) -> str:
+        """What to add to a finding's fingerprint key: ``#<n>`` for the n-th row of a group, else nothing."""
+        return f"#{self.ordinal}" if self.single else ""
 
     @property
     def start(self) -> int:
@@ -227,6 +233,6 @@ def split_flagged(rows: pd.DataFrame, group_by: Sequence[str], mode: str, max_fi
         key_t = key if isinstance(key, tuple) else (key,)
         if mode == "all" or (mode == "auto" and len(grp) <= max_findings):
             for i in range(len(grp)):
-                yield FlaggedGroup(key_t, grp.iloc[i:i + 1], True)
+                yield FlaggedGroup(key_t, grp.iloc[i:i + 1], True, i)
         else:
             yield FlaggedGroup(key_t, grp, False)

@@ -155,7 +155,7 @@ class GpuIdleGaps(Rule):
                          "longest_gap": metric(int(g["duration"].max()), "ns"),
                          "share_of_judged_time": metric(share, "%")},
                 location=Location(pid=int(pid), device=int(dev), start_ns=group.start, end_ns=group.end),
-                estimated_savings_ns=total if run_phase else None, key=str(phase))
+                estimated_savings_ns=total if run_phase else None, key=f"{phase}{group.key_suffix}")
 
 
 def _steady_start(ctx: RuleContext) -> int:

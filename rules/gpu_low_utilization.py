@@ -123,7 +123,7 @@ class GpuLowUtilization(Rule):
                          "in_use": metric(in_use, "%"), "idle_time": metric(idle, "ns"),
                          "gpu_span": metric(span, "ns")},
                 location=Location(pid=int(pid), device=int(dev), start_ns=group.start, end_ns=group.end),
-                key="steady" if reaches_steady else "start-up")
+                key=("steady" if reaches_steady else "start-up") + group.key_suffix)
 
 
 RULE = GpuLowUtilization

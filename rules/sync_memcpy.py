@@ -127,7 +127,7 @@ class SyncMemcpy(Rule):
                          "share_of_judged_time": metric(share, "%")},
                 location=Location(pid=int(g["pid"].iloc[0]), device=int(g["device_id"].iloc[0]), stream=int(stream),
                                   api=str(api_name), start_ns=group.start, end_ns=group.end),
-                estimated_savings_ns=max(0, host - gpu), key=f"{direction}/{stream}")
+                estimated_savings_ns=max(0, host - gpu), key=f"{direction}/{stream}{group.key_suffix}")
 
 
 RULE = SyncMemcpy

@@ -73,3 +73,12 @@ def test_severity_follows_host_time_share(tmp_path):
     assert f.severity == Severity.WARNING and f.estimated_savings_ns == 400_000
     (f, g) = run_rule("pageable-memcpy", path, options={"warning_share": 0.9})
     assert f.severity == Severity.INFO
+
+
+def test_findings_per_copy_have_distinct_stable_fingerprints(tmp_path):
+    b = TraceBuilder()
+    copies(b, 3, src="pageable")
+    path = b.write(tmp_path / "t.sqlite")
+    first = [f.fingerprint for f in run_rule("pageable-memcpy", path)]
+    assert len(set(first)) == 3
+    assert first == [f.fingerprint for f in run_rule("pageable-memcpy", path)]

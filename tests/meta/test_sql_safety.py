@@ -3,7 +3,7 @@
 Values from a trace or the command line (names, NVTX filters) must be bound as ``?``
 parameters; table and column names may only come from the allow-list in
 ``nsys_rules/loaders/tables.py`` (or other constants), quoted. This test reads the source
-(AST) of ``nsys_rules/`` and ``rules/`` and fails on SQL built with ``%`` or ``.format``, and on
+(AST) of ``nsys_rules/``, ``rules/`` and the example plugins and fails on SQL built with ``%`` or ``.format``, and on
 f-strings or ``+`` concatenations that interpolate anything but ``_quote(...)`` or an
 expression audited below (with the reason it is safe).
 """
@@ -38,7 +38,8 @@ AUDITED: dict[str, dict[str, str]] = {
 
 
 def _sources() -> list[Path]:
-    return sorted(p for folder in ("nsys_rules", "rules") for p in (ROOT / folder).rglob("*.py"))
+    folders = [ROOT / "nsys_rules", ROOT / "rules", *sorted((ROOT / "plugins").glob("*/src"))]
+    return sorted(p for folder in folders for p in folder.rglob("*.py") if "build" not in p.parts)
 
 
 def _is_sql(node: ast.AST) -> bool:

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from . import __version__
 from .config import Settings, resolve_rule_name
+from .compat import missing_table
 from .errors import ExitCode, InputError, MissingData, UsageError
 from .findings import Finding, Severity, rank_key
 from .memory_limit import enforce_limit as enforce_memory_limit
@@ -133,11 +134,10 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
 
             table = TABLES[missing[0]]
             unusable = any(s in getattr(trace.export, "table_names", ()) for s in table.sources)  # lacks columns
-            result.skipped.append({"rule": rule.name, "trace": trace.label,
-                                   "reason": f"the trace's {table.sources[0]} table lacks required columns (see damage)"
-                                   if unusable else
-                                   f"the trace has no {table.sources[0]} table ({', '.join(missing)} missing)",
-                                   "fix": table.capture_hint})
+            # Absent tables: compat.missing_table tells "not traced" from "none happened" from "GPU activity lost".
+            reason, fix = (f"the trace's {table.sources[0]} table lacks required columns (see damage)",
+                           table.capture_hint) if unusable else missing_table(trace, missing[0])
+            result.skipped.append({"rule": rule.name, "trace": trace.label, "reason": reason, "fix": fix})
             continue
         runnable.append((rule, options))
         for table, cols in rule.needs().items():

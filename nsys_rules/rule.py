@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from .compat import missing_table
 from .errors import MissingData
 from .findings import Finding, Location, Metric, Severity
 from .loaders.tables import TABLES
@@ -82,8 +83,7 @@ class RuleContext:
     def frame(self, name: str, columns: Iterable[str] | None = None) -> pd.DataFrame:
         """Canonical frame ``name`` restricted to the window (a ``launch_start`` column is added to GPU frames)."""
         if not self.trace.has(name):
-            table = TABLES[name]
-            raise MissingData(f"the trace has no {table.sources[0]} table", table.capture_hint)
+            raise MissingData(*missing_table(self.trace, name))
         cols = list(columns) if columns is not None else list(self.rule.needs().get(name, TABLES[name].column_names))
         key = name + "|" + ",".join(cols)
         if key not in self._cache:

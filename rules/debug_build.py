@@ -95,7 +95,9 @@ def command_evidence(command: tuple[str, ...], environment: Mapping[str, str] | 
 
     Signals: an executable under ``target/debug/`` (cargo's dev profile); ``cargo run`` or
     ``cargo test`` without ``-r``/``--release`` or a non-debug ``--profile``; a program under a
-    build folder named for Debug (``cmake-build-debug/``, ``build-debug/``, ``.../Debug/``).
+    build folder named for Debug (``cmake-build-debug/``, ``build-debug/``, ``.../Debug/``); a
+    debug Python interpreter (``python3-dbg``, ``python3.11d``); the program run under
+    ``compute-sanitizer`` / ``cuda-memcheck``.
     """
     if not command:
         return None
@@ -103,6 +105,9 @@ def command_evidence(command: tuple[str, ...], environment: Mapping[str, str] | 
     parts = split_args(original)
     env = dict(environment or {})
     flat = [(i, j, token) for i, tokens in enumerate(parts) for j, token in enumerate(tokens)]
+    found = _tool_evidence(parts, original, flat)
+    if found is not None:
+        return found
     for n, (_, _, token) in enumerate(flat):
         if PurePosixPath(token).name in ("cargo", "cargo.exe"):
             found = _cargo_evidence(parts, original, flat, n, env)
@@ -149,6 +154,41 @@ def command_evidence(command: tuple[str, ...], environment: Mapping[str, str] | 
     return None
 
 
+_DEBUG_PYTHON = re.compile(r"^(python[\d.]*)(?:-dbg|d)$")
+_SANITIZERS = ("compute-sanitizer", "cuda-memcheck")
+_SANITIZER_WORDS = {"yes", "no", "full", "all", "none", "memcheck", "racecheck", "initcheck", "synccheck"}
+_SANITIZER_VALUED = {"--tool", "--log-file", "--save", "--print-limit", "--launch-timeout", "--kernel-name",
+                     "--kernel-regex", "--filter", "--exclude", "--leak-check", "--racecheck-report",
+                     "--error-exitcode", "--target-processes", "--show-backtrace", "--padding"}
+
+
+def _tool_evidence(parts: list[list[str]], original: list[str], flat: list[tuple[int, int, str]]) -> CommandEvidence | None:
+    """The program started by a debug interpreter or under a CUDA sanitizer (the first token of the command)."""
+    if not flat:
+        return None
+    first = PurePosixPath(flat[0][2].replace("\\", "/")).name
+    m = _DEBUG_PYTHON.match(first)
+    if m:
+        new_parts = [list(t) for t in parts]
+        i, j, token = flat[0]
+        new_parts[i][j] = token[: len(token) - len(first)] + m.group(1)
+        return CommandEvidence(f"`{first}` is a debug build of the Python interpreter (unoptimized, with extra "
+                               "checks): host time per launch is several times that of a release interpreter",
+                               _join(new_parts, original), "", "python")
+    if first.removesuffix(".exe") in _SANITIZERS:
+        tokens = [t for _, _, t in flat]
+        k = 1
+        while k < len(tokens) and tokens[k].startswith("-"):
+            takes_value = "=" not in tokens[k] and k + 1 < len(tokens) and (
+                tokens[k] in _SANITIZER_VALUED or tokens[k + 1].lower() in _SANITIZER_WORDS)
+            k += 2 if takes_value else 1
+        program = shlex.join(tokens[k:]) if k < len(tokens) else "<your program>"
+        return CommandEvidence(f"the program runs under `{first}`, which instruments every memory access and "
+                               "API call: kernels run 10x-100x slower and host gaps are the tool's", program, "",
+                               "tool")
+    return None
+
+
 def _cargo_evidence(parts: list[list[str]], original: list[str], flat: list[tuple[int, int, str]], at: int,
                     env: Mapping[str, str]) -> CommandEvidence | None:
     """``cargo [+toolchain] [global options] run|test ...`` without a release flag (``flat[at]`` is cargo)."""
@@ -192,8 +232,10 @@ class DebugBuild(Rule):
     What it detects: the command line in the capture metadata (`PROCESS_0:COMMAND` and
     `PROCESS_0:ARGUMENT_n`) runs a debug build: an executable under `target/debug/` (also
     `target/<triple>/debug/`, `deps/`, `examples/`), `cargo run`/`cargo test` without
-    `-r`/`--release` (or with `--profile dev`), or a program in a Debug build folder
-    (`cmake-build-debug/`, `build-debug/`, a multi-config `Debug/`). Kernel evidence: when the
+    `-r`/`--release` (or with `--profile dev`), a program in a Debug build folder
+    (`cmake-build-debug/`, `build-debug/`, a multi-config `Debug/`), a debug Python
+    interpreter (`python3-dbg`, `python3.11d`), or the program run under `compute-sanitizer` /
+    `cuda-memcheck`. Kernel evidence: when the
     bytes the GEMVs read per step are known (`weight_bytes` or a captured host-to-device model
     load), GEMV-class kernels reaching under `max_bandwidth_fraction` of peak bandwidth look like
     device code built with `-G`; without a debug command line that alone is a warning.
@@ -244,9 +286,11 @@ class DebugBuild(Rule):
                 message += (" A cargo debug build runs host code unoptimized (launch overhead and host gaps "
                             "inflated), and a build script that compiles the CUDA kernels may build them for debug "
                             "too (-G / -O0): kernels can run 10x+ slower than in the release build.")
-            else:
+            elif evidence.kind == "cmake":
                 message += (" A CMake Debug build runs host code at -O0 (launch overhead and host gaps inflated); "
                             "device code is also slow if -G is in CMAKE_CUDA_FLAGS_DEBUG.")
+            else:
+                message += " Host and kernel timings of this trace describe the debug setup, not the program."
             recapture = recapture_command(ctx.trace, command=evidence.release_command)
             build = f"`{evidence.build_step}`, then " if evidence.build_step else ""
             alternative = ""

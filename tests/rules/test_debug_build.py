@@ -26,6 +26,10 @@ GEMV = "gemv_bf16(const __nv_bfloat16 *, const __nv_bfloat16 *, __nv_bfloat16 *,
     (["cmake-build-debug/bin/server", "--port", "1"], "cmake-build-release/bin/server --port 1"),
     (["build-debug/app"], "build-release/app"),
     (["build/Debug/app.exe"], "build/Release/app.exe"),
+    (["/usr/bin/python3.11-dbg", "llm.py", "decode"], "/usr/bin/python3.11 llm.py decode"),
+    (["python3d", "x.py"], "python3 x.py"),
+    (["compute-sanitizer", "--tool", "memcheck", "--leak-check", "full", "./app", "-n", "3"], "./app -n 3"),
+    (["cuda-memcheck", "--log-file=m.log", "target/release/app"], "target/release/app"),
     (["C:\\src\\engine\\target\\debug\\engine.exe", "--steps", "4"], "'C:\\src\\engine\\target\\release\\engine.exe' --steps 4"),
 ])
 def test_debug_commands(command, release):
@@ -46,6 +50,8 @@ def test_debug_commands(command, release):
     ["python3", "train.py", "--out", "runs/debug/model.pt"],
     ["./app", "--config", "target/debug/settings.toml"],
     ["tools/Debug/../run.sh", "Debug/app"],
+    ["python3", "debug.py"],
+    ["./app", "--checker", "compute-sanitizer"],
 ])
 def test_not_debug_commands(command):
     evidence = command_evidence(tuple(command))

@@ -102,6 +102,7 @@ class LaunchBlocking(Rule):
         env = ctx.trace.capture.environment
         env_set = env_says_blocking(env)
         share, judged, long_only, kernel_ns, api_ns = 0.0, 0, False, 0, 0
+        first_ns = last_ns = None
         if ctx.trace.has("kernels") and ctx.trace.has("api"):
             kernels = ctx.frame("kernels")
             api = launch_api_rows(ctx.trace, kernels)
@@ -116,6 +117,7 @@ class LaunchBlocking(Rule):
                     per_call["a_end"].to_numpy(), opts.min_long_kernels)
                 kernel_ns = int((per_call["k_end"] - per_call["k_start"]).sum())
                 api_ns = int((per_call["a_end"] - per_call["a_start"]).sum())
+                first_ns, last_ns = int(per_call["a_start"].min()), int(per_call["k_end"].max())
         behaves = judged > 0 and share >= opts.blocking_share
         if not env_set and not behaves:
             return
@@ -137,7 +139,7 @@ class LaunchBlocking(Rule):
             "utilization and launch numbers of this trace are not representative.",
             f"Re-capture without {ENV_VAR} (unset it, or `export {ENV_VAR}=0`): `{command}`; use "
             f"{ENV_VAR}=1 only to locate the kernel behind an asynchronous CUDA error.",
-            severity=severity, metrics=metrics, location=Location(api="cudaLaunchKernel"),
+            severity=severity, metrics=metrics, location=Location(api="cudaLaunchKernel", start_ns=first_ns, end_ns=last_ns),
             key="env" if env_set else "behaviour")
 
 

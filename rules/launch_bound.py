@@ -13,7 +13,7 @@ from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 
 from ._common import pct
-from ._gpu_activity import GRAPH_LAUNCH_APIS, KERNEL_LAUNCH_APIS, busy_ns, launch_api_rows
+from ._gpu_activity import GRAPH_LAUNCH_APIS, busy_ns, launch_api_rows
 
 
 @dataclass(frozen=True)
@@ -125,16 +125,19 @@ class LaunchBound(Rule):
         lo, hi = _judged_bounds(ctx, kernels)
         if hi <= lo:
             raise MissingData("the steady state holds no kernel time", "capture more steps")
-        calls = ctx.frame("api", ["start", "end", "name"])
         names = ctx.api_base_names()  # categorical: isin judges each distinct name once
-        launch_mask = names.isin(list(KERNEL_LAUNCH_APIS + GRAPH_LAUNCH_APIS)).to_numpy()
         graphs = int(names.isin(list(GRAPH_LAUNCH_APIS)).sum())
-        launch_ns = int((calls["end"] - calls["start"]).to_numpy()[launch_mask].sum())
+        # One launch call per pid + correlationId: a graph launch's kernels share their call.
+        call_key = pd.Series((kernels["pid"].to_numpy().astype(np.int64) << 32)
+                             | (kernels["correlation_id"].to_numpy().astype(np.int64) & 0xFFFFFFFF))
+        first_of_call = (~call_key.duplicated()).to_numpy() & (api["api_start"].to_numpy() >= 0)
+        call_ns = (api["api_end"] - api["api_start"]).to_numpy()
         for dev, idx in kernels.groupby("device_id", sort=True).groups.items():
             sel = np.asarray(idx)  # not list(idx): a Python loop over a million row labels
             sub = kernels.iloc[sel]
-            prof = launch_profile(sub, api["api_end"].to_numpy()[sel], lo, hi, launch_ns, int(launch_mask.sum()),
-                                  opts.max_launch_gap_ns, opts.graph_gap_ns)
+            launching = first_of_call[sel]
+            prof = launch_profile(sub, api["api_end"].to_numpy()[sel], lo, hi, int(call_ns[sel][launching].sum()),
+                                  int(launching.sum()), opts.max_launch_gap_ns, opts.graph_gap_ns)
             if prof.busy_share >= opts.max_busy_share or prof.median_kernel_ns > opts.max_median_kernel_ns:
                 continue
             if not prof.starved_gaps:

@@ -104,3 +104,20 @@ def test_h200_verdicts_of_launch_rules(h200):
                 assert worst.get(rule, -1) >= LEVEL[spec["must"][rule]], (name, rule)
             if rule in spec["must_not"]:
                 assert worst.get(rule, -1) <= LEVEL["info"], (name, rule)
+
+
+def test_each_gpu_is_judged_with_its_own_launches(tmp_path):
+    from nsys_rules.testing import GpuSpec
+
+    b = TraceBuilder(gpus=(GpuSpec(id=0), GpuSpec(id=1)))
+    for i in range(10):
+        s = T0 + i * 600_000
+        b.nvtx("decode_step", s, s + 590_000)
+        for j in range(50):
+            k = s + 10_000 + j * 10_000
+            b.kernel("small", start=k, duration=2_000, launch_at=k - 5_000, device=0)
+            if j % 5 == 0:  # GPU 1 runs a fifth as many kernels, each 8 us
+                b.kernel("other", start=k + 1_000, duration=8_000, launch_at=k - 4_000, device=1, stream=9)
+    found = {f.location.device: values(f) for f in run_rule("launch-bound", b.write(tmp_path / "t.sqlite"))}
+    assert found[0]["launch_calls"] == 500 and found[0]["kernels"] == 500
+    assert found[1]["launch_calls"] == 100 and found[1]["launch_api_time_per_kernel"] == 3_000

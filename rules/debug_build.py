@@ -15,7 +15,7 @@ from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 
 from ._common import pct, recapture_command
-from .gemv_dominance import _bytes_value, device_shares, gemv_mask, measure_bandwidth
+from .gemv_dominance import config_weight_bytes, device_shares, gemv_mask, measure_bandwidth, weight_bytes_value
 
 # Cargo puts dev-profile binaries under target/debug/ (target/<triple>/debug/ when cross
 # compiling; deps/ and examples/ for test and example binaries).
@@ -40,6 +40,10 @@ class Options:
     weight_bytes: object = field(default=None, metadata={
         "help": "bytes the GEMVs read per step, for the kernel evidence (as gemv-dominance.weight_bytes); unset: the "
                 "host-to-device model load when the trace holds it"})
+    model_config: str = field(default="", metadata={
+        "help": "path to the model's Hugging Face config.json, for the weight bytes (as gemv-dominance.model_config)"})
+    weight_dtype_bytes: float = field(default=0.0, metadata={
+        "help": "bytes per weight for model_config (0: from its torch_dtype)"})
     steps: int = field(default=0, metadata={"help": "steps in the window when the trace has no step range"})
     max_bandwidth_fraction: float = field(default=0.05, metadata={
         "help": "GEMV kernels below this fraction of peak bandwidth look like device code built with -G"})
@@ -49,7 +53,9 @@ class Options:
         "help": "host-to-device bytes before the steady state needed to count them as the model load"})
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "weight_bytes", _bytes_value(self.weight_bytes))
+        object.__setattr__(self, "weight_bytes", weight_bytes_value(self.weight_bytes))
+        if self.model_config:
+            config_weight_bytes(self.model_config, self.weight_dtype_bytes)  # a bad path or config fails early
         if not 0 < self.max_bandwidth_fraction <= 1:
             raise ValueError(f"max_bandwidth_fraction must be in (0, 1], not {self.max_bandwidth_fraction!r}")
 
@@ -246,7 +252,8 @@ class DebugBuild(Rule):
     bandwidth against peak when the bytes are known.
     Next optimizations: re-capture the release build: the exact command is given (`cargo run
     -r ...`, `target/release/...`, a Release build folder).
-    Options: `weight_bytes`, `steps`, `max_bandwidth_fraction`, `min_gemv_share`, `min_load_bytes`.
+    Options: `weight_bytes`, `model_config`, `weight_dtype_bytes`, `steps`, `max_bandwidth_fraction`,
+    `min_gemv_share`, `min_load_bytes`.
     Requires: the capture metadata (command line); the kernel table for the kernel evidence.
     False positives: a custom cargo profile (`--profile bench-fast`) is not judged; a dev
     profile made fast with `CARGO_PROFILE_DEV_OPT_LEVEL=2/3` is not reported; a CMake Debug
@@ -336,8 +343,9 @@ class DebugBuild(Rule):
                                      steps_option=opts.steps, peak_option=0.0, min_load_bytes=opts.min_load_bytes)
         if bw is None or bw.fraction is None or bw.fraction >= opts.max_bandwidth_fraction:
             return None
+        source = {"option": "given", "model config": "from the model config"}.get(bw.source, "from the model load")
         text = (f"{100 * bw.fraction:.1f} % of the {(bw.peak or 0) / 1e12:.2f} TB/s peak: {bw.weight_bytes / 1e9:.3f} GB of "
-                f"weights per step ({'given' if bw.source == 'option' else 'from the model load'}) in "
+                f"weights per step ({source}) in "
                 f"{bw.gemv_ns_per_step / 1e3:.0f} us of GEMV time per step = {bw.achieved / 1e9:.1f} GB/s.")
         metrics = {"achieved_bandwidth": metric(bw.achieved, "B/s"), "bandwidth_fraction": metric(100 * bw.fraction, "%"),
                    "gemv_time_per_step": metric(bw.gemv_ns_per_step, "ns"), "weight_bytes": metric(bw.weight_bytes, "B")}

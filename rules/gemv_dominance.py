@@ -20,7 +20,7 @@ from ._common import pct
 HTOD = 1  # CUPTI copyKind of a host-to-device memcpy
 
 
-def _bytes_value(value: object) -> int:
+def weight_bytes_value(value: object) -> int:  # shared with debug-build
     """Bytes from a number or a size string (``14e9``, ``7G``: K/M/G/T are powers of 1024); 0 = unknown."""
     if value is None or value == "":
         return 0
@@ -73,7 +73,7 @@ class Options:
         "help": "bytes per weight for model_config (0: from its torch_dtype; 1 for int8/fp8, 0.5 for int4)"})
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "weight_bytes", _bytes_value(self.weight_bytes))
+        object.__setattr__(self, "weight_bytes", weight_bytes_value(self.weight_bytes))
         if self.model_config:
             config_weight_bytes(self.model_config, self.weight_dtype_bytes)  # a bad path or config fails early
         for name in ("min_share", "roofline_fraction", "room_fraction", "target_fraction", "min_savings_share"):

@@ -114,6 +114,19 @@ def test_kernel_evidence_alone_is_a_warning(tmp_path, fraction, fires):
         assert found[0].severity.value == "warning" and "-G" in found[0].recommendation
 
 
+def test_kernel_evidence_from_a_model_config(tmp_path):
+    import json
+
+    # 8 layers of hidden 1024 / inter 2816 + lm_head: 0.27 GB per step read in 2 ms = 2.8 % of peak.
+    config = {"hidden_size": 1024, "num_hidden_layers": 8, "vocab_size": 32000, "num_attention_heads": 16,
+              "intermediate_size": 2816, "torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    b = TraceBuilder(command=("./server",))
+    decode(b, gemv_ns=2_000_000)
+    [f] = run_rule("debug-build", b.write(tmp_path / "t.sqlite"), options={"model_config": str(tmp_path / "config.json")})
+    assert f.severity.value == "warning" and "from the model config" in f.message
+
+
 def test_kernel_evidence_from_the_model_load(tmp_path):
     b = TraceBuilder(command=("./server",))
     b.memcpy(1_000_000, 5_000_000, 100_000_000, kind="HtoD")  # 100 MB per 1 ms step = 2 % of peak

@@ -32,7 +32,8 @@ def missing_table(trace: Trace, name: str) -> tuple[str, str]:
     cuda_traced = trace.has("api")
     lost = _lost_activity(trace) if cuda_traced and name in (*_CUDA_ACTIVITY, "kernels") else 0
     if lost:
-        return (f"the trace has no {source} table although the API table has {lost} kernel launches: "
+        return (f"the trace has no {source} table although the API table has {lost} kernel "
+                f"launch{'es' if lost != 1 else ''}: "
                 "nsys recorded the CUDA calls but no GPU activity",
                 "capture again with `nsys profile --trace=cuda` from an nsys release that supports this GPU and "
                 "driver (GPU activity is not traced on some WSL setups and on GPUs newer than the nsys), and let "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import lzma
+import re
 import shutil
 import sys
 import tempfile
@@ -79,6 +80,9 @@ def _sort_key(row: tuple[str, dict[str, Any]]) -> tuple[str, str]:
     return (version, name)
 
 
+_NUMBER = re.compile(r"\b\d+\b( kernel launch(?:es)?)?")
+
+
 def render(rows: list[tuple[str, dict[str, Any]]], corpus: Path) -> str:
     exits = Counter(d["exit"] for _, d in rows)
     clean = sum(1 for _, d in rows if d["exit"] in (0, 1) and not d.get("errors"))
@@ -131,7 +135,8 @@ def render(rows: list[tuple[str, dict[str, Any]]], corpus: Path) -> str:
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
     for _, d in rows:
         for s in d.get("skipped", []):
-            reasons[s["rule"]][s["reason"]] += 1
+            # Group reasons that differ only in their numbers ("has 192 kernel launches").
+            reasons[s["rule"]][_NUMBER.sub(lambda m: "N kernel launches" if m.group(1) else "N", s["reason"])] += 1
     valid = [d for _, d in rows if "rules" in d]
     for rule in rule_names:
         skipped_on = sum(reasons[rule].values())

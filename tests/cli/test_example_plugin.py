@@ -87,3 +87,43 @@ def test_explain_renders_its_docs():
     proc = run_cli("explain", RULE)
     assert proc.returncode == 0
     assert "## What it detects" in proc.stdout and "`min_uncovered_share`" in proc.stdout
+
+
+def sql_coverage(path) -> tuple[int, int, int, int]:
+    """Independent reference in plain SQL: (GPU time, unannotated GPU time, ops, unannotated ops).
+
+    A GPU op (kernel/memcpy/memset) joins its launching runtime call on pid + correlationId and
+    is covered when a push/pop range of the launching thread, or a start/end range of the process,
+    contains the call's start.
+    """
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        gpu = " UNION ALL ".join(f"SELECT start, end, correlationId AS c, globalPid AS gp FROM {t}" for t in (
+            "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if t in tables)
+        covered = ("EXISTS (SELECT 1 FROM NVTX_EVENTS n WHERE n.start <= l.rs AND COALESCE(n.end, 9e18) >= l.rs AND "
+                   "((n.eventType = 59 AND n.globalTid = l.gt) OR (n.eventType = 60 AND n.globalTid >> 24 = l.gt >> 24)))")
+        row = db.execute(f"""
+            WITH gpu AS ({gpu}),
+            l AS (SELECT g.start AS gs, g.end AS ge, r.start AS rs, r.globalTid AS gt FROM gpu g
+                  JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = g.c AND r.globalTid >> 24 = g.gp >> 24)
+            SELECT SUM(ge - gs), SUM(CASE WHEN {covered} THEN 0 ELSE ge - gs END), COUNT(*),
+                   SUM(CASE WHEN {covered} THEN 0 ELSE 1 END) FROM l""").fetchone()
+        return tuple(int(v or 0) for v in row)
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("name", ["decode_graph_default.sqlite", "moe_eager.sqlite", "engine_worker_thread.sqlite"])
+def test_numbers_match_plain_sql_on_real_traces(h200, name):
+    path = h200 / name
+    gpu_time, uncovered, ops, uncovered_ops = sql_coverage(path)
+    proc = run_cli("check", "--format", "json", "--select", RULE, "--set", f"{RULE}.min_uncovered_share=0",
+                   "--set", f"{RULE}.min_gpu_time_ns=0", str(path))
+    (finding,) = validate_report(proc.stdout)["findings"]
+    values = {k: m["value"] for k, m in finding["metrics"].items()}
+    assert (values["gpu_time"], values["uncovered_gpu_time"], values["gpu_ops"], values["uncovered_ops"]) == (
+        gpu_time, uncovered, ops, uncovered_ops)
+    assert values["unlinked_ops"] == 0

@@ -152,3 +152,20 @@ def test_unknown_launch_thread_uses_any_thread_of_the_process():
     ranges = pd.DataFrame({"pid": [1], "tid": [7], "start": [0], "end": [100]})
     hit = covered(np.array([1, 2]), np.array([ANY_THREAD, ANY_THREAD]), np.array([50, 50]), ranges)
     assert hit.tolist() == [True, False]  # another process's range never covers
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_covered_matches_a_naive_check(seed):
+    # Random nested/overlapping ranges on a few threads of two processes, some process-wide.
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 40))
+    start = rng.integers(0, 1_000, n)
+    ranges = pd.DataFrame({"pid": rng.integers(1, 3, n), "tid": np.where(rng.random(n) < 0.2, ANY_THREAD,
+                                                                          rng.integers(10, 13, n)),
+                           "start": start, "end": start + rng.integers(0, 200, n)})
+    m = 200
+    pids, tids, times = rng.integers(1, 3, m), np.where(rng.random(m) < 0.1, ANY_THREAD, rng.integers(10, 13, m)), \
+        rng.integers(-10, 1_300, m)
+    expected = [any(r.pid == p and r.start <= t <= r.end and (r.tid in (ANY_THREAD, k) or k == ANY_THREAD)
+                    for r in ranges.itertuples()) for p, k, t in zip(pids, tids, times, strict=True)]
+    assert covered(pids, tids, times, ranges).tolist() == expected

@@ -14,6 +14,9 @@ Families:
 * ``built``: a small random but well-formed trace from ``TraceBuilder`` (zero to a few dozen
   kernels, copies, syncs, NVTX steps, graphs, GPUs with missing specs), sometimes with SQL
   damage, run through **every** rule: this is where rule code meets odd data.
+
+Some cases also render the other formats (table, markdown, html, sarif) and an ``nsys stats``
+report, under the same contract.
 """
 
 from __future__ import annotations
@@ -193,6 +196,14 @@ def run_case(family: str, seed: int, workdir: Path | None = None) -> CaseResult:
             assert other.code in (0, 4) and other.stdout, (fmt, other.code, other.stderr[-500:])
             if fmt == "sarif":
                 strict_json(other.stdout)
+        if run.code != 3 and rng.random() < 0.15:
+            report = rng.choice(["cuda_gpu_kern_sum", "cuda_gpu_kern_sum:mangled", "cuda_api_sum", "cuda_kern_exec_sum",
+                                 "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum", "nvtx_sum"])
+            fmt = rng.choice(["table", "csv", "json"])
+            stats = run_cli_inprocess("stats", "--report", report, "--format", fmt, str(path))
+            check_run(stats, json_output=False)
+            if stats.code == 0 and fmt == "json":
+                strict_json(stats.stdout)
         if run.code != 3:
             _sweep_loader(path)
         assert digest(path) == before, "the input file changed"

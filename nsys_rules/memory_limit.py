@@ -17,10 +17,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from .errors import InputError
 from .loaders.tables import TABLES
+
+if TYPE_CHECKING:
+    from .trace import Trace
 
 #: Share of the available memory a run may plan to use when ``--max-memory`` is not given.
 DEFAULT_SHARE = 0.8
@@ -74,22 +77,21 @@ def column_bytes(table: str, column: str) -> int:
     return NAME_COLUMN_BYTES if kind in ("string", "text", "nvtx_name") else INT_COLUMN_BYTES
 
 
-def estimate(trace: object, needs: Mapping[str, Iterable[str]]) -> MemoryEstimate:
+def estimate(trace: "Trace", needs: Mapping[str, Iterable[str]]) -> MemoryEstimate:
     """Estimate the memory to load ``needs`` (canonical table -> columns) from ``trace``.
 
-    ``trace`` is a :class:`nsys_rules.trace.Trace`; only ``row_count`` and the export's
-    string-table size are used, so nothing is loaded.
+    Only ``row_count`` and the export's string-table size are used, so nothing is loaded.
     """
     costs: list[TableCost] = []
     for table, cols in needs.items():
         columns = list(dict.fromkeys(cols))
-        rows = int(trace.row_count(table))  # type: ignore[attr-defined]
+        rows = int(trace.row_count(table))
         per_row = sum(column_bytes(table, c) for c in columns)
         costs.append(TableCost(table, rows, len(columns), rows * per_row))
     return MemoryEstimate(tuple(costs), _strings_bytes(trace) if needs else 0)
 
 
-def _strings_bytes(trace: object) -> int:
+def _strings_bytes(trace: "Trace") -> int:
     export = getattr(trace, "export", None)
     if export is None or "StringIds" not in getattr(export, "table_names", ()):
         return 0
@@ -151,7 +153,7 @@ def human(nbytes: float) -> str:
     return f"{value:.1f} GB"  # pragma: no cover
 
 
-def enforce_limit(trace: object, needs: Mapping[str, Iterable[str]], max_memory: int | None) -> MemoryEstimate:
+def enforce_limit(trace: "Trace", needs: Mapping[str, Iterable[str]], max_memory: int | None) -> MemoryEstimate:
     """Raise :class:`InputError` (exit 3) when loading ``needs`` would take more than the limit.
 
     ``max_memory`` is ``--max-memory`` in bytes; None means 80 % of the available memory.

@@ -632,3 +632,11 @@ def test_hot_journal_is_rolled_back_in_a_private_copy(tmp_path):
     assert data["traces"][0]["tables"]["kernels"] == 3584  # the rolled-back state, not the torn one
     assert any(d.startswith("j.sqlite-journal: unmerged rows") for d in _damage(data))
     assert {p: digest(frozen / p) for p in folder_listing(frozen)} == before
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    (tmp_path / "e.sqlite").write_bytes(b"")
+    run = run_cli_inprocess("--debug", "check", str(tmp_path / "e.sqlite"))
+    assert run.code == 3
+    assert "Traceback" in run.stderr and run.stderr.rstrip().endswith("empty file; re-export the report with "
+                                                                     "`nsys export --type=sqlite`")

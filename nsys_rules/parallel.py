@@ -211,6 +211,8 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
     if jobs < 1:
         raise UsageError("--jobs must be 1 or more")
     report = run_check([], registry, settings, lambda p: None)  # type: ignore[arg-type,return-value]
+    # In-process and forked workers reuse this registry (plugins load once); spawned ones build their own.
+    _REGISTRIES[autoload_plugins] = registry
     job_list = [Job(str(p), settings, autoload_plugins) for p in paths]
     bar = progress if progress is not None else Progress(len(job_list) if len(job_list) > 1 else 0)
 

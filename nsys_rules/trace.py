@@ -7,8 +7,10 @@ frame with ``has(name)`` False, never an error.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -19,6 +21,9 @@ import pandas as pd
 from .errors import InputError
 from .loaders.sqlite import SqliteExport
 from .loaders.tables import TABLES
+
+#: Row count of the second-biggest table from which preload reads tables in parallel threads.
+PARALLEL_LOAD_ROWS = 200_000
 
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
@@ -120,9 +125,21 @@ class Trace:
         return frame
 
     def preload(self, needs: Mapping[str, Iterable[str]]) -> None:
-        """Read every table in ``needs`` once with the union of its columns."""
-        for name, cols in needs.items():
-            self.frame(name, cols)
+        """Read every table in ``needs`` once with the union of its columns.
+
+        Big tables are read two at a time: the Arrow reader steps SQLite without holding the
+        GIL, so the kernel and API tables of a 1M-kernel trace load in parallel on two cores.
+        """
+        items = [(name, list(cols)) for name, cols in needs.items()]
+        sizes = {name: self.row_count(name) for name, _ in items} if len(items) > 1 else {}
+        if len(items) < 2 or sorted(sizes.values())[-2] < PARALLEL_LOAD_ROWS or (os.cpu_count() or 1) < 2:
+            for name, cols in items:
+                self.frame(name, cols)
+            return
+        items.sort(key=lambda item: -sizes[item[0]])  # biggest first, so the two big reads overlap
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="nsys-rules-load") as pool:
+            # list() re-raises the first failure (InputError, MemoryError) as a serial read would.
+            list(pool.map(lambda item: self.frame(item[0], item[1]), items))
 
     def api_names(self) -> pd.Series:
         """Base API names (``_v<digits>`` removed) of the api frame, aligned with its rows."""

@@ -7,7 +7,7 @@ the :class:`NvtxCoverage` rule only turns them into a finding.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -60,29 +60,46 @@ def nvtx_ranges(nvtx: pd.DataFrame) -> pd.DataFrame:
                          "start": sub["start"].to_numpy(dtype=np.int64), "end": end})
 
 
-def launching_threads(api: pd.DataFrame, gpu: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """For each GPU row: the thread and start time of the API call that launched it.
+class LaunchIndex:
+    """The API table sorted by (pid, correlationId), built once and used for every GPU table.
 
-    The match is (pid, correlationId), as nsys links them. Rows with no launching call in
-    the trace get thread ``ANY_THREAD`` and their own GPU start.
+    Holds only what the lookup needs (keys, thread, start), so a million-call API table costs
+    about 32 bytes a call here.
     """
-    n = len(gpu)
-    tids = np.full(n, ANY_THREAD, np.int64)
-    times = gpu["start"].to_numpy(dtype=np.int64).copy()
-    if not n or not len(api):
+
+    def __init__(self, api: pd.DataFrame) -> None:
+        key = _key(api["pid"].to_numpy(dtype=np.int64, na_value=-1),
+                   api["correlation_id"].to_numpy(dtype=np.int64, na_value=0))
+        order = np.argsort(key, kind="stable")
+        self.keys = key[order]
+        del key
+        self.tids = api["tid"].to_numpy(dtype=np.int64, na_value=ANY_THREAD)[order]
+        self.starts = api["start"].to_numpy(dtype=np.int64)[order]
+
+    def lookup(self, gpu: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """For each GPU row: the thread and start time of the API call that launched it.
+
+        The match is (pid, correlationId), as nsys links them. Rows with no launching call in
+        the trace (correlationId 0: unified-memory migrations; or API rows not captured) get
+        thread ``ANY_THREAD`` and their own GPU start.
+        """
+        n = len(gpu)
+        tids = np.full(n, ANY_THREAD, np.int64)
+        times = gpu["start"].to_numpy(dtype=np.int64).copy()
+        if not n or not len(self.keys):
+            return tids, times
+        corr = gpu["correlation_id"].to_numpy(dtype=np.int64, na_value=0)
+        gpu_key = _key(gpu["pid"].to_numpy(dtype=np.int64, na_value=-1), corr)
+        pos = np.searchsorted(self.keys, gpu_key).clip(0, len(self.keys) - 1)
+        found = (self.keys[pos] == gpu_key) & (corr > 0)
+        tids[found] = self.tids[pos[found]]
+        times[found] = self.starts[pos[found]]
         return tids, times
-    api_key = _key(api["pid"].to_numpy(dtype=np.int64, na_value=-1), api["correlation_id"].to_numpy(dtype=np.int64,
-                                                                                                   na_value=0))
-    order = np.argsort(api_key, kind="stable")
-    sorted_key = api_key[order]
-    corr = gpu["correlation_id"].to_numpy(dtype=np.int64, na_value=0)
-    gpu_key = _key(gpu["pid"].to_numpy(dtype=np.int64, na_value=-1), corr)
-    pos = np.searchsorted(sorted_key, gpu_key).clip(0, len(sorted_key) - 1)
-    found = (sorted_key[pos] == gpu_key) & (corr > 0)
-    rows = order[pos[found]]
-    tids[found] = api["tid"].to_numpy(dtype=np.int64, na_value=ANY_THREAD)[rows]
-    times[found] = api["start"].to_numpy(dtype=np.int64)[rows]
-    return tids, times
+
+
+def launching_threads(api: pd.DataFrame, gpu: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """For each GPU row: the thread and start time of its launching API call (see :class:`LaunchIndex`)."""
+    return LaunchIndex(api).lookup(gpu)
 
 
 def _key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
@@ -142,25 +159,41 @@ class Coverage:
         return self.uncovered_time / self.gpu_time if self.gpu_time else 0.0
 
 
-def coverage(gpu: pd.DataFrame, api: pd.DataFrame, ranges: pd.DataFrame, top: int = 3) -> Coverage:
-    """NVTX coverage of ``gpu`` rows (``start, end, pid, correlation_id``, optional ``name``)."""
-    tids, times = launching_threads(api, gpu)
-    pids = gpu["pid"].to_numpy(dtype=np.int64, na_value=-1)
-    inside = covered(pids, tids, times, ranges)
-    duration = (gpu["end"].to_numpy(dtype=np.int64) - gpu["start"].to_numpy(dtype=np.int64)).clip(0)
-    outside = ~inside
-    top_uncovered: tuple[tuple[str, int], ...] = ()
-    if "name" in gpu and outside.any():
-        names = gpu["name"].astype(object).where(gpu["name"].notna(), "<unnamed>").to_numpy()[outside]
-        per_name = pd.Series(duration[outside]).groupby(names, sort=False).sum()
-        per_name = per_name[per_name.index != "<not a kernel>"].sort_values(ascending=False, kind="stable")
-        top_uncovered = tuple((str(k), int(v)) for k, v in per_name.head(top).items())
-    return Coverage(
-        gpu_time=int(duration.sum()), uncovered_time=int(duration[outside].sum()), gpu_ops=len(gpu),
-        uncovered_ops=int(outside.sum()), unlinked_ops=int((tids == ANY_THREAD).sum()), ranges=len(ranges),
-        top_uncovered=top_uncovered,
-        first_uncovered=int(times[outside].min()) if outside.any() else None,
-        last_uncovered=int(times[outside].max()) if outside.any() else None)
+def coverage(frames: Sequence[pd.DataFrame], api: pd.DataFrame, ranges: pd.DataFrame, top: int = 3) -> Coverage:
+    """NVTX coverage of the GPU rows of ``frames`` (``start, end, pid, correlation_id``; kernels also ``name``).
+
+    One frame at a time and no concatenation: on a million-kernel trace the rule stays within a
+    few arrays of the kernel count. Kernel names stay categorical (time per name by code).
+    """
+    index = LaunchIndex(api)
+    gpu_time = uncovered_time = ops = uncovered_ops = unlinked = 0
+    first: list[int] = []
+    last: list[int] = []
+    per_name: dict[str, int] = {}
+    for gpu in frames:
+        tids, times = index.lookup(gpu)
+        inside = covered(gpu["pid"].to_numpy(dtype=np.int64, na_value=-1), tids, times, ranges)
+        duration = (gpu["end"].to_numpy(dtype=np.int64) - gpu["start"].to_numpy(dtype=np.int64)).clip(0)
+        outside = ~inside
+        gpu_time += int(duration.sum())
+        uncovered_time += int(duration[outside].sum())
+        ops += len(gpu)
+        uncovered_ops += int(outside.sum())
+        unlinked += int((tids == ANY_THREAD).sum())
+        if outside.any():
+            first.append(int(times[outside].min()))
+            last.append(int(times[outside].max()))
+            if "name" in gpu and isinstance(gpu["name"].dtype, pd.CategoricalDtype):
+                codes = gpu["name"].cat.codes.to_numpy()
+                pick = outside & (codes >= 0)
+                sums = np.bincount(codes[pick], weights=duration[pick], minlength=len(gpu["name"].cat.categories))
+                for code in np.flatnonzero(sums):
+                    name = str(gpu["name"].cat.categories[code])
+                    per_name[name] = per_name.get(name, 0) + int(sums[code])
+    ranked = sorted(per_name.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    return Coverage(gpu_time=gpu_time, uncovered_time=uncovered_time, gpu_ops=ops, uncovered_ops=uncovered_ops,
+                    unlinked_ops=unlinked, ranges=len(ranges), top_uncovered=tuple(ranked),
+                    first_uncovered=min(first) if first else None, last_uncovered=max(last) if last else None)
 
 
 class NvtxCoverage(Rule):
@@ -210,12 +243,13 @@ class NvtxCoverage(Rule):
         else:
             raise MissingData("the trace has no NVTX_EVENTS table and its metadata does not say NVTX was traced",
                               "annotate the program with NVTX ranges and capture with `nsys profile --trace=cuda,nvtx`")
-        frames = [ctx.frame(name, self.columns[name]) for name in GPU_FRAMES if trace.has(name)]
-        gpu = pd.concat([f.assign(name=f["name"].astype(object)) if "name" in f else f.assign(name="<not a kernel>")
-                         for f in frames], ignore_index=True)
-        api = trace.frame("api", self.columns["api"])
+        # The default window is the whole capture: read the shared frames as they are (ctx.frame would
+        # copy them and add launch_start, which this rule computes itself with the launching thread).
+        whole = ctx.window.intervals is None
+        frames = [trace.frame(name, self.columns[name]) if whole else ctx.frame(name, self.columns[name])
+                  for name in GPU_FRAMES if trace.has(name)]
         opts = ctx.options
-        result = coverage(gpu, api, ranges, opts.top_kernels)
+        result = coverage(frames, trace.frame("api", self.columns["api"]), ranges, opts.top_kernels)
         if result.gpu_time < opts.min_gpu_time_ns or result.uncovered_share < opts.min_uncovered_share:
             return
         share = result.uncovered_share

@@ -169,3 +169,17 @@ def test_covered_matches_a_naive_check(seed):
     expected = [any(r.pid == p and r.start <= t <= r.end and (r.tid in (ANY_THREAD, k) or k == ANY_THREAD)
                     for r in ranges.itertuples()) for p, k, t in zip(pids, tids, times, strict=True)]
     assert covered(pids, tids, times, ranges).tolist() == expected
+
+
+def test_steady_window_leaves_the_unannotated_warm_up_out(tmp_path):
+    # Initialisation outside any range, then 12 identical annotated steps: the whole capture is
+    # mostly unannotated, the steady state (the repeating step range) is fully annotated.
+    b = TraceBuilder()
+    b.kernel("init_weights", start=1 * MS, duration=20 * MS)
+    for i in range(12):
+        t = 30 * MS + i * 10 * MS
+        b.nvtx("step", t, t + 8 * MS)
+        b.kernel("step_kernel", start=t + MS, duration=MS)
+    path = b.write(tmp_path / "t.sqlite")
+    assert metric_values(only_finding(run_rule("nvtx-coverage", path)))["uncovered_gpu_time"] == 20 * MS
+    assert run_rule("nvtx-coverage", path, options={"window": "steady"}) == []

@@ -162,3 +162,35 @@ def test_rules_json_lists_plugin_rules(tmp_path):
     rows = json.loads(run_cli("rules", "--format", "json", env=_env(root)).stdout)
     assert {"name": "always-fires", "plugin": "good-plugin"}.items() <= next(
         r for r in rows if r["name"] == "always-fires").items()
+
+
+LOADER = '''
+from nsys_rules.hooks import hookimpl
+from nsys_rules.loaders.sqlite import SqliteExport
+from nsys_rules.trace import Trace
+
+
+def _load(path):
+    if path.stat().st_size == 0:
+        raise RuntimeError("empty file")
+    return Trace(SqliteExport(path), label=str(path))
+
+
+@hookimpl
+def register_loaders():
+    return {".db": _load}
+'''
+
+
+def test_plugin_loader_reads_its_suffix_and_its_failure_is_one_line(tmp_path, trace):
+    root = install_plugin(tmp_path / "p", "db-loader", "db_loader", LOADER)
+    renamed = tmp_path / "t.db"
+    renamed.write_bytes(trace.read_bytes())
+    proc = run_cli("check", "--format", "json", "--select", "graph-trace-hidden", str(renamed), env=_env(root))
+    assert proc.returncode == 1, proc.stderr  # graph-trace-hidden: error finding
+    assert validate_report(proc.stdout)["traces"][0]["path"] == str(renamed)
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    proc = run_cli("check", str(empty), env=_env(root))
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "loader for .db failed: RuntimeError: empty file" in proc.stderr

@@ -144,12 +144,17 @@ class Trace:
     def api_names(self) -> pd.Series:
         """Base API names (``_v<digits>`` removed) of the api frame, aligned with its rows."""
         api = self.frame("api", ["name"])
+        cached = getattr(self, "_api_names", None)
+        if cached is not None and cached[0] is api:  # every rule asks; the frame is read once
+            return cached[1]
         cats = api["name"].cat.categories
         mapped = pd.Index([base_api_name(str(c)) for c in cats], dtype=object)
         codes, uniq = pd.factorize(mapped)
         raw = api["name"].cat.codes.to_numpy()
         lookup = np.append(codes, -1)  # index -1 (NULL name) maps to -1
-        return pd.Series(pd.Categorical.from_codes(lookup[raw], categories=uniq), index=api.index)
+        names = pd.Series(pd.Categorical.from_codes(lookup[raw], categories=uniq), index=api.index)
+        self._api_names = (api, names)
+        return names
 
     def gpu(self, device_id: int) -> GpuInfo | None:
         """The GPU whose id is the kernels' ``deviceId``."""

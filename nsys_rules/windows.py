@@ -59,6 +59,9 @@ class Window:
         times = np.asarray(times)
         if self.intervals is None:
             return np.ones(len(times), bool)
+        if len(self.intervals) == 1:  # the usual window: two comparisons beat a search per row
+            lo, hi = self.intervals[0]
+            return (times >= lo) & (times <= hi)
         starts = np.array([a for a, _ in self.intervals], np.int64)
         ends = np.array([b for _, b in self.intervals], np.int64)
         pos = np.searchsorted(starts, times, side="right") - 1

@@ -533,7 +533,7 @@ def test_max_memory_too_small_exits_3_with_the_need(example_copy):
     run = _check(example_copy, "--max-memory", "1M")
     check_run(run)
     assert run.code == 3
-    assert "needs about 3.1 MB" in run.stderr and "kernels 3,584 rows" in run.stderr
+    assert "needs about 18.3 MB" in run.stderr and "kernels 3,584 rows x 14 columns 798.0 KB" in run.stderr
     assert "--select" in run.stderr and "limit is 1.0 MB" in run.stderr
 
 

@@ -30,7 +30,7 @@ def test_estimate_is_rows_times_column_costs(trace):
     assert by_table["api"].bytes == 100 * 2 * memory_limit.INT_COLUMN_BYTES
     strings = 3  # "k", the launch API name, the thread name
     assert est.strings_bytes == strings * memory_limit.STRING_ROW_BYTES + len("k") + len("cudaLaunchKernel_v7000") + 4
-    assert est.total == int(est.load * memory_limit.RUN_FACTOR)
+    assert est.total == int(est.load * memory_limit.RUN_FACTOR) + memory_limit.FIXED_BYTES
 
 
 def test_nothing_needed_costs_nothing(trace):

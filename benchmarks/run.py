@@ -44,11 +44,12 @@ RSS_TARGET_MB = 350.0
 
 @dataclass
 class Run:
-    """One process: wall seconds, peak RSS in MB, exit status."""
+    """One process: wall seconds, peak RSS in MB, exit status, CPU seconds (user + system)."""
 
     seconds: float
     rss_mb: float
     status: int
+    cpu: float = 0.0
 
 
 def measure(argv: list[str]) -> Run:
@@ -62,7 +63,7 @@ def measure(argv: list[str]) -> Run:
     seconds = time.perf_counter() - start
     if proc.returncode not in (0, 1):
         sys.stderr.write(f"warning: {' '.join(argv)} exited {proc.returncode}: {err.decode(errors='replace')[-300:]}\n")
-    return Run(seconds, usage.ru_maxrss / 1024.0, proc.returncode)
+    return Run(seconds, usage.ru_maxrss / 1024.0, proc.returncode, usage.ru_utime + usage.ru_stime)
 
 
 def unpack_big(workdir: Path) -> Path:
@@ -80,7 +81,7 @@ def unpack_big(workdir: Path) -> Path:
 
 def _median(runs: list[Run]) -> Run:
     return Run(statistics.median(r.seconds for r in runs), statistics.median(r.rss_mb for r in runs),
-               max(r.status for r in runs))
+               max(r.status for r in runs), statistics.median(r.cpu for r in runs))
 
 
 def _fmt_row(cells: list[str], widths: list[int]) -> str:
@@ -107,7 +108,7 @@ def benchmark(trace: Path, repeat: int) -> None:
             figures[name].append(measure([py] + [a.replace("{t}", str(trace)) for a in args]))
     floor = _median(floors)
     rows = [["bare Arrow read (floor)", f"{floor.seconds:.2f}", f"{floor.seconds:.2f}", "1.00", "-",
-             f"{floor.rss_mb:.0f}", "-"]]
+             f"{floor.rss_mb:.0f}", "-", f"{floor.cpu:.2f}", "1.00"]]
     for name, _, target in FIGURES:
         runs = figures[name]
         med = _median(runs)
@@ -118,10 +119,13 @@ def benchmark(trace: Path, repeat: int) -> None:
         ratios = sorted(r.seconds / f.seconds for r, f in zip(runs, floors, strict=True))
         rows.append([name, f"{med.seconds:.2f}", f"{floor.seconds:.2f}",
                      f"{med.seconds / floor.seconds:.2f}", f"<= {target:.1f} {ok_t}",
-                     f"{med.rss_mb:.0f}", f"<= {RSS_TARGET_MB:.0f} {ok_m}"])
+                     f"{med.rss_mb:.0f}", f"<= {RSS_TARGET_MB:.0f} {ok_m}", f"{med.cpu:.2f}",
+                     f"{med.cpu / floor.cpu:.2f}" if floor.cpu else "-"])
         rows[-1][0] += f" (ratios {', '.join(f'{x:.2f}' for x in ratios)})" if len(ratios) > 1 else ""
     print(f"trace: {trace} ({trace.stat().st_size / 1e6:.0f} MB), median of {repeat} interleaved runs")
-    print_table(["figure", "seconds", "floor s", "ratio", "target", "RSS MB", "RSS target"], rows)
+    print_table(["figure", "seconds", "floor s", "ratio", "target", "RSS MB", "RSS target", "CPU s", "CPU ratio"],
+                rows)
+    print("(CPU s: user + system of the process; its ratio is steadier than wall time on a loaded machine)")
 
 
 def growth(trace: Path, factors: list[int], workdir: Path, repeat: int) -> None:

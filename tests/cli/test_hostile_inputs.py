@@ -530,11 +530,24 @@ def test_failing_formatter_prints_nothing(monkeypatch, example_copy):
 
 # -- memory bound -----------------------------------------------------------------------------
 def test_max_memory_too_small_exits_3_with_the_need(example_copy):
-    run = _check(example_copy, "--max-memory", "1M")
+    from nsys_rules import memory_limit
+    from nsys_rules.loaders.sqlite import SqliteExport
+    from nsys_rules.plugins import build_registry
+    from nsys_rules.trace import Trace
+
+    rule = build_registry(autoload=False).rules["graph-trace-hidden"]
+    trace = Trace(SqliteExport(example_copy))
+    need = memory_limit.estimate(trace, {t: c for t, c in rule.needs().items() if trace.has(t)})
+    api_rows = trace.row_count("api")
+    trace.close()
+    assert api_rows == 7244 and need.total > 16 * 1024**2
+    run = _check(example_copy, "--select", "graph-trace-hidden", "--max-memory", "1M")
     check_run(run)
     assert run.code == 3
-    assert "needs about 18.3 MB" in run.stderr and "kernels 3,584 rows x 14 columns 798.0 KB" in run.stderr
+    assert f"needs about {memory_limit.human(need.total)}" in run.stderr and "api 7,244 rows" in run.stderr
     assert "--select" in run.stderr and "limit is 1.0 MB" in run.stderr
+    fits = _check(example_copy, "--select", "graph-trace-hidden", "--max-memory", str(need.total))
+    assert fits.code == 0, fits.stderr  # exactly the estimate is enough
 
 
 def test_max_memory_large_enough_runs(example_copy):

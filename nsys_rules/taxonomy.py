@@ -52,20 +52,31 @@ DESCRIPTIONS = {
 DEFAULT_RULES: tuple[tuple[str, str], ...] = (
     ("communication", r"nccl|nvshmem|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce"
                       r"|sendrecv"),
-    ("attention", r"flash|fmha|sdpa|attention|attn|paged_?att|mha_|_mha|xformers|scaled_dot_product"),
+    ("memory", r"reshape_and_cache"),  # the KV-cache write of flash/paged attention: a copy
+    ("attention", r"flash|fmha|sdpa|attention|attn|paged_?att|paged_?kv|batch(decode|prefill)with|mha_|_mha"
+                  r"|xformers|scaled_dot_product"),
     ("gemv", r"gemv|matvec|mat_vec|gemvx|(^|_)mv_kernel|dot_?product_?kernel"),
+    ("reduce", r"pool"),  # xmma/cuDNN pooling kernels carry GEMM-library prefixes
     ("gemm", r"gemm|nvjet|cutlass|xmma|wgmma|matmul|mat_mul|matrixmul|s1688|s884|s16816|h1688|h16816|hmma|imma"
              r"|winograd|implicit_convolve|precomputed_convolve|convolve|conv2d|conv_|fprop|dgrad|wgrad"
-             r"|cudnn_fp16|scudnn|triton_tem_|(^|_)mm_|(^|_)bmm"),
+             r"|cudnn_fp16|scudnn|triton_tem_|(^|_)mm_|(^|_)bmm|fused_moe|mlp"),
     ("norm", r"norm(_|$)|rmsnorm|layer_?norm|batch_?norm|group_?norm|instance_?norm|bn_fw|bn_bw|normalize"),
     ("reduce", r"reduce|reduction|softmax|argmax|argmin|topk|top_k|logsumexp|cross_entropy|nll_loss|triton_red_"
-               r"|triton_per_|(^|_)sum_kernel|mean_kernel|var_core|scan"),
+               r"|triton_per_|(^|_)sum_kernel|mean_kernel|var_core|scan|inner_persistent|outer_persistent"
+               r"|(^|_)dot(_|$)"),
     ("memory", r"copy|memcpy|memset|fill|transpose|cat_?array|catarray|concat|gather|scatter|index_select"
-               r"|permut|(^|_)pad|nchw_?to|nhwc_?to|todevice|to_?nhwc|to_?nchw|convert"),
+               r"|permut|(^|_)pad|nchw_?to|nhwc_?to|todevice|to_?nhwc|to_?nchw|convert|im2col|col2im"
+               r"|swapdimension|shuffleintensor|reshape_and_cache|kv_?cache"),
     ("elementwise", r"elementwise|pointwise|triton_poi_|silu|gelu|relu|swiglu|act_and_mul|rotary|rope|bias"
                     r"|vector_?add|vecadd|(^|_)add(_|$)|(^|_)mul(_|$)|axpy|scale|activation|sigmoid|tanh|exp_"
-                    r"|nvfuser_pointwise|fusion"),
+                    r"|nvfuser_pointwise|fusion|(^|_)(multiply|subtract|true_divide|divide|sqrt|absolute|ceil"
+                    r"|floor|negative|power)(_|$)"),
 )
+
+# A base name this generic says nothing (CUTLASS's ``cutlass::Kernel2<...gemm...>``,
+# ``device_kernel<GemmUniversal...>``): then the whole demangled name is matched.
+_GENERIC_BASE = re.compile(r"^(kernel\d*|device_kernel|global_kernel|_?kernel_agent)$", re.IGNORECASE)
+_FULL_NAME_CLASSES = ("communication", "attention", "gemv", "gemm", "norm")
 
 # Output tiles written into library GEMM names, M x N first:
 # cuBLASLt nvjet_[sm90_]<kind>_<M>x<N>_<K>x<stages>_...; cuBLAS xmma ..._tilesize<M>x<N>x<K>_...;
@@ -111,6 +122,15 @@ class Taxonomy:
         for label, pattern in self._compiled:
             if pattern.search(base):
                 return label
+        if _GENERIC_BASE.match(base) and base != name:
+            # Template arguments carry the real kernel; only classes whose words are specific
+            # enough to trust there (functor names would make everything elementwise).
+            tile = skinny_tile(name)
+            if tile is not None and tile <= self.skinny_tile_max:
+                return "gemv"
+            for label, pattern in self._compiled:
+                if label in _FULL_NAME_CLASSES and pattern.search(name):
+                    return label
         return "other"
 
 

@@ -47,6 +47,20 @@ CASES = {
     "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x16_64x4_tn_align8": "gemv",
     "trt_ampere_h16816gemm_64x64_ldg8_relu_stages_64x5_tn_v1": "gemm",
     "volta_sgemm_32x32_sliced1x4_tn": "gemm",
+    "sm50_xmma_pooling_fw_4d_FP16FP32NHWC_Average_FastDiv_CAlign8_execute_kernel_trt": "reduce",
+    "max_pool_forward_nchw": "reduce",
+    "nvfuser_inner_persistent_f0_c1_r0_g2": "reduce",
+    "cupy_true_divide__float32_float32_float32": "elementwise",
+    "cupy_multiply__float_float32_float32": "elementwise",
+    "im2col4d_kernel": "memory",
+    "void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16>(const T1 *, int)": "memory",
+    "void vllm::paged_attention_v2_kernel<__nv_bfloat16, 128>(float *, int)": "attention",
+    "void vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(T1 *, int)": "norm",
+    "fused_moe_kernel": "gemm",
+    "void flashinfer::BatchDecodeWithPagedKVCacheKernel<128>(int)": "attention",
+    "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>(T1::Params)": "gemm",
+    "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_128x16_64x4_tn_align8>(T1::Params)": "gemv",
+    "void at::device_kernel<at::native::MulFunctor<float>>(int)": "other",
 }
 
 

@@ -44,7 +44,8 @@ class Options:
         "help": "path to the model's Hugging Face config.json, for the weight bytes (as gemv-dominance.model_config)"})
     weight_dtype_bytes: float = field(default=0.0, metadata={
         "help": "bytes per weight for model_config (0: from its torch_dtype)"})
-    steps: int = field(default=0, metadata={"help": "steps in the window when the trace has no step range"})
+    steps: int = field(default=0, metadata={
+        "help": "decode steps (tokens) in the window, as gemv-dominance.steps; 0: one per step-range instance"})
     max_bandwidth_fraction: float = field(default=0.05, metadata={
         "help": "GEMV kernels below this fraction of peak bandwidth look like device code built with -G"})
     min_gemv_share: float = field(default=0.3, metadata={

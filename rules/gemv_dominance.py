@@ -51,7 +51,8 @@ class Options:
                 "for MoE; the shard of one GPU under tensor parallelism), e.g. 14e9 or 13G; unset: taken from the "
                 "host-to-device model load when the trace holds it"})
     steps: int = field(default=0, metadata={
-        "help": "steps in the window when the trace has no step range (0: count the NVTX step instances)"})
+        "help": "decode steps (tokens per sequence) in the window; 0: one per step-range instance. Set it when "
+                "the trace has no step range, or when one range holds several tokens (a request range)"})
     peak_bandwidth: float = field(default=0.0, metadata={
         "help": "peak memory bandwidth in B/s when the export lacks TARGET_INFO_GPU.memoryBandwidth (0: from trace)"})
     min_load_bytes: int = field(default=16 * 1024**2, metadata={
@@ -364,7 +365,7 @@ class GemvDominance(Rule):
                             "steps": metric(bw.steps, "count"), "achieved_bandwidth": metric(bw.achieved, "B/s")})
             src = {"option": "given", "model config": "from " + ctx.options.model_config}.get(
                 bw.source, "from the host-to-device model load, an upper bound")
-            message += (f" Per step ({bw.steps_source}) the GEMVs take {bw.gemv_ns_per_step / 1e3:.1f} us for "
+            message += (f" Per step ({bw.steps_source}; one token each) the GEMVs take {bw.gemv_ns_per_step / 1e3:.1f} us for "
                         f"{bw.weight_bytes / 1e9:.3f} GB "
                         f"of weights ({src}): {bw.achieved / 1e12:.2f} TB/s achieved")
             if bw.fraction is None:

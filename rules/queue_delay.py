@@ -12,7 +12,7 @@ from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 
 from ._common import pct
-from ._gpu_activity import busy_ns, launch_api_rows, merge_intervals
+from ._gpu_activity import launch_api_rows, merge_intervals
 
 
 @dataclass(frozen=True)
@@ -139,10 +139,10 @@ class QueueDelay(Rule):
         kernels = ctx.frame("kernels")
         if kernels.empty:
             return
-        api = launch_api_rows(ctx.trace, kernels, names=False)
+        # Only the launch call's end is used: keep that column, not the whole frame (memory on 1M kernels).
+        api_end = launch_api_rows(ctx.trace, kernels, names=False)["api_end"].to_numpy()
         start = kernels["start"].to_numpy()
         end = kernels["end"].to_numpy()
-        api_end = api["api_end"].to_numpy()
         # Damaged exports can lack ids (NULL or dropped columns): -1 keeps them one group, not a crash.
         pid_all, dev_all, stream_all, corr_all = (_ids(kernels[c]) for c in ("pid", "device_id", "stream_id",
                                                                             "correlation_id"))
@@ -150,20 +150,27 @@ class QueueDelay(Rule):
         # node waits for the node before it, not in the queue, so only the first kernel per call counts.
         first = first_kernel_per_call(pid_all, corr_all, start)
         first = first[api_end[first] >= 0]
+        del corr_all
         others = [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"])
                   for t in ("memcpy", "memset") if ctx.trace.has(t)]
         pair_key = pid_all * 65_536 + (dev_all + 1)  # device -1 (unknown) stays its own group
+        del pid_all, dev_all  # million-row arrays: the loop below reads pid and device back from the key
         for key in sorted(pd.unique(pair_key)):  # hash-based: a sort of 1M keys per call is slow
             on = pair_key == key
-            pid, dev = int(pid_all[on][0]), int(dev_all[on][0])
+            every = bool(on.all())  # one process on one GPU (the usual case): views, not copies
+            pid, dev = int(key) // 65_536, int(key) % 65_536 - 1
             # Copies and memsets occupy the device too: a kernel queued behind one is not held back by others.
             mine = [f[(f["pid"] == pid) & (f["device_id"] == dev)] for f in others if len(f)]
-            starts = np.concatenate([start[on], *[f["start"].to_numpy() for f in mine]])
-            ends = np.concatenate([end[on], *[f["end"].to_numpy() for f in mine]])
+            mine = [f for f in mine if len(f)]
+            k_start, k_end = (start, end) if every else (start[on], end[on])
+            starts = np.concatenate([k_start, *[f["start"].to_numpy() for f in mine]]) if mine else k_start
+            ends = np.concatenate([k_end, *[f["end"].to_numpy() for f in mine]]) if mine else k_end
             busy = merge_intervals(starts, ends)
-            lo, hi = int(start[on].min()), int(end[on].max())
+            lo, hi = int(k_start.min()), int(k_end.max())
+            del starts, ends, k_start, k_end
             span = max(1, hi - lo)
-            busy_share = busy_ns(starts, ends, lo, hi) / span
+            # Busy time inside [lo, hi] from the merged intervals (busy_ns would merge them again).
+            busy_share = int(np.clip(np.minimum(busy[1], hi) - np.maximum(busy[0], lo), 0, None).sum()) / span
             launches = first[pair_key[first] == key]
             for stream in sorted(pd.unique(stream_all[launches])):
                 grp = launches[stream_all[launches] == stream]

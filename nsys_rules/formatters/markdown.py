@@ -80,6 +80,8 @@ def _trace_block(result: TraceResult) -> list[str]:
         steady = info.get("window", {}).get("steady", {}).get("source")
         if steady:
             out.append(f"steady state: {cell(steady)}")
+    # What the loader dropped or patched: the numbers cover less than the file.
+    out.extend(f"⚠ damaged export: {cell(note)}" for note in info.get("damage", []))
     return out + [""]
 
 

@@ -30,6 +30,8 @@ def format_table(report: Report) -> str:
         lines.append(f"{info['path']}  (nsys {info.get('nsys_version') or '?'}, {gpus})")
         if steady:
             lines.append(f"steady state: {steady}")
+        # What the loader dropped or patched: the numbers below cover less than the file.
+        lines.extend(f"damaged export: {note}" for note in info.get("damage", []))
     rows = []
     for i, f in enumerate(report.findings, 1):
         rows.append([i, f.severity.value, f.rule, human_ns(f.estimated_savings_ns),

@@ -653,3 +653,13 @@ def test_debug_shows_the_traceback(tmp_path):
     assert run.code == 3
     assert "Traceback" in run.stderr and run.stderr.rstrip().endswith("empty file; re-export the report with "
                                                                      "`nsys export --type=sqlite`")
+
+
+def test_damage_is_shown_in_the_human_formats(tmp_path):
+    path = damaged_copy(EXAMPLE, tmp_path / "d.sqlite",
+                        [f'UPDATE "{KERNEL}" SET "end" = "start" - 10 WHERE rowid % 4 = 0'])
+    note = "kernels: 896 row(s) ending before they start dropped"
+    for fmt, prefix in (("table", "damaged export: "), ("markdown", "⚠ damaged export: ")):
+        run = run_cli_inprocess("check", "--format", fmt, "--fail-on", "never", "--no-plugins", str(path))
+        check_run(run, json_output=False)
+        assert prefix + note in run.stdout, (fmt, run.stdout[:600])

@@ -72,10 +72,14 @@ def sarif_log(report: Report) -> dict[str, Any]:
             {"level": "note", "descriptor": {"id": s["rule"]},
              "message": {"text": f"{s['rule']} skipped on {s.get('trace', '?')}: {s['reason']}"
                          + (f"; fix: {s['fix']}" if s.get("fix") else "")}} for s in skipped]
-    if report.all_errors:
-        invocation["toolExecutionNotifications"] = [
-            {"level": "error", "message": {"text": f"{e.get('rule') or e.get('plugin') or '?'}: {e['error']}"}}
-            for e in report.all_errors]
+    notifications = [
+        {"level": "error", "message": {"text": f"{e.get('rule') or e.get('plugin') or '?'}: {e['error']}"}}
+        for e in report.all_errors]
+    # Damage the loader repaired: the results cover less than the file holds.
+    notifications += [{"level": "warning", "message": {"text": f"damaged export {r.info['path']}: {note}"}}
+                      for r in report.results for note in r.info.get("damage", [])]
+    if notifications:
+        invocation["toolExecutionNotifications"] = notifications
     run: dict[str, Any] = {"tool": tool, "artifacts": artifacts, "invocations": [invocation], "results": results,
                            "columnKind": "unicodeCodePoints",
                            "properties": {"windows": {r.info["path"]: r.info.get("window", {}) for r in report.results}}}

@@ -663,3 +663,17 @@ def test_damage_is_shown_in_the_human_formats(tmp_path):
         run = run_cli_inprocess("check", "--format", fmt, "--fail-on", "never", "--no-plugins", str(path))
         check_run(run, json_output=False)
         assert prefix + note in run.stdout, (fmt, run.stdout[:600])
+
+
+def test_damage_is_a_sarif_notification(tmp_path):
+    from tests.cli.test_outputs import validate_sarif
+
+    path = damaged_copy(EXAMPLE, tmp_path / "d.sqlite",
+                        [f'UPDATE "{KERNEL}" SET "end" = "start" - 10 WHERE rowid % 4 = 0'])
+    run = run_cli_inprocess("check", "--format", "sarif", "--fail-on", "never", "--no-plugins", str(path))
+    assert run.code == 0, run.stderr
+    doc = json.loads(run.stdout)
+    validate_sarif(doc)
+    texts = [n["message"]["text"] for n in doc["runs"][0]["invocations"][0]["toolExecutionNotifications"]]
+    assert f"damaged export {path}: kernels: 896 row(s) ending before they start dropped" in texts
+    assert doc["runs"][0]["invocations"][0]["executionSuccessful"] is True

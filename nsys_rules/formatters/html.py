@@ -95,6 +95,8 @@ def _trace_section(result: TraceResult, report: Report, many: bool) -> str:
     out = [f"<h2 class='trace'>{escape(info['path'])}</h2>",
            f"<p class='sub'>nsys {escape(str(info.get('nsys_version') or '?'))} · {escape(gpus)}"
            + (f" · steady state: {escape(p['window'])}" if p else "") + "</p>"]
+    # What the loader dropped or patched: the numbers cover less than the file.
+    out += [f"<p class='sub'>⚠ damaged export: {escape(note)}</p>" for note in info.get("damage", [])]
     findings = sorted(result.findings, key=rank_key)
     out.append(_cards(result, p, findings))
     out.append("<section><h2>What to optimize next</h2>")

@@ -659,7 +659,8 @@ def test_damage_is_shown_in_the_human_formats(tmp_path):
     path = damaged_copy(EXAMPLE, tmp_path / "d.sqlite",
                         [f'UPDATE "{KERNEL}" SET "end" = "start" - 10 WHERE rowid % 4 = 0'])
     note = "kernels: 896 row(s) ending before they start dropped"
-    for fmt, prefix in (("table", "damaged export: "), ("markdown", "⚠ damaged export: ")):
+    for fmt, prefix in (("table", "damaged export: "), ("markdown", "⚠ damaged export: "),
+                        ("html", "<p class='sub'>⚠ damaged export: ")):
         run = run_cli_inprocess("check", "--format", fmt, "--fail-on", "never", "--no-plugins", str(path))
         check_run(run, json_output=False)
         assert prefix + note in run.stdout, (fmt, run.stdout[:600])

@@ -185,6 +185,8 @@ def run_case(family: str, seed: int, workdir: Path | None = None) -> CaseResult:
         args = ["check", "--format", "json", "--no-plugins", "--fail-on", rng.choice(["never", "info", "error"])]
         if rng.random() < 0.15:
             args += ["--filter-time", rng.choice(["0s/1s", "1ms/", "/5ms", "0/0"])]
+        if rng.random() < 0.05:
+            args += ["--max-memory", rng.choice(["1K", "17M", "64M", "1G"])]
         run = run_cli_inprocess(*args, *select, str(path))
         data = check_run(run)
         if run.code != 3 and rng.random() < 0.2:

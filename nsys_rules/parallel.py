@@ -45,6 +45,7 @@ class Job:
     path: str
     settings: Settings
     autoload_plugins: bool = True
+    profile: bool = True  # the kernel profile feeds the cross-trace summary (several traces only)
 
 
 @dataclass
@@ -80,7 +81,7 @@ def analyze_job(job: Job) -> JobResult:
         trace = open_trace(Path(job.path), registry.loaders)
         try:
             result = analyze_trace(trace, rules, job.settings)
-            profile = kernel_profile(trace)
+            profile = kernel_profile(trace) if job.profile else {}
         finally:
             trace.close()
     except NsysRulesError as exc:
@@ -213,7 +214,7 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
     report = run_check([], registry, settings, lambda p: None)  # type: ignore[arg-type,return-value]
     # In-process and forked workers reuse this registry (plugins load once); spawned ones build their own.
     _REGISTRIES[autoload_plugins] = registry
-    job_list = [Job(str(p), settings, autoload_plugins) for p in paths]
+    job_list = [Job(str(p), settings, autoload_plugins, len(paths) > 1) for p in paths]
     bar = progress if progress is not None else Progress(len(job_list) if len(job_list) > 1 else 0)
 
     def done(res: JobResult) -> None:

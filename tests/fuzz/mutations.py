@@ -83,7 +83,7 @@ def _sql_damage(rng: random.Random, tables: dict[str, list[str]]) -> tuple[str, 
     where = f"rowid % {every} = 0"
     kind = rng.choice(["drop_table", "drop_column", "null", "text", "blob", "real", "huge", "negative",
                        "zero_dur", "swap", "dup", "dangling", "big_string", "view", "trigger", "empty",
-                       "shuffle_ids", "bad_utf8"])
+                       "shuffle_ids", "bad_utf8", "zero"])
     t, c = f'"{table}"', f'"{col}"'
     if kind == "drop_table":
         return kind, [f"DROP TABLE {t}"]
@@ -123,6 +123,8 @@ def _sql_damage(rng: random.Random, tables: dict[str, list[str]]) -> tuple[str, 
         return kind, [f"DELETE FROM {t}"]
     if kind == "shuffle_ids" and "id" in tables[table]:
         return kind, loosen(table) + [f'UPDATE {t} SET "id" = ("id" * 7919) % 1009 WHERE {where}']
+    if kind == "zero":  # divisors: bandwidth, SM count, clock, bytes, grid sizes
+        return kind, [f"UPDATE {t} SET {c} = 0 WHERE {where}"]
     if kind == "bad_utf8":
         return kind, loosen(table) + [f"UPDATE {t} SET {c} = CAST(x'c328ff41' AS TEXT) WHERE {where}"]
     return "delete_rows", [f"DELETE FROM {t} WHERE {where}"]

@@ -123,7 +123,14 @@ class Finding:
         return out
 
 
-def rank_key(finding: Finding) -> tuple[int, int, str, str]:
-    """Sort key for the "what to optimize next" list: savings, then severity, then a stable tie-break."""
+def rank_key(finding: Finding) -> tuple[int, int, int, str, str]:
+    """Sort key for the "what to optimize next" list.
+
+    Errors come first: by our severity scheme an error means the trace itself misleads (debug
+    build, hidden graph kernels), so every other number in it waits on a re-capture, whatever
+    savings they promise. Then estimated savings, then severity, then a stable tie-break.
+    """
     savings = finding.estimated_savings_ns or 0
-    return (-savings, -finding.severity.rank, finding.rule, json.dumps(finding.location.to_json(), sort_keys=True))
+    is_error = 1 if finding.severity is Severity.ERROR else 0
+    return (-is_error, -savings, -finding.severity.rank, finding.rule,
+            json.dumps(finding.location.to_json(), sort_keys=True))

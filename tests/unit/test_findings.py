@@ -18,3 +18,13 @@ def test_fingerprint_ignores_timestamps():
     b = Finding("x-rule", Severity.WARNING, "t", "other", "r", location=Location(kernel="k", start_ns=9, end_ns=20))
     c = Finding("x-rule", Severity.INFO, "t", "m", "r", location=Location(kernel="k2"))
     assert a.fingerprint == b.fingerprint != c.fingerprint
+
+
+def test_ranking_puts_recapture_errors_first_then_savings():
+    from nsys_rules.findings import rank_key
+
+    small = Finding("a-rule", Severity.INFO, "t", "m", "r", estimated_savings_ns=10)
+    big = Finding("b-rule", Severity.WARNING, "t", "m", "r", estimated_savings_ns=1000)
+    error = Finding("c-rule", Severity.ERROR, "t", "m", "r")
+    none = Finding("d-rule", Severity.WARNING, "t", "m", "r")
+    assert sorted([none, small, error, big], key=rank_key) == [error, big, small, none]

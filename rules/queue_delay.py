@@ -74,10 +74,24 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
         first = np.flatnonzero(keep)
         last = np.append(first[1:] - 1, len(b_lo) - 1)
         b_lo, b_hi = b_lo[first], b_hi[last]
-    both_lo, both_hi = merge_intervals(np.concatenate([q_lo, b_lo]), np.concatenate([q_hi, b_hi]))
-    idle_queued = int((both_hi - both_lo).sum() - (b_hi - b_lo).sum())
+    # |Q u B| - |B| = |Q| - |Q n B| for disjoint sorted Q and B: no merge of the two (2M rows, ~150 MB).
+    idle_queued = int((q_hi - q_lo).sum() - _overlap(q_lo, q_hi, b_lo, b_hi))
     return QueueProfile(len(queue), float(np.median(queue)), float(np.percentile(queue, 90)), float(np.median(dur)),
                         int(queue.sum()), int(dur.sum()), max(0, idle_queued))
+
+
+def _overlap(q_lo: np.ndarray, q_hi: np.ndarray, b_lo: np.ndarray, b_hi: np.ndarray) -> int:
+    """Total length shared by two lists of sorted, disjoint intervals."""
+    if not len(q_lo) or not len(b_lo):
+        return 0
+    prefix = np.concatenate(([0], np.cumsum(b_hi - b_lo)))  # busy length of the first k intervals
+
+    def covered_before(x: np.ndarray) -> np.ndarray:  # busy length in (-inf, x]
+        k = np.searchsorted(b_lo, x, side="right")  # intervals starting at or before x
+        past = np.where(k > 0, np.maximum(b_hi[np.maximum(k - 1, 0)] - x, 0), 0)  # part of the last one after x
+        return prefix[k] - past
+
+    return int((covered_before(q_hi) - covered_before(q_lo)).sum())
 
 
 def _ids(column: pd.Series) -> np.ndarray:

@@ -69,7 +69,7 @@ class ExportInfo:
     nsys_version: str | None = None
     schema_version: str | None = None
     #: For exports without export metadata (nsys before 2022.1): the version range the table
-    #: shapes point to, e.g. "2021.2-2021.5"; None when the metadata names the version.
+    #: shapes point to, e.g. "2021.2-2021.5 by table shapes"; None when the metadata names the version.
     inferred: str | None = None
 
 
@@ -261,15 +261,15 @@ def _infer_era(export: SqliteExport) -> str:
     for (value,) in rows:
         found = _INSTALL_PATH.search(str(value))
         if found:
-            return f"{found.group(1)} (nsys install path in StringIds)"
+            return f"{found.group(1)} by the nsys install path in StringIds"
     gpu_cols = export.columns_of("TARGET_INFO_GPU")
     if "smCount" in gpu_cols:
-        return "2021.2-2021.5 (table shapes)"
+        return "2021.2-2021.5 by table shapes"
     if gpu_cols:
-        return "2020.5-2021.x (table shapes)"
+        return "2020.5-2021.x by table shapes"
     if export.columns_of("TARGET_INFO_CUDA_GPU"):
-        return "2020.4 or older (table shapes)"
-    return "older than 2022.1 (no export metadata)"
+        return "2020.4 or older by table shapes"
+    return "older than 2022.1: no export metadata"
 
 
 _INSTALL_PATH = re.compile(r"nsight-systems[-/](20\d\d\.\d+(?:\.\d+)*)")

@@ -63,7 +63,7 @@ def analyze(path: Path) -> dict[str, Any]:
 def version_of(trace: dict[str, Any]) -> str:
     if trace.get("nsys_version"):
         return trace["nsys_version"]
-    return f"unknown; inferred {trace['nsys_version_inferred']}" if trace.get("nsys_version_inferred") else "unknown"
+    return f"unknown, inferred {trace['nsys_version_inferred']}" if trace.get("nsys_version_inferred") else "unknown"
 
 
 def _cell(text: str, limit: int = 140) -> str:

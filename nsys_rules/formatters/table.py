@@ -27,7 +27,10 @@ def format_table(report: Report) -> str:
         info = result.info
         gpus = ", ".join(g["name"] for g in info.get("gpus", [])) or "GPU unknown"
         steady = info.get("window", {}).get("steady", {}).get("source")
-        lines.append(f"{info['path']}  (nsys {info.get('nsys_version') or '?'}, {gpus})")
+        # Exports before nsys 2022.1 name no version: say so, with what the export's shapes suggest.
+        version = info.get("nsys_version") or "unknown" + (
+            f", inferred {info['nsys_version_inferred']}" if info.get("nsys_version_inferred") else "")
+        lines.append(f"{info['path']}  (nsys {version}, {gpus})")
         if steady:
             lines.append(f"steady state: {steady}")
         # What the loader dropped or patched: the numbers below cover less than the file.

@@ -34,7 +34,7 @@ def test_no_metadata_gives_unknown_version_with_an_inference(tmp_path):
     trace = _open(b.write(tmp_path / "t.sqlite"))
     try:
         assert trace.export_info.nsys_version is None and trace.export_info.schema_version is None
-        assert trace.export_info.inferred == "older than 2022.1 (no export metadata)"
+        assert trace.export_info.inferred == "older than 2022.1: no export metadata"
     finally:
         trace.close()
 

@@ -190,7 +190,9 @@ class QueueDelay(Rule):
                 grp = launches[stream_all[launches] == stream]
                 if len(grp) < opts.min_kernels:
                     continue
-                prof = queue_profile(start[grp], end[grp], api_end[grp], busy, opts.min_queue_ns, (lo, hi))
+                # Consecutive rows (one stream, one kernel per call: the usual case) as views, not copies.
+                pick = slice(int(grp[0]), int(grp[-1]) + 1) if int(grp[-1]) - int(grp[0]) + 1 == len(grp) else grp
+                prof = queue_profile(start[pick], end[pick], api_end[pick], busy, opts.min_queue_ns, (lo, hi))
                 if prof.median_queue < opts.min_queue_ns or prof.ratio < opts.min_ratio:
                     continue
                 held_back = prof.idle_while_queued >= opts.warning_share * span

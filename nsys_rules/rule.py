@@ -107,9 +107,19 @@ class RuleContext:
 
     def api_base_names(self) -> pd.Series:
         """Base API names (``_v<digits>`` removed) aligned with ``frame("api")``."""
+        names = self.trace.api_names()
+        # Every rule that reads the API asks; the answer depends only on the trace and the window.
+        cache = self.trace.__dict__.setdefault("_window_api_names", {})
+        hit = cache.get(self.window)
+        if hit is not None and hit[0] is names:
+            return hit[1].copy(deep=False)  # a new object: a rule writing into it cannot touch the cache
         full = self.trace.frame("api", ["start"])
         mask = self.window.mask(full["start"].to_numpy())
-        return self.trace.api_names()[mask].reset_index(drop=True)
+        span = _contiguous(mask)
+        out = names if span is None else (names.iloc[span[0]:span[1]] if span[0] >= 0 else names[mask])
+        out = out.reset_index(drop=True)
+        cache[self.window] = (names, out)
+        return out.copy(deep=False)
 
     def span(self) -> tuple[int, int]:
         """First and last timestamp of GPU and API activity in the whole trace."""

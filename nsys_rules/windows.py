@@ -257,7 +257,22 @@ class SteadyOptions:
 
 
 def steady_state_window(trace: Trace, options: SteadyOptions = SteadyOptions()) -> Window:
-    """The steady-state window of ``trace`` (see the module docstring for the order)."""
+    """The steady-state window of ``trace`` (see the module docstring for the order).
+
+    Computed once per trace and options (the engine and several rules ask; the frames it reads
+    never change once loaded).
+    """
+    cache = _STEADY_CACHE.setdefault(trace, {})
+    if options not in cache:
+        cache[options] = _steady_state_window(trace, options)
+    return cache[options]
+
+
+#: trace -> {options: window}; weak on the trace so closing it frees the entry.
+_STEADY_CACHE: "weakref.WeakKeyDictionary[Trace, dict[SteadyOptions, Window]]" = weakref.WeakKeyDictionary()
+
+
+def _steady_state_window(trace: Trace, options: SteadyOptions) -> Window:
     steps = step_ranges(trace, options)
     if trace.has("api"):
         api = trace.frame("api", ["start", "end", "name"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 from tabulate import tabulate
@@ -36,8 +37,10 @@ def format_table(report: Report) -> str:
         # What the loader dropped or patched: the numbers below cover less than the file.
         lines.extend(f"damaged export: {note}" for note in info.get("damage", []))
     rows = []
+    several = len(report.results) > 1  # many traces: say which one each finding is about
     for i, f in enumerate(report.findings, 1):
-        rows.append([i, f.severity.value, f.rule, human_ns(f.estimated_savings_ns),
+        rule = f"{f.rule}\n({os.path.basename(f.location.trace or '')})" if several and f.location.trace else f.rule
+        rows.append([i, f.severity.value, rule, human_ns(f.estimated_savings_ns),
                      textwrap.fill(f.message, 70), textwrap.fill(f.recommendation, 60)])
     if rows:
         lines.append(tabulate(rows, headers=["#", "severity", "rule", "saves", "finding", "next optimization"],

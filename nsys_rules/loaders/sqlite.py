@@ -40,11 +40,14 @@ MAX_STRING = 65536
 #: Value stored for a NULL in an optional integer column (ids are never negative in nsys).
 NULL_INT = -1
 
-#: Small ids and launch dimensions, read as int32 when every value fits (memory: a 1M-kernel
-#: trace carries ten of them). Times, sizes, correlation and graph ids stay int64.
+#: Ids and launch dimensions, read as int32 when every value fits (memory: a 1M-kernel trace
+#: carries a dozen of them; correlation ids are 32-bit in CUPTI, widened to int64 if an export
+#: holds bigger ones). Times and sizes stay int64. Code that shifts ids into a join key casts
+#: them to int64 first (windows._key, launch_api_rows, the stats joins).
 NARROW_COLUMNS = frozenset({"device_id", "context_id", "stream_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
                             "block_z", "registers_per_thread", "launch_type", "copy_kind", "src_kind", "dst_kind",
-                            "mem_kind", "sync_type", "event_type", "src_device_id", "dst_device_id"})
+                            "mem_kind", "sync_type", "event_type", "src_device_id", "dst_device_id",
+                            "correlation_id", "graph_node_id"})
 
 
 def _uri(path: Path) -> str:

@@ -122,3 +122,16 @@ def test_narrow_columns_are_int32_and_widen_when_a_value_does_not_fit(tmp_path):
     out = _fetch_arrow(path, 'SELECT "start", 4294967296 + "gridX" FROM CUPTI_ACTIVITY_KIND_KERNEL', ["a", "b"], 1,
                        frozenset({"b"}))
     assert out["b"].dtype == np.int64 and int(out["b"][0]) == 4294967296 + 7
+
+
+def test_packed_lexsort_matches_numpy():
+    from nsys_rules.rules.kernel_tail import _lexsort
+
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        n = int(rng.integers(1, 200))
+        for keys in ((rng.integers(0, 50, n).astype(float), rng.integers(0, 7, n)),  # packs
+                     (rng.integers(0, 2**40, n), rng.integers(0, 2**30, n)),  # too wide: numpy
+                     (rng.random(n), rng.integers(0, 3, n)),  # fractions: numpy
+                     (rng.integers(-5, 5, n), rng.integers(0, 3, n))):  # negative: numpy
+            assert _lexsort(keys).tolist() == np.lexsort(keys).tolist()

@@ -132,7 +132,11 @@ class LaunchBound(Rule):
         # One launch call per pid + correlationId: a graph launch's kernels share their call.
         call_key = pd.Series((kernels["pid"].to_numpy().astype(np.int64) << 32)
                              | (kernels["correlation_id"].to_numpy().astype(np.int64) & 0xFFFFFFFF))
-        first_of_call = (~call_key.duplicated()).to_numpy() & (api["api_start"].to_numpy() >= 0)
+        keys = call_key.to_numpy()
+        # Keys rising row by row (one kernel per call, the usual eager case) cannot repeat: no hash table.
+        unique = len(keys) < 2 or bool((keys[1:] > keys[:-1]).all())
+        first_of_call = (np.ones(len(keys), bool) if unique else (~call_key.duplicated()).to_numpy()) & (
+            api["api_start"].to_numpy() >= 0)
         call_ns = (api["api_end"] - api["api_start"]).to_numpy()
         for dev, idx in kernels.groupby("device_id", sort=True).groups.items():
             sel = np.asarray(idx)  # not list(idx): a Python loop over a million row labels

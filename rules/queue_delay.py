@@ -106,6 +106,8 @@ def first_kernel_per_call(pid: np.ndarray, correlation_id: np.ndarray, start: np
     ordered = len(start) < 2 or bool((start[1:] >= start[:-1]).all())  # kernels usually come in start order
     order = np.arange(len(start)) if ordered else np.argsort(start, kind="stable")
     key = (pid.astype(np.int64)[order] << 32) | (correlation_id.astype(np.int64)[order] & 0xFFFFFFFF)
+    if len(key) < 2 or bool((key[1:] > key[:-1]).all()):  # one kernel per call, ids rising: no hashing
+        return np.sort(order)
     first = ~pd.Series(key).duplicated(keep="first").to_numpy()  # hash-based, keeps start order
     return np.sort(order[first])
 

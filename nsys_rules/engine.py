@@ -17,7 +17,7 @@ from .memory_limit import enforce_limit as enforce_memory_limit
 from .plugins import Registry
 from .rule import Rule, RuleContext
 from .trace import Trace
-from .windows import FULL, SteadyOptions, Window, filter_time_window, nvtx_filter_window, steady_state_window
+from .windows import FULL, SteadyOptions, Window, steady_state_window, user_window
 
 SCHEMA_VERSION = "1.0"
 
@@ -209,12 +209,7 @@ class _Windows:
             return FULL
         if kind == "steady":
             return steady_state_window(self.trace, SteadyOptions(tuple(self.settings.steady_ranges)))
-        window: Window | None = None
-        if self.settings.filter_time:
-            window = filter_time_window(self.settings.filter_time, _session_origin(self.trace))
-        if self.settings.filter_nvtx:
-            nvtx = nvtx_filter_window(self.trace, self.settings.filter_nvtx)
-            window = nvtx if window is None else _intersect(window, nvtx)
+        window = user_window(self.trace, self.settings.filter_time, self.settings.filter_nvtx)
         assert window is not None
         steady = steady_state_window(self.trace, SteadyOptions(tuple(self.settings.steady_ranges)))
         steps = tuple(s for s in steady.steps if window.mask([s[0]])[0])
@@ -224,19 +219,6 @@ class _Windows:
         return {kind: w.to_json() for kind, w in self._cache.items()}
 
 
-def _intersect(a: Window, b: Window) -> Window:
-    out = []
-    for s1, e1 in a.intervals or ():
-        for s2, e2 in b.intervals or ():
-            lo, hi = max(s1, s2), min(e1, e2)
-            if lo <= hi:
-                out.append((lo, hi))
-    return Window(tuple(out) or ((0, -1),), f"{a.source} and {b.source}")
-
-
-def _session_origin(trace: Trace) -> int:
-    """Where nsys's relative times start: the session start, which exports store as time 0."""
-    return 0
 
 
 def run_check(paths: list[Path], registry: Registry, settings: Settings, open_trace: Callable[[Path], Trace],

@@ -236,6 +236,32 @@ def nvtx_filter_window(trace: Trace, spec: str) -> Window:
     return Window(_merge(rows["start"].to_numpy(), rows["end"].to_numpy()), f"--filter-nvtx {spec}")
 
 
+#: nsys exports store times relative to the session start, so ``--filter-time 5s/7s`` starts at 5e9.
+SESSION_ORIGIN_NS = 0
+
+
+def intersect(a: Window, b: Window) -> Window:
+    """The instants inside both windows."""
+    out = []
+    for s1, e1 in a.intervals or ():
+        for s2, e2 in b.intervals or ():
+            lo, hi = max(s1, s2), min(e1, e2)
+            if lo <= hi:
+                out.append((lo, hi))
+    return Window(tuple(out) or ((0, -1),), f"{a.source} and {b.source}")
+
+
+def user_window(trace: Trace, filter_time: str | None, filter_nvtx: str | None) -> Window | None:
+    """The window ``--filter-time`` and ``--filter-nvtx`` select together, or None without filters."""
+    window: Window | None = None
+    if filter_time:
+        window = filter_time_window(filter_time, SESSION_ORIGIN_NS)
+    if filter_nvtx:
+        nvtx = nvtx_filter_window(trace, filter_nvtx)
+        window = nvtx if window is None else intersect(window, nvtx)
+    return window
+
+
 def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[tuple[int, int], ...]:
     out: list[list[int]] = []
     for a, b in sorted(zip(starts.tolist(), ends.tolist(), strict=True)):

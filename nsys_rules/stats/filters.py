@@ -12,32 +12,11 @@ import numpy as np
 import pandas as pd
 
 from ..trace import Trace
-from ..windows import Window, filter_time_window, launch_times, nvtx_filter_window
-
-#: nsys exports store times relative to the session start, so ``--filter-time 5s/7s`` starts at 5e9.
-SESSION_ORIGIN_NS = 0
-
+from ..windows import Window, launch_times, user_window
 
 def stats_window(trace: Trace, filter_time: str | None, filter_nvtx: str | None) -> Window | None:
     """The window the filters select, or None when there is no filter (the whole capture)."""
-    window: Window | None = None
-    if filter_time:
-        window = filter_time_window(filter_time, SESSION_ORIGIN_NS)
-    if filter_nvtx:
-        nvtx = nvtx_filter_window(trace, filter_nvtx)
-        window = nvtx if window is None else intersect(window, nvtx)
-    return window
-
-
-def intersect(a: Window, b: Window) -> Window:
-    """The instants inside both windows."""
-    out = []
-    for s1, e1 in a.intervals or ():
-        for s2, e2 in b.intervals or ():
-            lo, hi = max(s1, s2), min(e1, e2)
-            if lo <= hi:
-                out.append((lo, hi))
-    return Window(tuple(out) or ((0, -1),), f"{a.source} and {b.source}")
+    return user_window(trace, filter_time, filter_nvtx)
 
 
 def gpu_mask(trace: Trace, frame: pd.DataFrame, window: Window | None) -> np.ndarray:

@@ -57,10 +57,14 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
     of launch latency) while no kernel of the process ran on the device: the wait was for
     something the trace does not show (another process, a cross-stream dependency).
     """
-    queue = (k_start - api_end).clip(0)
+    queue = np.subtract(k_start, api_end)  # in place from here: each temporary is 8 MB per 1M kernels
+    np.maximum(queue, 0, out=queue)
     dur = k_end - k_start
     waiting = queue > min_queue_ns
-    q_lo, q_hi = merge_intervals(api_end[waiting] + min_queue_ns, k_start[waiting])
+    q_from = api_end[waiting]
+    q_from += min_queue_ns
+    q_lo, q_hi = merge_intervals(q_from, k_start[waiting])
+    del q_from, waiting
     if bounds is not None:  # only waiting inside the judged span, where the device's work is known
         q_lo, q_hi = np.maximum(q_lo, bounds[0]), np.minimum(q_hi, bounds[1])
         inside = q_hi > q_lo
@@ -71,9 +75,10 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
         # (a graph's nodes, a queue of launches), not time lost to something else: close them.
         keep = np.ones(len(b_lo), bool)
         keep[1:] = (b_lo[1:] - b_hi[:-1]) >= min_queue_ns
-        first = np.flatnonzero(keep)
-        last = np.append(first[1:] - 1, len(b_lo) - 1)
-        b_lo, b_hi = b_lo[first], b_hi[last]
+        closes = np.ones(len(b_lo), bool)  # boolean selection: no index arrays of 8 bytes per interval
+        closes[:-1] = keep[1:]
+        b_lo, b_hi = b_lo[keep], b_hi[closes]
+        del keep, closes
     # |Q u B| - |B| = |Q| - |Q n B| for disjoint sorted Q and B: no merge of the two (2M rows, ~150 MB).
     idle_queued = int((q_hi - q_lo).sum() - _overlap(q_lo, q_hi, b_lo, b_hi))
     return QueueProfile(len(queue), float(np.median(queue)), float(np.percentile(queue, 90)), float(np.median(dur)),
@@ -84,32 +89,45 @@ def _overlap(q_lo: np.ndarray, q_hi: np.ndarray, b_lo: np.ndarray, b_hi: np.ndar
     """Total length shared by two lists of sorted, disjoint intervals."""
     if not len(q_lo) or not len(b_lo):
         return 0
-    prefix = np.concatenate(([0], np.cumsum(b_hi - b_lo)))  # busy length of the first k intervals
+    # In place where it can: q holds up to one interval per kernel, 8 MB per temporary on 1M kernels.
+    prefix = np.zeros(len(b_lo) + 1, np.int64)  # busy length of the first k intervals
+    np.cumsum(b_hi - b_lo, out=prefix[1:])
 
     def covered_before(x: np.ndarray) -> np.ndarray:  # busy length in (-inf, x]
         k = np.searchsorted(b_lo, x, side="right")  # intervals starting at or before x
-        past = np.where(k > 0, np.maximum(b_hi[np.maximum(k - 1, 0)] - x, 0), 0)  # part of the last one after x
-        return prefix[k] - past
+        past = np.maximum(k - 1, 0)
+        past = b_hi[past]  # part of the last one after x
+        past -= x
+        np.maximum(past, 0, out=past)
+        past[k == 0] = 0
+        out = prefix[k]
+        del k
+        out -= past
+        return out
 
-    return int((covered_before(q_hi) - covered_before(q_lo)).sum())
+    covered = covered_before(q_hi)
+    covered -= covered_before(q_lo)
+    return int(covered.sum())
 
 
 def _ids(column: pd.Series) -> np.ndarray:
-    """An id column as int64, missing values as -1."""
-    if column.dtype.kind in "iu":  # the loader's integer columns: no NaN to fill, skip two 1M-row copies
-        return column.to_numpy().astype(np.int64, copy=False)
+    """An id column as integers (int32 as the loader reads them, else int64), missing values as -1."""
+    if column.dtype.kind in "iu":  # the loader's integer columns: no NaN to fill, no widening copy
+        return column.to_numpy()
     return pd.to_numeric(column, errors="coerce").fillna(-1).to_numpy().astype(np.int64)
 
 
 def first_kernel_per_call(pid: np.ndarray, correlation_id: np.ndarray, start: np.ndarray) -> np.ndarray:
     """Row index of the earliest kernel of each launch call (same pid and correlationId), in start order."""
     ordered = len(start) < 2 or bool((start[1:] >= start[:-1]).all())  # kernels usually come in start order
-    order = np.arange(len(start)) if ordered else np.argsort(start, kind="stable")
-    key = (pid.astype(np.int64)[order] << 32) | (correlation_id.astype(np.int64)[order] & 0xFFFFFFFF)
+    order = None if ordered else np.argsort(start, kind="stable")
+    key = pid.astype(np.int64) if order is None else pid.astype(np.int64)[order]
+    key <<= 32
+    key |= np.bitwise_and(correlation_id if order is None else correlation_id[order], 0xFFFFFFFF, dtype=np.int64)
     if len(key) < 2 or bool((key[1:] > key[:-1]).all()):  # one kernel per call, ids rising: no hashing
-        return np.sort(order)
+        return np.arange(len(key)) if order is None else np.sort(order)
     first = ~pd.Series(key).duplicated(keep="first").to_numpy()  # hash-based, keeps start order
-    return np.sort(order[first])
+    return np.flatnonzero(first) if order is None else np.sort(order[first])
 
 
 class QueueDelay(Rule):
@@ -169,7 +187,9 @@ class QueueDelay(Rule):
         del corr_all
         others = [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"])
                   for t in ("memcpy", "memset") if ctx.trace.has(t)]
-        pair_key = pid_all * 65_536 + (dev_all + 1)  # device -1 (unknown) stays its own group
+        pair_key = pid_all.astype(np.int64) * 65_536  # device -1 (unknown) stays its own group
+        pair_key += dev_all
+        pair_key += 1
         del pid_all, dev_all  # million-row arrays: the loop below reads pid and device back from the key
         for key in sorted(pd.unique(pair_key)):  # hash-based: a sort of 1M keys per call is slow
             on = pair_key == key

@@ -132,29 +132,62 @@ def api_key_index(trace: Trace) -> tuple[np.ndarray, np.ndarray | None]:
     return api_key, order
 
 
-def _api_index(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted API keys and the matching API start times."""
-    api_key, order = api_key_index(trace)
-    start = trace.frame("api", ["start", "correlation_id", "pid"])["start"].to_numpy()
-    return api_key, (start if order is None else start[order])
+def launching_rows(trace: Trace, pid: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row of the API frame (``trace.frame("api")``) with the same (pid, correlationId) as each GPU row, and where one is.
+
+    ``rows`` is only meaningful where ``found``. The first matching API row wins.
+
+    One process whose correlation ids rise row by row (the usual nsys export) needs no key array:
+    the id column itself is the sorted index, so nothing is built or kept (the (pid << 32 | id)
+    keys of 2.2M API rows are 18 MB held for the whole run).
+    """
+    api = trace.frame("api", ["start", "correlation_id", "pid"])
+    single = _single_pid(trace, api)
+    if single is not None:
+        api_corr = api["correlation_id"].to_numpy()
+        rows = np.searchsorted(api_corr, corr)
+        np.minimum(rows, len(api_corr) - 1, out=rows)
+        found = api_corr[rows] == corr
+        found &= corr > 0
+        found &= pid == single
+        return rows, found
+    sorted_key, order = api_key_index(trace)
+    gpu_key = _key(pid, corr)
+    pos = np.searchsorted(sorted_key, gpu_key).clip(0, len(sorted_key) - 1)
+    found = (sorted_key[pos] == gpu_key) & (corr > 0)
+    del gpu_key
+    return (pos if order is None else order[pos]), found
+
+
+def _single_pid(trace: Trace, api: pd.DataFrame) -> int | None:
+    """The API table's one pid when there is one and its correlation ids never decrease; else None."""
+    hit = _SINGLE_PID.get(trace)
+    if hit is not None and hit[0] is api:
+        return hit[1]
+    pid, corr = api["pid"].to_numpy(), api["correlation_id"].to_numpy()
+    single = None
+    if len(pid) and corr.dtype.kind in "iu" and int(pid.min()) == int(pid.max()) and \
+            (len(corr) < 2 or bool((corr[1:] >= corr[:-1]).all())):
+        single = int(pid[0])
+    _SINGLE_PID[trace] = (api, single)
+    return single
 
 
 _API_INDEX: "weakref.WeakKeyDictionary[Trace, tuple[pd.DataFrame, np.ndarray, np.ndarray | None]]" = (
     weakref.WeakKeyDictionary())
+
+_SINGLE_PID: "weakref.WeakKeyDictionary[Trace, tuple[pd.DataFrame, int | None]]" = weakref.WeakKeyDictionary()
 
 
 def _launch_times(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
     starts = gpu["start"].to_numpy()
     if not len(gpu) or not trace.has("api") or "correlation_id" not in gpu:
         return starts.copy()
-    sorted_key, sorted_start = _api_index(trace)
-    if not len(sorted_key):
+    api_start = trace.frame("api", ["start", "correlation_id", "pid"])["start"].to_numpy()
+    if not len(api_start):
         return starts.copy()
-    corr = gpu["correlation_id"].to_numpy()
-    gpu_key = _key(gpu["pid"].to_numpy(), corr)
-    pos = np.searchsorted(sorted_key, gpu_key).clip(0, len(sorted_key) - 1)
-    found = (sorted_key[pos] == gpu_key) & (corr > 0)
-    return np.where(found, sorted_start[pos], starts)
+    rows, found = launching_rows(trace, gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
+    return np.where(found, api_start[rows], starts)
 
 
 def _key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:

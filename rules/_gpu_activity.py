@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.trace import Trace
-from nsys_rules.windows import api_key_index
+from nsys_rules.windows import launching_rows
 
 #: Canonical GPU tables whose rows occupy a device (what nsys's gpu_gaps/gpu_time_util count).
 GPU_OP_TABLES = ("kernels", "memcpy", "memset")
@@ -164,14 +164,8 @@ def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True) -> pd.D
         if names:
             cols.update({"api_name": np.full(n, None, object), "api_raw": np.full(n, None, object)})
         return pd.DataFrame(cols)
-    # Sorted (pid, correlationId) keys, built once per trace and shared with launch_times.
-    sorted_key, order = api_key_index(trace)
-    corr = gpu["correlation_id"].to_numpy().astype(np.int64)
-    key = (gpu["pid"].to_numpy().astype(np.int64) << 32) | (corr & 0xFFFFFFFF)
-    pos = np.searchsorted(sorted_key, key).clip(0, len(sorted_key) - 1)
-    found = (sorted_key[pos] == key) & (corr > 0)
-    del key, corr
-    rows = pos if order is None else order[pos]
+    # The same join as launch_times (sorted keys shared per trace, or none needed for one process).
+    rows, found = launching_rows(trace, gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
     out: dict[str, object] = {"api_start": np.where(found, api["start"].to_numpy()[rows], -1),
                               "api_end": np.where(found, api["end"].to_numpy()[rows], -1)}
     if names:

@@ -13,7 +13,7 @@ from nsys_rules.rule import Rule, RuleContext, metric
 from nsys_rules.windows import steady_state_window
 
 from ._common import pct
-from ._gpu_activity import idle_gaps, merge_intervals, split_flagged
+from ._gpu_activity import device_intervals, idle_gaps, merge_intervals, split_flagged
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,14 @@ class Options:
         "help": "warning when run-phase gaps add up to this share of the judged time"})
 
 
-def device_gaps(ops: pd.DataFrame, min_gap_ns: int) -> pd.DataFrame:
-    """Idle gaps of at least ``min_gap_ns`` per process and device: pid, device_id, start, end, duration."""
+def device_gaps(ops: pd.DataFrame | list[pd.DataFrame], min_gap_ns: int) -> pd.DataFrame:
+    """Idle gaps of at least ``min_gap_ns`` per process and device: pid, device_id, start, end, duration.
+
+    ``ops``: one frame of GPU operations, or several (kernels, memcpys, memsets) read as one.
+    """
     out = []
-    for (pid, dev), grp in ops.groupby(["pid", "device_id"], sort=True, observed=True):
-        starts, lengths = idle_gaps(grp["start"].to_numpy(), grp["end"].to_numpy())
+    for pid, dev, op_starts, op_ends in device_intervals(ops if isinstance(ops, list) else [ops]):
+        starts, lengths = idle_gaps(op_starts, op_ends)
         keep = lengths >= min_gap_ns
         if keep.any():
             out.append(pd.DataFrame({"pid": pid, "device_id": dev, "start": starts[keep],
@@ -107,9 +110,9 @@ class GpuIdleGaps(Rule):
 
             raise MissingData("the trace has no GPU operations (kernel, memcpy or memset tables)",
                               "capture with `nsys profile --trace=cuda`")
-        ops = pd.concat([ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"])[
-            ["start", "end", "pid", "device_id"]] for t in tables], ignore_index=True)
+        ops = [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"]) for t in tables]
         gaps = device_gaps(ops, opts.min_gap_ns)
+        del ops
         if gaps.empty:
             return
         if opts.exclude_profiler_overhead and ctx.trace.has("overhead"):

@@ -13,7 +13,7 @@ from nsys_rules.rule import Rule, RuleContext, metric
 from nsys_rules.windows import steady_state_window
 
 from ._common import pct
-from ._gpu_activity import chunk_utilization, merge_low_chunks, split_flagged
+from ._gpu_activity import chunk_utilization, device_intervals, merge_low_chunks, split_flagged
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,13 @@ class Options:
         "help": "warning when idle time in low regions that reach the steady state is this share of the span"})
 
 
-def low_utilization_regions(ops: pd.DataFrame, chunks: int, below: float) -> pd.DataFrame:
-    """Per process and device: merged runs of low chunks (pid, device_id, start, end, in_use_pct, span)."""
+def low_utilization_regions(ops: pd.DataFrame | list[pd.DataFrame], chunks: int, below: float) -> pd.DataFrame:
+    """Per process and device: merged runs of low chunks (pid, device_id, start, end, in_use_pct, span).
+
+    ``ops``: one frame of GPU operations, or several (kernels, memcpys, memsets) read as one.
+    """
     rows = []
-    for (pid, dev), grp in ops.groupby(["pid", "device_id"], sort=True, observed=True):
-        s, e = grp["start"].to_numpy(), grp["end"].to_numpy()
+    for pid, dev, s, e in device_intervals(ops if isinstance(ops, list) else [ops]):
         lo, hi = int(s.min()), int(e.max())
         starts, lengths, used = chunk_utilization(s, e, lo, hi, chunks)
         for start, length, in_use in merge_low_chunks(starts, lengths, used, below):
@@ -85,11 +87,11 @@ class GpuLowUtilization(Rule):
         if not tables:
             raise MissingData("the trace has no GPU operations (kernel, memcpy or memset tables)",
                               "capture with `nsys profile --trace=cuda`")
-        ops = pd.concat([ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"])[
-            ["start", "end", "pid", "device_id"]] for t in tables], ignore_index=True)
-        if ops.empty:
+        ops = [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"]) for t in tables]
+        if not any(len(f) for f in ops):
             return
         regions = low_utilization_regions(ops, opts.chunks, opts.max_in_use_pct)
+        del ops
         if regions.empty:
             return
         regions["idle"] = ((regions["end"] - regions["start"]) * (1 - regions["in_use_pct"].clip(upper=100) / 100))

@@ -69,19 +69,28 @@ def launch_profile(kernels: pd.DataFrame, api_end: np.ndarray, lo: int, hi: int,
     if len(s) > 1 and not bool((s[1:] >= s[:-1]).all()):  # kernels usually come in start order: no sort
         order = np.argsort(s, kind="stable")
         s, e, launched = s[order], e[order], launched[order]
-    dur = e - s
+    median = float(np.median(e - s)) if len(s) else 0.0
     if len(s) > 1:
-        prev_end = np.maximum.accumulate(e)[:-1]
-        gap = (s[1:] - prev_end)
-        gap_start = prev_end
-        waited = (launched[1:] >= gap_start) & (launched[1:] >= 0)
-        starved = (gap > 0) & (gap <= max_launch_gap_ns) & waited & (gap_start >= lo) & (s[1:] <= hi)
-        starved_ns = int(gap[starved].sum())
-        savings = int((gap[starved] - graph_gap_ns).clip(0).sum())
+        # Memory on 1M kernels: ends in order need no running max (a view), and the masks are
+        # combined in place (each temporary is 8 MB, 1 MB for a mask).
+        prev_end = (e if len(e) < 2 or bool((e[1:] >= e[:-1]).all()) else np.maximum.accumulate(e))[:-1]
+        gap = s[1:] - prev_end
+        starved = launched[1:] >= prev_end  # the GPU waited for the launch call
+        starved &= launched[1:] >= 0
+        starved &= gap > 0
+        starved &= gap <= max_launch_gap_ns
+        starved &= prev_end >= lo
+        starved &= s[1:] <= hi
+        del prev_end
+        gap = gap[starved]
+        starved_ns = int(gap.sum())
+        gap -= graph_gap_ns
+        savings = int(gap.clip(0).sum())
         n_starved = int(starved.sum())
+        del gap, starved
     else:
         starved_ns = savings = n_starved = 0
-    return LaunchProfile(len(s), max(0, hi - lo), busy_ns(s, e, lo, hi), float(np.median(dur)) if len(dur) else 0.0,
+    return LaunchProfile(len(s), max(0, hi - lo), busy_ns(s, e, lo, hi), median,
                          launch_calls, launch_api_ns, n_starved, starved_ns, savings)
 
 
@@ -130,21 +139,24 @@ class LaunchBound(Rule):
         names = ctx.api_base_names()  # categorical: isin judges each distinct name once
         graphs = int(names.isin(list(GRAPH_LAUNCH_APIS)).sum())
         # One launch call per pid + correlationId: a graph launch's kernels share their call.
-        call_key = pd.Series((kernels["pid"].to_numpy().astype(np.int64) << 32)
-                             | (kernels["correlation_id"].to_numpy().astype(np.int64) & 0xFFFFFFFF))
-        keys = call_key.to_numpy()
+        keys = np.left_shift(kernels["pid"].to_numpy(), 32, dtype=np.int64)
+        keys |= np.bitwise_and(kernels["correlation_id"].to_numpy(), 0xFFFFFFFF, dtype=np.int64)
         # Keys rising row by row (one kernel per call, the usual eager case) cannot repeat: no hash table.
         unique = len(keys) < 2 or bool((keys[1:] > keys[:-1]).all())
-        first_of_call = (np.ones(len(keys), bool) if unique else (~call_key.duplicated()).to_numpy()) & (
-            api["api_start"].to_numpy() >= 0)
-        call_ns = (api["api_end"] - api["api_start"]).to_numpy()
+        first_of_call = np.ones(len(keys), bool) if unique else ~pd.Series(keys, copy=False).duplicated().to_numpy()
+        del keys
+        api_start = api["api_start"].to_numpy()
+        first_of_call &= api_start >= 0
+        api_end = api["api_end"].to_numpy()
+        del api
         for dev, idx in kernels.groupby("device_id", sort=True).groups.items():
             sel = np.asarray(idx)  # not list(idx): a Python loop over a million row labels
             if len(sel) == len(kernels):  # one device (the usual case): the frame itself, no copy of every column
                 sel = slice(None)  # type: ignore[assignment]
             sub = kernels.iloc[sel]
             launching = first_of_call[sel]
-            prof = launch_profile(sub, api["api_end"].to_numpy()[sel], lo, hi, int(call_ns[sel][launching].sum()),
+            call_ns = int((api_end[sel][launching] - api_start[sel][launching]).sum())
+            prof = launch_profile(sub, api_end[sel], lo, hi, call_ns,
                                   int(launching.sum()), opts.max_launch_gap_ns, opts.graph_gap_ns)
             if prof.busy_share >= opts.max_busy_share or prof.median_kernel_ns > opts.max_median_kernel_ns:
                 continue

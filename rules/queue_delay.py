@@ -57,18 +57,27 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
     of launch latency) while no kernel of the process ran on the device: the wait was for
     something the trace does not show (another process, a cross-stream dependency).
     """
-    queue = np.subtract(k_start, api_end)  # in place from here: each temporary is 8 MB per 1M kernels
-    np.maximum(queue, 0, out=queue)
+    # Summaries first, then only the waiting kernels are kept: each temporary is 8 MB per 1M kernels.
     dur = k_end - k_start
+    median_kernel, kernel_total = float(np.median(dur)), int(dur.sum())
+    del dur
+    queue = np.subtract(k_start, api_end)
+    np.maximum(queue, 0, out=queue)
+    count, median_queue, p90_queue, queue_total = (len(queue), float(np.median(queue)),
+                                                   float(np.percentile(queue, 90)), int(queue.sum()))
     waiting = queue > min_queue_ns
+    del queue
     q_from = api_end[waiting]
     q_from += min_queue_ns
     q_lo, q_hi = merge_intervals(q_from, k_start[waiting])
     del q_from, waiting
     if bounds is not None:  # only waiting inside the judged span, where the device's work is known
-        q_lo, q_hi = np.maximum(q_lo, bounds[0]), np.minimum(q_hi, bounds[1])
+        np.maximum(q_lo, bounds[0], out=q_lo)
+        np.minimum(q_hi, bounds[1], out=q_hi)
         inside = q_hi > q_lo
-        q_lo, q_hi = q_lo[inside], q_hi[inside]
+        if not inside.all():
+            q_lo, q_hi = q_lo[inside], q_hi[inside]
+        del inside
     b_lo, b_hi = device_busy
     if len(b_lo) > 1:
         # Gaps of a few us between back-to-back kernels are the device's own dispatch latency
@@ -81,8 +90,7 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
         del keep, closes
     # |Q u B| - |B| = |Q| - |Q n B| for disjoint sorted Q and B: no merge of the two (2M rows, ~150 MB).
     idle_queued = int((q_hi - q_lo).sum() - _overlap(q_lo, q_hi, b_lo, b_hi))
-    return QueueProfile(len(queue), float(np.median(queue)), float(np.percentile(queue, 90)), float(np.median(dur)),
-                        int(queue.sum()), int(dur.sum()), max(0, idle_queued))
+    return QueueProfile(count, median_queue, p90_queue, median_kernel, queue_total, kernel_total, max(0, idle_queued))
 
 
 def _overlap(q_lo: np.ndarray, q_hi: np.ndarray, b_lo: np.ndarray, b_hi: np.ndarray) -> int:
@@ -182,18 +190,27 @@ class QueueDelay(Rule):
                                                                             "correlation_id"))
         # A graph launch (or a multi-kernel call) queues all its kernels at once; after the first, a
         # node waits for the node before it, not in the queue, so only the first kernel per call counts.
-        first = first_kernel_per_call(pid_all, corr_all, start)
-        first = first[api_end[first] >= 0]
+        # As a mask (1 byte per kernel), not row numbers (8): the loop below selects from it.
+        counted = np.zeros(len(start), bool)
+        counted[first_kernel_per_call(pid_all, corr_all, start)] = True
+        counted &= api_end >= 0
         del corr_all
         others = [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"])
                   for t in ("memcpy", "memset") if ctx.trace.has(t)]
-        pair_key = pid_all.astype(np.int64) * 65_536  # device -1 (unknown) stays its own group
-        pair_key += dev_all
-        pair_key += 1
+        # One process on one GPU (the usual case): no pair key, views instead of copies.
+        single = bool(len(pid_all)) and pid_all.min() == pid_all.max() and dev_all.min() == dev_all.max()
+        pair_key = None
+        if single:
+            keys = [int(pid_all[0]) * 65_536 + int(dev_all[0]) + 1]
+        else:
+            pair_key = pid_all.astype(np.int64) * 65_536  # device -1 (unknown) stays its own group
+            pair_key += dev_all
+            pair_key += 1
+            keys = sorted(pd.unique(pair_key))  # hash-based: a sort of 1M keys per call is slow
         del pid_all, dev_all  # million-row arrays: the loop below reads pid and device back from the key
-        for key in sorted(pd.unique(pair_key)):  # hash-based: a sort of 1M keys per call is slow
-            on = pair_key == key
-            every = bool(on.all())  # one process on one GPU (the usual case): views, not copies
+        for key in keys:
+            on = None if pair_key is None else pair_key == key
+            every = on is None or bool(on.all())
             pid, dev = int(key) // 65_536, int(key) % 65_536 - 1
             # Copies and memsets occupy the device too: a kernel queued behind one is not held back by others.
             mine = [f[(f["pid"] == pid) & (f["device_id"] == dev)] for f in others if len(f)]
@@ -207,13 +224,17 @@ class QueueDelay(Rule):
             span = max(1, hi - lo)
             # Busy time inside [lo, hi] from the merged intervals (busy_ns would merge them again).
             busy_share = int(np.clip(np.minimum(busy[1], hi) - np.maximum(busy[0], lo), 0, None).sum()) / span
-            launches = first[pair_key[first] == key]
+            launches = counted if on is None else counted & on
             for stream in sorted(pd.unique(stream_all[launches])):
-                grp = launches[stream_all[launches] == stream]
-                if len(grp) < opts.min_kernels:
+                grp = launches & (stream_all == stream)
+                n_grp = int(grp.sum())
+                if n_grp < opts.min_kernels:
                     continue
                 # Consecutive rows (one stream, one kernel per call: the usual case) as views, not copies.
-                pick = slice(int(grp[0]), int(grp[-1]) + 1) if int(grp[-1]) - int(grp[0]) + 1 == len(grp) else grp
+                first_row = int(np.argmax(grp))
+                last_row = len(grp) - 1 - int(np.argmax(grp[::-1]))
+                pick = slice(first_row, last_row + 1) if last_row - first_row + 1 == n_grp else np.flatnonzero(grp)
+                del grp
                 prof = queue_profile(start[pick], end[pick], api_end[pick], busy, opts.min_queue_ns, (lo, hi))
                 if prof.median_queue < opts.min_queue_ns or prof.ratio < opts.min_ratio:
                     continue

@@ -185,11 +185,12 @@ def step_index(launch: np.ndarray, steps: tuple[tuple[int, int], ...]) -> np.nda
     return np.where(inside, pos, -1)
 
 
-def positional_tail(group: np.ndarray, step: np.ndarray, order: np.ndarray, durations: np.ndarray,
+def positional_tail(group: np.ndarray, step: np.ndarray, order: np.ndarray | None, durations: np.ndarray,
                     p50: np.ndarray) -> pd.DataFrame:
     """Per group, over invocations inside steps: the plain tail and the tail against each step position's median.
 
-    ``order`` sorts the invocations in launch order (launch times, or their rank).
+    ``order`` sorts the invocations in launch order (launch times, or their rank); None when
+    the rows already come in launch order.
 
     The position of an invocation is its rank among the same group's launches within its step
     (the 3rd ``gemv`` of the step). When every step runs the same sequence, the same position
@@ -205,10 +206,11 @@ def positional_tail(group: np.ndarray, step: np.ndarray, order: np.ndarray, dura
     # Memory on 1M kernels: every row-length temporary is 8 MB, so rows are gathered once (not at
     # all when every launch is inside a step), sorted by one packed key, and the rest runs in place.
     if inside.all():
-        sort = _lexsort((order, step, group))
+        sort = _lexsort((step, group) if order is None else (order, step, group))  # stable: row order breaks ties
         g, s, d = group[sort], step[sort], durations[sort]
     else:
-        sort = _lexsort((order[inside], step[inside], group[inside]))
+        sort = _lexsort((step[inside], group[inside]) if order is None else
+                        (order[inside], step[inside], group[inside]))
         sort = np.flatnonzero(inside)[sort]
         g, s, d = group[sort], step[sort], durations[sort]
     del sort, inside
@@ -221,7 +223,15 @@ def positional_tail(group: np.ndarray, step: np.ndarray, order: np.ndarray, dura
     ordinal = np.flatnonzero(run_start)[run_id]  # first row of the invocation's run ...
     del run_id
     np.subtract(np.arange(n), ordinal, out=ordinal)  # ... makes its rank within the run
-    position = group_ids([g, ordinal])
+    span = int(ordinal.max()) + 1
+    if n_groups * span <= n:
+        # (group, rank) as one id without a hash table (factorizing 1M keys took 20+ MB): ids of
+        # absent pairs stay unused, and only the medians of present ones are read.
+        position = g.astype(np.int64)
+        position *= span
+        position += ordinal
+    else:
+        position = group_ids([g, ordinal])
     del ordinal
     _, (medians,) = group_quantiles(position, d, (0.5,))
     above = medians[position]
@@ -379,8 +389,13 @@ class KernelTail(Rule):
         launch = kernels["launch_start"].to_numpy()
         # Launch order, GPU start breaking ties: the kernels of one graph replay share their
         # launch call (cudaGraphLaunch), so its time alone does not order them.
-        sequence = np.empty(len(launch), np.int64)
-        sequence[np.lexsort((kernels["start"].to_numpy(), launch))] = np.arange(len(launch))
+        start = kernels["start"].to_numpy()
+        in_order = len(launch) < 2 or bool(((launch[1:] > launch[:-1]) |
+                                            ((launch[1:] == launch[:-1]) & (start[1:] >= start[:-1]))).all())
+        sequence = None  # rows already in launch order (eager launches, one stream): no sort, no ranks
+        if not in_order:
+            sequence = np.empty(len(launch), np.int64)
+            sequence[np.lexsort((start, launch))] = np.arange(len(launch))
         table = tail_table(group, durations)
         steps = ctx.window.steps
         pos = positional_tail(group, step_index(launch, steps), sequence, durations, table["p50"].to_numpy())
@@ -400,7 +415,8 @@ class KernelTail(Rule):
                 break
             reported += 1
             rows = np.flatnonzero(group == gid)
-            rows = rows[np.argsort(sequence[rows], kind="stable")]  # launch order
+            if sequence is not None:
+                rows = rows[np.argsort(sequence[rows], kind="stable")]  # launch order
             yield self._kernel_finding(ctx, kernels, rows, row, durations, len(steps), len(candidates))
 
     def _kernel_finding(self, ctx: RuleContext, kernels: pd.DataFrame, rows: np.ndarray, row: pd.Series,

@@ -9,16 +9,13 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.findings import Finding, Severity
+from nsys_rules.rule import Rule, RuleContext
 
-from ._common import pct
-from ._gpu_activity import launch_api_rows, split_flagged
+from ._copies import copy_groups
+from ._gpu_activity import launch_api_rows
 
 PAGEABLE = 0
-COPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
-MEMORY_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device static",
-                6: "managed static"}
 #: nsys matches `cudaMemcpy%Async%`; the driver API's `cuMemcpy*Async` copies behave the same.
 ASYNC_COPY_API = re.compile(r"^cu(?:da)?Memcpy.*Async")
 
@@ -89,40 +86,20 @@ class PageableMemcpy(Rule):
                                    include_driver_api=opts.include_driver_api)
         if not mask.any():
             return
-        rows = copies.loc[mask].reset_index(drop=True)
-        api = api.loc[mask].reset_index(drop=True)
-        rows["api"] = api["api_raw"].to_numpy()
-        rows["host_ns"] = (api["api_end"] - api["api_start"]).to_numpy()
-        rows["direction"] = [COPY_KINDS.get(int(k), str(k)) for k in rows["copy_kind"].to_numpy()]
-        lo, hi = ctx.window_bounds()
-        judged = max(1, hi - lo)
-        for group in split_flagged(rows, ["api", "direction", "stream_id"], opts.report, opts.max_findings):
-            g = group.rows
-            host = int(g["host_ns"].clip(lower=0).sum())
-            gpu = int((g["end"] - g["start"]).sum())
-            nbytes = int(g["bytes"].sum())
-            api_name, direction, stream = group.key
-            share = pct(host, judged)
-            severity = Severity.WARNING if host >= opts.warning_share * judged else Severity.INFO
-            src = MEMORY_KINDS.get(int(g["src_kind"].iloc[0]), "?")
-            dst = MEMORY_KINDS.get(int(g["dst_kind"].iloc[0]), "?")
-            what = (f"A {direction} copy ({src} -> {dst}, {nbytes} B)" if group.single else
-                    f"{len(g)} {direction} copies ({src} -> {dst}, {nbytes / 1e6:.3f} MB in all)")
+        for cg in copy_groups(ctx, copies, api, mask, opts.report, opts.max_findings):
+            single = cg.group.single
+            severity = Severity.WARNING if cg.host_ns >= opts.warning_share * cg.judged_ns else Severity.INFO
+            what = (f"A {cg.direction} copy ({cg.src} -> {cg.dst}, {cg.nbytes} B)" if single else
+                    f"{cg.count} {cg.direction} copies ({cg.src} -> {cg.dst}, {cg.nbytes / 1e6:.3f} MB in all)")
             yield ctx.finding(
-                f"{what} launched with {api_name} on stream {stream} "
-                f"{'uses' if group.single else 'use'} pageable host memory, so the driver stages it and the call "
-                f"blocks the host. Host time in these calls {host / 1e6:.3f} ms ({share:.2f} % of the "
-                f"judged {judged / 1e6:.1f} ms), GPU copy time {gpu / 1e6:.3f} ms.",
+                f"{what} launched with {cg.api} on stream {cg.stream} "
+                f"{'uses' if single else 'use'} pageable host memory, so the driver stages it and the call "
+                f"blocks the host. Host time in these calls {cg.host_ns / 1e6:.3f} ms ({cg.share:.2f} % of the "
+                f"judged {cg.judged_ns / 1e6:.1f} ms), GPU copy time {cg.gpu_ns / 1e6:.3f} ms.",
                 "Pin the host buffer (`cudaMallocHost`/`cudaHostAlloc`, `cudaHostRegister` on an existing buffer, "
                 "or `pin_memory=True` in PyTorch) and keep the copy asynchronous; reuse one pinned staging buffer "
                 "for per-step inputs.",
-                severity=severity,
-                metrics={"copies": metric(len(g), "count"), "bytes": metric(nbytes, "B"),
-                         "host_time": metric(host, "ns"), "gpu_copy_time": metric(gpu, "ns"),
-                         "share_of_judged_time": metric(share, "%")},
-                location=Location(pid=int(g["pid"].iloc[0]), device=int(g["device_id"].iloc[0]), stream=int(stream),
-                                  api=str(api_name), start_ns=group.start, end_ns=group.end),
-                estimated_savings_ns=host, key=f"{direction}/{stream}{group.key_suffix}")
-
+                severity=severity, metrics=cg.metrics(), location=cg.location(),
+                estimated_savings_ns=cg.host_ns, key=cg.key)
 
 RULE = PageableMemcpy

@@ -9,12 +9,11 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.findings import Finding, Severity
+from nsys_rules.rule import Rule, RuleContext
 
-from ._common import pct
-from ._gpu_activity import launch_api_rows, split_flagged
-from .pageable_memcpy import COPY_KINDS, MEMORY_KINDS
+from ._copies import copy_groups
+from ._gpu_activity import launch_api_rows
 
 HTOD, DTOD = 1, 8
 #: Runtime `cudaMemcpy*` and driver `cuMemcpy*` calls; the Async ones are excluded separately.
@@ -96,38 +95,19 @@ class SyncMemcpy(Rule):
                                 include_driver_api=opts.include_driver_api)
         if not mask.any():
             return
-        rows = copies.loc[mask].reset_index(drop=True)
-        api = api.loc[mask].reset_index(drop=True)
-        rows["api"] = api["api_raw"].to_numpy()
-        rows["host_ns"] = (api["api_end"] - api["api_start"]).to_numpy()
-        rows["direction"] = [COPY_KINDS.get(int(k), str(k)) for k in rows["copy_kind"].to_numpy()]
-        lo, hi = ctx.window_bounds()
-        judged = max(1, hi - lo)
-        for group in split_flagged(rows, ["api", "direction", "stream_id"], opts.report, opts.max_findings):
-            g = group.rows
-            host = int(g["host_ns"].clip(lower=0).sum())
-            gpu = int((g["end"] - g["start"]).sum())
-            nbytes = int(g["bytes"].sum())
-            api_name, direction, stream = group.key
-            share = pct(host, judged)
-            severity = Severity.WARNING if host >= opts.warning_share * judged else Severity.INFO
-            src = MEMORY_KINDS.get(int(g["src_kind"].iloc[0]), "?")
-            dst = MEMORY_KINDS.get(int(g["dst_kind"].iloc[0]), "?")
-            what = (f"A synchronous {direction} copy ({src} -> {dst}, {nbytes} B)" if group.single else
-                    f"{len(g)} synchronous {direction} copies ({src} -> {dst}, {nbytes / 1e6:.3f} MB in all)")
+        for cg in copy_groups(ctx, copies, api, mask, opts.report, opts.max_findings):
+            severity = Severity.WARNING if cg.host_ns >= opts.warning_share * cg.judged_ns else Severity.INFO
+            one = f"A synchronous {cg.direction} copy ({cg.src} -> {cg.dst}, {cg.nbytes} B)"
+            what = (one if cg.group.single else
+                    f"{cg.count} synchronous {cg.direction} copies ({cg.src} -> {cg.dst}, "
+                    f"{cg.nbytes / 1e6:.3f} MB in all)")
             yield ctx.finding(
-                f"{what} with {api_name} on stream {stream} blocked the host {host / 1e6:.3f} ms "
-                f"({share:.2f} % of the judged {judged / 1e6:.1f} ms) for {gpu / 1e6:.3f} ms of copying.",
-                f"Replace {api_name} with `cudaMemcpyAsync` on the work stream from pinned host memory and wait "
+                f"{what} with {cg.api} on stream {cg.stream} blocked the host {cg.host_ns / 1e6:.3f} ms "
+                f"({cg.share:.2f} % of the judged {cg.judged_ns / 1e6:.1f} ms) for {cg.gpu_ns / 1e6:.3f} ms of copying.",
+                f"Replace {cg.api} with `cudaMemcpyAsync` on the work stream from pinned host memory and wait "
                 "on an event only where the host consumes the data; keep data on the GPU when the host does not "
                 "need it.",
-                severity=severity,
-                metrics={"copies": metric(len(g), "count"), "bytes": metric(nbytes, "B"),
-                         "host_time": metric(host, "ns"), "gpu_copy_time": metric(gpu, "ns"),
-                         "share_of_judged_time": metric(share, "%")},
-                location=Location(pid=int(g["pid"].iloc[0]), device=int(g["device_id"].iloc[0]), stream=int(stream),
-                                  api=str(api_name), start_ns=group.start, end_ns=group.end),
-                estimated_savings_ns=max(0, host - gpu), key=f"{direction}/{stream}{group.key_suffix}")
-
+                severity=severity, metrics=cg.metrics(), location=cg.location(),
+                estimated_savings_ns=max(0, cg.host_ns - cg.gpu_ns), key=cg.key)
 
 RULE = SyncMemcpy

@@ -14,7 +14,7 @@ from nsys_rules.rule import Rule, RuleContext, metric
 
 from ._common import pct
 from ._gpu_activity import launch_api_rows, split_flagged
-from .pageable_memcpy import MEMORY_KINDS
+from ._copies import MEMORY_KINDS
 
 #: Runtime `cudaMemset*` and driver `cuMemsetD*` calls; the async ones are excluded separately.
 SET_API = re.compile(r"^cu(?:da)?Memset")

@@ -57,9 +57,19 @@ def group_quantiles(group: np.ndarray, values: np.ndarray, qs: Iterable[float]) 
     Vectorized: one sort by (group, value), then index arithmetic, no Python loop per group.
     """
     n_groups = int(group.max()) + 1 if len(group) else 0
-    sorted_values = _sorted_by_group(group, values)
+    key = _sorted_key(group, values)
+    if key is not None:
+        counts, first = _key_bounds(key, n_groups)
+        return counts, _quantiles(key, first, counts, qs, n_groups, _VALUE_MASK)
+    sorted_values = values[np.lexsort((values, group))].astype(np.float64)
     counts = np.bincount(group, minlength=n_groups)
     first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    return counts, _quantiles(sorted_values, first, counts, qs, n_groups, None)
+
+
+def _quantiles(sorted_values: np.ndarray, first: np.ndarray, counts: np.ndarray, qs: Iterable[float], n_groups: int,
+               mask: int | None) -> np.ndarray:
+    """Quantiles per group from values sorted by (group, value); ``mask`` keeps the value bits of a packed key."""
     out = []
     for q in qs:
         pos = q * (counts - 1)
@@ -67,8 +77,41 @@ def group_quantiles(group: np.ndarray, values: np.ndarray, qs: Iterable[float]) 
         hi = np.ceil(pos).astype(np.int64)
         a = sorted_values[first + lo]
         b = sorted_values[first + hi]
+        if mask is not None:
+            a, b = a & mask, b & mask
         out.append(a + (b - a) * (pos - lo))
-    return counts, np.vstack(out) if out else np.empty((0, n_groups))
+    return np.vstack(out) if out else np.empty((0, n_groups))
+
+
+#: Bits of a packed (group << 40 | value) key that hold the value.
+_VALUE_BITS = 40
+_VALUE_MASK = (1 << _VALUE_BITS) - 1
+
+
+def _sorted_key(group: np.ndarray, values: np.ndarray) -> np.ndarray | None:
+    """``group << 40 | value`` sorted, when values are whole ns in [0, 2**40) and groups below 2**22; else None.
+
+    Durations are whole nanoseconds, so group and value fit one int64 key (group above bit
+    40, value below: 18 minutes of ns) and a plain sort of that key replaces a two-key lexsort
+    (0.2 s instead of 1.5 s on 3.2M rows of the 1M-kernel trace). Built in place: the API part
+    sorts 2.2M rows, 18 MB per temporary.
+    """
+    if not len(values) or int(group.max()) >= (1 << 22):
+        return None
+    ints = values.astype(np.int64, copy=False)
+    if not (ints is values or np.array_equal(ints, values)) or ints.min() < 0 or ints.max() > _VALUE_MASK:
+        return None
+    key = np.left_shift(group, _VALUE_BITS, dtype=np.int64)
+    key |= ints
+    del ints
+    key.sort()
+    return key
+
+
+def _key_bounds(key: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows per group and each group's first row in a sorted packed key (a search, not a bincount of every row)."""
+    bounds = np.searchsorted(key, np.arange(n_groups + 1, dtype=np.int64) << _VALUE_BITS)
+    return np.diff(bounds), bounds[:-1]
 
 
 def group_ids(columns: list[np.ndarray]) -> np.ndarray:
@@ -113,43 +156,34 @@ def _lexsort(keys: tuple[np.ndarray, ...]) -> np.ndarray:
     Non-negative whole-number keys whose bit widths add up to 62 or less pack into one int64:
     a single sort instead of one pass per key (about 2x faster on the 1M-kernel trace).
     """
-    ints, widths = [], []
+    widths = []
     for key in keys:
         arr = np.asarray(key)
         if arr.dtype.kind not in "iuf" or not len(arr):
             return np.lexsort(keys)
-        whole = arr.astype(np.int64, copy=False) if arr.dtype.kind != "f" else arr.astype(np.int64)
-        if (arr.dtype.kind == "f" and not np.array_equal(whole, arr)) or int(whole.min()) < 0:
+        if arr.dtype.kind == "f" and not np.array_equal(arr.astype(np.int64), arr):
             return np.lexsort(keys)
-        ints.append(whole)
-        widths.append(int(whole.max()).bit_length())
+        if arr.min() < 0:
+            return np.lexsort(keys)
+        widths.append(int(arr.max()).bit_length())
     if sum(widths) > 62:
         return np.lexsort(keys)
-    packed = np.zeros(len(ints[0]), np.int64)
+    # One key at a time into the packed key: no int64 copy of every key held at once (8 MB each on 1M rows).
+    packed = np.zeros(len(np.asarray(keys[0])), np.int64)
     shift = 0
-    for whole, width in zip(ints, widths, strict=True):
-        packed |= whole << shift
+    for key, width in zip(keys, widths, strict=True):
+        arr = np.asarray(key)
+        packed |= np.left_shift(arr.astype(np.int64) if arr.dtype.kind == "f" else arr, shift, dtype=np.int64)
         shift += width
     return np.argsort(packed, kind="stable")
 
 
 def _sorted_by_group(group: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``values`` ordered by (group, value), as float64.
-
-    Durations are whole nanoseconds, so group and value fit one int64 key (group above bit
-    40, value below: 18 minutes of ns) and a plain sort of that key replaces a two-key lexsort
-    (0.2 s instead of 1.5 s on 3.2M rows of the 1M-kernel trace).
-    """
-    ints = values.astype(np.int64, copy=False) if len(values) else np.zeros(0, np.int64)
-    if len(values) and np.array_equal(ints, values) and ints.min() >= 0 and ints.max() < (1 << 40) \
-            and int(group.max()) < (1 << 22):
-        # In place on one key array: the API part sorts 2.2M rows, 18 MB per temporary.
-        key = np.left_shift(group, 40, dtype=np.int64)
-        key |= ints
-        del ints
-        key.sort()
-        key &= (1 << 40) - 1
-        return key.astype(np.float64)
+    """``values`` ordered by (group, value): int64 when they are whole ns (the packed-key path), else float64."""
+    key = _sorted_key(group, values)
+    if key is not None:
+        key &= _VALUE_MASK
+        return key
     return values[np.lexsort((values, group))].astype(np.float64)
 
 
@@ -159,13 +193,17 @@ def tail_table(group: np.ndarray, durations: np.ndarray) -> pd.DataFrame:
     Tail score is pegainfer's: max_us * log2(count + 1) * max(1, max/p50): a long max weighs more
     when it comes from a kernel called often and far above its median.
     """
-    counts, (p50, p95, p99, mx) = group_quantiles(group, durations, (0.5, 0.95, 0.99, 1.0))
-    above = p50[group]  # durations - p50 of the row's group, clipped at 0, in one buffer
-    np.subtract(durations, above, out=above)
-    np.maximum(above, 0, out=above)
-    tail = np.bincount(group, weights=above, minlength=len(counts))
-    del above
-    total = np.bincount(group, weights=durations, minlength=len(counts))
+    sums = _sums_from_key(group, durations)
+    if sums is not None:
+        counts, (p50, p95, p99, mx), total, tail = sums
+    else:
+        counts, (p50, p95, p99, mx) = group_quantiles(group, durations, (0.5, 0.95, 0.99, 1.0))
+        above = p50[group]  # durations - p50 of the row's group, clipped at 0, in one buffer
+        np.subtract(durations, above, out=above)
+        np.maximum(above, 0, out=above)
+        tail = np.bincount(group, weights=above, minlength=len(counts))
+        del above
+        total = np.bincount(group, weights=durations, minlength=len(counts))
     safe = np.where(p50 > 0, p50, np.nan)
     max_ratio = mx / safe
     return pd.DataFrame({"count": counts, "total": total, "p50": p50, "p95": p95, "p99": p99, "max": mx,
@@ -173,16 +211,56 @@ def tail_table(group: np.ndarray, durations: np.ndarray) -> pd.DataFrame:
                          "tail_score": mx / 1e3 * np.log2(counts + 1) * np.fmax(1.0, np.nan_to_num(max_ratio, nan=1.0))})
 
 
+def _sums_from_key(group: np.ndarray, durations: np.ndarray) -> tuple | None:
+    """tail_table's counts, quantiles, totals and tails from one sorted packed key; None off the packed-key path.
+
+    No row-length temporary besides the key: the sum of a group is a segment sum of its sorted
+    values, and its time above the median is the sum of the values above floor(p50) (a suffix
+    of the group) minus their count times p50. Whole ns with p50 on a half ns make every one
+    of these sums exact, so the numbers equal the row-by-row float sums.
+    """
+    n_groups = int(group.max()) + 1 if len(group) else 0
+    key = _sorted_key(group, durations)
+    if key is None:
+        return None
+    counts, first = _key_bounds(key, n_groups)
+    p50, p95, p99, mx = _quantiles(key, first, counts, (0.5, 0.95, 0.99, 1.0), n_groups, _VALUE_MASK)
+    present = counts > 0
+    end = first + counts
+    # First row of each group above floor(p50), by a search in the packed key.
+    floor = np.where(present, np.floor(np.where(present, p50, 0)), 0).astype(np.int64).clip(0, _VALUE_MASK)
+    above_from = np.searchsorted(key, (np.arange(n_groups, dtype=np.int64) << _VALUE_BITS) | floor, side="right")
+    key &= _VALUE_MASK  # now the sorted values
+    n = len(key)
+    # Segment sums: an empty group's first row is the next group's (never n: the last group has rows),
+    # and reduceat gives it one stray value, zeroed below.
+    total = np.add.reduceat(key, first)
+    total[~present] = 0
+    cuts = np.empty(2 * n_groups, np.int64)  # segments [first, above_from) (even) of each group
+    cuts[0::2] = first
+    cuts[1::2] = np.minimum(above_from, n - 1)
+    below = np.add.reduceat(key, cuts)[0::2]
+    none_above = above_from >= end
+    below[none_above] = total[none_above]
+    below[~present] = 0
+    n_above = np.where(present, end - above_from, 0)
+    tail = (total - below).astype(np.float64) - n_above * np.where(present, p50, 0.0)
+    tail[n_above == 0] = 0.0
+    return counts, (p50, p95, p99, mx), total.astype(np.float64), tail
+
+
 def step_index(launch: np.ndarray, steps: tuple[tuple[int, int], ...]) -> np.ndarray:
-    """Index of the step each launch falls in, -1 outside every step."""
+    """Index of the step each launch falls in, -1 outside every step (int32: 4 bytes per kernel)."""
     if not steps:
-        return np.full(len(launch), -1, np.int64)
+        return np.full(len(launch), -1, np.int32)
     starts = np.array([a for a, _ in steps], np.int64)
     ends = np.array([b for _, b in steps], np.int64)
-    pos = np.searchsorted(starts, launch, side="right") - 1
+    pos = np.searchsorted(starts, launch, side="right")
+    pos -= 1
     inside = pos >= 0
     inside[inside] = launch[inside] <= ends[pos[inside]]
-    return np.where(inside, pos, -1)
+    pos[~inside] = -1
+    return pos.astype(np.int32) if len(steps) < 2**31 else pos
 
 
 def positional_tail(group: np.ndarray, step: np.ndarray, order: np.ndarray | None, durations: np.ndarray,
@@ -238,15 +316,30 @@ def positional_tail(group: np.ndarray, step: np.ndarray, order: np.ndarray | Non
     del position
     np.subtract(d, above, out=above)
     np.maximum(above, 0, out=above)
-    positional = np.bincount(g, weights=above, minlength=n_groups)
+    # Rows are sorted by group: whole-ns sums (exact in any order) are segment sums, without the
+    # int64 copy of the group ids that each bincount makes (8 MB per 1M kernels).
+    exact = d.dtype.kind in "iu"
+    bounds = np.searchsorted(g, np.arange(n_groups + 1)) if exact else None
+    positional = _segment_sums(above, bounds) if exact else np.bincount(g, weights=above, minlength=n_groups)
     np.take(p50, g, out=above)
     np.subtract(d, above, out=above)
     np.maximum(above, 0, out=above)
-    plain = np.bincount(g, weights=above, minlength=n_groups)
+    plain = _segment_sums(above, bounds) if exact else np.bincount(g, weights=above, minlength=n_groups)
     del above
     steps_seen = np.bincount(g[run_start], minlength=n_groups)
-    return pd.DataFrame({"in_steps": np.bincount(g, minlength=n_groups), "plain_in_steps": plain,
+    in_steps = np.diff(bounds) if exact else np.bincount(g, minlength=n_groups)
+    return pd.DataFrame({"in_steps": in_steps, "plain_in_steps": plain,
                          "positional": positional, "steps_seen": steps_seen})
+
+
+def _segment_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Sum of ``values[bounds[i]:bounds[i + 1]]`` for each i (0 for empty segments)."""
+    counts = np.diff(bounds)
+    out = np.zeros(len(counts))
+    present = counts > 0
+    if present.any():
+        out[present] = np.add.reduceat(values, bounds[:-1][present])
+    return out
 
 
 def _position_medians(durations: np.ndarray, position: np.ndarray, period: int) -> np.ndarray:
@@ -385,7 +478,13 @@ class KernelTail(Rule):
     def _kernel_findings(self, ctx: RuleContext, kernels: pd.DataFrame) -> Iterable[Finding]:
         opts = ctx.options
         group = group_ids([_codes(kernels[c]) for c in KERNEL_KEYS])
-        durations = (kernels["end"] - kernels["start"]).to_numpy().astype(np.float64)
+        if len(group) and int(group.max()) < 2**31:
+            group = group.astype(np.int32)  # 4 bytes per kernel: held, and gathered, for the whole rule
+        end, start = kernels["end"].to_numpy(), kernels["start"].to_numpy()
+        # Whole ns as int64 (the loader's times): the quantiles and sums come out as from float64
+        # (exact below 2**53 ns), without the float copy the sort needed.
+        durations = np.subtract(end, start) if end.dtype.kind in "iu" and start.dtype.kind in "iu" else \
+            np.subtract(end, start, dtype=np.float64)
         launch = kernels["launch_start"].to_numpy()
         # Launch order, GPU start breaking ties: the kernels of one graph replay share their
         # launch call (cudaGraphLaunch), so its time alone does not order them.
@@ -401,9 +500,17 @@ class KernelTail(Rule):
         pos = positional_tail(group, step_index(launch, steps), sequence, durations, table["p50"].to_numpy())
         table = table.join(pos)
         device = kernels["device_id"].to_numpy()
-        device_time = pd.Series(durations).groupby(device).sum()
-        first_row = pd.Series(np.arange(len(group))).groupby(group).first()
-        table["device"] = device[first_row.reindex(table.index).to_numpy()]
+        if device.dtype.kind in "iu" and device.min() == device.max():  # one GPU: a sum, not a 1M-row group-by
+            device_time = pd.Series([durations.sum()], index=pd.Index(device[:1]))
+        else:
+            device_time = pd.Series(durations).groupby(device).sum()
+        # Group ids number groups in order of first appearance (group_ids), so a group's first row
+        # is where the id first exceeds every id before it.
+        opens = np.empty(len(group), bool)
+        opens[0] = True
+        np.greater(group[1:], np.maximum.accumulate(group)[:-1], out=opens[1:])
+        table["device"] = device[np.flatnonzero(opens)]
+        del opens
         table["gpu_time"] = device_time.reindex(table["device"]).to_numpy()
         table["share"] = table["tail_cost"] / table["gpu_time"]
         gated = ((table["max_p50"] > opts.outlier_ratio) | (table["p99_p50"] > opts.tail_ratio)) & \

@@ -306,10 +306,17 @@ class SqliteExport:
             self._note_unreadable(values, ints, what)
         # pid/tid are 24-bit fields of a serialized global id: int32 holds them (half the memory of
         # int64 on 2.2M API rows); small ids and launch dimensions too, when every value fits.
-        if col.kind == "pid":
-            return np.where(ints >= 0, (ints >> 24) & 0xFFFFFF, NULL_INT).astype(np.int32)
-        if col.kind == "tid":
-            return np.where(ints >= 0, ints & 0xFFFFFF, NULL_INT).astype(np.int32)
+        if col.kind in ("pid", "tid"):
+            # Straight into int32 (the ufunc casts chunk by chunk; the low 24 bits survive the cast):
+            # no int64 temporaries, 18 MB each on 2.2M API rows, while the other big table loads too.
+            out = np.empty(len(ints), np.int32)
+            if col.kind == "pid":
+                np.right_shift(ints, 24, out=out, casting="unsafe")
+                out &= 0xFFFFFF
+            else:
+                np.bitwise_and(ints, 0xFFFFFF, out=out, casting="unsafe")
+            out[ints < 0] = NULL_INT
+            return out
         if col.name in NARROW_COLUMNS and len(ints) and int(ints.min()) >= -(2**31) and int(ints.max()) < 2**31:
             return ints.astype(np.int32)
         return ints

@@ -3,8 +3,10 @@
 Usage: python benchmarks/profile_rules.py TRACE.sqlite [--select RULES]
 
 Prints the tables and columns the selected rules make the engine preload (with their size in
-memory), then per rule its seconds and the peak memory it allocates beyond the loaded frames
-(tracemalloc; numpy and pandas report their buffers to it). Use it to find the rule that breaks
+memory), then per rule its seconds, the peak memory it allocates beyond the loaded frames
+(tracemalloc; numpy and pandas report their buffers to it) and the process's peak RSS while it
+runs (reset before each rule on Linux, so it is the rule's own; the kernel's RSS counters lag a
+little, so a whole process under /usr/bin/time reads a few MB more). Use it to find the rule that breaks
 the speed or memory target on a big trace.
 """
 
@@ -25,11 +27,26 @@ from nsys_rules.plugins import build_registry
 from nsys_rules.rule import RuleContext
 
 
+def _reset_peak() -> bool:
+    """Restart the peak-RSS count (Linux: VmHWM via clear_refs), so each rule's peak is its own. True when done."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def _rss_mb() -> tuple[float, float]:
-    """(current, peak) resident set size of this process in MB."""
+    """(current, peak) resident set size of this process in MB; peak since the last reset where it works."""
     with open("/proc/self/statm") as fh:
         current = int(fh.read().split()[1]) * resource.getpagesize() / 2**20
-    return current, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    try:
+        with open("/proc/self/status") as fh:
+            hwm = next(line for line in fh if line.startswith("VmHWM:"))
+        return current, int(hwm.split()[1]) / 1024
+    except (OSError, StopIteration):
+        return current, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         held = tracemalloc.get_traced_memory()[0] if traced else 0
         if traced:
             tracemalloc.reset_peak()
+        _reset_peak()
         t0 = time.perf_counter()
         try:
             window = windows.get(rule_window_kind(rule, options))

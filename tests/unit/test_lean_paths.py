@@ -100,7 +100,11 @@ def test_device_intervals_one_pair_and_several():
     one = pd.DataFrame({"start": [0, 5], "end": [3, 9], "pid": [7, 7], "device_id": [0, 0]})
     other = pd.DataFrame({"start": [4], "end": [6], "pid": [7], "device_id": [0]})
     got = list(device_intervals([one, other]))
-    assert len(got) == 1 and got[0][2].tolist() == [0, 5, 4] and got[0][3].tolist() == [3, 9, 6]
+    # One pair: the smaller frame's rows inserted at their place in time, each end with its start.
+    assert len(got) == 1 and got[0][2].tolist() == [0, 4, 5] and got[0][3].tolist() == [3, 6, 9]
+    unsorted = pd.DataFrame({"start": [5, 0], "end": [9, 3], "pid": [7, 7], "device_id": [0, 0]})
+    got = list(device_intervals([unsorted, other]))
+    assert sorted(zip(got[0][2].tolist(), got[0][3].tolist())) == [(0, 3), (4, 6), (5, 9)]
     mixed = pd.DataFrame({"start": [0, 1, 2], "end": [1, 2, 3], "pid": [2, 1, 1], "device_id": [0, 1, 0]})
     keys = [(int(p), int(d), s.tolist()) for p, d, s, _ in device_intervals([mixed])]
     assert keys == [(1, 0, [2]), (1, 1, [1]), (2, 0, [0])]

@@ -91,11 +91,18 @@ def blocking_calls(api: pd.DataFrame, names: pd.Series, copies: pd.DataFrame | N
     start = api["start"].to_numpy(np.int64)
     pid, tid = api["pid"].to_numpy(), api["tid"].to_numpy()
     order = _thread_order(start, pid, tid)  # rows by (pid, tid, start), stable
-    s_pid, s_tid = pid[order], tid[order]
-    same_thread = (s_pid[1:] == s_pid[:-1]) & (s_tid[1:] == s_tid[:-1])
+    # One reordered id column at a time (9 MB each on 2.2M calls), not both held together.
+    ordered = pid[order]
+    same_thread = ordered[1:] == ordered[:-1]
+    ordered = tid[order]
+    same_thread &= ordered[1:] == ordered[:-1]
+    del ordered
     previous_async_dtoh = np.r_[False, same_thread & async_dtoh[order][:-1]]
-    after_readback_sorted = sync[order] & previous_async_dtoh
-    keep_sorted = sync[order] | readback[order]
+    del same_thread
+    sync_sorted = sync[order]
+    after_readback_sorted = sync_sorted & previous_async_dtoh
+    keep_sorted = sync_sorted | readback[order]
+    del sync_sorted, previous_async_dtoh
     rows = order[keep_sorted]  # original row numbers of the kept calls, in thread order
     after = after_readback_sorted[keep_sorted]
     # The copy that the sync waits on is the readback's size (the previous call on the thread).

@@ -8,7 +8,7 @@ import pytest
 
 from nsys_rules.rules import kernel_tail as kt
 from nsys_rules.rules._gpu_activity import busy_ns, chunk_utilization, device_intervals
-from nsys_rules.testing import TraceBuilder
+from nsys_rules.testing import TraceBuilder, run_rule
 from nsys_rules.inputs import open_trace
 from nsys_rules.windows import launch_times, launching_rows
 
@@ -104,7 +104,7 @@ def test_device_intervals_one_pair_and_several():
     assert len(got) == 1 and got[0][2].tolist() == [0, 4, 5] and got[0][3].tolist() == [3, 6, 9]
     unsorted = pd.DataFrame({"start": [5, 0], "end": [9, 3], "pid": [7, 7], "device_id": [0, 0]})
     got = list(device_intervals([unsorted, other]))
-    assert sorted(zip(got[0][2].tolist(), got[0][3].tolist())) == [(0, 3), (4, 6), (5, 9)]
+    assert sorted(zip(got[0][2].tolist(), got[0][3].tolist(), strict=True)) == [(0, 3), (4, 6), (5, 9)]
     mixed = pd.DataFrame({"start": [0, 1, 2], "end": [1, 2, 3], "pid": [2, 1, 1], "device_id": [0, 1, 0]})
     keys = [(int(p), int(d), s.tolist()) for p, d, s, _ in device_intervals([mixed])]
     assert keys == [(1, 0, [2]), (1, 1, [1]), (2, 0, [0])]
@@ -135,3 +135,11 @@ def test_launching_rows_one_process_fast_path_and_key_path_agree(tmp_path, pids)
         assert len(launch_times(trace, kernels)) == len(kernels)
     finally:
         trace.close()
+
+
+@pytest.mark.parametrize("rule", ["launch-bound", "launch-blocking", "queue-delay", "kernel-tail"])
+def test_rules_with_several_kernels_per_launch_call_run(h200, rule):
+    # Node-traced graph replays: many kernels share one launch call (pid + correlationId), which
+    # takes the hash (not the rising-key) path; its masks must be writable copies.
+    findings = run_rule(rule, h200 / "decode_graph_node.sqlite")
+    assert all(f.rule == rule for f in findings)

@@ -1,0 +1,46 @@
+"""Verdicts on our own held-out H200 captures (committed in tests/data/holdout).
+
+They were captured after the rules were first written, with shapes and flags none of the
+shared traces has (no NVTX at all, a profiler-API engine capture, a small debug build, a
+big-hidden release build, CUDA_LAUNCH_BLOCKING on the engine), and their expectations were
+written before looking at our output. The judgement is the same as ../shared/tools/verdicts.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli, validate_report
+
+HERE = Path(__file__).resolve().parents[1] / "data" / "holdout"
+LEVEL = {"info": 0, "warning": 1, "error": 2}
+SPEC = json.loads((HERE / "expected.json").read_text())["traces"]
+
+
+@pytest.mark.parametrize("name", sorted(SPEC))
+def test_holdout_verdicts(name):
+    proc = run_cli("check", "--format", "json", "--fail-on", "never", str(HERE / name))
+    assert proc.returncode == 0, proc.stderr
+    worst: dict[str, int] = {}
+    for f in validate_report(proc.stdout)["findings"]:
+        worst[f["rule"]] = max(worst.get(f["rule"], -1), LEVEL[f["severity"]])
+    expected = SPEC[name]
+    missing = [r for r, floor in expected["must"].items() if worst.get(r, -1) < LEVEL[floor]]
+    false = [r for r in expected["must_not"] if worst.get(r, -1) > LEVEL["info"]]
+    assert not missing and not false, f"missing {missing}, false {false}"
+
+
+def test_steady_state_without_nvtx_comes_from_the_kernel_pattern():
+    from nsys_rules.loaders.sqlite import SqliteExport
+    from nsys_rules.trace import Trace
+    from nsys_rules.windows import steady_state_window
+
+    trace = Trace(SqliteExport(HERE / "ho_engine_nonvtx_sync.sqlite"))
+    assert not trace.has("nvtx")
+    window = steady_state_window(trace)
+    first_kernel = int(trace.frame("kernels", ["start"])["start"].min())
+    assert "kernel pattern" in window.source and len(window.steps) > 50
+    assert window.start is not None and window.start > first_kernel

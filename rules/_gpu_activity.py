@@ -11,6 +11,8 @@ from typing import Iterator, Sequence
 import numpy as np
 import pandas as pd
 
+from nsys_rules.errors import MissingData
+from nsys_rules.rule import RuleContext
 from nsys_rules.trace import Trace
 from nsys_rules.windows import launching_rows
 
@@ -184,6 +186,19 @@ def merge_low_chunks(starts: np.ndarray, lengths: np.ndarray, pct: np.ndarray,
 
 
 # -- GPU operations --------------------------------------------------------------------------
+def gpu_op_frames(ctx: RuleContext) -> list[pd.DataFrame]:
+    """The window's kernel, memcpy and memset rows (start, end, pid, device_id, correlation_id).
+
+    Raises :class:`MissingData` when the trace has none of the three tables, so the whole-capture
+    GPU rules are skipped with the capture fix, as nsys analyze skips them.
+    """
+    tables = [t for t in GPU_OP_TABLES if ctx.trace.has(t)]
+    if not tables:
+        raise MissingData("the trace has no GPU operations (kernel, memcpy or memset tables)",
+                          "capture with `nsys profile --trace=cuda`")
+    return [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"]) for t in tables]
+
+
 def gpu_operations(trace: Trace, tables: Sequence[str] = GPU_OP_TABLES) -> pd.DataFrame:
     """Kernels, memcpys and memsets as one frame: start, end, pid, device_id, kind."""
     parts = []

@@ -13,7 +13,7 @@ from nsys_rules.rule import Rule, RuleContext, metric
 from nsys_rules.windows import steady_state_window
 
 from ._common import pct
-from ._gpu_activity import device_intervals, idle_gaps, merge_intervals, split_flagged
+from ._gpu_activity import device_intervals, gpu_op_frames, idle_gaps, merge_intervals, split_flagged
 
 
 @dataclass(frozen=True)
@@ -104,13 +104,7 @@ class GpuIdleGaps(Rule):
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
-        tables = [t for t in ("kernels", "memcpy", "memset") if ctx.trace.has(t)]
-        if not tables:
-            from nsys_rules.errors import MissingData
-
-            raise MissingData("the trace has no GPU operations (kernel, memcpy or memset tables)",
-                              "capture with `nsys profile --trace=cuda`")
-        ops = [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"]) for t in tables]
+        ops = gpu_op_frames(ctx)
         gaps = device_gaps(ops, opts.min_gap_ns)
         del ops
         if gaps.empty:

@@ -7,13 +7,12 @@ from typing import Iterable
 
 import pandas as pd
 
-from nsys_rules.errors import MissingData
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 from nsys_rules.windows import steady_state_window
 
 from ._common import pct
-from ._gpu_activity import chunk_utilization, device_intervals, merge_low_chunks, split_flagged
+from ._gpu_activity import chunk_utilization, device_intervals, gpu_op_frames, merge_low_chunks, split_flagged
 
 
 @dataclass(frozen=True)
@@ -83,11 +82,7 @@ class GpuLowUtilization(Rule):
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
-        tables = [t for t in ("kernels", "memcpy", "memset") if ctx.trace.has(t)]
-        if not tables:
-            raise MissingData("the trace has no GPU operations (kernel, memcpy or memset tables)",
-                              "capture with `nsys profile --trace=cuda`")
-        ops = [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"]) for t in tables]
+        ops = gpu_op_frames(ctx)
         if not any(len(f) for f in ops):
             return
         regions = low_utilization_regions(ops, opts.chunks, opts.max_in_use_pct)

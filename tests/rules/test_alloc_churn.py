@@ -7,6 +7,7 @@ import pytest
 
 from nsys_rules.testing import TraceBuilder, run_rule, run_rules
 from nsys_rules.rules.alloc_churn import caching_disabled, context_init_rows
+from nsys_rules.testing import metric_values as values
 
 PERIOD = 1_000_000
 T0 = 200_000_000
@@ -31,9 +32,6 @@ def start_up(b: TraceBuilder) -> None:
         b.api("cudaMalloc_v3020", 140_000_000 + i * 200_000, 100_000)
     b.api("cudaHostAlloc_v3020", 150_000_000, 900_000)
 
-
-def values(finding) -> dict[str, float]:
-    return {k: m.value for k, m in finding.metrics.items()}
 
 
 def test_caching_off_churn_is_a_warning_with_its_cause(tmp_path):

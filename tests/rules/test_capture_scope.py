@@ -6,6 +6,7 @@ import pytest
 
 from nsys_rules.findings import Severity
 from nsys_rules.testing import TraceBuilder, run_rule
+from nsys_rules.testing import metric_values as values
 
 S = 1_000_000_000
 
@@ -21,9 +22,6 @@ def program(b: TraceBuilder, *, steady_at: int, steps: int = 10, step_ns: int = 
         b.kernel("gemv", start=s + 100_000, duration=step_ns // 2)
     return steady_at + steps * step_ns
 
-
-def values(finding) -> dict[str, float]:
-    return {k: m.value for k, m in finding.metrics.items()}
 
 
 def test_loading_before_the_steps_is_reported_with_the_numbers(tmp_path):

@@ -7,6 +7,7 @@ import pytest
 
 from nsys_rules.testing import GpuSpec, TraceBuilder, run_rule
 from nsys_rules.rules.gemv_dominance import achieved_bandwidth, per_step_time, weights_read_per_step
+from nsys_rules.testing import metric_values as values
 
 PEAK = 4_814_304_000_000  # TraceBuilder's H200
 PERIOD = 1_000_000
@@ -29,9 +30,6 @@ def decode(b: TraceBuilder, steps: int = 10, *, gemv_ns: int = 100_000, other_ns
             t += gemv_ns // 4 + 1_000
         b.kernel(other_name, start=t, duration=other_ns, device=device)
 
-
-def values(finding) -> dict[str, float]:
-    return {k: m.value for k, m in finding.metrics.items()}
 
 
 def test_decode_without_bytes_is_info_with_share(tmp_path):

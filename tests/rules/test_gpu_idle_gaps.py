@@ -8,12 +8,10 @@ import pytest
 from nsys_rules.findings import Severity
 from nsys_rules.rules._gpu_activity import chunk_utilization, idle_gaps, merge_intervals, merge_low_chunks
 from nsys_rules.testing import TraceBuilder, run_rule
+from nsys_rules.testing import metric_values as values
 
 T0 = 100_000_000
 
-
-def values(finding) -> dict[str, float]:
-    return {k: m.value for k, m in finding.metrics.items()}
 
 
 def busy_steps(b: TraceBuilder, steps: int, *, gap: int, t0: int = T0, kernel_ns: int = 900_000) -> int:

@@ -5,12 +5,10 @@ from __future__ import annotations
 import pytest
 
 from nsys_rules.testing import TraceBuilder, run_rule
+from nsys_rules.testing import metric_values as values
 
 T0 = 100_000_000
 
-
-def values(finding) -> dict[str, float]:
-    return {k: m.value for k, m in finding.metrics.items()}
 
 
 def busy_steps(b: TraceBuilder, steps: int, *, gap: int, t0: int = T0, kernel_ns: int = 900_000) -> int:

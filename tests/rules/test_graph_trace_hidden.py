@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nsys_rules.testing import TraceBuilder, run_rule, run_rules
+from nsys_rules.testing import metric_values as values
 
 STEP = 1_000_000
 
@@ -20,9 +21,6 @@ def replays(b: TraceBuilder, n: int = 5, *, api: str = "cudaGraphLaunch_v10000",
             b.kernel("gemv", start=s + 20_000 + k * 100_000, duration=90_000, launch_at=s + 1_000,
                      graph_node_id=k + 1, api=None)
 
-
-def values(finding) -> dict[str, float]:
-    return {k: m.value for k, m in finding.metrics.items()}
 
 
 def test_graph_mode_with_launches_is_an_error(tmp_path):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nsys_rules.testing import TraceBuilder, run_rule
 from nsys_rules.rules.kernel_tail import (clean_range_name, group_ids, group_quantiles, periodic_tail, positional_tail, slow_runs,
                                           step_index, tail_table)
+from nsys_rules.testing import TraceBuilder, run_rule
+from nsys_rules.testing import metric_values as values
 
 PERIOD = 2_000_000
 T0 = 10_000_000
@@ -33,9 +34,6 @@ def moe_like(steps: int = 20, per_step: int = 10, base: int = 20_000, slow: int 
     """10 % slow invocations at a position that changes from step to step (not shape variation)."""
     return [[slow if n == (3 * i) % per_step else base for n in range(per_step)] for i in range(steps)]
 
-
-def values(finding) -> dict[str, float]:
-    return {k: m.value for k, m in finding.metrics.items()}
 
 
 def kernel_findings(findings):

@@ -8,33 +8,13 @@ import pytest
 from nsys_rules.findings import Severity
 from nsys_rules.rules.launch_blocking import blocking_share, env_says_blocking
 from nsys_rules.testing import TraceBuilder, run_rule, run_rules
+from nsys_rules.testing import metric_values as values
+from tests.rules.scenarios import eager_steps
 
 T0 = 100_000_000
 LEVEL = {"info": 0, "warning": 1, "error": 2}
 
 
-def values(finding) -> dict[str, float]:
-    return {k: m.value for k, m in finding.metrics.items()}
-
-
-def eager_steps(b: TraceBuilder, steps: int = 10, per_step: int = 50, *, kernel_ns: int = 2_000,
-                period_ns: int = 10_000, blocking: bool = False, lead_ns: int = 5_000) -> None:
-    """Eager decode: small kernels, each launched by its own call, one every ``period_ns``.
-
-    The launch call ends 2 us before its kernel starts; with ``blocking`` it returns only
-    after the kernel ended, as under CUDA_LAUNCH_BLOCKING=1.
-    """
-    step_ns = per_step * period_ns + 50_000
-    for i in range(steps):
-        s = T0 + i * step_ns
-        b.nvtx("decode_step", s, s + step_ns - 10_000)
-        for j in range(per_step):
-            k = s + 10_000 + j * period_ns
-            if blocking:  # the call returns 1 us after its kernel ended
-                corr = b.kernel(f"k{j % 5}", start=k, duration=kernel_ns, api=None)
-                b.api("cudaLaunchKernel_v7000", k - lead_ns, lead_ns + kernel_ns + 1_000, correlation_id=corr)
-            else:
-                b.kernel(f"k{j % 5}", start=k, duration=kernel_ns, launch_at=k - lead_ns)
 
 
 def test_environment_variable_is_an_error(tmp_path):

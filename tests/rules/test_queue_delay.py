@@ -8,12 +8,10 @@ from nsys_rules.findings import Severity
 from nsys_rules.rules.queue_delay import queue_profile
 from nsys_rules.rules._gpu_activity import merge_intervals
 from nsys_rules.testing import TraceBuilder, run_rule
+from nsys_rules.testing import metric_values as values
 
 T0 = 100_000_000
 
-
-def values(finding) -> dict[str, float]:
-    return {k: m.value for k, m in finding.metrics.items()}
 
 
 def queued_steps(b: TraceBuilder, *, steps: int = 10, per_step: int = 20, kernel_ns: int = 20_000,

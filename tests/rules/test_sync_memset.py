@@ -4,19 +4,11 @@ from __future__ import annotations
 
 
 from nsys_rules.testing import TraceBuilder, run_rule
+from nsys_rules.testing import metric_values as values
 
 T0 = 100_000_000
 
 
-def values(finding) -> dict[str, float]:
-    return {k: m.value for k, m in finding.metrics.items()}
-
-
-def copies(b: TraceBuilder, n: int, nbytes: int = 4096, **kw) -> None:
-    """``n`` copies 1 ms apart (20 us each) and a kernel after them."""
-    for i in range(n):
-        b.memcpy(T0 + i * 1_000_000, 20_000, nbytes, **kw)
-    b.kernel("k", start=T0 + n * 1_000_000 + 10_000, duration=10_000)
 
 
 def test_sync_memset_on_pinned_memory_is_flagged(tmp_path):

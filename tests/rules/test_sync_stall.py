@@ -9,6 +9,7 @@ import pytest
 from nsys_rules.inputs import open_trace
 from nsys_rules.testing import TraceBuilder, run_rule, run_rules
 from nsys_rules.rules.sync_stall import blocking_calls, busy_union, copy_directions, idle_after
+from nsys_rules.testing import metric_values as values
 
 PERIOD = 1_000_000  # one decode step, ns
 GPU = 800_000  # kernel time per step
@@ -34,9 +35,6 @@ def decode_loop(b: TraceBuilder, steps: int = 10, *, sync_api: str | None = "cud
         if sync_api:
             b.sync(s + 10_000, done - (s + 10_000), api=sync_api, tid=tid)
 
-
-def values(finding) -> dict[str, float]:
-    return {k: m.value for k, m in finding.metrics.items()}
 
 
 def test_per_step_readback_sync_is_a_warning(tmp_path):

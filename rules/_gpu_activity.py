@@ -14,7 +14,7 @@ import pandas as pd
 from nsys_rules.errors import MissingData
 from nsys_rules.rule import RuleContext
 from nsys_rules.trace import Trace
-from nsys_rules.windows import launching_rows
+from nsys_rules.analysis.launches import launch_api_rows  # noqa: F401 - re-exported
 
 #: Canonical GPU tables whose rows occupy a device (what nsys's gpu_gaps/gpu_time_util count).
 GPU_OP_TABLES = ("kernels", "memcpy", "memset")
@@ -214,44 +214,6 @@ def gpu_operations(trace: Trace, tables: Sequence[str] = GPU_OP_TABLES) -> pd.Da
                              "pid": np.empty(0, np.int64), "device_id": np.empty(0, np.int64),
                              "kind": np.empty(0, object)})
     return pd.concat(parts, ignore_index=True)
-
-
-def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True) -> pd.DataFrame:
-    """For each GPU row (with ``pid`` and ``correlation_id``), its launching API call.
-
-    Columns ``api_start``, ``api_end`` (-1 where the call is not in the trace) and, with
-    ``names``, ``api_name`` (base name, ``_v<digits>`` removed; missing where the call is
-    not in the trace) and ``api_raw`` (as nsys stores it), both categorical, aligned with ``gpu``.
-    """
-    n = len(gpu)
-    api = trace.frame("api", ["start", "end", "correlation_id", "pid", "name"]) if n and trace.has("api") else None
-    if api is None or not len(api):
-        cols: dict[str, object] = {"api_start": np.full(n, -1, np.int64), "api_end": np.full(n, -1, np.int64)}
-        if names:
-            cols.update({"api_name": np.full(n, None, object), "api_raw": np.full(n, None, object)})
-        return pd.DataFrame(cols)
-    # The same join as launch_times (sorted keys shared per trace, or none needed for one process).
-    rows, found = launching_rows(trace, gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
-    out: dict[str, object] = {"api_start": np.where(found, api["start"].to_numpy()[rows], -1),
-                              "api_end": np.where(found, api["end"].to_numpy()[rows], -1)}
-    if names:
-        # Names by category code, gathered only for the matched rows: materializing 2.2M API names
-        # as Python strings took 1.2 s per call on the 1M-kernel trace.
-        out["api_name"] = _names_at(trace.api_names(), rows, found)
-        out["api_raw"] = _names_at(api["name"], rows, found)
-    # copy=False: the columns are fresh arrays; a consolidating copy doubled them (16-32 MB per call).
-    return pd.DataFrame(out, copy=False)
-
-
-def _names_at(names: pd.Series, rows: np.ndarray, found: np.ndarray) -> pd.Categorical:
-    """``names`` at ``rows`` as a categorical, missing where not ``found`` or NULL.
-
-    Categorical, not an object column: pandas 3 turns an object column of str into an Arrow
-    string column on assignment, which cost ~0.5 s per million rows.
-    """
-    cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
-    codes = np.where(found, cat.cat.codes.to_numpy()[rows], -1)
-    return pd.Categorical.from_codes(codes, categories=cat.cat.categories, validate=False)
 
 
 # -- how parity findings are split -----------------------------------------------------------

@@ -1,0 +1,139 @@
+"""Time intervals: unions, busy time, gaps and overlaps, vectorized over numpy arrays.
+
+An interval set is a pair of int64 arrays ``(starts, ends)``; "disjoint" sets are sorted and
+non-overlapping (what :func:`merge_intervals` returns). Times are ns. Nothing here judges.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def rising(values: np.ndarray) -> bool:
+    """Whether ``values`` never decrease (GPU rows usually come in start order: no sort needed)."""
+    return len(values) < 2 or bool((values[1:] >= values[:-1]).all())
+
+
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as sorted, disjoint (start, end) arrays."""
+    if not len(starts):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    s = np.asarray(starts, np.int64)
+    e = np.asarray(ends, np.int64)
+    if not rising(s):
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+    # One stream of serialized work has its ends in order too: the running maximum is the ends.
+    running = e if rising(e) else np.maximum.accumulate(e)
+    opens = np.empty(len(s), bool)  # the row opens a busy period
+    opens[0] = True
+    np.greater(s[1:], running[:-1], out=opens[1:])
+    closes = np.empty(len(s), bool)  # the row's period ends before the next row
+    closes[-1] = True
+    closes[:-1] = opens[1:]
+    return s[opens], running[closes]
+
+
+def total_length(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Summed length of disjoint intervals."""
+    return int(np.subtract(ends, starts).sum()) if len(starts) else 0
+
+
+def busy_ns(starts: np.ndarray, ends: np.ndarray, lo: int | None = None, hi: int | None = None) -> int:
+    """Time covered by at least one interval, optionally clipped to [lo, hi]."""
+    s, e = merge_intervals(starts, ends)
+    s = np.maximum(s, lo) if lo is not None else s
+    e = np.minimum(e, hi) if hi is not None else e
+    return int(np.clip(e - s, 0, None).sum())
+
+
+def idle_gaps(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Gaps between busy periods: (gap start, gap length), in time order.
+
+    A gap starts when every operation so far has ended, so an operation that overlaps others
+    never opens a false gap.
+    """
+    s, e = merge_intervals(starts, ends)
+    if len(s) < 2:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return e[:-1], s[1:] - e[:-1]
+
+
+class Coverage:
+    """Cumulative covered length of one disjoint interval set, for overlap queries.
+
+    ``before(t)`` is the covered length in (-inf, t]; the overlap of the set with [a, b] is
+    ``before(b) - before(a)``, so many query intervals cost two binary searches each.
+    """
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.starts = np.asarray(starts, np.int64)
+        self.ends = np.asarray(ends, np.int64)
+        self._prefix = np.zeros(len(self.starts) + 1, np.int64)
+        if len(self.starts):
+            np.cumsum(self.ends - self.starts, out=self._prefix[1:])
+
+    @property
+    def total(self) -> int:
+        """Covered length of the whole set."""
+        return int(self._prefix[-1])
+
+    def before(self, t: np.ndarray) -> np.ndarray:
+        """Covered length up to each of ``t``."""
+        t = np.asarray(t, np.int64)
+        k = np.searchsorted(self.starts, t, side="right")  # intervals starting at or before t
+        if not len(self.starts):
+            return np.zeros(len(t), np.int64)
+        last = np.maximum(k - 1, 0)
+        past = np.maximum(self.ends[last] - t, 0)  # part of the last interval beyond t
+        past[k == 0] = 0
+        return self._prefix[k] - past
+
+    def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Covered length inside each [a, b]."""
+        return np.maximum(self.before(b) - self.before(a), 0)
+
+
+def overlap_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
+    """Length shared by two disjoint interval sets."""
+    if not len(a[0]) or not len(b[0]):
+        return 0
+    return int(Coverage(*b).within(a[0], a[1]).sum())
+
+
+def union(*sets: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Union of several interval sets (disjoint or not)."""
+    parts = [s for s in sets if len(s[0])]
+    if not parts:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    if len(parts) == 1:
+        return merge_intervals(*parts[0])
+    return merge_intervals(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+
+
+def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint intervals cut to [lo, hi], empty pieces dropped."""
+    s = np.maximum(starts, lo)
+    e = np.minimum(ends, hi)
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def complement(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of [lo, hi] that no interval of a disjoint set covers."""
+    s, e = clip(starts, ends, lo, hi)
+    gap_s = np.concatenate([[lo], e])
+    gap_e = np.concatenate([s, [hi]])
+    keep = gap_e > gap_s
+    return gap_s[keep].astype(np.int64), gap_e[keep].astype(np.int64)
+
+
+def point_in(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Index of the interval (sorted by start, disjoint) holding each time, -1 when none."""
+    times = np.asarray(times, np.int64)
+    if not len(starts):
+        return np.full(len(times), -1, np.int64)
+    pos = np.searchsorted(starts, times, side="right") - 1
+    inside = pos >= 0
+    inside[inside] = times[inside] <= ends[pos[inside]]
+    return np.where(inside, pos, -1)

@@ -1,0 +1,164 @@
+"""The launch join: each GPU row and the host API call that launched it.
+
+nsys records a ``correlationId`` on both sides: a GPU row (kernel, copy, memset, graph replay)
+belongs to the API call of the same process with the same id. GPU work belongs to a window or a
+step by the time of that call, on any thread of the process (the design's launch-time rule).
+Every rule and the step model go through these functions; the sorted key index is built once
+per trace.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import pandas as pd
+
+from ..trace import Trace
+
+
+def launch_times(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
+    """For each GPU row, the start of the API call that launched it (same pid + correlationId).
+
+    Falls back to the GPU start when no launching call is in the trace (API not traced).
+    The result is cached per trace and frame (every rule's ``ctx.frame`` asks for it): treat
+    it as read-only.
+    """
+    cache = _LAUNCH_CACHE.setdefault(trace, {})
+    hit = cache.get(id(gpu))
+    if hit is not None and hit[0] is gpu:
+        return hit[1]
+    result = _launch_times(trace, gpu)
+    if any(gpu is f for f in getattr(trace, "_frames", {}).values()):
+        # Only the trace's own frames are cached (a rule's temporary subset would pin memory).
+        # Keyed by id() with the frame kept alongside, so a recycled id can never match.
+        result.flags.writeable = False
+        cache[id(gpu)] = (gpu, result)
+    return result
+
+
+#: trace -> {id(frame): (frame, launch times)}; weak on the trace so closing it frees the arrays.
+_LAUNCH_CACHE: "weakref.WeakKeyDictionary[Trace, dict[int, tuple[pd.DataFrame, np.ndarray]]]" = (
+    weakref.WeakKeyDictionary())
+
+
+def api_key_index(trace: Trace) -> tuple[np.ndarray, np.ndarray | None]:
+    """The API table's (pid << 32 | correlationId) keys sorted, and the row order (None: already in order).
+
+    Computed once per trace and shared by every launch join (``launch_times``, rules that need
+    the launching call's end or name): 2.2M keys are 18 MB and a sort.
+    """
+    api = trace.frame("api", ["start", "correlation_id", "pid"])
+    hit = _API_INDEX.get(trace)
+    if hit is not None and hit[0] is api:
+        return hit[1], hit[2]
+    api_key = _key(api["pid"].to_numpy(), api["correlation_id"].to_numpy())
+    order: np.ndarray | None = None
+    # The API table is in call order and correlation ids grow with calls, so the keys are
+    # usually sorted already: skip the 2M-row argsort (0.3 s) when they are.
+    if len(api_key) > 1 and not bool((api_key[1:] >= api_key[:-1]).all()):
+        order = np.argsort(api_key, kind="stable")
+        api_key = api_key[order]
+    api_key.flags.writeable = False
+    _API_INDEX[trace] = (api, api_key, order)
+    return api_key, order
+
+
+def launching_rows(trace: Trace, pid: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row of the API frame (``trace.frame("api")``) with the same (pid, correlationId) as each GPU row, and where one is.
+
+    ``rows`` is only meaningful where ``found``. The first matching API row wins.
+
+    One process whose correlation ids rise row by row (the usual nsys export) needs no key array:
+    the id column itself is the sorted index, so nothing is built or kept (the (pid << 32 | id)
+    keys of 2.2M API rows are 18 MB held for the whole run).
+    """
+    api = trace.frame("api", ["start", "correlation_id", "pid"])
+    single = _single_pid(trace, api)
+    if single is not None:
+        api_corr = api["correlation_id"].to_numpy()
+        rows = np.searchsorted(api_corr, corr)
+        np.minimum(rows, len(api_corr) - 1, out=rows)
+        found = api_corr[rows] == corr
+        found &= corr > 0
+        found &= pid == single
+        return rows, found
+    sorted_key, order = api_key_index(trace)
+    gpu_key = _key(pid, corr)
+    pos = np.searchsorted(sorted_key, gpu_key).clip(0, len(sorted_key) - 1)
+    found = (sorted_key[pos] == gpu_key) & (corr > 0)
+    del gpu_key
+    return (pos if order is None else order[pos]), found
+
+
+def _single_pid(trace: Trace, api: pd.DataFrame) -> int | None:
+    """The API table's one pid when there is one and its correlation ids never decrease; else None."""
+    hit = _SINGLE_PID.get(trace)
+    if hit is not None and hit[0] is api:
+        return hit[1]
+    pid, corr = api["pid"].to_numpy(), api["correlation_id"].to_numpy()
+    single = None
+    if len(pid) and corr.dtype.kind in "iu" and int(pid.min()) == int(pid.max()) and \
+            (len(corr) < 2 or bool((corr[1:] >= corr[:-1]).all())):
+        single = int(pid[0])
+    _SINGLE_PID[trace] = (api, single)
+    return single
+
+
+_API_INDEX: "weakref.WeakKeyDictionary[Trace, tuple[pd.DataFrame, np.ndarray, np.ndarray | None]]" = (
+    weakref.WeakKeyDictionary())
+
+_SINGLE_PID: "weakref.WeakKeyDictionary[Trace, tuple[pd.DataFrame, int | None]]" = weakref.WeakKeyDictionary()
+
+
+def _launch_times(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
+    starts = gpu["start"].to_numpy()
+    if not len(gpu) or not trace.has("api") or "correlation_id" not in gpu:
+        return starts.copy()
+    api_start = trace.frame("api", ["start", "correlation_id", "pid"])["start"].to_numpy()
+    if not len(api_start):
+        return starts.copy()
+    rows, found = launching_rows(trace, gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
+    return np.where(found, api_start[rows], starts)
+
+
+def _key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    return (pid.astype(np.int64) << 32) | (corr.astype(np.int64) & 0xFFFFFFFF)
+
+
+def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True) -> pd.DataFrame:
+    """For each GPU row (with ``pid`` and ``correlation_id``), its launching API call.
+
+    Columns ``api_start``, ``api_end`` (-1 where the call is not in the trace) and, with
+    ``names``, ``api_name`` (base name, ``_v<digits>`` removed; missing where the call is
+    not in the trace) and ``api_raw`` (as nsys stores it), both categorical, aligned with ``gpu``.
+    """
+    n = len(gpu)
+    api = trace.frame("api", ["start", "end", "correlation_id", "pid", "name"]) if n and trace.has("api") else None
+    if api is None or not len(api):
+        cols: dict[str, object] = {"api_start": np.full(n, -1, np.int64), "api_end": np.full(n, -1, np.int64)}
+        if names:
+            cols.update({"api_name": np.full(n, None, object), "api_raw": np.full(n, None, object)})
+        return pd.DataFrame(cols)
+    # The same join as launch_times (sorted keys shared per trace, or none needed for one process).
+    rows, found = launching_rows(trace, gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
+    out: dict[str, object] = {"api_start": np.where(found, api["start"].to_numpy()[rows], -1),
+                              "api_end": np.where(found, api["end"].to_numpy()[rows], -1)}
+    if names:
+        # Names by category code, gathered only for the matched rows: materializing 2.2M API names
+        # as Python strings took 1.2 s per call on the 1M-kernel trace.
+        out["api_name"] = _names_at(trace.api_names(), rows, found)
+        out["api_raw"] = _names_at(api["name"], rows, found)
+    # copy=False: the columns are fresh arrays; a consolidating copy doubled them (16-32 MB per call).
+    return pd.DataFrame(out, copy=False)
+
+
+def _names_at(names: pd.Series, rows: np.ndarray, found: np.ndarray) -> pd.Categorical:
+    """``names`` at ``rows`` as a categorical, missing where not ``found`` or NULL.
+
+    Categorical, not an object column: pandas 3 turns an object column of str into an Arrow
+    string column on assignment, which cost ~0.5 s per million rows.
+    """
+    cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
+    codes = np.where(found, cat.cat.codes.to_numpy()[rows], -1)
+    return pd.Categorical.from_codes(codes, categories=cat.cat.categories, validate=False)

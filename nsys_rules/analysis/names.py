@@ -1,0 +1,126 @@
+"""Names the analysis recognizes: CUDA API calls by what they do, and NVTX ranges that libraries emit.
+
+All API names are *base* names (``_v<digits>`` removed, see :func:`nsys_rules.trace.base_api_name`).
+This module is data: extend a set here and every rule and the step model see it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+#: Calls that launch one kernel each (runtime and driver). Kernels launched by a graph launch
+#: are not here: they share their launch call with the rest of the graph.
+KERNEL_LAUNCH_APIS = frozenset({
+    "cudaLaunch", "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
+    "cudaLaunchCooperativeKernelMultiDevice", "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
+    "cuLaunchCooperativeKernelMultiDevice", "cuLaunchGrid", "cuLaunchGridAsync",
+})
+
+#: Calls that replay a whole CUDA graph (its kernels and copies share the call's correlationId).
+GRAPH_LAUNCH_APIS = frozenset({"cudaGraphLaunch", "cuGraphLaunch"})
+
+#: Every call whose GPU work lands in the kernel table (compat: "no kernel ran" needs both kinds).
+ANY_KERNEL_LAUNCH_APIS = KERNEL_LAUNCH_APIS | GRAPH_LAUNCH_APIS
+
+#: Calls that block the calling thread until GPU work finishes.
+SYNC_APIS = frozenset({
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaThreadSynchronize",
+    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
+})
+
+#: Synchronous copies whose direction is in the name: always device (or array) to host.
+NAMED_DTOH_SYNC_COPIES = frozenset({"cuMemcpyDtoH", "cuMemcpyAtoH"})
+
+#: Asynchronous copies whose direction is in the name.
+NAMED_DTOH_ASYNC_COPIES = frozenset({"cuMemcpyDtoHAsync", "cuMemcpyAtoHAsync"})
+
+#: Profiler-API capture range calls (``nsys profile -c cudaProfilerApi``).
+PROFILER_START_APIS = frozenset({"cudaProfilerStart", "cuProfilerStart"})
+PROFILER_STOP_APIS = frozenset({"cudaProfilerStop", "cuProfilerStop"})
+
+#: Calls that load GPU code. With lazy loading (CUDA 11.7+, the default since 12.2) a module
+#: is loaded the first time one of its kernels runs, so a new kernel in the loop costs a load.
+MODULE_LOAD_APIS = frozenset({
+    "cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleLoadFatBinary", "cuLibraryLoadData",
+    "cuLibraryLoadFromFile", "cudaLibraryLoadData", "cudaLibraryLoadFromFile", "cuLinkComplete",
+    "cuModuleGetFunction", "cuLibraryGetKernel", "cuLibraryGetModule",
+})
+
+#: The loads among MODULE_LOAD_APIS (the rest are look-ups, cheap once the module is in).
+MODULE_LOADS = frozenset(n for n in MODULE_LOAD_APIS if "Load" in n or n == "cuLinkComplete")
+
+#: Allocation and free calls, with the kind of memory they manage.
+ALLOC_APIS: Mapping[str, str] = {
+    # device memory, runtime and driver
+    "cudaMalloc": "device", "cudaFree": "device", "cudaMallocPitch": "device", "cudaMalloc3D": "device",
+    "cudaMallocArray": "device", "cudaMalloc3DArray": "device", "cudaFreeArray": "device",
+    "cudaMallocMipmappedArray": "device", "cudaFreeMipmappedArray": "device",
+    "cuMemAlloc": "device", "cuMemAllocPitch": "device", "cuMemFree": "device",
+    "cuArrayCreate": "device", "cuArray3DCreate": "device", "cuArrayDestroy": "device",
+    # stream-ordered pool allocations (CUDA 11.2+): cheap while the pool keeps its memory
+    "cudaMallocAsync": "stream-ordered", "cudaFreeAsync": "stream-ordered",
+    "cudaMallocFromPoolAsync": "stream-ordered", "cuMemAllocAsync": "stream-ordered",
+    "cuMemFreeAsync": "stream-ordered", "cuMemAllocFromPoolAsync": "stream-ordered",
+    # managed memory
+    "cudaMallocManaged": "managed", "cuMemAllocManaged": "managed",
+    # pinned host memory: page-locking is slow, often milliseconds per call
+    "cudaMallocHost": "pinned host", "cudaHostAlloc": "pinned host", "cudaFreeHost": "pinned host",
+    "cudaHostRegister": "pinned host", "cudaHostUnregister": "pinned host",
+    "cuMemAllocHost": "pinned host", "cuMemHostAlloc": "pinned host", "cuMemFreeHost": "pinned host",
+    "cuMemHostRegister": "pinned host", "cuMemHostUnregister": "pinned host",
+    # virtual memory management
+    "cuMemCreate": "virtual memory", "cuMemRelease": "virtual memory", "cuMemMap": "virtual memory",
+    "cuMemUnmap": "virtual memory", "cuMemAddressReserve": "virtual memory", "cuMemAddressFree": "virtual memory",
+}
+
+#: Frees that synchronize the device before they return (the stream-ordered ones do not).
+SYNCHRONIZING_FREES = frozenset({"cudaFree", "cuMemFree", "cudaFreeHost", "cuMemFreeHost", "cudaFreeArray"})
+
+#: NVTX ranges that libraries emit around their own calls: never a step of the user's loop, whatever
+#: their rhythm. Matched case-sensitively at the start of the range name unless the pattern says more.
+LIBRARY_RANGE_PATTERNS: tuple[str, ...] = (
+    r"cub::", r"thrust::", r"cuda::", r"cccl", r"CCCL",  # CUDA C++ core libraries (CCCL 3 emits NVTX)
+    r"nccl", r"NCCL",  # collectives (ncclAllReduce, ncclRecv, ...)
+    r"cudnn", r"cuDNN", r"CUDNN", r"cublas", r"cuBLAS", r"CUBLAS", r"cufft", r"cuFFT", r"cusparse", r"cuSPARSE",
+    r"cusolver", r"cutensor", r"curand",
+    r"nvfuser", r"nvFuser", r"fusion\d*$", r"FusionExecutor", r"KernelExecutor",  # nvFuser internals
+    r"DLProf", r"dlprof", r"NVTX_", r"nvtx_",
+    r"Thunk:", r"Xla", r"XLA", r"xla_", r"jit_", r"pjit", r"TSL:", r"hlo_op",  # XLA/JAX executable and thunk ranges
+    r"aten::", r"at::", r"c10::", r"autograd::", r"torch::", r"torch\.", r"CompiledFunction",  # PyTorch emit_nvtx
+    r"cuda(Launch|Memcpy|Memset|Malloc|Free|Stream|Event|Device|Graph)", r"cu(Launch|Memcpy|MemAlloc|Stream|Graph)",
+    r"TensorRT", r"\[TensorRT\]", r"trt", r"TRT",
+    r"MPI_", r"omp_", r"OpenMP", r"acc_", r"OpenACC", r"__pgi",
+)
+
+#: NVTX domains libraries register (``nvtxDomainCreate``): their ranges are library ranges.
+LIBRARY_DOMAINS = frozenset({
+    "CCCL", "NCCL", "cuDNN", "cudnn", "cuBLAS", "cublas", "cuFFT", "nvFuser", "NVFUSER", "DLProf", "XLA", "xla",
+    "JAX", "TensorRT", "NVTX_DLProf", "PyTorch", "torch", "OpenMP", "OpenACC", "MPI", "NVSHMEM",
+})
+
+_LIBRARY_RANGE = re.compile("|".join(f"(?:{p})" for p in LIBRARY_RANGE_PATTERNS))
+
+
+def is_library_range(name: str) -> bool:
+    """Whether an NVTX range name is one a library emits (:data:`LIBRARY_RANGE_PATTERNS`)."""
+    return bool(_LIBRARY_RANGE.match(name.strip()))
+
+
+def flag_names(names: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray:
+    """``predicate`` of each row's name, judged once per distinct name (rows with no name: False).
+
+    API and kernel tables hold millions of rows but a few hundred names; a string test per row
+    costs seconds where one per category costs nothing.
+    """
+    cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
+    table = np.array([bool(predicate(str(c))) for c in cat.cat.categories] + [False], bool)
+    return table[cat.cat.codes.to_numpy()]
+
+
+def in_set(names: pd.Series, members: frozenset[str] | Mapping[str, object]) -> np.ndarray:
+    """Which rows' names are in ``members`` (judged once per distinct name)."""
+    return flag_names(names, members.__contains__)

@@ -1,0 +1,381 @@
+"""The four ways a step shows in a trace, strongest first (see :mod:`.steps` for the model).
+
+Each detector looks inside ``bound`` (the profiler-API capture range, or the whole capture) and
+returns a :class:`Found` (host intervals of the steps, in time order) or a one-line reason why
+it does not apply. Steps tile the loop: a detector never returns overlapping steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..trace import Trace
+from .activity import KERNEL, GpuOps, graph_replays
+from .host import blocking_calls, copy_directions
+from .intervals import point_in
+from .names import LIBRARY_DOMAINS, is_library_range
+
+#: NVTX event types that are ranges (push/pop, start/end) and the one that names a domain.
+RANGE_EVENTS = (59, 60, 70, 71)
+DOMAIN_CREATE = 75
+
+
+@dataclass(frozen=True)
+class Found:
+    """Steps a detector found: host intervals (n x 2, int64) and what marks them."""
+
+    source: str  # "nvtx", "graph", "marker", "kernels"
+    name: str
+    host: np.ndarray
+    pid: int | None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Where steps are looked for, and the tuning that applies everywhere."""
+
+    lo: int
+    hi: int
+    min_repeats: int = 3
+    preferred: tuple[str, ...] = ()
+
+
+# -- a. user NVTX ranges that behave like steps ----------------------------------------------
+def nvtx_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
+    """Repeating user ranges that tile the loop and hold its GPU launches.
+
+    A candidate repeats at least ``min_repeats`` times without overlapping itself, covers at
+    least half of the span from its first to its last instance (steps follow each other), and
+    holds at least half of the GPU launches of that span; library ranges (CUB, NCCL, cuDNN,
+    XLA thunks, ``aten::`` ...) never qualify, by name or by their NVTX domain. Among the
+    qualifying names, preferred ones win, then the outermost, then the most instances.
+    """
+    if not trace.has("nvtx"):
+        return "no NVTX ranges in the trace"
+    nvtx = trace.frame("nvtx", ["start", "end", "name", "pid", "domain_id", "event_type"])
+    if not len(nvtx):
+        return "no NVTX ranges in the trace"
+    library_domains = _library_domains(nvtx)
+    kind = nvtx["event_type"].to_numpy()
+    start, end = nvtx["start"].to_numpy(np.int64), nvtx["end"].to_numpy(np.int64)
+    keep = np.isin(kind, RANGE_EVENTS) & (end > start) & (start >= bound.lo) & (end <= bound.hi)
+    keep &= nvtx["name"].notna().to_numpy()
+    if library_domains:
+        pairs = zip(nvtx["pid"].to_numpy().tolist(), nvtx["domain_id"].fillna(-1).to_numpy().tolist(), strict=True)
+        keep &= ~np.fromiter((p in library_domains for p in pairs), bool, len(nvtx))
+    ranges = nvtx.loc[keep, ["start", "end", "name", "pid"]]
+    if ranges.empty:
+        return "no NVTX ranges inside the capture range"
+    launches = np.sort(ops.launch[ops.launch >= 0])
+    candidates: dict[str, tuple[np.ndarray, int]] = {}
+    rejected: list[str] = []
+    for (name, pid), grp in ranges.groupby(["name", "pid"], observed=True, sort=False):
+        if len(grp) < bound.min_repeats:
+            continue
+        label = str(name)
+        if is_library_range(label):
+            rejected.append(f"'{_short(label)}' (a library's range)")
+            continue
+        s = grp["start"].to_numpy(np.int64)
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], grp["end"].to_numpy(np.int64)[order]
+        if np.mean(s[1:] >= e[:-1]) < 0.9:
+            continue  # instances overlap: not a sequence of steps
+        if not _tiles(s, e, ops):
+            rejected.append(f"'{_short(label)}' (does not tile the loop)")
+            continue
+        inside_span = launches[(launches >= s[0]) & (launches <= e[-1])]
+        if len(inside_span):
+            held = point_in(inside_span, s, e) >= 0
+            per_instance = np.bincount(point_in(inside_span, s, e)[held], minlength=len(s))
+            if held.mean() < 0.5 or (per_instance > 0).mean() < 0.5:
+                rejected.append(f"'{_short(label)}' (holds few of the GPU launches)")
+                continue
+        elif ops.launch.size:
+            rejected.append(f"'{_short(label)}' (launches no GPU work)")
+            continue
+        key = label if label not in candidates else f"{label}\x00{pid}"
+        candidates[key] = (np.stack([s, e], axis=1), int(pid))
+    if not candidates:
+        return "no NVTX range repeats like a step" + (f": {', '.join(rejected[:4])}" if rejected else "")
+    names = list(candidates)
+    outer = [n for n in names if not _mostly_nested(candidates[n][0], [candidates[o][0] for o in names if o != n])]
+    preferred = [n for n in names if n.split("\x00")[0] in bound.preferred]
+    pool = preferred or outer or names
+    best = max(pool, key=lambda n: (len(candidates[n][0]), int(candidates[n][0][-1, 1])))
+    host, pid = candidates[best]
+    library = [r for r in rejected if "library" in r]
+    return Found("nvtx", best.split("\x00")[0], host, pid,
+                 ("; library ranges passed over: " + ", ".join(library[:3])) if library else "")
+
+
+def _tiles(s: np.ndarray, e: np.ndarray, ops: GpuOps) -> bool:
+    """Whether instances follow each other: a typical instance lasts at least half the typical spacing.
+
+    Judged on the host clock, or on the GPU clock (the work launched inside each instance), since
+    a host that runs ahead of the GPU (graph replays, a debug build) opens and closes its ranges
+    long before the work runs. Medians keep one long pause (a warm-up barrier) from deciding.
+    """
+    spacing = np.diff(s)
+    if not len(spacing) or np.median(spacing) <= 0:
+        return False
+    if np.median(e - s) >= 0.5 * np.median(spacing):
+        return True
+    index = point_in(ops.launch, s, e)
+    held = index >= 0
+    if not held.any():
+        return False
+    first = np.full(len(s), np.iinfo(np.int64).max, np.int64)
+    last = np.full(len(s), -1, np.int64)
+    np.minimum.at(first, index[held], ops.start[held])
+    np.maximum.at(last, index[held], ops.end[held])
+    some = last >= 0
+    if some.sum() < 2:
+        return False
+    first, last = first[some], last[some]
+    gpu_spacing = np.diff(first)
+    return bool(np.median(gpu_spacing) > 0 and np.median(last - first) >= 0.5 * np.median(gpu_spacing))
+
+
+def _library_domains(nvtx: pd.DataFrame) -> set[tuple[int, int]]:
+    """(pid, domain id) of the NVTX domains libraries create (the domain name is a create event's text)."""
+    created = nvtx[nvtx["event_type"] == DOMAIN_CREATE]
+    out = set()
+    for pid, dom, name in zip(created["pid"].tolist(), created["domain_id"].tolist(), created["name"].tolist(),
+                              strict=True):
+        if name is not None and (str(name) in LIBRARY_DOMAINS or is_library_range(str(name))):
+            out.add((pid, dom))
+    return out
+
+
+def _mostly_nested(inner: np.ndarray, outers: list[np.ndarray]) -> bool:
+    s, e = inner[:, 0], inner[:, 1]
+    nested = np.zeros(len(s), bool)
+    for other in outers:
+        os_, oe = other[:, 0], other[:, 1]
+        pos = np.searchsorted(os_, s, side="right") - 1
+        ok = pos >= 0
+        idx = pos.clip(0)
+        nested |= ok & (oe[idx] >= e) & ((oe[idx] - os_[idx]) > (e - s))
+    return bool(nested.mean() > 0.5)
+
+
+# -- b. one CUDA graph launch per step ---------------------------------------------------------
+def graph_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
+    """Repeated graph launches: the step starts at each launch of the graph that recurs once per step."""
+    replays = graph_replays(ops)
+    if replays.empty:
+        return "no CUDA graph launches"
+    replays = replays[(replays["launch"] >= bound.lo) & (replays["launch"] <= bound.hi)]
+    if len(replays) < bound.min_repeats + 1:
+        return f"{len(replays)} CUDA graph launch(es): too few to be a loop"
+    thread = replays.groupby(["pid", "tid"]).size().idxmax()
+    mine = replays[(replays["pid"] == thread[0]) & (replays["tid"] == thread[1])]
+    graphs = mine["graph"].to_numpy()
+    run = periodic_run(graphs, bound.min_repeats)
+    if run is None:
+        return "CUDA graph launches do not repeat in a regular order"
+    period, first, count = run
+    starts = mine["launch"].to_numpy(np.int64)[first:first + (count + 1) * period:period]
+    host = _tile(starts, bound.hi)
+    note = "" if period == 1 else f" ({period} graph launches per step)"
+    return Found("graph", "CUDA graph replay", host, int(thread[0]), note)
+
+
+# -- c1. a host readback or synchronization once per step -----------------------------------
+def marker_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
+    """A blocking call that recurs once per step (the ``.item()``/``block_until_ready()`` pattern).
+
+    Readbacks (a device-to-host copy waited on) are tried before plain synchronizations; a
+    call qualifies when the GPU launches between two of its occurrences are about the same
+    number every time (within 25 % of the median for 3 in 4 intervals).
+    """
+    if not trace.has("api"):
+        return "no API calls traced"
+    api = trace.frame("api", ["start", "end", "pid", "tid", "correlation_id", "name"])
+    memcpy = trace.frame("memcpy", ["pid", "correlation_id", "copy_kind", "bytes"]) if trace.has("memcpy") else None
+    names = trace.api_names()
+    inside = (api["start"].to_numpy() >= bound.lo) & (api["end"].to_numpy() <= bound.hi)
+    if not inside.any():
+        return "no API calls inside the capture range"
+    sub = api.loc[inside].reset_index(drop=True)
+    copies = copy_directions(sub, memcpy) if memcpy is not None and len(memcpy) else None
+    calls = blocking_calls(sub, names[inside].reset_index(drop=True), copies)
+    if calls.empty:
+        return "no synchronization or readback repeats"
+    calls["key"] = np.where(calls["after_readback"] | (calls["kind"] == "readback"), "readback", "sync")
+    launches = np.sort(ops.launch[(ops.launch >= bound.lo) & (ops.launch <= bound.hi) & (ops.kind == KERNEL)])
+    best: tuple[tuple[int, int, int], Found] | None = None
+    for (pid, _tid, key, api_name), grp in calls.groupby(["pid", "tid", "key", "api"], observed=True, sort=False):
+        ends = grp["end"].to_numpy(np.int64)
+        if len(ends) < bound.min_repeats + 1:
+            continue
+        counts = np.diff(np.searchsorted(launches, ends))
+        if not _regular_counts(counts):
+            continue
+        host = np.stack([ends[:-1], ends[1:]], axis=1)
+        first = _first_step(ends[0], int(np.median(np.diff(ends))), launches, float(np.median(counts)))
+        if first is not None:
+            host = np.vstack([first, host])
+        score = (1 if key == "readback" else 0, len(ends), -int(np.median(counts)))
+        label = f"{api_name} after a device-to-host copy" if key == "readback" else str(api_name)
+        if best is None or score > best[0]:
+            best = (score, Found("marker", label, host, int(pid)))
+    if best is None:
+        return "no synchronization or readback recurs once per step"
+    return best[1]
+
+
+def _regular_counts(counts: np.ndarray) -> bool:
+    """Launch counts between markers: at least one launch, and 3 in 4 within 25 % of the median."""
+    if not len(counts):
+        return False
+    median = float(np.median(counts))
+    if median < 1:
+        return False
+    return bool((np.abs(counts - median) <= 0.25 * median).mean() >= 0.75)
+
+
+def _first_step(first_end: int, period: int, launches: np.ndarray, typical: float) -> np.ndarray | None:
+    """The step the first marker ends: one typical step length before it, when it launched as much work."""
+    lo = first_end - period
+    held = np.searchsorted(launches, first_end) - np.searchsorted(launches, lo)
+    if held < max(1, 0.75 * typical):
+        return None
+    return np.array([[lo, first_end]], np.int64)
+
+
+# -- c2. the period of the whole kernel sequence ---------------------------------------------
+def kernel_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
+    """The repeating kernel sequence, when something marks where one repetition ends.
+
+    The kernel (name and launch configuration) whose evenly spaced launches cover the most of
+    the sequence gives the period. A layer repeats as regularly as a step does, so the period is
+    accepted only with evidence that it is a whole step: it holds several copies of a shorter
+    block (layers), or the host pauses at one point of every period and nowhere else as long
+    (the loop's own work between steps).
+    """
+    mask = (ops.kind == KERNEL) & (ops.launch >= bound.lo) & (ops.launch <= bound.hi) & (ops.symbol >= 0)
+    if mask.sum() < 2 * (bound.min_repeats + 1):
+        return "too few kernels for a repeating pattern"
+    pids, counts = np.unique(ops.pid[mask], return_counts=True)
+    pid = int(pids[np.argmax(counts)])
+    mask &= ops.pid == pid
+    launch = ops.launch[mask]
+    order = np.argsort(launch, kind="stable")
+    launch = launch[order]
+    symbols = ops.symbol[mask][order]
+    run = periodic_run(symbols, bound.min_repeats)
+    if run is None:
+        return "kernel launches do not repeat in a regular sequence"
+    period, first, count = run
+    last = first + count * period  # one past the run's last full period
+    seq = symbols[first:min(last, len(symbols))]
+    if period < 2 or len(seq) <= period or np.mean(seq[period:] == seq[:-period]) < 0.9:
+        return "kernel launches do not repeat as a whole sequence"
+    shift = _boundary_phase(launch[first:last], period)
+    if shift is None and not _has_layers(seq[:period], period):
+        return (f"kernels repeat every {period} launches, but nothing marks where a step ends (no step range, "
+                "graph launch, per-step sync or host pause): that period may be one layer, not a step")
+    cuts = np.arange(first + (shift or 0), min(last, len(symbols)), period)
+    if len(cuts) < bound.min_repeats:
+        return "too few repetitions of the kernel sequence"
+    starts = launch[cuts]
+    tail = min(int(cuts[-1]) + period, len(launch) - 1)
+    ends = np.append(starts[1:], launch[tail] if tail > cuts[-1] else starts[-1] + int(np.median(np.diff(starts))))
+    host = np.stack([starts, ends], axis=1)
+    return Found("kernels", f"every {period} kernel launches", host, pid,
+                 "" if shift is None else " (cut where the host pauses)")
+
+
+def periodic_run(symbols: np.ndarray, min_repeats: int) -> tuple[int, int, int] | None:
+    """(period, first position, repetitions) of the longest evenly spaced run of one symbol.
+
+    For each symbol, the most common spacing between its consecutive occurrences and the longest
+    run of occurrences at that spacing; the run covering the most of the sequence wins (ties: the
+    longer period, i.e. the rarer marker). Initialization kernels repeat evenly too (one weight fill
+    per layer), but over a short stretch, so the loop's marker covers more.
+    """
+    n = len(symbols)
+    if not n:
+        return None
+    order = np.argsort(symbols, kind="stable")  # positions grouped by symbol, each group in order
+    sorted_symbols = symbols[order]
+    bounds = np.flatnonzero(np.diff(sorted_symbols)) + 1
+    starts = np.concatenate([[0], bounds])
+    stops = np.concatenate([bounds, [n]])
+    best: tuple[int, int, int, int] | None = None  # (coverage, period, first, repetitions)
+    for lo, hi in zip(starts.tolist(), stops.tolist(), strict=True):
+        if hi - lo < min_repeats + 1:
+            continue
+        positions = order[lo:hi]
+        gaps = np.diff(positions)
+        values, freq = np.unique(gaps, return_counts=True)
+        period = int(values[np.argmax(freq)])
+        if period < 1:
+            continue
+        run_len, run_end = _longest_run(gaps == period)
+        if run_len < min_repeats:
+            continue
+        first = int(positions[run_end - run_len])
+        candidate = (run_len * period, period, first, run_len)
+        if best is None or candidate[:2] > best[:2]:
+            best = candidate
+    return None if best is None else (best[1], best[2], best[3])
+
+
+def _longest_run(flags: np.ndarray) -> tuple[int, int]:
+    """Length of the longest run of True and the index one past its end."""
+    if not flags.any():
+        return 0, 0
+    padded = np.concatenate([[False], flags, [False]])
+    edges = np.flatnonzero(np.diff(padded.astype(np.int8)))
+    begins, ends = edges[::2], edges[1::2]
+    i = int(np.argmax(ends - begins))
+    return int(ends[i] - begins[i]), int(ends[i])
+
+
+def _boundary_phase(launch: np.ndarray, period: int) -> int | None:
+    """The position in the period after which the host pauses every time, or None.
+
+    The host's time between two launches is longest where the loop does its own work between
+    steps (sampling, bookkeeping). Only a pause that stands out - three times the usual spacing,
+    three times the next-longest phase, 20 us at least - marks the boundary; launch calls that
+    simply cost more for some kernels do not.
+    """
+    if len(launch) < 3 * period or period < 2:
+        return None
+    spacing = np.diff(launch)
+    phase = np.arange(len(spacing)) % period
+    medians = pd.Series(spacing).groupby(phase).median().to_numpy()
+    ranked = np.sort(medians)
+    top = int(np.argmax(medians))
+    overall = float(np.median(spacing))
+    if ranked[-1] >= max(3 * overall, 3 * ranked[-2], 20_000):
+        return (top + 1) % period
+    return None
+
+
+def _has_layers(period_seq: np.ndarray, period: int) -> bool:
+    """Whether one period holds two or more copies of a shorter block (a model's layers)."""
+    for lag in range(3, period // 2 + 1):
+        same = period_seq[lag:] == period_seq[:-lag]
+        # A run of one kernel (an expert loop) matches itself at every lag: a layer has variety.
+        if same.mean() >= 0.7 and same.sum() >= lag and len(np.unique(period_seq[lag:][same])) >= 3:
+            return True
+    return False
+
+
+def _tile(starts: np.ndarray, hi: int) -> np.ndarray:
+    """Steps from each start to the next; the last one runs one median step length (within ``hi``)."""
+    period = int(np.median(np.diff(starts))) if len(starts) > 1 else 0
+    ends = np.append(starts[1:], min(int(starts[-1]) + period, hi))
+    return np.stack([starts, ends], axis=1).astype(np.int64)
+
+
+def _short(name: str, limit: int = 48) -> str:
+    return name if len(name) <= limit else name[: limit - 3] + "..."

@@ -1,0 +1,285 @@
+"""The step model: what one step of the workload's loop is, where each steady step runs.
+
+Every rule and the budget draw per-step numbers from one :class:`StepModel`. Evidence, strongest
+first (``source``):
+
+a. ``nvtx``: user NVTX ranges that behave like steps (they repeat, tile the loop and hold its
+   GPU launches); library ranges (CUB, NCCL, cuDNN, XLA thunks, ``aten::``...) never qualify;
+b. ``graph``: one CUDA graph launch per step (graph and node trace modes alike);
+c. ``marker``: a readback or synchronization once per step (``.item()``, ``block_until_ready()``),
+   else ``kernels``: the period of the whole repeating kernel sequence, only when something shows
+   that the period is a step and not one layer;
+d. a profiler-API capture range (``-c cudaProfilerApi``) bounds the search; steps come from a-c.
+
+Warm-up ends after the last leading step with a module load or a first-use allocation, a
+duration unlike the rest, or a lone synchronization (a benchmark's end-of-warm-up barrier).
+Steps are projected onto the GPU clock: a step's GPU work runs from the first to the last GPU
+operation launched inside its host interval, and the steps tile the loop's GPU time from the
+first operation of one step to the first of the next. Without evidence, ``source`` is ``none``
+and ``reason`` says why: never a guessed per-layer step.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..trace import Trace
+from .activity import GpuOps, gpu_ops
+from .intervals import point_in
+from .names import ALLOC_APIS, MODULE_LOADS, PROFILER_START_APIS, PROFILER_STOP_APIS, SYNC_APIS, in_set
+from .step_detectors import Bound, Found, graph_steps, kernel_steps, marker_steps, nvtx_steps
+
+#: Allocation calls whose first use in the loop is warm-up (frees are not: they follow allocations).
+_ALLOCATING = frozenset(name for name in ALLOC_APIS if "Free" not in name and "Destroy" not in name
+                        and "Release" not in name and "Unregister" not in name and "Unmap" not in name)
+
+
+@dataclass(frozen=True)
+class SteadyOptions:
+    """Knobs of step detection (``[tool.nsys-rules] steady-ranges``)."""
+
+    range_names: tuple[str, ...] = ()  # preferred step range names, tried first
+    min_repeats: int = 3
+    warmup_tolerance: float = 0.25  # a leading step differing by more than this from the later ones is warm-up
+
+
+@dataclass(frozen=True, eq=False)
+class StepModel:
+    """The steady steps of one trace.
+
+    ``host`` holds each steady step's host interval (n x 2, ns), ``gpu_work`` the first start and
+    last end of the GPU work launched inside it (-1 when none), and ``gpu`` the step's share of
+    the loop's GPU time: from its first operation to the next step's first (the last step: to
+    its last operation's end), so consecutive steps tile the loop without gaps.
+    """
+
+    source: str
+    description: str
+    name: str | None = None
+    host: np.ndarray = field(default_factory=lambda: np.empty((0, 2), np.int64))
+    gpu_work: np.ndarray = field(default_factory=lambda: np.empty((0, 2), np.int64))
+    gpu: np.ndarray = field(default_factory=lambda: np.empty((0, 2), np.int64))
+    pid: int | None = None
+    device: int | None = None
+    warmup: int = 0
+    profiler_range: tuple[int, int] | None = None
+    reason: str = ""
+
+    @property
+    def count(self) -> int:
+        """Number of steady steps."""
+        return len(self.host)
+
+    @property
+    def host_span(self) -> tuple[int, int] | None:
+        """First and last host instant of the steady steps."""
+        return (int(self.host[0, 0]), int(self.host[-1, 1])) if self.count else None
+
+    @property
+    def gpu_span(self) -> tuple[int, int] | None:
+        """First and last GPU instant of the steady steps' work."""
+        return (int(self.gpu[0, 0]), int(self.gpu[-1, 1])) if self.count else None
+
+    @property
+    def gpu_durations(self) -> np.ndarray:
+        """Each step's length on the GPU clock."""
+        return self.gpu[:, 1] - self.gpu[:, 0]
+
+
+def step_model(trace: Trace, options: SteadyOptions = SteadyOptions()) -> StepModel:
+    """The trace's step model (computed once per trace and options)."""
+    cache = _CACHE.setdefault(trace, {})
+    if options not in cache:
+        cache[options] = _model(trace, options)
+    return cache[options]
+
+
+_CACHE: "weakref.WeakKeyDictionary[Trace, dict[SteadyOptions, StepModel]]" = weakref.WeakKeyDictionary()
+
+
+def profiler_range(trace: Trace) -> tuple[int, int] | None:
+    """The profiler-API capture range: the first start call to the last stop call after it (or the capture end)."""
+    if not trace.has("api"):
+        return None
+    api = trace.frame("api", ["start", "end", "name"])
+    names = trace.api_names()
+    starts = api["start"].to_numpy()[in_set(names, PROFILER_START_APIS)]
+    if not len(starts):
+        return None
+    begin = int(starts.min())
+    stops = api["start"].to_numpy()[in_set(names, PROFILER_STOP_APIS)]
+    later = stops[stops > begin]
+    return begin, int(later.max()) if len(later) else capture_end(trace)
+
+
+def capture_end(trace: Trace) -> int:
+    """The last timestamp of GPU or API activity (0 for an empty trace)."""
+    ops = gpu_ops(trace)
+    last = int(ops.end.max()) if len(ops) else 0
+    if trace.has("api"):
+        api = trace.frame("api", ["start", "end", "name"])
+        if len(api):
+            last = max(last, int(api["end"].max()))
+    return last
+
+
+def _model(trace: Trace, options: SteadyOptions) -> StepModel:
+    ops = gpu_ops(trace)
+    prange = profiler_range(trace)
+    lo, hi = prange if prange else (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+    bound = Bound(lo, hi, options.min_repeats, options.range_names)
+    reasons = []
+    for detect in (nvtx_steps, graph_steps, marker_steps, kernel_steps):
+        found = detect(trace, ops, bound)
+        if isinstance(found, Found):
+            return _finish(trace, ops, found, prange, options)
+        reasons.append(found)
+    where = "inside the profiler API capture range" if prange else "in the trace"
+    reason = f"no step model fits {where}: " + "; ".join(dict.fromkeys(reasons))
+    return StepModel("none", reason, profiler_range=prange, reason=reason)
+
+
+def _finish(trace: Trace, ops: GpuOps, found: Found, prange: tuple[int, int] | None,
+            options: SteadyOptions) -> StepModel:
+    host = found.host.astype(np.int64)
+    work, device = _project(ops, host, found.pid)
+    durations = _tile(work)[:, 1] - _tile(work)[:, 0]
+    dropped, why = _warmup(trace, found, host, durations, options)
+    host, work = host[dropped:], work[dropped:]
+    gpu = _tile(work)
+    words = {"nvtx": f"NVTX range '{found.name}'", "graph": "one CUDA graph launch per step",
+             "marker": f"a {found.name} once per step", "kernels": f"the kernel sequence repeating {found.name}"}
+    text = f"{words[found.source]}{found.note if found.source == 'graph' else ''}, {len(host)} steps"
+    if dropped:
+        text += f" after {dropped} warm-up step(s) ({why})"
+    if prange:
+        text = "profiler API capture range; " + text
+    if found.source == "nvtx" and found.note:
+        text += found.note
+    return StepModel(found.source, text, found.name, host, work, gpu, found.pid, device, dropped, prange)
+
+
+def _project(ops: GpuOps, host: np.ndarray, pid: int | None) -> tuple[np.ndarray, int | None]:
+    """First start and last end of the GPU work launched in each step, on the loop's device."""
+    mine = ops.launch >= 0
+    if pid is not None:
+        mine &= ops.pid == pid
+    index = np.full(len(ops), -1, np.int64)
+    index[mine] = point_in(ops.launch[mine], host[:, 0], host[:, 1])
+    held = index >= 0
+    device = None
+    if held.any():
+        devices, inverse = np.unique(ops.device[held], return_inverse=True)
+        busy = np.bincount(inverse, weights=ops.duration[held])
+        device = int(devices[np.argmax(busy)])
+        held &= ops.device == device
+    work = np.full((len(host), 2), -1, np.int64)
+    if held.any():
+        first = np.full(len(host), np.iinfo(np.int64).max, np.int64)
+        last = np.full(len(host), -1, np.int64)
+        np.minimum.at(first, index[held], ops.start[held])
+        np.maximum.at(last, index[held], ops.end[held])
+        some = last >= 0
+        work[some, 0], work[some, 1] = first[some], last[some]
+    return work, device
+
+
+def _tile(work: np.ndarray) -> np.ndarray:
+    """Steps tiling the GPU time: each from its first operation to the next step's first."""
+    n = len(work)
+    if not n:
+        return np.empty((0, 2), np.int64)
+    first = work[:, 0].astype(np.int64).copy()
+    last = work[:, 1].astype(np.int64).copy()
+    # A step without GPU work takes no GPU time: it starts where the next one starts.
+    for i in range(n - 2, -1, -1):
+        if first[i] < 0:
+            first[i] = first[i + 1]
+    if first[-1] < 0:
+        first[-1] = max(int(last.max()), int(first.max()), 0)
+    first = np.maximum.accumulate(np.maximum(first, 0))
+    ends = np.append(first[1:], max(int(last.max()), int(first[-1])))
+    return np.stack([first, ends], axis=1)
+
+
+def _warmup(trace: Trace, found: Found, host: np.ndarray, durations: np.ndarray,
+            options: SteadyOptions) -> tuple[int, str]:
+    """How many leading steps are warm-up, and the evidence."""
+    n = len(host)
+    keep_at_least = max(options.min_repeats, 1)
+    limit = max(0, min(n // 2, n - keep_at_least))
+    if not limit:
+        return 0, ""
+    votes: list[tuple[int, str]] = [(_unlike_later(durations, options.warmup_tolerance), "slower than the rest")]
+    if trace.has("api"):
+        api = trace.frame("api", ["start", "end", "name", "pid", "tid"])
+        names = trace.api_names()
+        mine = api["pid"].to_numpy() == found.pid if found.pid is not None else np.ones(len(api), bool)
+        starts = api["start"].to_numpy(np.int64)
+        loads = _steps_holding(starts[mine & in_set(names, MODULE_LOADS)], host)
+        allocs = _steps_holding(starts[mine & in_set(names, _ALLOCATING)], host)
+        if allocs.mean() > 0.5:  # allocating every step is churn (alloc-churn's subject), not warm-up
+            allocs[:] = False
+        early = max(2, n // 10)
+        first_use = np.flatnonzero((loads | allocs)[:early])
+        if len(first_use):
+            votes.append((int(first_use[-1]) + 1, "module loading or first allocations"))
+        barrier = _barrier(starts[mine & in_set(names, SYNC_APIS)], api["end"].to_numpy(np.int64)[
+            mine & in_set(names, SYNC_APIS)], host, found.source)
+        if barrier:
+            votes.append((barrier, "a synchronization between warm-up and measured steps"))
+    dropped, why = max(votes)
+    return min(dropped, limit), why
+
+
+def _steps_holding(times: np.ndarray, host: np.ndarray) -> np.ndarray:
+    held = np.zeros(len(host), bool)
+    index = point_in(times, host[:, 0], host[:, 1])
+    held[index[index >= 0]] = True
+    return held
+
+
+def _unlike_later(durations: np.ndarray, tolerance: float) -> int:
+    """Leading steps outside the spread of the later half (widened by ``tolerance``) are warm-up.
+
+    Judged against the later half's range, not its median: steps that legitimately vary (MoE
+    routing, periodic side work) stay, a cold first step goes.
+    """
+    n = len(durations)
+    if n < 2:
+        return 0
+    later = durations[n // 2:]
+    low, high = float(later.min()) * (1 - tolerance), float(later.max()) * (1 + tolerance)
+    dropped = 0
+    while dropped < n // 2 and not (low <= durations[dropped] <= high):
+        dropped += 1
+    return dropped
+
+
+def _barrier(sync_starts: np.ndarray, sync_ends: np.ndarray, host: np.ndarray, source: str) -> int:
+    """Steps before a benchmark's end-of-warm-up barrier: a lone synchronization in the first half.
+
+    Harnesses run warm-up steps, wait for the GPU, then measure; warm-up steps after the first
+    often take exactly as long as measured ones, so durations alone keep them. A sync in every
+    step (or between every two) is the loop's own pattern, not a barrier. Per-step markers (the
+    syncs that end each step) are not barriers.
+    """
+    if len(host) < 2 or not len(sync_starts):
+        return 0
+    boundary = np.isin(sync_ends, host[:, 1]) if source == "marker" else np.zeros(len(sync_ends), bool)
+    starts = sync_starts[~boundary]
+    starts = starts[(starts >= host[0, 0]) & (starts <= host[-1, 1])]
+    if not len(starts):
+        return 0
+    pos = np.searchsorted(host[:, 0], starts, side="right") - 1
+    between = (pos >= 0) & (starts > host[pos.clip(0), 1])
+    if source == "nvtx":  # inside a user's step range a sync is the step's own business
+        pos, between = pos[between], between[between]
+    owner = np.where(between, pos + 1, pos)  # a sync between steps k and k+1 opens step k+1
+    owners = np.unique(owner[owner > 0])
+    if len(owners) != 1 or owners[0] > len(host) // 2:
+        return 0
+    return int(owners[0])

@@ -24,7 +24,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 FAIL_ON = ("info", "warning", "error", "never")
-TOP_KEYS = ("select", "ignore", "fail-on", "severity", "rules", "steady-ranges", "max-memory")
+TOP_KEYS = ("select", "ignore", "fail-on", "severity", "rules", "steady-ranges", "max-memory", "noise-floor")
 
 
 @dataclass
@@ -42,6 +42,8 @@ class Settings:
     filter_nvtx: str | None = None
     source: str | None = None  # the config file read, if any
     profile: bool = False  # compute the steady-state profile (markdown/HTML reports need it)
+    #: Findings that are not errors and save less than this percent of the steady state are "minor".
+    noise_floor_pct: float = 0.5
 
 
 def suggest(word: str, choices: typing.Iterable[str]) -> str:
@@ -97,6 +99,8 @@ def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Map
             settings.fail_on = value
         elif key == "max-memory":
             settings.max_memory = parse_size(str(value))
+        elif key == "noise-floor":
+            settings.noise_floor_pct = parse_percent(value, f"{path}: noise-floor")
         elif key == "severity":
             if not isinstance(value, dict):
                 raise UsageError(f"{path}: severity must be a table of rule = \"info|warning|error\"")
@@ -171,6 +175,18 @@ def _number_or_text(raw: str) -> Any:
 
 _SIZE = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3,
          "t": 1024**4, "tb": 1024**4}
+
+
+def parse_percent(value: Any, where: str) -> float:
+    """A percent between 0 and 100 (``0.5``, ``"2%"``); ``UsageError`` otherwise."""
+    text = str(value).strip().rstrip("%").strip()
+    try:
+        number = float(text)
+    except ValueError:
+        raise UsageError(f"{where}: {value!r} is not a percent (e.g. 0.5 or 2%)") from None
+    if not 0 <= number <= 100:
+        raise UsageError(f"{where}: {value!r} must be between 0 and 100")
+    return number
 
 
 def parse_size(text: str) -> int:

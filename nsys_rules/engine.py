@@ -17,6 +17,9 @@ from .memory_limit import enforce_limit as enforce_memory_limit
 from .plugins import Registry
 from .rule import Rule, RuleContext
 from .trace import Trace
+from .analysis.budget import step_budget
+from .analysis.steps import StepModel, model_needs, restrict
+from .answer import finalize
 from .windows import FULL, SteadyOptions, Window, steady_state_window, user_window
 
 SCHEMA_VERSION = "1.0"
@@ -143,18 +146,21 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         for table, cols in rule.needs().items():
             if trace.has(table):
                 needs.setdefault(table, []).extend(c for c in cols if c not in needs.get(table, []))
+    for table, cols in model_needs(trace).items():  # the step model and the budget read these for every run
+        needs.setdefault(table, []).extend(c for c in cols if c not in needs.get(table, []))
     windows = _Windows(trace, settings)
     enforce_memory_limit(trace, needs, settings.max_memory)  # exit 3 before a read that cannot fit
-    try:
-        trace.preload(needs)
-    except MemoryError:
-        raise
+    trace.preload(needs)
+    steady = windows.get("steady")
+    model = windows.model()
+    budget = step_budget(trace, model) if model is not None and model.count else None
     for rule, options in runnable:
         if progress:
             progress(rule.name)
         try:
             window = windows.get(rule_window_kind(rule, options))
-            ctx = RuleContext(trace, rule(), options, window)
+            ctx = RuleContext(trace, rule(), options, window, model if model is not None and model.count else None,
+                              budget)
             findings = list(rule().check(ctx))
             override = settings.severity.get(rule.name)
             for f in findings:
@@ -169,9 +175,15 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
             result.errors.append({"rule": rule.name, "trace": trace.label,
                                   "error": f"{type(exc).__name__}: {exc}",
                                   "traceback": "".join(traceback.format_exception(exc))[-4000:]})
+    span = (steady.start, steady.end) if steady.intervals else None
+    result.findings = finalize(result.findings, budget, span, settings.noise_floor_pct)  # type: ignore[arg-type]
     if settings.profile:
         _add_profile(trace, result, windows)
     result.info["window"] = windows.describe()
+    result.info["budget"] = budget.to_json() if budget is not None else None
+    if budget is None:
+        result.info["budget_reason"] = (model.reason if model is not None and model.reason else
+                                        "the steady steps ran no GPU work")
     if trace.damage:
         result.info["damage"] = list(dict.fromkeys(trace.damage))
     return result
@@ -199,7 +211,7 @@ class _Windows:
 
     def get(self, kind: str) -> Window:
         if self.settings.filter_time or self.settings.filter_nvtx:
-            kind = "filter"
+            kind = "filter"  # a user window replaces both the steady and the full window
         if kind not in self._cache:
             self._cache[kind] = self._compute(kind)
         return self._cache[kind]
@@ -212,8 +224,17 @@ class _Windows:
         window = user_window(self.trace, self.settings.filter_time, self.settings.filter_nvtx)
         assert window is not None
         steady = steady_state_window(self.trace, SteadyOptions(tuple(self.settings.steady_ranges)))
-        steps = tuple(s for s in steady.steps if window.mask([s[0]])[0])
-        return dataclasses.replace(window, steps=steps, step_name=steady.step_name if steps else None)
+        model = steady.model
+        if model is None or not model.count:
+            return dataclasses.replace(window, kind="filter", model=model)
+        keep = window.mask(model.host[:, 0])
+        sub = restrict(model, keep)
+        return dataclasses.replace(window, steps=tuple(map(tuple, sub.host.tolist())),
+                                   step_name=model.name if sub.count else None, kind="filter", model=sub)
+
+    def model(self) -> StepModel | None:
+        """The step model of the steady window, cut to the user's filter when one is given."""
+        return self.get("steady").model
 
     def describe(self) -> dict[str, Any]:
         return {kind: w.to_json() for kind, w in self._cache.items()}

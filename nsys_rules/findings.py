@@ -95,6 +95,16 @@ class Finding:
     location: Location = field(default_factory=Location)
     estimated_savings_ns: int | None = None
     key: str = ""
+    #: The step-budget part this finding's savings come from (``launch_wait``, ``after_sync``, ``gemv``...).
+    budget_part: str | None = None
+    #: (low, high) bounds of the savings where the estimate is uncertain.
+    savings_range: tuple[int, int] | None = None
+    #: Why there is no savings figure (withheld on a misleading trace, outside the steady state...).
+    savings_note: str | None = None
+    #: Below the noise floor: one "minor" line in human formats; kept in JSON.
+    minor: bool = False
+    #: Fingerprint of the root-cause finding that explains this symptom's time.
+    folded_into: str | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -120,17 +130,28 @@ class Finding:
         }
         if self.estimated_savings_ns is not None:
             out["estimated_savings_ns"] = int(self.estimated_savings_ns)
+        if self.savings_range is not None:
+            out["savings_range_ns"] = [int(self.savings_range[0]), int(self.savings_range[1])]
+        if self.budget_part is not None:
+            out["budget_part"] = self.budget_part
+        if self.savings_note:
+            out["savings_note"] = self.savings_note
+        if self.minor:
+            out["minor"] = True
+        if self.folded_into:
+            out["folded_into"] = self.folded_into
         return out
 
 
-def rank_key(finding: Finding) -> tuple[int, int, int, str, str]:
+def rank_key(finding: Finding) -> tuple[int, int, int, int, str, str]:
     """Sort key for the "what to optimize next" list.
 
-    Errors come first: by our severity scheme an error means the trace itself misleads (debug
-    build, hidden graph kernels), so every other number in it waits on a re-capture, whatever
-    savings they promise. Then estimated savings, then severity, then a stable tie-break.
+    Errors first: an error means the trace itself misleads (debug build, hidden graph kernels,
+    CUDA_LAUNCH_BLOCKING), so every other number in it waits on a re-capture. Then warnings by
+    estimated savings, then infos by savings; folded symptoms and findings under the noise floor
+    last. Ties break on the rule and location, so the order is deterministic.
     """
     savings = finding.estimated_savings_ns or 0
-    is_error = 1 if finding.severity is Severity.ERROR else 0
-    return (-is_error, -savings, -finding.severity.rank, finding.rule,
+    hidden = 1 if (finding.minor or finding.folded_into) else 0
+    return (hidden, -finding.severity.rank, -savings, 0, finding.rule,
             json.dumps(finding.location.to_json(), sort_keys=True))

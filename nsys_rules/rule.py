@@ -14,6 +14,9 @@ from .errors import MissingData
 from .findings import Finding, Location, Metric, Severity
 from .loaders.tables import TABLES
 from .trace import Trace
+from .analysis.budget import Budget
+from .analysis.steps import StepModel
+from .analysis.workload import looks_like_model
 from .windows import Window, launch_times
 
 #: Sections every rule docstring carries, in this order (checked by the meta tests).
@@ -78,6 +81,10 @@ class RuleContext:
     rule: Rule
     options: Any
     window: Window
+    #: The steady steps (None where no step model fits; then ``steps.reason`` is on the window's model).
+    steps: StepModel | None = None
+    #: Where the steady steps' time goes (None without steps).
+    budget: Budget | None = None
     _cache: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     def frame(self, name: str, columns: Iterable[str] | None = None) -> pd.DataFrame:
@@ -147,14 +154,34 @@ class RuleContext:
 
     def finding(self, message: str, recommendation: str, *, severity: Severity | None = None, title: str | None = None,
                 metrics: Mapping[str, Metric] | None = None, location: Location | None = None,
-                estimated_savings_ns: int | float | None = None, key: str = "") -> Finding:
-        """Build a finding of this rule, with the trace filled into its location."""
+                estimated_savings_ns: int | float | None = None, key: str = "", budget_part: str | None = None,
+                savings_range: tuple[float, float] | None = None, savings_note: str | None = None) -> Finding:
+        """Build a finding of this rule, with the trace filled into its location.
+
+        ``budget_part`` names the step-budget part the savings come from; the engine then caps
+        the savings at that part (shared with other findings of the same part).
+        """
         loc = location or Location()
         loc = dataclasses.replace(loc, trace=loc.trace or self.trace.label)
         savings = None if estimated_savings_ns is None or not np.isfinite(estimated_savings_ns) else int(
             max(0, estimated_savings_ns))
+        bounds = None
+        if savings_range is not None and all(np.isfinite(v) for v in savings_range):
+            bounds = (int(max(0, min(savings_range))), int(max(0, max(savings_range))))
         return Finding(self.rule.name, severity or self.rule.default_severity, title or self.rule.title, message,
-                       recommendation, dict(metrics or {}), loc, savings, key)
+                       recommendation, dict(metrics or {}), loc, savings, key, budget_part, bounds, savings_note)
+
+    @property
+    def llm_like(self) -> bool:
+        """Whether the steps look like a model's forward pass (LLM wording fits the advice)."""
+        if "_llm_like" not in self._cache:
+            self._cache["_llm_like"] = looks_like_model(self.trace, self.budget)  # type: ignore[assignment]
+        return bool(self._cache["_llm_like"])
+
+    @property
+    def steady_ns(self) -> int:
+        """Length of the steady steps on the GPU clock (the budget's total), 0 without steps."""
+        return self.budget.total_ns if self.budget is not None else 0
 
 
 def _launch_series(trace: Trace, full: pd.DataFrame, launch: np.ndarray) -> pd.Series | None:

@@ -1,15 +1,9 @@
 """Time windows: which part of the capture a rule judges.
 
-The steady state skips model loading and warm-up, found in this order:
-1. a ``cudaProfilerStart``/``cuProfilerStart`` row: the capture was limited with
-   ``-c cudaProfilerApi``, so it is steady as captured;
-2. a repeating NVTX range (the step or request range: repeats, instances never overlap,
-   not nested in another repeating range), minus its first instances while they still
-   differ from the rest (warm-up), and minus the steps before a lone synchronize between
-   two steps in the first half (a harness's end-of-warm-up barrier);
-3. the repeating kernel pattern: start after the last kernel whose name never recurs in
-   the second half of the capture (initialization kernels such as random weight fills);
-4. else the whole capture.
+The steady-state window comes from the step model (:mod:`nsys_rules.analysis.steps`): the
+steady steps, or, where no step model fits, the profiler-API capture range, the capture after
+its one-off initialization kernels, or the whole capture. ``--filter-time`` and
+``--filter-nvtx`` select a user window instead.
 
 GPU work belongs to a window by the time of the API call that launched it (see
 :func:`launch_times`), on any thread of the process.
@@ -19,16 +13,16 @@ from __future__ import annotations
 
 import re
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .analysis.launches import api_key_index, launch_times, launching_rows  # noqa: F401 - re-exported
+from .analysis.steps import DEFAULT_STEADY, SteadyOptions, StepModel, capture_end, step_model
+from .analysis.names import PROFILER_START_APIS, PROFILER_STOP_APIS  # noqa: F401 - re-exported
 from .errors import UsageError
 from .trace import Trace
 
-PROFILER_START_APIS = ("cudaProfilerStart", "cuProfilerStart")
-PROFILER_STOP_APIS = ("cudaProfilerStop", "cuProfilerStop")
 
 
 @dataclass(frozen=True)
@@ -43,6 +37,10 @@ class Window:
     source: str
     steps: tuple[tuple[int, int], ...] = ()
     step_name: str | None = None
+    #: How the steps were found (``nvtx``, ``graph``, ``marker``, ``kernels``), ``none`` without steps,
+    #: ``filter`` for a user window; empty for a plain window.
+    kind: str = ""
+    model: StepModel | None = field(default=None, compare=False, hash=False, repr=False)
 
     @property
     def start(self) -> int | None:
@@ -76,12 +74,24 @@ class Window:
         return int(sum(b - a for a, b in self.intervals))
 
     def to_json(self) -> dict[str, object]:
-        """How the window is reported in the JSON envelope."""
-        return {"source": self.source, "start_ns": self.start, "end_ns": self.end,
-                "steps": len(self.steps), "step_range": self.step_name}
+        """How the window is reported in the JSON envelope (an open end is null)."""
+        out: dict[str, object] = {"source": self.source, "kind": self.kind or None, "start_ns": _bound(self.start),
+                                  "end_ns": _bound(self.end), "steps": len(self.steps), "step_range": self.step_name}
+        model = self.model
+        if model is not None and model.count and self.kind not in ("", "filter"):
+            out["gpu_start_ns"], out["gpu_end_ns"] = model.gpu_span  # type: ignore[misc]
+            out["warmup_steps"] = model.warmup
+        return out
 
 
 FULL = Window(None, "whole capture")
+
+#: Bounds this far out are "open" (a filter without a start or an end): JSON shows null.
+_OPEN = 2**62
+
+
+def _bound(value: int | None) -> int | None:
+    return None if value is None or abs(value) >= _OPEN else int(value)
 
 
 # -- user filters --------------------------------------------------------------------------
@@ -196,20 +206,14 @@ def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[tuple[int, int], ...]:
 
 
 # -- steady state --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SteadyOptions:
-    """Knobs of steady-state detection (``[tool.nsys-rules] steady-ranges``)."""
+def steady_state_window(trace: Trace, options: SteadyOptions = DEFAULT_STEADY) -> Window:
+    """The steady-state window of ``trace``: the steps of its step model, else the best window without steps.
 
-    range_names: tuple[str, ...] = ()  # preferred step range names, tried first
-    min_repeats: int = 3
-    warmup_tolerance: float = 0.25  # a leading instance differing by more than this from the median is warm-up
-
-
-def steady_state_window(trace: Trace, options: SteadyOptions = SteadyOptions()) -> Window:
-    """The steady-state window of ``trace`` (see the module docstring for the order).
-
-    Computed once per trace and options (the engine and several rules ask; the frames it reads
-    never change once loaded).
+    With steps (see :mod:`nsys_rules.analysis.steps`), the window runs from the first steady
+    step's host start to the last one's end. Without, it is the profiler-API capture range, or
+    the capture after its one-off initialization kernels, or the whole capture; its source then
+    says that no step model fits and why, and rules that need steps skip with that reason.
+    Computed once per trace and options.
     """
     cache = _STEADY_CACHE.setdefault(trace, {})
     if options not in cache:
@@ -222,167 +226,23 @@ _STEADY_CACHE: "weakref.WeakKeyDictionary[Trace, dict[SteadyOptions, Window]]" =
 
 
 def _steady_state_window(trace: Trace, options: SteadyOptions) -> Window:
-    steps = step_ranges(trace, options)
-    if trace.has("api"):
-        api = trace.frame("api", ["start", "end", "name"])
-        names = trace.api_names()
-        starts = api["start"].to_numpy()[names.isin(PROFILER_START_APIS).to_numpy()]
-        if len(starts):
-            stops = api["start"].to_numpy()[names.isin(PROFILER_STOP_APIS).to_numpy()]
-            begin = int(starts.min())
-            later = stops[stops > begin]
-            end = int(later.max()) if len(later) else 2**62
-            inside = tuple(s for s in (steps[1] if steps else ()) if s[0] >= begin)
-            return Window(((begin, end),), "profiler API capture range (cudaProfilerStart)", inside,
-                          steps[0] if steps else None)
-    if steps:
-        name, instances, dropped = steps
-        note = f"NVTX range '{name}', {len(instances)} instances" + (
-            f" after {dropped} warm-up instance(s)" if dropped else "")
-        return Window(((instances[0][0], instances[-1][1]),), note, instances, name)
-    pattern = kernel_steps(trace, options)
-    if pattern is not None:
-        marker, instances, dropped = pattern
-        note = (f"repeating kernel pattern: {len(instances)} steps marked by kernel '{_short(marker)}'"
-                + (f" after {dropped} warm-up step(s)" if dropped else ""))
-        # The marker may run once per layer rather than once per step (a model whose steps
-        # launch nothing but layers): name the steps after it so per-step numbers say so.
-        return Window(((instances[0][0], 2**62),), note, instances, f"kernel:{_short(marker)}")
+    model = step_model(trace, options)
+    if model.count:
+        lo, hi = model.host_span  # type: ignore[misc]
+        return Window(((lo, hi),), model.description, tuple(map(tuple, model.host.tolist())), model.name,
+                      kind=model.source, model=model)
+    if model.profiler_range is not None:
+        return Window((model.profiler_range,), f"profiler API capture range; {model.reason}", kind="none",
+                      model=model)
     kernel_start = _kernel_pattern_start(trace)
     if kernel_start is not None:
-        return Window(((kernel_start, 2**62),), "repeating kernel pattern (after one-off initialization kernels)")
-    return FULL
-
-
-def _short(name: str, limit: int = 60) -> str:
-    return name if len(name) <= limit else name[: limit - 3] + "..."
-
-
-def kernel_steps(trace: Trace, options: SteadyOptions = SteadyOptions()) -> tuple[str, tuple[tuple[int, int], ...], int] | None:
-    """Steps found from the kernels alone, for traces without a step NVTX range.
-
-    A step marker is a kernel that runs exactly once per step: its launches are evenly spaced
-    in the kernel sequence (the same number of kernels between two of them every time), which
-    per-layer kernels are not (their spacing jumps at the step boundary). Among exactly regular
-    names the rarest wins (one launch per step rather than one per layer of a one-layer model).
-    Steps are the intervals between consecutive marker launches; leading steps that differ from
-    the rest are warm-up, as for NVTX steps.
-    """
-    if not trace.has("kernels"):
-        return None
-    kernels = trace.frame("kernels", ["start", "name", "correlation_id", "pid"])
-    if len(kernels) < 2 * options.min_repeats:
-        return None
-    launch = launch_times(trace, kernels)
-    order = np.argsort(launch, kind="stable")
-    codes = kernels["name"].cat.codes.to_numpy()[order]
-    launch = launch[order]
-    counts = np.bincount(codes[codes >= 0])
-    best: tuple[int, int] | None = None  # (count, code)
-    for code in np.flatnonzero(counts >= options.min_repeats + 1):
-        positions = np.flatnonzero(codes == code)
-        gaps = np.diff(positions)
-        # Allow the first gap to differ (a cold first step may launch extra kernels).
-        steady_gaps = gaps[1:] if len(gaps) > 2 else gaps
-        if steady_gaps.min() == steady_gaps.max() and (best is None or len(positions) < best[0]):
-            best = (len(positions), int(code))
-    if best is None:
-        return None
-    positions = np.flatnonzero(codes == best[1])
-    starts = launch[positions]
-    if len(starts) < options.min_repeats + 1:
-        return None
-    steps = np.stack([starts[:-1], starts[1:]], axis=1)
-    dropped = _warmup_count(steps[:, 1] - steps[:, 0], options.warmup_tolerance)
-    name = str(kernels["name"].cat.categories[best[1]])
-    return name, tuple((int(a), int(b)) for a, b in steps[dropped:]), dropped
-
-
-def step_ranges(trace: Trace, options: SteadyOptions = SteadyOptions()) -> tuple[str, tuple[tuple[int, int], ...], int] | None:
-    """The step range: (name, steady instances, number of warm-up instances dropped), or None."""
-    if not trace.has("nvtx"):
-        return None
-    nvtx = trace.frame("nvtx", ["start", "end", "name"])
-    ranges = nvtx[(nvtx["end"] > nvtx["start"]) & nvtx["name"].notna()]
-    if ranges.empty:
-        return None
-    groups: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for name, grp in ranges.groupby("name", observed=True, sort=False):
-        if len(grp) < options.min_repeats:
-            continue
-        order = np.argsort(grp["start"].to_numpy(), kind="stable")
-        s, e = grp["start"].to_numpy()[order], grp["end"].to_numpy()[order]
-        if np.mean(s[1:] >= e[:-1]) < 0.9:  # instances overlap: not a sequence of steps
-            continue
-        groups[str(name)] = (s, e)
-    if not groups:
-        return None
-    top = [n for n in groups if not _mostly_nested(groups[n], [groups[o] for o in groups if o != n])]
-    preferred = [n for n in options.range_names if n in groups]
-    candidates = preferred or top or list(groups)
-    best = max(candidates, key=lambda n: (len(groups[n][0]), groups[n][1][-1]))
-    s, e = groups[best]
-    dropped = _warmup_count(e - s, options.warmup_tolerance)
-    dropped += _barrier_count(trace, s[dropped:], e[dropped:], options.min_repeats)
-    return best, tuple(zip(s[dropped:].tolist(), e[dropped:].tolist(), strict=True)), dropped
-
-
-#: Host calls that wait for the GPU (base names); one alone between two steps is an end-of-warm-up barrier.
-HOST_SYNC_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cuStreamSynchronize",
-                  "cuCtxSynchronize", "cuEventSynchronize")
-
-
-def _barrier_count(trace: Trace, s: np.ndarray, e: np.ndarray, min_repeats: int) -> int:
-    """Steps before a warm-up barrier: a synchronize outside the steps, in the only gap between steps that holds one,
-    in the first half.
-
-    Benchmark harnesses run a few warm-up steps, wait for the GPU, then start measuring; warm-up steps after the
-    first often take exactly as long as measured ones, so durations alone keep them. A sync between every pair of
-    steps is the loop's own pattern, not a barrier, and is left alone.
-    """
-    if len(s) < 2 or not trace.has("api"):
-        return 0
-    api = trace.frame("api", ["start"])
-    starts = api["start"].to_numpy()[trace.api_names().isin(HOST_SYNC_APIS).to_numpy()]
-    if not len(starts):
-        return 0
-    pos = np.searchsorted(s, starts, side="right") - 1
-    between = (pos >= 0) & (pos < len(s) - 1)
-    between[between] &= starts[between] > e[pos[between]]
-    gaps = np.unique(pos[between])
-    if len(gaps) != 1 or gaps[0] >= len(s) // 2 or len(s) - int(gaps[0]) - 1 < min_repeats:
-        return 0
-    return int(gaps[0]) + 1
-
-
-def _mostly_nested(inner: tuple[np.ndarray, np.ndarray], outers: list[tuple[np.ndarray, np.ndarray]]) -> bool:
-    s, e = inner
-    nested = np.zeros(len(s), bool)
-    for os_, oe in outers:
-        pos = np.searchsorted(os_, s, side="right") - 1
-        ok = pos >= 0
-        idx = pos.clip(0)
-        longer = (oe[idx] - os_[idx]) > (e - s)
-        nested |= ok & (oe[idx] >= e) & longer
-    return bool(nested.mean() > 0.5)
-
-
-def _warmup_count(durations: np.ndarray, tolerance: float) -> int:
-    """Leading instances outside the spread of the later half (widened by ``tolerance``) are warm-up.
-
-    Judging against the later half's range, not its median, keeps steps that legitimately
-    vary (MoE routing, periodic side work) while still dropping a cold first step.
-    """
-    n = len(durations)
-    later = durations[n // 2:]
-    low, high = float(later.min()) * (1 - tolerance), float(later.max()) * (1 + tolerance)
-    dropped = 0
-    while dropped < n // 2 and not (low <= durations[dropped] <= high):
-        dropped += 1
-    return dropped
+        return Window(((kernel_start, capture_end(trace)),),
+                      f"after one-off initialization kernels; {model.reason}", kind="none", model=model)
+    return Window(None, f"whole capture; {model.reason}", kind="none", model=model)
 
 
 def _kernel_pattern_start(trace: Trace) -> int | None:
+    """Launch time of the first kernel after the last one whose name never recurs in the later half."""
     if not trace.has("kernels"):
         return None
     kernels = trace.frame("kernels", ["start", "name", "correlation_id", "pid"])

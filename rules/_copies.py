@@ -61,6 +61,15 @@ class CopyGroup:
         return Location(pid=int(rows["pid"].iloc[0]), device=int(rows["device_id"].iloc[0]), stream=int(self.stream),
                         api=self.api, start_ns=self.group.start, end_ns=self.group.end)
 
+    def in_loop(self, ctx: RuleContext) -> bool:
+        """Whether the copies were launched inside the steady steps (else they belong to loading or tear-down)."""
+        span = ctx.steps.host_span if ctx.steps is not None else None
+        if span is None:
+            return False
+        launch = self.group.rows["launch_start"].to_numpy() if "launch_start" in self.group.rows else \
+            self.group.rows["start"].to_numpy()
+        return bool(((launch >= span[0]) & (launch <= span[1])).mean() >= 0.5)
+
     @property
     def key(self) -> str:
         """Fingerprint key: direction and stream (plus the row ordinal in per-row mode)."""
@@ -72,14 +81,17 @@ def copy_groups(ctx: RuleContext, copies: pd.DataFrame, api: pd.DataFrame, mask:
     """Group the copies selected by ``mask`` (``api``: their launching calls, from ``launch_api_rows``)."""
     rows = copies.loc[mask].reset_index(drop=True)
     calls = api.loc[mask].reset_index(drop=True)
-    rows["api"] = calls["api_raw"].to_numpy()
+    rows["api"] = calls["api_raw"].astype(object).fillna("?").to_numpy()
     rows["host_ns"] = (calls["api_end"] - calls["api_start"]).to_numpy()
     rows["direction"] = [COPY_KINDS.get(int(k), str(k)) for k in rows["copy_kind"].to_numpy()]
     lo, hi = ctx.window_bounds()
     judged = max(1, hi - lo)
-    for group in split_flagged(rows, ["api", "direction", "stream_id"], report, max_findings):
+    # One finding per direction and stream: the cause (pageable memory, a synchronous call) is the
+    # same whichever call site issued the copy; the most used API names the group.
+    for group in split_flagged(rows, ["direction", "stream_id"], report, max_findings):
         g = group.rows
-        api_name, direction, stream = group.key
+        direction, stream = group.key
+        api_name = g["api"].value_counts().index[0]
         yield CopyGroup(group, str(api_name), str(direction), int(stream),
                         int(g["host_ns"].clip(lower=0).sum()), int((g["end"] - g["start"]).sum()), int(g["bytes"].sum()),
                         MEMORY_KINDS.get(int(g["src_kind"].iloc[0]), "?"), MEMORY_KINDS.get(int(g["dst_kind"].iloc[0]), "?"),

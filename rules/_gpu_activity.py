@@ -16,8 +16,9 @@ from nsys_rules.rule import RuleContext
 from nsys_rules.trace import Trace
 from nsys_rules.analysis.launches import launch_api_rows  # noqa: F401 - re-exported
 
-#: Canonical GPU tables whose rows occupy a device (what nsys's gpu_gaps/gpu_time_util count).
-GPU_OP_TABLES = ("kernels", "memcpy", "memset")
+#: Canonical GPU tables whose rows occupy a device: nsys's gpu_gaps/gpu_time_util count kernels, copies
+#: and memsets; graph replays traced in graph mode (whose kernels have no rows) are GPU work too.
+GPU_OP_TABLES = ("kernels", "memcpy", "memset", "graph_trace")
 
 #: API calls that launch one kernel (runtime and driver names, ``_v<digits>`` removed).
 KERNEL_LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
@@ -194,7 +195,7 @@ def gpu_op_frames(ctx: RuleContext) -> list[pd.DataFrame]:
     """
     tables = [t for t in GPU_OP_TABLES if ctx.trace.has(t)]
     if not tables:
-        raise MissingData("the trace has no GPU operations (kernel, memcpy or memset tables)",
+        raise MissingData("the trace has no GPU operations (kernel, memcpy, memset or graph-trace tables)",
                           "capture with `nsys profile --trace=cuda`")
     return [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"]) for t in tables]
 

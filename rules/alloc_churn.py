@@ -12,31 +12,9 @@ from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 
 from ._common import pct
-from ._loop import GPU_ACTIVITY_TABLES, gpu_launches, loop_span, spread
+from nsys_rules.analysis.names import ALLOC_APIS
 
-#: Allocation and free calls by base name (``_v<digits>`` removed), with the kind of memory they manage.
-ALLOC_APIS: Mapping[str, str] = {
-    # device memory, runtime and driver
-    "cudaMalloc": "device", "cudaFree": "device", "cudaMallocPitch": "device", "cudaMalloc3D": "device",
-    "cudaMallocArray": "device", "cudaMalloc3DArray": "device", "cudaFreeArray": "device",
-    "cudaMallocMipmappedArray": "device", "cudaFreeMipmappedArray": "device",
-    "cuMemAlloc": "device", "cuMemAllocPitch": "device", "cuMemFree": "device",
-    "cuArrayCreate": "device", "cuArray3DCreate": "device", "cuArrayDestroy": "device",
-    # stream-ordered pool allocations (CUDA 11.2+): cheap while the pool keeps its memory
-    "cudaMallocAsync": "stream-ordered", "cudaFreeAsync": "stream-ordered",
-    "cudaMallocFromPoolAsync": "stream-ordered", "cuMemAllocAsync": "stream-ordered",
-    "cuMemFreeAsync": "stream-ordered", "cuMemAllocFromPoolAsync": "stream-ordered",
-    # managed memory
-    "cudaMallocManaged": "managed", "cuMemAllocManaged": "managed",
-    # pinned host memory: page-locking is slow, often milliseconds per call
-    "cudaMallocHost": "pinned host", "cudaHostAlloc": "pinned host", "cudaFreeHost": "pinned host",
-    "cudaHostRegister": "pinned host", "cudaHostUnregister": "pinned host",
-    "cuMemAllocHost": "pinned host", "cuMemHostAlloc": "pinned host", "cuMemFreeHost": "pinned host",
-    "cuMemHostRegister": "pinned host", "cuMemHostUnregister": "pinned host",
-    # virtual memory management
-    "cuMemCreate": "virtual memory", "cuMemRelease": "virtual memory", "cuMemMap": "virtual memory",
-    "cuMemUnmap": "virtual memory", "cuMemAddressReserve": "virtual memory", "cuMemAddressFree": "virtual memory",
-}
+from ._loop import GPU_ACTIVITY_TABLES, gpu_launches, loop_span, spread
 
 #: Calls that free; ``cudaFree`` before any allocation is the ``cudaFree(0)`` context-creation idiom.
 CONTEXT_INIT_FREES = ("cudaFree",)
@@ -58,7 +36,8 @@ class Options:
         "help": "when no steps are known: share of the loop's ten equal parts that must hold calls (a burst at "
                 "load fills one or two)"})
     warn_share: float = field(default=5.0, metadata={
-        "help": "percent of steady-state time spent in allocation calls at or above which the finding is a warning"})
+        "help": "percent of the steady-state time the GPU idles in allocation calls at or above which the finding "
+                "is a warning; calls that block the host this long are reported at any rate"})
 
 
 # -- pure functions --------------------------------------------------------------------------
@@ -180,16 +159,23 @@ class AllocChurn(Rule):
         lo, hi = span
         start = calls["start"].to_numpy(np.int64)
         calls = calls.loc[(start >= lo) & (start <= hi)].reset_index(drop=True)
-        steps = len(ctx.window.steps)
+        steps = ctx.steps.count if ctx.steps is not None else len(ctx.window.steps)
         per_step = len(calls) / steps if steps else None
-        if calls.empty or len(calls) < opts.min_calls:
+        if calls.empty:
             return
-        if per_step is not None and per_step < opts.min_calls_per_step:
-            return
+        budget = ctx.budget
+        steady_ns = budget.total_ns if budget is not None else max(1, hi - lo)
+        # Few calls can still cost much: a cudaFree every N steps synchronizes the device and may
+        # block the host for milliseconds. Judged by the host time the calls block in the loop.
+        expensive = pct(int(calls["duration"].sum()), steady_ns) >= opts.warn_share
+        if not expensive:
+            if len(calls) < opts.min_calls:
+                return
+            if per_step is not None and per_step < opts.min_calls_per_step:
+                return
+            if per_step is None and spread(calls["start"].to_numpy(np.int64), lo, hi) < opts.min_spread:
+                return
         calls_spread = spread(calls["start"].to_numpy(np.int64), lo, hi)
-        if per_step is None and calls_spread < opts.min_spread:
-            return
-        steady_ns = max(1, hi - lo)
         total = int(calls["duration"].sum())
         per_thread = calls.groupby(["pid", "tid"], observed=True, dropna=False)["duration"].sum()
         (pid, tid) = per_thread.idxmax()
@@ -231,9 +217,16 @@ class AllocChurn(Rule):
         message = (f"{len(calls)} allocation/free calls in the steady state{rate}: {detail}. They take "
                    f"{total / 1e6:.2f} ms, {share:.1f} % of the {steady_ns / 1e6:.1f} ms steady state on the busiest "
                    f"thread; mostly {top_kind} memory.{volume}{cause}")
-        severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
+        # What freeing the loop of these calls gives back: the GPU idle while the host allocated.
+        savings = min(total, budget.ns("allocation")) if budget is not None else total
+        metrics["gpu_idle_in_allocation"] = metric(savings, "ns")
+        if budget is not None:
+            message += (f" The GPU idles {savings / 1e6:.2f} ms ({pct(savings, steady_ns):.1f} % of the steady state) "
+                        "while the launching thread is in these calls.")
+        severity = Severity.WARNING if pct(savings, steady_ns) >= opts.warn_share else Severity.INFO
         yield ctx.finding(message, _recommendation(no_cache, top_kind, total, steps),
-                          severity=severity, metrics=metrics, estimated_savings_ns=total,
+                          severity=severity, metrics=metrics, estimated_savings_ns=savings, budget_part="allocation",
+                          savings_range=(savings, total),
                           location=Location(pid=_int(pid), tid=_int(tid), api=top_api))
 
 

@@ -103,6 +103,11 @@ class CaptureScope(Rule):
             return  # no steady state found: nothing to say where the capture should begin
         lo, hi = ctx.span()
         steady_start, steady_end = max(lo, int(window.start)), min(hi, int(window.end))
+        if ctx.steps is not None:
+            # On the GPU clock the steps may run long after the host issued them (graph replays, a
+            # host running ahead): the steady state lasts as long as its GPU work.
+            gpu_lo, gpu_hi = ctx.steps.gpu_span  # type: ignore[misc]
+            steady_start, steady_end = min(steady_start, gpu_lo), max(steady_end, min(hi, gpu_hi))
         if steady_end <= steady_start:
             return
         kernels = trace.frame("kernels", ["start"]) if trace.has("kernels") else None
@@ -130,8 +135,7 @@ class CaptureScope(Rule):
             "the capture.",
             "Capture only the measured loop: `nsys profile -c cudaProfilerApi --capture-range-end=stop "
             f"--cuda-graph-trace=node --export=sqlite -o {name} {program}` with cudaProfilerStart/Stop around the "
-            "steps (PyTorch `torch.cuda.profiler.start()`/`stop()`, or the engine's capture flag, e.g. "
-            f"bench_serving `--cuda-profiler-capture`); or `--delay={delay_s} --duration={duration_s}`; or keep "
+            f"steps ({_how_to_mark(trace)}); or `--delay={delay_s} --duration={duration_s}`; or keep "
             f"this trace and judge the steady part with `nsys-rules check --filter-time "
             f"{steady_start / 1e6:.0f}ms/{steady_end / 1e6:.0f}ms {shlex.quote(trace.label)}`.",
             metrics={"time_before_steady_state": metric(scope.before, "ns"),
@@ -144,6 +148,15 @@ class CaptureScope(Rule):
             severity=Severity.INFO,
             location=Location(start_ns=steady_start, end_ns=steady_end),
             key="outside-steady")
+
+
+def _how_to_mark(trace) -> str:
+    """How this kind of program calls cudaProfilerStart/Stop."""
+    command = trace.capture.command[:1]
+    if command and "python" in command[0].rsplit("/", 1)[-1]:
+        return ("PyTorch `torch.cuda.profiler.start()`/`stop()`; elsewhere in Python `cupy.cuda.profiler.start()` or "
+                "`cudaProfilerStart` through `ctypes`")
+    return "`cudaProfilerStart()`/`cudaProfilerStop()` from `cuda_profiler_api.h`, or the program's own capture flag"
 
 
 RULE = CaptureScope

@@ -8,6 +8,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.budget import require_visible_kernels
 from nsys_rules.config import parse_size
 from nsys_rules.errors import MissingData, UsageError
 from nsys_rules.findings import Finding, Location, Severity
@@ -199,11 +200,19 @@ def per_step_time(launch: np.ndarray, durations: np.ndarray, steps: tuple[tuple[
 
 
 def model_load_bytes(memcpy: pd.DataFrame, launch: np.ndarray, before: int, device: int) -> int:
-    """Host-to-device bytes to ``device`` launched before ``before`` (the model load, when the trace holds it)."""
+    """Host-to-device bytes to ``device`` launched before ``before`` (the model load, when the trace holds it).
+
+    Frameworks load weights as many host-to-device copies (PyTorch's ``model.to("cuda")``: one
+    ``cudaMemcpyAsync`` per tensor, from pageable or pinned memory). The copy's own device is where
+    it ran; ``dst_device_id`` is the target when the export has it and it is set.
+    """
     if memcpy.empty:
         return 0
-    target = memcpy["dst_device_id"] if "dst_device_id" in memcpy else memcpy["device_id"]
-    mask = (memcpy["copy_kind"].to_numpy() == HTOD) & (launch < before) & (target.to_numpy() == device)
+    own = memcpy["device_id"].to_numpy()
+    target = memcpy["dst_device_id"].to_numpy(dtype=np.float64, na_value=np.nan) if "dst_device_id" in memcpy \
+        else own.astype(np.float64)
+    target = np.where(np.isnan(target), own, target)
+    mask = (memcpy["copy_kind"].to_numpy() == HTOD) & (launch < before) & (target == device)
     return int(memcpy["bytes"].to_numpy()[mask].sum())
 
 
@@ -259,8 +268,9 @@ def measure_bandwidth(ctx: RuleContext, kernels: pd.DataFrame, is_gemv: np.ndarr
         return None, ("weight bytes are unknown: the trace holds no host-to-device model load before the steady "
                       f"state (weights created on the GPU, or loading not captured); give `--set {rule}.weight_bytes=...`")
     if used <= 0:
-        return None, ("the window has no step range to count steps by; give the number of steps with "
-                      f"`--set {rule}.steps=N`")
+        why = ctx.window.model.reason if ctx.window.model is not None and ctx.window.model.reason else \
+            "the window has no steps"
+        return None, (f"steps are unknown ({why}); give the number of steps with `--set {rule}.steps=N`")
     peak, why = peak_bandwidth(ctx, device, peak_option)
     bw = Bandwidth(weight_bytes, source, per_step, used, achieved_bandwidth(weight_bytes, per_step), peak, steps_from)
     if peak is None:
@@ -275,10 +285,11 @@ def measure_bandwidth(ctx: RuleContext, kernels: pd.DataFrame, is_gemv: np.ndarr
 
 
 def _step_source(ctx: RuleContext) -> str:
-    name = ctx.window.step_name or "the window"
-    if name.startswith("kernel:"):
-        return f"the repeating kernel {base_name(name[len('kernel:'):])} (a kernel per layer would count layers)"
-    return f"NVTX range '{name}'"
+    model = ctx.window.model
+    if model is not None and model.count:
+        return {"nvtx": f"NVTX range '{model.name}'", "graph": "graph replays", "marker": f"the per-step {model.name}",
+                "kernels": f"the kernel sequence repeating {model.name}"}.get(model.source, model.source)
+    return "the window"
 
 
 def _load_bytes(ctx: RuleContext, device: int, min_load_bytes: int) -> int:
@@ -335,6 +346,7 @@ class GemvDominance(Rule):
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
+        require_visible_kernels(ctx.budget)
         kernels = ctx.frame("kernels")
         if kernels.empty:
             hint = (" (CUDA graph replays traced in graph mode hide their kernels)"
@@ -389,7 +401,7 @@ class GemvDominance(Rule):
                 library = _library_share(kernels, is_gemv, device)
                 recommendation, severity, savings = self._band_advice(ctx, frac, bw, gemv_ns, total_ns, library)
         return ctx.finding(message, recommendation, severity=severity, metrics=metrics,
-                           location=Location(device=device), estimated_savings_ns=savings)
+                           location=Location(device=device), estimated_savings_ns=savings, budget_part="gemv")
 
     @staticmethod
     def _band_advice(ctx: RuleContext, frac: float, bw: Bandwidth, gemv_ns: int, total_ns: int,

@@ -29,7 +29,7 @@ class Options:
     overhead_pattern: str = field(default="CUPTI|CUDA profiling", metadata={
         "help": "regex on overhead row names that count as tracer overhead; traced dlopen calls are the "
                 "program's own loading and do not excuse a gap"})
-    report: str = field(default="auto", metadata={
+    report: str = field(default="group", metadata={
         "help": "'all': one finding per gap; 'group': one per process, device and phase (start-up or run); "
                 "'auto': per gap while a group has at most max_findings gaps"})
     max_findings: int = field(default=5, metadata={"help": "gaps per group reported one by one in 'auto' mode"})
@@ -91,10 +91,11 @@ class GpuIdleGaps(Rule):
     title = "GPU idle gaps"
     default_severity = Severity.INFO
     requires = ()
-    optional = ("kernels", "memcpy", "memset", "overhead", "api", "nvtx")
+    optional = ("kernels", "memcpy", "memset", "graph_trace", "overhead", "api", "nvtx")
     columns = {"kernels": ("start", "end", "pid", "device_id", "correlation_id", "name"),
                "memcpy": ("start", "end", "pid", "device_id", "correlation_id"),
                "memset": ("start", "end", "pid", "device_id", "correlation_id"),
+               "graph_trace": ("start", "end", "pid", "device_id", "correlation_id"),
                "overhead": ("start", "end", "pid", "name"),
                "api": ("start", "end", "correlation_id", "pid", "name"),
                "nvtx": ("start", "end", "name")}
@@ -152,13 +153,13 @@ class GpuIdleGaps(Rule):
                          "longest_gap": metric(int(g["duration"].max()), "ns"),
                          "share_of_judged_time": metric(share, "%")},
                 location=Location(pid=int(pid), device=int(dev), start_ns=group.start, end_ns=group.end),
-                estimated_savings_ns=total if run_phase else None, key=f"{phase}{group.key_suffix}")
+                key=f"{phase}{group.key_suffix}")
 
 
 def _steady_start(ctx: RuleContext) -> int:
     """Where the steady state begins (gaps before it are start-up); -inf when unknown."""
     window = steady_state_window(ctx.trace)
-    return window.start if window.start is not None else -(2**62)
+    return window.start if window.start is not None and window.kind != "none" else -(2**62)
 
 
 RULE = GpuIdleGaps

@@ -70,10 +70,11 @@ class GpuLowUtilization(Rule):
     title = "Low GPU utilization"
     default_severity = Severity.INFO
     requires = ()
-    optional = ("kernels", "memcpy", "memset", "api", "nvtx")
+    optional = ("kernels", "memcpy", "memset", "graph_trace", "api", "nvtx")
     columns = {"kernels": ("start", "end", "pid", "device_id", "correlation_id", "name"),
                "memcpy": ("start", "end", "pid", "device_id", "correlation_id"),
                "memset": ("start", "end", "pid", "device_id", "correlation_id"),
+               "graph_trace": ("start", "end", "pid", "device_id", "correlation_id"),
                "api": ("start", "end", "correlation_id", "pid", "name"),
                "nvtx": ("start", "end", "name")}
     window = "full"

@@ -10,7 +10,9 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.analysis.budget import part_of_class, require_visible_kernels
 from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.taxonomy import DEFAULT as DEFAULT_TAXONOMY
 from nsys_rules.taxonomy import base_name
 
 from ._common import pct
@@ -468,6 +470,7 @@ class KernelTail(Rule):
     Options = Options
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        require_visible_kernels(ctx.budget)
         kernels = ctx.frame("kernels")
         if len(kernels):
             yield from self._kernel_findings(ctx, kernels)
@@ -608,7 +611,8 @@ class KernelTail(Rule):
         if more > 0:
             message += f" ({more} more kernel group(s) with smaller tails not listed.)"
         return ctx.finding(message, self._advice(full_name, kind, row, cost, phase), severity=severity, metrics=metrics,
-                           location=location, estimated_savings_ns=cost, key=key)
+                           location=location, estimated_savings_ns=cost, key=key,
+                           budget_part=part_of_class(DEFAULT_TAXONOMY.classify_one(full_name)))
 
     @staticmethod
     def _advice(name: str, kind: str, row: pd.Series, cost: float, phase: bool = False) -> str:

@@ -13,7 +13,9 @@ from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 
 from ._common import pct
-from ._gpu_activity import GRAPH_LAUNCH_APIS, busy_ns, launch_api_rows
+from nsys_rules.analysis.intervals import busy_ns
+from nsys_rules.analysis.launches import launch_api_rows
+from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS
 
 
 @dataclass(frozen=True)
@@ -130,15 +132,22 @@ class LaunchBound(Rule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
         kernels = ctx.frame("kernels")
+        api = launch_api_rows(ctx.trace, kernels, names=True)
+        # Kernels replayed from a CUDA graph are already launched as one: only kernels launched one
+        # by one can be launch-bound, and a graph replay loop is never told to use CUDA graphs.
+        by_graph = api["api_name"].isin(list(GRAPH_LAUNCH_APIS)).to_numpy()
+        graph_loop = (ctx.steps is not None and ctx.steps.source == "graph") or by_graph.mean() >= 0.5 if len(
+            kernels) else False
+        if by_graph.any():
+            kernels = kernels.loc[~by_graph].reset_index(drop=True)
+            api = api.loc[~by_graph].reset_index(drop=True)
         if len(kernels) < opts.min_kernels:
             return
-        api = launch_api_rows(ctx.trace, kernels, names=False)
         lo, hi = _judged_bounds(ctx, kernels)
         if hi <= lo:
             raise MissingData("the steady state holds no kernel time", "capture more steps")
-        names = ctx.api_base_names()  # categorical: isin judges each distinct name once
-        graphs = int(names.isin(list(GRAPH_LAUNCH_APIS)).sum())
-        # One launch call per pid + correlationId: a graph launch's kernels share their call.
+        graphs = int(ctx.api_base_names().isin(list(GRAPH_LAUNCH_APIS)).sum())
+        # One launch call per pid + correlationId.
         keys = np.left_shift(kernels["pid"].to_numpy(), 32, dtype=np.int64)
         keys |= np.bitwise_and(kernels["correlation_id"].to_numpy(), 0xFFFFFFFF, dtype=np.int64)
         # Keys rising row by row (one kernel per call, the usual eager case) cannot repeat: no hash table.
@@ -149,8 +158,9 @@ class LaunchBound(Rule):
         first_of_call &= api_start >= 0
         api_end = api["api_end"].to_numpy()
         del api
+        budget = ctx.budget
         for dev, idx in kernels.groupby("device_id", sort=True).groups.items():
-            sel = np.asarray(idx)  # not list(idx): a Python loop over a million row labels
+            sel = np.asarray(idx)
             if len(sel) == len(kernels):  # one device (the usual case): the frame itself, no copy of every column
                 sel = slice(None)  # type: ignore[assignment]
             sub = kernels.iloc[sel]
@@ -158,38 +168,63 @@ class LaunchBound(Rule):
             call_ns = int((api_end[sel][launching] - api_start[sel][launching]).sum())
             prof = launch_profile(sub, api_end[sel], lo, hi, call_ns,
                                   int(launching.sum()), opts.max_launch_gap_ns, opts.graph_gap_ns)
-            if prof.busy_share >= opts.max_busy_share or prof.median_kernel_ns > opts.max_median_kernel_ns:
+            on_loop = budget is not None and budget.device == int(dev)
+            judged = budget.total_ns if on_loop else prof.judged_ns
+            busy_share = budget.busy_ns / judged if on_loop and judged else prof.busy_share
+            if busy_share >= opts.max_busy_share or prof.median_kernel_ns > opts.max_median_kernel_ns:
                 continue
             if not prof.starved_gaps:
                 continue
-            saving_share = pct(prof.savings_ns, prof.judged_ns)
-            severity = Severity.WARNING if prof.savings_ns >= opts.warning_share * prof.judged_ns else Severity.INFO
-            per_kernel = prof.launch_api_ns / max(prof.kernels, 1)
-            steps = len(ctx.window.steps)
-            per_step = f", {prof.kernels / steps:.0f} kernels per step" if steps else ""
-            graphed = (f" The program already launches {graphs} CUDA graphs; the rest of the kernels still launch "
-                       "one by one." if graphs else "")
-            yield ctx.finding(
-                f"Kernels kept GPU {dev} busy {100 * prof.busy_share:.1f} % of the steady state "
-                f"({prof.judged_ns / 1e6:.1f} ms, {ctx.window.source}): {prof.kernels} kernels{per_step}, median "
-                f"{prof.median_kernel_ns / 1e3:.1f} us, launch API time {per_kernel / 1e3:.1f} us per kernel. "
-                f"The GPU ran dry before the next launch {prof.starved_gaps} times, idling "
-                f"{prof.starved_ns / 1e6:.1f} ms ({pct(prof.starved_ns, prof.judged_ns):.1f} %).{graphed}",
-                f"Capture the steady-state step in a CUDA graph and replay it (`torch.cuda.CUDAGraph`/"
-                f"`torch.compile(mode=\"reduce-overhead\")`, or `cudaStreamBeginCapture` + `cudaGraphLaunch`): "
-                f"expected gain up to {prof.savings_ns / 1e6:.1f} ms ({saving_share:.1f} % of the steady state) "
-                f"with {opts.graph_gap_ns / 1e3:g} us left per kernel; fusing small kernels cuts the count further.",
-                severity=severity,
-                metrics={"gpu_busy_share": metric(100 * prof.busy_share, "%"),
-                         "kernels": metric(prof.kernels, "count"),
-                         "median_kernel_duration": metric(prof.median_kernel_ns, "ns"),
-                         "launch_calls": metric(prof.launch_calls, "count"),
-                         "launch_api_time_per_kernel": metric(per_kernel, "ns"),
-                         "launch_gaps": metric(prof.starved_gaps, "count"),
-                         "launch_gap_time": metric(prof.starved_ns, "ns"),
-                         "steady_time": metric(prof.judged_ns, "ns")},
-                location=Location(device=int(dev), start_ns=lo, end_ns=hi),
-                estimated_savings_ns=prof.savings_ns)
+            savings = prof.savings_ns
+            if on_loop:
+                savings = min(savings, budget.ns("launch_wait"))
+            severity = Severity.WARNING if savings >= opts.warning_share * judged else Severity.INFO
+            if graph_loop:
+                severity = Severity.INFO  # what is left between replays is the host's own work, not launches
+            yield self._finding(ctx, int(dev), prof, judged, busy_share, savings, severity, graphs, graph_loop, lo, hi)
+
+    def _finding(self, ctx: RuleContext, dev: int, prof: LaunchProfile, judged: int, busy_share: float, savings: int,
+                 severity: Severity, graphs: int, graph_loop: bool, lo: int, hi: int) -> Finding:
+        opts = ctx.options
+        per_kernel = prof.launch_api_ns / max(prof.kernels, 1)
+        steps = ctx.steps.count if ctx.steps is not None else len(ctx.window.steps)
+        per_step = f", {prof.kernels / steps:.0f} kernels per step" if steps else ""
+        budget = ctx.budget
+        split = ""
+        if budget is not None and budget.device == dev:
+            detail = budget.part("launch_wait").detail
+            split = (f" While the GPU waited, the host was inside CUDA calls {detail.get('launch_api_ns', 0) / 1e6:.1f} "
+                     f"ms and in its own code (Python, framework, scheduling) {detail.get('host_ns', 0) / 1e6:.1f} ms.")
+        share = pct(savings, judged)
+        message = (f"The loop's streams kept GPU {dev} busy {100 * busy_share:.1f} % of the steady state "
+                   f"({judged / 1e6:.1f} ms, {ctx.window.source}): {prof.kernels} kernels launched one by one"
+                   f"{per_step}, median {prof.median_kernel_ns / 1e3:.1f} us, launch API time {per_kernel / 1e3:.1f} us "
+                   f"per kernel. The GPU ran dry before the next launch {prof.starved_gaps} times, idling "
+                   f"{prof.starved_ns / 1e6:.1f} ms.{split}")
+        if graph_loop:
+            message += (f" The loop already replays CUDA graphs ({graphs} launches); these kernels run between the "
+                        "replays.")
+            recommendation = ("Move the work between replays into the graph (sampling, stopping checks, input "
+                              "updates: capture them with the step, or use static input buffers), or keep it on the "
+                              f"device; at most {savings / 1e6:.1f} ms ({share:.1f} % of the steady state) is at stake.")
+        else:
+            recommendation = (
+                "Capture the steady-state step in a CUDA graph and replay it (`torch.cuda.CUDAGraph`/"
+                "`torch.compile(mode=\"reduce-overhead\")`, or `cudaStreamBeginCapture` + `cudaGraphLaunch`): "
+                f"expected gain up to {savings / 1e6:.1f} ms ({share:.1f} % of the steady state) with "
+                f"{opts.graph_gap_ns / 1e3:g} us left per kernel; fusing small kernels cuts the count further.")
+        return ctx.finding(
+            message, recommendation, severity=severity,
+            metrics={"gpu_busy_share": metric(100 * busy_share, "%"),
+                     "kernels": metric(prof.kernels, "count"),
+                     "median_kernel_duration": metric(prof.median_kernel_ns, "ns"),
+                     "launch_calls": metric(prof.launch_calls, "count"),
+                     "launch_api_time_per_kernel": metric(per_kernel, "ns"),
+                     "launch_gaps": metric(prof.starved_gaps, "count"),
+                     "launch_gap_time": metric(prof.starved_ns, "ns"),
+                     "steady_time": metric(judged, "ns")},
+            location=Location(device=dev, start_ns=lo, end_ns=hi),
+            estimated_savings_ns=savings, budget_part="launch_wait")
 
 
 def _judged_bounds(ctx: RuleContext, kernels: pd.DataFrame) -> tuple[int, int]:

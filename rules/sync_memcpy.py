@@ -26,7 +26,7 @@ class Options:
     """Options of sync-memcpy."""
 
     window: str = field(default="full", metadata={"help": "'full' (whole capture, as nsys analyze) or 'steady'"})
-    report: str = field(default="auto", metadata={
+    report: str = field(default="group", metadata={
         "help": "'all': one finding per flagged copy; 'group': one per API, direction and stream; "
                 "'auto': per copy while a group has at most max_findings copies"})
     max_findings: int = field(default=5, metadata={"help": "copies per group reported one by one in 'auto' mode"})
@@ -108,6 +108,9 @@ class SyncMemcpy(Rule):
                 "on an event only where the host consumes the data; keep data on the GPU when the host does not "
                 "need it.",
                 severity=severity, metrics=cg.metrics(), location=cg.location(),
-                estimated_savings_ns=max(0, cg.host_ns - cg.gpu_ns), key=cg.key)
+                key=cg.key, **(
+                    {"estimated_savings_ns": max(0, cg.host_ns - cg.gpu_ns), "budget_part": "after_sync"}
+                    if cg.in_loop(ctx) else
+                    {"savings_note": "outside the steady steps (loading or tear-down): not step time"}))
 
 RULE = SyncMemcpy

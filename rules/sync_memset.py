@@ -26,7 +26,7 @@ class Options:
     """Options of sync-memset."""
 
     window: str = field(default="full", metadata={"help": "'full' (whole capture, as nsys analyze) or 'steady'"})
-    report: str = field(default="auto", metadata={
+    report: str = field(default="group", metadata={
         "help": "'all': one finding per flagged memset; 'group': one per API, memory kind and stream; "
                 "'auto': per memset while a group has at most max_findings"})
     max_findings: int = field(default=5, metadata={"help": "memsets per group reported one by one in 'auto' mode"})
@@ -111,7 +111,16 @@ class SyncMemset(Rule):
                          "share_of_judged_time": metric(share, "%")},
                 location=Location(pid=int(g["pid"].iloc[0]), device=int(g["device_id"].iloc[0]), stream=int(stream),
                                   api=str(api_name), start_ns=group.start, end_ns=group.end),
-                estimated_savings_ns=max(0, host - gpu), key=f"{kind}/{stream}{group.key_suffix}")
+                key=f"{kind}/{stream}{group.key_suffix}", **_savings(ctx, g, max(0, host - gpu)))
+
+
+def _savings(ctx: RuleContext, rows: pd.DataFrame, saved: int) -> dict:
+    """Host blocking in the loop is after-sync idle the GPU may pay; outside the steps it is not step time."""
+    span = ctx.steps.host_span if ctx.steps is not None else None
+    launch = rows["launch_start"].to_numpy() if "launch_start" in rows else rows["start"].to_numpy()
+    if span is not None and ((launch >= span[0]) & (launch <= span[1])).mean() >= 0.5:
+        return {"estimated_savings_ns": saved, "budget_part": "after_sync"}
+    return {"savings_note": "outside the steady steps (loading or tear-down): not step time"}
 
 
 RULE = SyncMemset

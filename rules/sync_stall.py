@@ -12,10 +12,12 @@ from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 
 from ._common import pct
+from nsys_rules.analysis.activity import gpu_ops
 from nsys_rules.analysis.host import blocking_calls, copy_directions
+from nsys_rules.analysis.intervals import merge_intervals
 from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS as _GRAPH_LAUNCH_APIS
 
-from ._loop import GPU_ACTIVITY_TABLES, gpu_launches, loop_span
+from ._loop import gpu_launches, loop_span
 
 GRAPH_LAUNCH_APIS = tuple(sorted(_GRAPH_LAUNCH_APIS))
 
@@ -27,25 +29,14 @@ class Options:
     min_calls: int = field(default=3, metadata={
         "help": "blocking calls needed in the window (after dropping the final sync) before they count as a pattern"})
     warn_share: float = field(default=5.0, metadata={
-        "help": "percent of steady-state time the host spends blocked at or above which the finding is a warning"})
+        "help": "percent of the steady-state time the GPU idles after the syncs (the saving) at or above which the "
+                "finding is a warning"})
+    structural_block_pct: float = field(default=50.0, metadata={
+        "help": "a sync in every step that blocks the host this percent of the steady state or more is a warning "
+                "whatever the GPU loses: all host work of the loop then runs in series with the GPU"})
 
 
 # -- pure functions --------------------------------------------------------------------------
-def busy_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Merge possibly overlapping busy intervals into sorted disjoint ones."""
-    if not len(starts):
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    s, e = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
-    if len(s) > 1 and not bool((s[1:] >= s[:-1]).all()):  # GPU rows usually come in start order: no sort
-        order = np.argsort(s, kind="stable")
-        s, e = s[order], e[order]
-    reach = np.maximum.accumulate(e)
-    new = np.r_[True, s[1:] > reach[:-1]]
-    first = np.flatnonzero(new)
-    last = np.r_[first[1:] - 1, len(s) - 1]
-    return s[first], reach[last]
-
-
 def idle_after(times: np.ndarray, union: tuple[np.ndarray, np.ndarray], horizon: int) -> np.ndarray:
     """For each time, how long the GPU stays idle from then on (0 when busy at that time).
 
@@ -157,14 +148,6 @@ class SyncStall(Rule):
         if calls.empty:
             return
 
-        # GPU busy intervals over time (for bubbles and idle time), and the loop from the window's launches.
-        spans_s: list[np.ndarray] = []
-        spans_e: list[np.ndarray] = []
-        for table in GPU_ACTIVITY_TABLES:
-            if trace.has(table):
-                full = trace.frame(table, self.columns[table])
-                spans_s.append(full["start"].to_numpy(np.int64))
-                spans_e.append(full["end"].to_numpy(np.int64))
         span = loop_span(ctx.window.steps, gpu_launches(ctx))
         keep = in_loop(calls, span)
         dropped = int((~keep).sum())
@@ -172,22 +155,29 @@ class SyncStall(Rule):
         if span is None or calls.empty or len(calls) < opts.min_calls:
             return
 
-        # The steady state is the loop: the steps when known (a profiler-API window runs on to the end
-        # of the capture, past the loop), else the first to the last GPU launch of the window.
+        # The steady state is the loop: the steps when known, else the first to the last GPU launch
+        # of the window. GPU activity counts graph replays: time inside a replay is not idle.
         lo, hi = span
-        steady_ns = max(1, hi - lo)
-        union = busy_union(np.concatenate(spans_s) if spans_s else np.empty(0, np.int64),
-                           np.concatenate(spans_e) if spans_e else np.empty(0, np.int64))
+        budget = ctx.budget
+        steady_ns = budget.total_ns if budget is not None else max(1, hi - lo)
+        ops = gpu_ops(trace)
+        if budget is not None:
+            ops = ops.take(ops.device == budget.device)
+        union = merge_intervals(ops.start, ops.end)
         durations = (calls["end"] - calls["start"]).to_numpy(np.int64)
         blocked = int(durations.sum())
         per_thread = calls.assign(d=durations).groupby(["pid", "tid"], observed=True, dropna=False)["d"].sum()
         (pid, tid), thread_blocked = per_thread.idxmax(), int(per_thread.max())
         share = pct(thread_blocked, steady_ns)
         bubbles = idle_after(calls["end"].to_numpy(np.int64), union, hi)
-        gpu_idle = max(0, steady_ns - busy_within(union, lo, hi)) if len(union[0]) else steady_ns
-        savings = min(blocked, gpu_idle)
+        gpu_idle = budget.idle_ns if budget is not None else (
+            max(0, steady_ns - busy_within(union, lo, hi)) if len(union[0]) else steady_ns)
+        # What removing the sync gives back: the GPU's idle stretch after each sync returned (the
+        # bubble), up to the budget's after-sync idle, which also counts the wake-up before the return.
+        after_sync = budget.ns("after_sync") if budget is not None else gpu_idle
+        savings = min(int(bubbles.sum()), after_sync)
         p50, longest = per_call_stats(durations)
-        steps = len(ctx.window.steps)
+        steps = ctx.steps.count if ctx.steps is not None else len(ctx.window.steps)
         by_api = calls.assign(d=durations).groupby("api", observed=True)["d"].agg(["size", "sum"]).sort_values(
             "sum", ascending=False)
         top_api = str(by_api.index[0])
@@ -204,31 +194,42 @@ class SyncStall(Rule):
             "bubble_time": metric(int(bubbles.sum()), "ns"),
             "bubble_p50": metric(float(np.median(bubbles)), "ns"),
             "bubble_max": metric(int(bubbles.max()), "ns"),
+            "after_sync_idle": metric(after_sync, "ns"),
             "gpu_idle_time": metric(gpu_idle, "ns"),
             "steady_time": metric(steady_ns, "ns"),
             "readback_waits": metric(readback_waits + sync_readbacks, "count"),
             "excluded_calls": metric(dropped, "count"),
         }
-        if steps:
-            metrics["calls_per_step"] = metric(len(calls) / steps, "ratio")
+        per_step_rate = len(calls) / steps if steps else None
+        if per_step_rate is not None:
+            metrics["calls_per_step"] = metric(per_step_rate, "ratio")
         if confirmed is not None:
             metrics["confirmed_by_sync_table"] = metric(confirmed, "count")
+        # Severity follows the GPU time at stake (the bubbles). One exception, said in the message: a
+        # round trip every step that parks the launching thread for most of the step puts all host work
+        # of the loop (scheduling, sampling, detokenizing) in series with the GPU, however small the
+        # captured benchmark's own host work is.
+        structural = per_step_rate is not None and per_step_rate >= 0.9 and share >= opts.structural_block_pct
+        severity = Severity.WARNING if pct(savings, steady_ns) >= opts.warn_share or structural else Severity.INFO
 
         apis = ", ".join(f"{int(r['size'])} {api_name} ({r['sum'] / 1e6:.2f} ms)" for api_name, r in by_api.head(4).iterrows())
-        rate = f" ({len(calls) / steps:.2g} per step over {steps} steps)" if steps else ""
+        rate = f" ({per_step_rate:.2g} per step over {steps} steps)" if per_step_rate is not None else ""
         readback = ""
         if readback_waits or sync_readbacks:
+            pattern = " (the `.item()` pattern)" if ctx.llm_like else ""
             readback = (f" {readback_waits + sync_readbacks} of them wait on a device-to-host readback"
-                        f"{' queued just before' if readback_waits else ''} (the `.item()` pattern).")
+                        f"{' queued just before' if readback_waits else ''}{pattern}.")
         check = "" if confirmed is None else f" The SYNCHRONIZATION table confirms {confirmed} of the calls."
+        why = (f" Although the GPU loses little here, the host is parked in a sync {share:.0f} % of every step: "
+               "any host work the loop adds per step lands on the GPU's critical path."
+               if structural and pct(savings, steady_ns) < opts.warn_share else "")
         message = (
             f"{len(calls)} blocking calls in the steady state{rate}: {apis}. The host waits {blocked / 1e6:.2f} ms "
             f"in total ({share:.1f} % of the {steady_ns / 1e6:.1f} ms steady state on the busiest thread), "
             f"p50 {p50 / 1e3:.1f} us and max {longest / 1e3:.1f} us per call.{readback} After each sync the GPU idles "
-            f"{np.median(bubbles) / 1e3:.1f} us (p50; {bubbles.sum() / 1e6:.2f} ms in total) before new work arrives; "
-            f"the GPU is idle {gpu_idle / 1e6:.2f} ms ({pct(gpu_idle, steady_ns):.1f} %) of the steady state. "
-            f"Estimated savings {savings / 1e6:.2f} ms: the blocked time, capped by that GPU idle time, which is all "
-            f"that overlapping host and GPU work can give back to the step.{check}"
+            f"{np.median(bubbles) / 1e3:.1f} us (p50; {bubbles.sum() / 1e6:.2f} ms in total) before new work arrives: "
+            f"removing the round trip saves about {savings / 1e6:.2f} ms ({pct(savings, steady_ns):.1f} % of the "
+            f"steady state).{why}{check}"
             + (f" {dropped} set-up or final sync call(s) outside the loop were left out." if dropped else ""))
         graph_launch = names.isin(GRAPH_LAUNCH_APIS).to_numpy()
         if graph_launch.any() and trace.capture.graph_trace_mode == "Node":
@@ -238,10 +239,10 @@ class SyncStall(Rule):
             metrics["graph_launch_call_p50"] = metric(launch_p50, "ns")
             message += (f" Each graph launch takes {launch_p50 / 1e3:.0f} us on the host in this node-traced capture, "
                         "inflating the bubble; an untraced run has a shorter one.")
-        severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
         yield ctx.finding(message, _recommendation(top_api, readback_waits + sync_readbacks, calls, _is_python(trace),
-                                                   bool(graph_launch.any())),
-                          severity=severity, metrics=metrics, estimated_savings_ns=savings,
+                                                   bool(graph_launch.any()), ctx.llm_like),
+                          severity=severity, metrics=metrics, estimated_savings_ns=savings, budget_part="after_sync",
+                          savings_range=(savings, after_sync),
                           location=Location(pid=_int(pid), tid=_int(tid), api=top_api, nvtx=(
                               (ctx.window.step_name,) if ctx.window.step_name else None)))
 
@@ -264,7 +265,7 @@ def _confirmed(ctx: RuleContext, calls: pd.DataFrame) -> int | None:
     return int(mine.isin(key).sum())
 
 
-def _readback_fix(top_api: str, python: bool) -> str:
+def _readback_fix(top_api: str, python: bool, llm: bool = True) -> str:
     """The asynchronous-readback recipe in the API family the program uses."""
     if top_api.startswith("cu") and not top_api.startswith("cuda"):  # driver API
         how = ("`cuMemcpyDtoHAsync` into a pinned `cuMemHostAlloc` buffer, `cuEventRecord` after it, and "
@@ -276,15 +277,17 @@ def _readback_fix(top_api: str, python: bool) -> str:
     else:
         how = ("`cudaMemcpyAsync` into a pinned `cudaMallocHost` buffer, `cudaEventRecord` after it, and "
                "`cudaEventSynchronize` (or `cudaEventQuery`) on that event one step later")
+    tail = ("; better still, sample on the GPU and keep the tokens on the device" if llm else
+            "; better still, make the decision on the device (a device-side flag or loop) so no value crosses per step")
     return (f"make the per-step readback asynchronous: {how}, so the host enqueues step N+1 while the GPU runs "
-            "step N; better still, sample on the GPU and keep the tokens on the device")
+            f"step N{tail}")
 
 
 def _recommendation(top_api: str, readbacks: int, calls: pd.DataFrame, python: bool = False,
-                    graphs: bool = False) -> str:
+                    graphs: bool = False, llm: bool = True) -> str:
     steps: list[str] = []
     if readbacks:
-        steps.append(_readback_fix(top_api, python))
+        steps.append(_readback_fix(top_api, python, llm))
     if top_api in ("cudaDeviceSynchronize", "cuCtxSynchronize", "cudaThreadSynchronize"):
         steps.append(f"replace the device-wide `{top_api}` with an event recorded on the one stream whose result "
                      "is needed (`cudaEventRecord` + `cudaEventSynchronize`/`cudaStreamWaitEvent`), or drop it")
@@ -296,7 +299,8 @@ def _recommendation(top_api: str, readbacks: int, calls: pd.DataFrame, python: b
                      "left: launch replay N+1 before waiting on replay N's result (double-buffer its output), or "
                      "put several steps in one graph")
     else:
-        steps.append("capture the decode step in a CUDA graph and keep the loop on the device (one launch per step, "
+        what = "the decode step" if llm else "the loop body"
+        steps.append(f"capture {what} in a CUDA graph and keep the loop on the device (one launch per step, "
                      "no host round trip between steps)")
     threads = calls[["pid", "tid"]].drop_duplicates()
     where = "" if len(threads) == 1 else f" ({len(threads)} threads block; start with the busiest)"

@@ -21,12 +21,14 @@ and ``reason`` says why: never a guessed per-layer step.
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..trace import Trace
+from .activity import COLUMNS as ACTIVITY_COLUMNS
 from .activity import GpuOps, gpu_ops
 from .intervals import point_in
 from .names import ALLOC_APIS, MODULE_LOADS, PROFILER_START_APIS, PROFILER_STOP_APIS, SYNC_APIS, in_set
@@ -44,6 +46,9 @@ class SteadyOptions:
     range_names: tuple[str, ...] = ()  # preferred step range names, tried first
     min_repeats: int = 3
     warmup_tolerance: float = 0.25  # a leading step differing by more than this from the later ones is warm-up
+
+
+DEFAULT_STEADY = SteadyOptions()
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,6 +103,22 @@ def step_model(trace: Trace, options: SteadyOptions = SteadyOptions()) -> StepMo
 
 
 _CACHE: "weakref.WeakKeyDictionary[Trace, dict[SteadyOptions, StepModel]]" = weakref.WeakKeyDictionary()
+
+
+def model_needs(trace: Trace) -> dict[str, tuple[str, ...]]:
+    """Tables and columns the step model and the budget read (those the trace has)."""
+    wanted = dict(ACTIVITY_COLUMNS)
+    wanted["nvtx"] = ("start", "end", "name", "pid", "tid", "domain_id", "event_type")
+    return {table: cols for table, cols in wanted.items() if trace.has(table)}
+
+
+def restrict(model: StepModel, keep: np.ndarray) -> StepModel:
+    """The model with only the steps where ``keep`` is true (a user's time or NVTX filter)."""
+    if keep.all():
+        return model
+    host, work = model.host[keep], model.gpu_work[keep]
+    return dataclasses.replace(model, host=host, gpu_work=work, gpu=_tile(work),
+                               description=f"{model.description}; {int(keep.sum())} of them inside the filter")
 
 
 def profiler_range(trace: Trace) -> tuple[int, int] | None:

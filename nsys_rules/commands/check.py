@@ -25,6 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--config", metavar="FILE", help="config file (default: nearest nsys-rules.toml or pyproject.toml)")
     p.add_argument("--set", action="append", metavar="RULE.OPTION=VALUE", help="override one rule option")
     p.add_argument("--max-memory", metavar="SIZE", help="stop with exit 3 when a trace would need more (e.g. 2G)")
+    p.add_argument("--noise-floor", metavar="PCT",
+                   help="findings (not errors) saving less than PCT %% of the steady state are listed as minor "
+                        "(default 0.5)")
     p.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                    help="analyze up to N traces at once in worker processes (0: one per CPU)")
     p.add_argument("--dask", metavar="SCHEDULER", help="run the per-trace work on Dask distributed: a scheduler "

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..config import FAIL_ON, Settings, find_config, load_config, parse_set, parse_size
+from ..config import FAIL_ON, Settings, find_config, load_config, parse_percent, parse_set, parse_size
 from ..plugins import Registry, build_registry
 
 
@@ -42,6 +42,8 @@ def settings_for(args: argparse.Namespace, registry: Registry) -> Settings:
         settings.fail_on = args.fail_on
     for rule, opts in parse_set(getattr(args, "set", None) or [], registry.rules, aliases).items():
         settings.rule_options.setdefault(rule, {}).update(opts)
+    if getattr(args, "noise_floor", None) is not None:
+        settings.noise_floor_pct = parse_percent(args.noise_floor, "--noise-floor")
     if getattr(args, "max_memory", None):
         settings.max_memory = parse_size(args.max_memory)
     settings.filter_time = getattr(args, "filter_time", None)

@@ -1,0 +1,294 @@
+"""The step budget: where each steady step's time goes on the GPU that runs the loop.
+
+Every instant of every steady step (on the GPU clock, see :mod:`.steps`) belongs to exactly one
+part, so the parts add up to the step time exactly:
+
+- busy parts, one per kind of work the loop's own streams run (GEMV, GEMM, attention, norm,
+  elementwise, reduce, kernel copies, communication, other kernels, copy-engine copies, opaque
+  graph replays); where the loop's streams overlap themselves, the instant goes to the first
+  class in :data:`BUSY_PRIORITY` (communication last: overlapped communication is hidden);
+- ``contention``: the loop's streams are idle while other streams or processes use the GPU;
+- idle parts, by what the host thread that launches the next operation was doing: allocating
+  or freeing memory, loading modules, waiting for (or just back from) a synchronization,
+  launching (inside a CUDA call) or running its own code (outside any CUDA call); idle between
+  the kernels of one graph replay; and ``idle_other`` when the next operation was already queued
+  (a dependency, an event wait).
+
+Savings are drawn from these parts (see :mod:`nsys_rules.savings`), so findings never promise
+more than the step holds.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import MissingData
+from ..trace import Trace
+from .activity import BUSY_CLASSES, GpuOps, gpu_ops
+from .budget_host import HostTimeline, host_timelines
+from .intervals import Coverage, complement, merge_intervals
+from .steps import StepModel
+
+#: Busy classes in the order that wins an instant where the loop's own operations overlap.
+BUSY_PRIORITY = ("gemm", "gemv", "attention", "norm", "elementwise", "reduce", "memory", "other", "graph replay",
+                 "copy", "communication")
+
+#: Budget part ids, in reporting order, with a label for people and whether the GPU is busy.
+PARTS: tuple[tuple[str, str, str], ...] = (
+    ("gemv", "GEMV kernels", "busy"), ("gemm", "GEMM kernels", "busy"), ("attention", "attention kernels", "busy"),
+    ("norm", "norm kernels", "busy"), ("elementwise", "elementwise kernels", "busy"),
+    ("reduce", "reduction kernels", "busy"), ("memory", "copy/fill kernels", "busy"),
+    ("communication", "communication kernels", "busy"), ("other", "other kernels", "busy"),
+    ("copy", "memcpy/memset", "busy"), ("graph_replay", "graph replays (kernels hidden)", "busy"),
+    ("contention", "other streams/processes (loop idle)", "busy"),
+    ("launch_wait", "idle: waiting for launches", "idle"), ("after_sync", "idle: after a synchronization", "idle"),
+    ("allocation", "idle: allocation/free", "idle"), ("module_loading", "idle: module loading", "idle"),
+    ("graph_internal", "idle: inside graph replays", "idle"), ("idle_other", "idle: other (dependencies)", "idle"),
+)
+LABELS = {pid: label for pid, label, _ in PARTS}
+KINDS = {pid: kind for pid, _, kind in PARTS}
+_CLASS_PART = {cls: cls.replace(" ", "_") for cls in BUSY_CLASSES}
+
+
+def part_of_class(kernel_class: str) -> str:
+    """The budget part of a kernel class (``gemv`` -> ``gemv``, ``graph replay`` -> ``graph_replay``)."""
+    return _CLASS_PART.get(kernel_class, "other")
+
+
+def require_visible_kernels(budget: "Budget | None", share: float = 0.5) -> None:
+    """Raise :class:`MissingData` when opaque graph replays hold most of the steady steps' GPU work.
+
+    Per-kernel judgements (tails, GEMV share) would otherwise judge the few kernels launched
+    outside the graphs as if they were the workload.
+    """
+    if budget is None:
+        return
+    busy = budget.busy_ns
+    if busy and budget.ns("graph_replay") >= share * busy:
+        raise MissingData(
+            f"{100 * budget.ns('graph_replay') / busy:.0f} % of the steady steps' GPU work runs inside CUDA graph "
+            "replays whose kernels this capture hides (graph trace mode)",
+            "re-capture with `nsys profile --cuda-graph-trace=node` to see the kernels inside the graphs")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of the budget: total over the steady steps, mean per step, and in the median step."""
+
+    name: str
+    kind: str
+    ns: int
+    per_step_ns: float
+    median_step_ns: int
+    detail: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """How people read the part's name."""
+        return LABELS.get(self.name, self.name)
+
+
+@dataclass(frozen=True, eq=False)
+class Budget:
+    """The steady steps' time on the loop's GPU, split into parts that add up."""
+
+    steps: int
+    total_ns: int
+    step_ns: np.ndarray
+    parts: tuple[Part, ...]
+    per_step: dict[str, np.ndarray]
+    device: int | None
+    pid: int | None
+    loop_streams: tuple[int, ...]
+    median_step: int
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def part(self, name: str) -> Part:
+        """The part called ``name`` (a zero part when the budget has none)."""
+        for p in self.parts:
+            if p.name == name:
+                return p
+        return Part(name, KINDS.get(name, "idle"), 0, 0.0, 0)
+
+    def ns(self, *names: str) -> int:
+        """Summed time of the named parts."""
+        return sum(self.part(n).ns for n in names)
+
+    @property
+    def busy_ns(self) -> int:
+        """Time the loop's own streams kept the GPU busy."""
+        return sum(p.ns for p in self.parts if p.kind == "busy" and p.name != "contention")
+
+    @property
+    def idle_ns(self) -> int:
+        """Time nothing ran on the loop's GPU."""
+        return sum(p.ns for p in self.parts if p.kind == "idle")
+
+    def quantile(self, q: float) -> int:
+        """A quantile of the step time (nearest rank)."""
+        return int(np.quantile(self.step_ns, q, method="nearest")) if len(self.step_ns) else 0
+
+    def to_json(self) -> dict[str, Any]:
+        """``traces[i].budget`` of the JSON envelope."""
+        return {
+            "steps": self.steps, "total_ns": self.total_ns, "device": self.device,
+            "step_ns": {"p50": self.quantile(0.5), "p90": self.quantile(0.9), "max": int(self.step_ns.max())},
+            "median_step": self.median_step,
+            "parts": [{"name": p.name, "label": p.label, "kind": p.kind, "ns": p.ns,
+                       "per_step_ns": round(p.per_step_ns, 1), "median_step_ns": p.median_step_ns,
+                       **({"detail": p.detail} if p.detail else {})} for p in self.parts],
+            "evidence": self.evidence,
+        }
+
+
+def step_budget(trace: Trace, model: StepModel) -> Budget | None:
+    """The budget of ``model``'s steady steps (cached per trace and model); None without steps."""
+    cache = _CACHE.setdefault(trace, {})
+    key = id(model)
+    if key not in cache or cache[key][0] is not model:
+        cache[key] = (model, _budget(trace, model))
+    return cache[key][1]
+
+
+_CACHE: "weakref.WeakKeyDictionary[Trace, dict[int, tuple[StepModel, Budget | None]]]" = weakref.WeakKeyDictionary()
+
+
+def _budget(trace: Trace, model: StepModel) -> Budget | None:
+    if not model.count or model.device is None:
+        return None
+    steps = model.gpu
+    lo, hi = int(steps[0, 0]), int(steps[-1, 1])
+    if hi <= lo:
+        return None
+    ops = gpu_ops(trace)
+    near = (ops.device == model.device) & (ops.end > lo) & (ops.start < hi)
+    sub = ops.take(near)
+    own, streams = _own_work(sub, model, steps)
+    per_step: dict[str, np.ndarray] = {}
+    a, b = steps[:, 0], steps[:, 1]
+    covered_before = np.zeros(len(steps), np.int64)
+    grown = np.zeros(0, bool)
+    for cls in BUSY_PRIORITY:
+        code = BUSY_CLASSES.index(cls)
+        grown = own & (sub.cls == code) if not len(grown) else grown | (own & (sub.cls == code))
+        cover = Coverage(*merge_intervals(sub.start[grown], sub.end[grown])).within(a, b)
+        per_step[_CLASS_PART[cls]] = cover - covered_before
+        covered_before = cover
+    everything = merge_intervals(sub.start, sub.end)
+    busy_all = Coverage(*everything).within(a, b)
+    per_step["contention"] = busy_all - covered_before
+    idle = _idle_parts(trace, sub, everything, steps, lo, hi)
+    per_step.update(idle)
+    durations = b - a
+    median_step = int(np.argsort(durations, kind="stable")[(len(durations) - 1) // 2])
+    parts = []
+    for name, _label, kind in PARTS:
+        values = per_step.get(name)
+        if values is None:
+            continue
+        total = int(values.sum())
+        detail = {}
+        if name == "launch_wait":
+            detail = {"launch_api_ns": int(idle["_launch_api"].sum()), "host_ns": int(idle["_launch_host"].sum())}
+        parts.append(Part(name, kind, total, total / len(steps), int(values[median_step]), detail))
+    per_step = {k: v for k, v in per_step.items() if not k.startswith("_")}
+    return Budget(len(steps), int(durations.sum()), durations, tuple(p for p in parts if p.ns or p.kind == "idle"),
+                  per_step, model.device, model.pid, streams, median_step)
+
+
+def _own_work(ops: GpuOps, model: StepModel, steps: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Which operations are the loop's own: its process, on streams busy in at least half the steps.
+
+    A side stream that works once every few steps (a background copy) is not the loop: its time
+    is contention when the loop waits for it.
+    """
+    mine = ops.pid == model.pid if model.pid is not None else np.ones(len(ops), bool)
+    if not mine.any():
+        return mine, ()
+    index = np.searchsorted(steps[:, 0], ops.start[mine], side="right") - 1
+    streams = ops.stream[mine]
+    loop = []
+    for stream in np.unique(streams):
+        held = np.unique(index[(streams == stream) & (index >= 0)])
+        if len(held) >= 0.5 * len(steps):
+            loop.append(int(stream))
+    if not loop:  # no stream works in most steps: the busiest one is the loop's
+        durations = ops.duration[mine]
+        totals = {int(s): int(durations[streams == s].sum()) for s in np.unique(streams)}
+        loop = [max(totals, key=totals.get)]
+    return mine & np.isin(ops.stream, loop), tuple(loop)
+
+
+def _idle_parts(trace: Trace, ops: GpuOps, busy: tuple[np.ndarray, np.ndarray], steps: np.ndarray,
+                lo: int, hi: int) -> dict[str, np.ndarray]:
+    """Idle time per step by cause (see the module docstring)."""
+    n = len(steps)
+    out = {name: np.zeros(n, np.int64) for name in ("launch_wait", "after_sync", "allocation", "module_loading",
+                                                   "graph_internal", "idle_other", "_launch_api", "_launch_host")}
+    gap_s, gap_e = _split(*complement(busy[0], busy[1], lo, hi), steps[1:, 0])
+    if not len(gap_s):
+        return out
+    step = np.searchsorted(steps[:, 0], gap_s, side="right") - 1
+    nxt = np.searchsorted(ops.start, gap_e, side="left")  # the operation that ends the gap
+    has_next = nxt < len(ops)
+    nxt_c = np.minimum(nxt, len(ops) - 1)
+    prev = np.maximum(nxt_c - 1, 0)
+    inside_graph = has_next & (nxt > 0) & ops.by_graph[nxt_c] & ops.by_graph[prev] & (
+        ops.corr[nxt_c] == ops.corr[prev]) & (ops.pid[nxt_c] == ops.pid[prev])
+    launch_end = np.where(has_next, ops.launch_end[nxt_c], -1)
+    tid = np.where(has_next, ops.tid[nxt_c], -1)
+    queued = (launch_end >= 0) & (launch_end <= gap_s)
+    host_bound = ~inside_graph & ~queued & (tid >= 0)
+    length = gap_e - gap_s
+    _add(out["graph_internal"], step, length, inside_graph)
+    _add(out["idle_other"], step, length, ~inside_graph & ~host_bound)
+    if host_bound.any():
+        pids = np.where(has_next, ops.pid[nxt_c], -1)
+        for key, timeline in host_timelines(trace, pids[host_bound], tid[host_bound]).items():
+            sel = host_bound & (pids == key[0]) & (tid == key[1])
+            _attribute(out, timeline, gap_s[sel], gap_e[sel], step[sel])
+    return out
+
+
+def _attribute(out: dict[str, np.ndarray], timeline: HostTimeline, a: np.ndarray, b: np.ndarray,
+               step: np.ndarray) -> None:
+    """Split host-bound idle gaps by what the launching thread was doing."""
+    alloc = timeline.alloc.within(a, b)
+    with_module = timeline.alloc_module.within(a, b)
+    with_sync = timeline.alloc_module_sync.within(a, b)
+    in_api = timeline.any_call.within(a, b)
+    module, sync_call, api = with_module - alloc, with_sync - with_module, in_api - with_sync
+    outside = (b - a) - in_api
+    after = timeline.sync_ended_in(a, b)
+    ones = np.ones(len(a), bool)
+    _add(out["allocation"], step, alloc, ones)
+    _add(out["module_loading"], step, module, ones)
+    _add(out["after_sync"], step, sync_call + api + outside, after)
+    _add(out["after_sync"], step, sync_call, ~after)
+    _add(out["launch_wait"], step, api + outside, ~after)
+    _add(out["_launch_api"], step, api, ~after)
+    _add(out["_launch_host"], step, outside, ~after)
+
+
+def _add(target: np.ndarray, step: np.ndarray, values: np.ndarray, mask: np.ndarray) -> None:
+    if mask.any():
+        target += np.bincount(step[mask], weights=values[mask], minlength=len(target)).astype(np.int64)
+
+
+def _split(starts: np.ndarray, ends: np.ndarray, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint intervals cut at the given instants (so no piece crosses a step boundary)."""
+    inside = np.searchsorted(cuts, ends, side="left") - np.searchsorted(cuts, starts, side="right")
+    if not (inside > 0).any():
+        return starts, ends
+    points = np.sort(np.concatenate([starts, ends, cuts]))
+    pieces_s, pieces_e = points[:-1], points[1:]
+    keep = (pieces_e > pieces_s)
+    pieces_s, pieces_e = pieces_s[keep], pieces_e[keep]
+    # Keep only pieces inside an original interval.
+    pos = np.searchsorted(starts, pieces_s, side="right") - 1
+    ok = (pos >= 0) & (pieces_e <= ends[np.maximum(pos, 0)])
+    return pieces_s[ok], pieces_e[ok]

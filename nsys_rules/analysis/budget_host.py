@@ -1,0 +1,83 @@
+"""What a host thread was doing over time, by kind of CUDA call (for the budget's idle causes)."""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace import Trace
+from .intervals import Coverage, merge_intervals
+from .names import ALLOC_APIS, MODULE_LOAD_APIS, SYNC_APIS, flag_names, in_set
+
+
+def is_blocking_transfer(name: str) -> bool:
+    """A synchronous copy or memset call: the host waits for the GPU inside it."""
+    return name.startswith(("cudaMemcpy", "cuMemcpy", "cudaMemset", "cuMemset")) and "Async" not in name
+
+
+@dataclass(frozen=True, eq=False)
+class HostTimeline:
+    """One thread's CUDA calls as nested unions: allocation, + module loads, + synchronization, + any call.
+
+    Nested unions give each instant one cause in that order of precedence: time in a
+    ``cudaFree`` (which also synchronizes) is allocation time, not synchronization time.
+    """
+
+    alloc: Coverage
+    alloc_module: Coverage
+    alloc_module_sync: Coverage
+    any_call: Coverage
+    sync_ends: np.ndarray
+    sync_starts: np.ndarray
+
+    def sync_ended_in(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """For each [a, b]: whether a blocking call ended inside it (or was still waiting at a)."""
+        if not len(self.sync_ends):
+            return np.zeros(len(a), bool)
+        k = np.searchsorted(self.sync_ends, a, side="left")  # first sync ending at or after a
+        found = k < len(self.sync_ends)
+        kc = np.minimum(k, len(self.sync_ends) - 1)
+        return found & (self.sync_ends[kc] <= b) & (self.sync_starts[kc] <= b)
+
+
+def host_timelines(trace: Trace, pids: np.ndarray, tids: np.ndarray) -> dict[tuple[int, int], HostTimeline]:
+    """The timelines of the distinct (pid, tid) pairs given (cached per trace and thread)."""
+    cache = _CACHE.setdefault(trace, {})
+    wanted = set(zip(pids.tolist(), tids.tolist(), strict=True))
+    missing = [key for key in wanted if key not in cache]
+    if missing:
+        api = trace.frame("api", ["start", "end", "pid", "tid", "name"])
+        names = trace.api_names()
+        kinds = _kinds(names)
+        pid, tid = api["pid"].to_numpy(), api["tid"].to_numpy()
+        start, end = api["start"].to_numpy(np.int64), api["end"].to_numpy(np.int64)
+        for key in missing:
+            rows = (pid == key[0]) & (tid == key[1])
+            cache[key] = _timeline(start[rows], end[rows], kinds[rows])
+    return {key: cache[key] for key in wanted}
+
+
+_CACHE: "weakref.WeakKeyDictionary[Trace, dict[tuple[int, int], HostTimeline]]" = weakref.WeakKeyDictionary()
+
+_ALLOC, _MODULE, _SYNC, _OTHER = 0, 1, 2, 3
+
+
+def _kinds(names) -> np.ndarray:
+    """Per API row: 0 allocation, 1 module load, 2 synchronization (or blocking transfer), 3 other."""
+    kind = np.full(len(names), _OTHER, np.int8)
+    kind[flag_names(names, lambda n: n in SYNC_APIS or is_blocking_transfer(n))] = _SYNC
+    kind[in_set(names, MODULE_LOAD_APIS)] = _MODULE
+    kind[in_set(names, ALLOC_APIS)] = _ALLOC
+    return kind
+
+
+def _timeline(start: np.ndarray, end: np.ndarray, kind: np.ndarray) -> HostTimeline:
+    def cover(mask: np.ndarray) -> Coverage:
+        return Coverage(*merge_intervals(start[mask], end[mask]))
+
+    sync = kind == _SYNC
+    order = np.argsort(end[sync], kind="stable")
+    return HostTimeline(cover(kind == _ALLOC), cover(kind <= _MODULE), cover(kind <= _SYNC),
+                        cover(np.ones(len(kind), bool)), end[sync][order], start[sync][order])

@@ -1,0 +1,127 @@
+"""One answer per trace: savings drawn from the step budget, symptoms folded into causes, a noise floor.
+
+Rules estimate what fixing their finding would save and name the budget part it comes from
+(:mod:`nsys_rules.analysis.budget`). Here, after every rule ran:
+
+1. On a trace that an error-level finding calls misleading (``CUDA_LAUNCH_BLOCKING``, a debug
+   build, graph-mode hidden kernels) every timing-based saving is withheld, with the reason.
+2. Each saving is capped by its budget part; findings of one part share it, the highest ranked
+   first, so the savings of a trace add up to at most its steady-state time.
+3. Symptoms (GPU idle gaps, low utilization, queue delay) whose idle time a root-cause finding
+   explains are folded into it (``folded_into``); start-up symptoms fold into capture-scope.
+4. Findings that are not errors and save less than the noise floor are marked ``minor``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+from .analysis.budget import KINDS, Budget
+from .findings import Finding, Severity
+
+#: Rules whose error says the trace's timings cannot be trusted.
+MISLEADING_RULES = frozenset({"launch-blocking", "debug-build", "graph-trace-hidden"})
+
+#: Rules that measure a symptom (idle time) rather than its cause.
+SYMPTOM_RULES = frozenset({"gpu-idle-gaps", "gpu-low-utilization", "queue-delay"})
+
+#: Budget parts whose time is GPU idle (or waiting on others): the causes symptoms fold into.
+CAUSE_PARTS = frozenset(name for name, kind in KINDS.items() if kind == "idle") | {"contention"}
+
+#: Rules that explain idle time without a budget part of their own (the trace is misleading as a whole).
+CAUSE_RULES = frozenset({"launch-blocking"})
+
+
+def finalize(findings: Iterable[Finding], budget: Budget | None, steady: tuple[int, int] | None,
+             noise_floor_pct: float = 0.5) -> list[Finding]:
+    """The findings of one trace, made into one consistent answer (see the module docstring).
+
+    ``steady`` is the steady state's host span (start-up symptoms lie before it).
+    """
+    out = list(findings)
+    out = _withhold(out)
+    out = _cap(out, budget)
+    out = _fold(out, steady)
+    floor = noise_floor_pct / 100.0 * budget.total_ns if budget is not None else 0
+    return [dataclasses.replace(f, minor=True) if _is_minor(f, floor) else f for f in out]
+
+
+def _withhold(findings: list[Finding]) -> list[Finding]:
+    misleading = sorted({f.rule for f in findings if f.severity is Severity.ERROR and f.rule in MISLEADING_RULES})
+    if not misleading:
+        return findings
+    note = (f"withheld: {', '.join(misleading)} says this trace's timings mislead; re-capture first "
+            "(see that finding)")
+    return [dataclasses.replace(f, estimated_savings_ns=None, savings_range=None, savings_note=note)
+            if f.estimated_savings_ns is not None and f.rule not in MISLEADING_RULES else f for f in findings]
+
+
+def _claim_order(f: Finding) -> tuple[int, int, str]:
+    return (-f.severity.rank, -(f.estimated_savings_ns or 0), f.rule)
+
+
+def _cap(findings: list[Finding], budget: Budget | None) -> list[Finding]:
+    """Savings capped by their part and shared within it; savings without a part share what the parts leave."""
+    if budget is None:
+        return findings
+    remaining = {p.name: p.ns for p in budget.parts}
+    claimed = 0
+    out = list(findings)
+    order = sorted(range(len(out)), key=lambda i: _claim_order(out[i]))
+    for i in order:
+        f = out[i]
+        if f.estimated_savings_ns is None or f.budget_part is None:
+            continue
+        room = remaining.get(f.budget_part, 0)
+        take = min(f.estimated_savings_ns, room)
+        remaining[f.budget_part] = room - take
+        claimed += take
+        out[i] = _with_savings(f, take, room)
+    pool = max(0, budget.total_ns - claimed)
+    for i in order:
+        f = out[i]
+        if f.estimated_savings_ns is None or f.budget_part is not None:
+            continue
+        take = min(f.estimated_savings_ns, pool)
+        pool -= take
+        out[i] = _with_savings(f, take, take)
+    return out
+
+
+def _with_savings(f: Finding, take: int, room: int) -> Finding:
+    if take == f.estimated_savings_ns and (f.savings_range is None or f.savings_range[1] <= room):
+        return f
+    bounds = None if f.savings_range is None else (min(f.savings_range[0], take), min(f.savings_range[1], room))
+    note = f.savings_note
+    if take < (f.estimated_savings_ns or 0):
+        note = "capped by the step budget (shared with other findings of the same part)" if not note else note
+    return dataclasses.replace(f, estimated_savings_ns=int(take), savings_range=bounds, savings_note=note)
+
+
+def _fold(findings: list[Finding], steady: tuple[int, int] | None) -> list[Finding]:
+    causes = [f for f in findings if f.rule not in SYMPTOM_RULES and (
+        f.budget_part in CAUSE_PARTS or f.rule in CAUSE_RULES)]
+    causes.sort(key=_claim_order)
+    scope = next((f for f in findings if f.rule == "capture-scope"), None)
+    out = []
+    for f in findings:
+        target = None
+        if f.rule in SYMPTOM_RULES:
+            start_up = steady is not None and f.location.end_ns is not None and f.location.end_ns <= steady[0]
+            if start_up and scope is not None:
+                target = scope
+            elif not start_up and causes:
+                target = causes[0]
+        if target is None:
+            out.append(f)
+            continue
+        out.append(dataclasses.replace(f, folded_into=target.fingerprint, estimated_savings_ns=None,
+                                       savings_range=None, savings_note=f"explained by {target.rule}"))
+    return out
+
+
+def _is_minor(f: Finding, floor: float) -> bool:
+    if f.severity is Severity.ERROR or f.folded_into or not floor:
+        return False
+    return f.estimated_savings_ns is not None and f.estimated_savings_ns < floor

@@ -53,7 +53,9 @@ def _withhold(findings: list[Finding]) -> list[Finding]:
         return findings
     note = (f"withheld: {', '.join(misleading)} says this trace's timings mislead; re-capture first "
             "(see that finding)")
-    return [dataclasses.replace(f, estimated_savings_ns=None, savings_range=None, savings_note=note)
+    # A timing judgement on a misleading trace is at most information: its cause may be the capture.
+    return [dataclasses.replace(f, estimated_savings_ns=None, savings_range=None, savings_note=note,
+                                severity=min(f.severity, Severity.INFO, key=lambda s: s.rank))
             if f.estimated_savings_ns is not None and f.rule not in MISLEADING_RULES else f for f in findings]
 
 
@@ -103,17 +105,24 @@ def _fold(findings: list[Finding], steady: tuple[int, int] | None) -> list[Findi
     causes = [f for f in findings if f.rule not in SYMPTOM_RULES and (
         f.budget_part in CAUSE_PARTS or f.rule in CAUSE_RULES)]
     causes.sort(key=_claim_order)
+    # On a misleading trace the capture explains idle time when no finding of the steady state does.
+    causes += sorted((f for f in findings if f.severity is Severity.ERROR and f.rule in MISLEADING_RULES),
+                     key=_claim_order)
     scope = next((f for f in findings if f.rule == "capture-scope"), None)
     out = []
     for f in findings:
         target = None
+        start_up = False
         if f.rule in SYMPTOM_RULES:
-            start_up = steady is not None and f.location.end_ns is not None and f.location.end_ns <= steady[0]
+            # Symptoms that begin before the steady state are about loading and warm-up.
+            start_up = steady is not None and f.location.start_ns is not None and f.location.start_ns < steady[0]
             if start_up and scope is not None:
                 target = scope
             elif not start_up and causes:
                 target = causes[0]
         if target is None:
+            if start_up:  # idle during start-up is not step time: nothing the steady state gains
+                f = dataclasses.replace(f, estimated_savings_ns=0, savings_note="start-up, not step time")
             out.append(f)
             continue
         out.append(dataclasses.replace(f, folded_into=target.fingerprint, estimated_savings_ns=None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+import numpy as np
 import pandas as pd
 
 from nsys_rules.findings import Finding, Location, Severity
@@ -91,9 +92,7 @@ class GpuLowUtilization(Rule):
         if regions.empty:
             return
         regions["idle"] = ((regions["end"] - regions["start"]) * (1 - regions["in_use_pct"].clip(upper=100) / 100))
-        steady = steady_state_window(ctx.trace)
-        steady_lo = steady.start if steady.start is not None else -(2**62)
-        steady_hi = steady.end if steady.end is not None else 2**62
+        steady_lo, steady_hi = _steady_span(ctx)
         for group in split_flagged(regions, ["pid", "device_id"], opts.report, opts.max_findings):
             g = group.rows
             pid, dev = group.key
@@ -101,7 +100,9 @@ class GpuLowUtilization(Rule):
             length = int((g["end"] - g["start"]).sum())
             in_use = float((g["in_use_pct"] * (g["end"] - g["start"])).sum() / max(length, 1))
             idle = int(g["idle"].sum())
-            reaches_steady = bool(((g["end"] > steady_lo) & (g["start"] < steady_hi)).any())
+            # Chunks do not align with the steady state: a start-up region that grazes it is still start-up.
+            inside = (np.minimum(g["end"], steady_hi) - np.maximum(g["start"], steady_lo)).clip(lower=0).sum()
+            reaches_steady = bool(inside >= 0.25 * max(1, steady_hi - steady_lo))
             severity = (Severity.WARNING if reaches_steady and idle >= opts.warning_share * span else Severity.INFO)
             what = (f"GPU {dev} was {in_use:.1f} % in use over {length / 1e6:.1f} ms from {group.start / 1e9:.6f} s"
                     if group.single else
@@ -122,6 +123,17 @@ class GpuLowUtilization(Rule):
                          "gpu_span": metric(span, "ns")},
                 location=Location(pid=int(pid), device=int(dev), start_ns=group.start, end_ns=group.end),
                 key=("steady" if reaches_steady else "start-up") + group.key_suffix)
+
+
+def _steady_span(ctx: RuleContext) -> tuple[int, int]:
+    """The steady state on the GPU clock (its steps' GPU work), else the steady window; unbounded when unknown."""
+    window = steady_state_window(ctx.trace)
+    model = window.model
+    if model is not None and model.count:
+        return model.gpu_span  # type: ignore[return-value]
+    if window.intervals is None or window.kind == "none":
+        return -(2**62), 2**62
+    return int(window.start), int(window.end)  # type: ignore[arg-type]
 
 
 RULE = GpuLowUtilization

@@ -584,7 +584,8 @@ class KernelTail(Rule):
                               "NVTX ranges (e.g. `nvtx.range('o_proj')` / `nvtxRangePush(\"down_proj\")`) or launch "
                               "configurations; judge each shape's speed with gemv-dominance's bandwidth numbers.")
             return ctx.finding(message, recommendation, severity=Severity.INFO, metrics=metrics, location=location,
-                               title="Kernel duration spread is shape variation, not a tail", key=key)
+                               title="Kernel duration spread is shape variation, not a tail", key=key,
+                               estimated_savings_ns=0)  # nothing to gain: under the noise floor
         severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
         group_d = durations[rows]
         slow = group_d > opts.tail_ratio * row["p50"]
@@ -718,7 +719,9 @@ class KernelTail(Rule):
                 "tail_cost": metric(float(row["tail_cost"]), "ns"),
                 "tail_share_of_window": metric(100 * float(row["share"]), "%"),
                 "tail_score": metric(float(row["tail_score"]), "ratio")},
-                title="Host API tail", location=Location(api=name), key="api")
+                title="Host API tail", location=Location(api=name), key="api",
+                # A launch call waiting on a full queue is the GPU being the bottleneck: nothing to gain here.
+                estimated_savings_ns=0 if blocked else None)
 
 
 def _launch_threads(ctx: RuleContext, gpu_rows: pd.DataFrame) -> list[tuple[int | None, int | None]]:

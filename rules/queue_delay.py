@@ -271,7 +271,11 @@ class QueueDelay(Rule):
                              "gpu_busy_share": metric(100 * busy_share, "%"),
                              "idle_while_queued": metric(prof.idle_while_queued, "ns")},
                     location=Location(pid=int(pid), device=int(dev), stream=int(stream), start_ns=lo, end_ns=hi),
-                    estimated_savings_ns=None if gpu_bound else prof.idle_while_queued, key=str(stream))
+                    # Queueing on a busy GPU or behind the stream's own work is how async launching
+                    # looks: nothing to gain (0 puts it under the noise floor). Held back: the idle
+                    # time while kernels waited is what others' work took.
+                    estimated_savings_ns=prof.idle_while_queued if held_back else 0,
+                    budget_part="idle_other" if held_back else None, key=str(stream))
 
 
 RULE = QueueDelay

@@ -75,9 +75,14 @@ def _cap(findings: list[Finding], budget: Budget | None) -> list[Finding]:
         f = out[i]
         if f.estimated_savings_ns is None or f.budget_part is None:
             continue
-        room = remaining.get(f.budget_part, 0)
+        # A finding may draw on several parts ("gemv+idle_other"): its room is their sum, and what
+        # it takes comes out of each in proportion.
+        parts = [p for p in f.budget_part.split("+") if p]
+        room = sum(remaining.get(p, 0) for p in parts)
         take = min(f.estimated_savings_ns, room)
-        remaining[f.budget_part] = room - take
+        for p in parts:
+            share = take * remaining.get(p, 0) // room if room else 0
+            remaining[p] = remaining.get(p, 0) - share
         claimed += take
         out[i] = _with_savings(f, take, room)
     pool = max(0, budget.total_ns - claimed)
@@ -109,10 +114,15 @@ def _fold(findings: list[Finding], steady: tuple[int, int] | None) -> list[Findi
     causes += sorted((f for f in findings if f.severity is Severity.ERROR and f.rule in MISLEADING_RULES),
                      key=_claim_order)
     scope = next((f for f in findings if f.rule == "capture-scope"), None)
+    tails = [f for f in findings if f.rule == "kernel-tail" and f.budget_part and f.estimated_savings_ns]
     out = []
     for f in findings:
         target = None
         start_up = False
+        if f.rule == "step-outliers" and f.key == "kernels":
+            # Slow steps whose kernels ran longer are the kernel tail seen per step: one finding, not two.
+            grown = set((f.budget_part or "").split("+"))
+            target = next((t for t in sorted(tails, key=_claim_order) if t.budget_part in grown), None)
         if f.rule in SYMPTOM_RULES:
             # Symptoms that begin before the steady state are about loading and warm-up.
             start_up = steady is not None and f.location.start_ns is not None and f.location.start_ns < steady[0]

@@ -167,7 +167,7 @@ def _budget(trace: Trace, model: StepModel) -> Budget | None:
     ops = gpu_ops(trace)
     near = (ops.device == model.device) & (ops.end > lo) & (ops.start < hi)
     sub = ops.take(near)
-    own, streams = _own_work(sub, model, steps)
+    own, streams = _own_work(sub, model)
     per_step: dict[str, np.ndarray] = {}
     a, b = steps[:, 0], steps[:, 1]
     covered_before = np.zeros(len(steps), np.int64)
@@ -200,27 +200,15 @@ def _budget(trace: Trace, model: StepModel) -> Budget | None:
                   per_step, model.device, model.pid, streams, median_step)
 
 
-def _own_work(ops: GpuOps, model: StepModel, steps: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
-    """Which operations are the loop's own: its process, on streams busy in at least half the steps.
+def _own_work(ops: GpuOps, model: StepModel) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Which operations are the loop's own: its process, on the step model's loop streams.
 
     A side stream that works once every few steps (a background copy) is not the loop: its time
     is contention when the loop waits for it.
     """
     mine = ops.pid == model.pid if model.pid is not None else np.ones(len(ops), bool)
-    if not mine.any():
-        return mine, ()
-    index = np.searchsorted(steps[:, 0], ops.start[mine], side="right") - 1
-    streams = ops.stream[mine]
-    loop = []
-    for stream in np.unique(streams):
-        held = np.unique(index[(streams == stream) & (index >= 0)])
-        if len(held) >= 0.5 * len(steps):
-            loop.append(int(stream))
-    if not loop:  # no stream works in most steps: the busiest one is the loop's
-        durations = ops.duration[mine]
-        totals = {int(s): int(durations[streams == s].sum()) for s in np.unique(streams)}
-        loop = [max(totals, key=totals.get)]
-    return mine & np.isin(ops.stream, loop), tuple(loop)
+    streams = model.streams or tuple(int(s) for s in np.unique(ops.stream[mine]))
+    return mine & np.isin(ops.stream, streams), streams
 
 
 def _idle_parts(trace: Trace, ops: GpuOps, busy: tuple[np.ndarray, np.ndarray], steps: np.ndarray,

@@ -72,6 +72,8 @@ class StepModel:
     warmup: int = 0
     profiler_range: tuple[int, int] | None = None
     reason: str = ""
+    #: The loop's streams on its device: those with work in at least half of the steps.
+    streams: tuple[int, ...] = ()
 
     @property
     def count(self) -> int:
@@ -166,7 +168,7 @@ def _model(trace: Trace, options: SteadyOptions) -> StepModel:
 def _finish(trace: Trace, ops: GpuOps, found: Found, prange: tuple[int, int] | None,
             options: SteadyOptions) -> StepModel:
     host = found.host.astype(np.int64)
-    work, device = _project(ops, host, found.pid)
+    work, device, streams = _project(ops, host, found.pid)
     durations = _tile(work)[:, 1] - _tile(work)[:, 0]
     dropped, why = _warmup(trace, found, host, durations, options)
     host, work = host[dropped:], work[dropped:]
@@ -180,32 +182,52 @@ def _finish(trace: Trace, ops: GpuOps, found: Found, prange: tuple[int, int] | N
         text = "profiler API capture range; " + text
     if found.source == "nvtx" and found.note:
         text += found.note
-    return StepModel(found.source, text, found.name, host, work, gpu, found.pid, device, dropped, prange)
+    return StepModel(found.source, text, found.name, host, work, gpu, found.pid, device, dropped, prange,
+                     streams=streams)
 
 
-def _project(ops: GpuOps, host: np.ndarray, pid: int | None) -> tuple[np.ndarray, int | None]:
-    """First start and last end of the GPU work launched in each step, on the loop's device."""
+def _project(ops: GpuOps, host: np.ndarray, pid: int | None) -> tuple[np.ndarray, int | None, tuple[int, ...]]:
+    """First start and last end of the loop's GPU work launched in each step, its device and streams.
+
+    The loop's work is that of its process on its busiest device, on the streams that work in at
+    least half of the steps: a side stream that runs once every few steps (a background copy)
+    runs when it was launched, often long before the step's own kernels, and must not move the
+    step's start on the GPU clock.
+    """
     mine = ops.launch >= 0
     if pid is not None:
         mine &= ops.pid == pid
     index = np.full(len(ops), -1, np.int64)
     index[mine] = point_in(ops.launch[mine], host[:, 0], host[:, 1])
     held = index >= 0
-    device = None
-    if held.any():
-        devices, inverse = np.unique(ops.device[held], return_inverse=True)
-        busy = np.bincount(inverse, weights=ops.duration[held])
-        device = int(devices[np.argmax(busy)])
-        held &= ops.device == device
     work = np.full((len(host), 2), -1, np.int64)
-    if held.any():
-        first = np.full(len(host), np.iinfo(np.int64).max, np.int64)
-        last = np.full(len(host), -1, np.int64)
-        np.minimum.at(first, index[held], ops.start[held])
-        np.maximum.at(last, index[held], ops.end[held])
-        some = last >= 0
-        work[some, 0], work[some, 1] = first[some], last[some]
-    return work, device
+    if not held.any():
+        return work, None, ()
+    devices, inverse = np.unique(ops.device[held], return_inverse=True)
+    busy = np.bincount(inverse, weights=ops.duration[held])
+    device = int(devices[np.argmax(busy)])
+    held &= ops.device == device
+    streams = loop_streams(ops.stream[held], index[held], len(host), ops.duration[held])
+    held &= np.isin(ops.stream, streams)
+    first = np.full(len(host), np.iinfo(np.int64).max, np.int64)
+    last = np.full(len(host), -1, np.int64)
+    np.minimum.at(first, index[held], ops.start[held])
+    np.maximum.at(last, index[held], ops.end[held])
+    some = last >= 0
+    work[some, 0], work[some, 1] = first[some], last[some]
+    return work, device, streams
+
+
+def loop_streams(stream: np.ndarray, step: np.ndarray, steps: int, duration: np.ndarray) -> tuple[int, ...]:
+    """Streams with work in at least half of the steps (else the busiest one)."""
+    out = []
+    for s in np.unique(stream):
+        if len(np.unique(step[stream == s])) >= 0.5 * steps:
+            out.append(int(s))
+    if not out and len(stream):
+        values, inverse = np.unique(stream, return_inverse=True)
+        out = [int(values[np.argmax(np.bincount(inverse, weights=duration))])]
+    return tuple(out)
 
 
 def _tile(work: np.ndarray) -> np.ndarray:

@@ -1,0 +1,303 @@
+"""step-outliers: steady steps much slower than the median, and what overlapped them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+
+from nsys_rules.analysis.activity import KERNEL, MEMCPY, MEMSET, REPLAY, gpu_ops
+from nsys_rules.analysis.budget import LABELS, Budget
+from nsys_rules.analysis.intervals import point_in
+from nsys_rules.analysis.names import ALLOC_APIS, MODULE_LOADS, SYNC_APIS, in_set
+from nsys_rules.errors import MissingData
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.taxonomy import base_name
+
+from ._common import pct
+
+_COPY_KINDS = {1: "host-to-device", 2: "device-to-host", 8: "device-to-device", 10: "peer-to-peer"}
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of step-outliers."""
+
+    slow_ratio: float = field(default=1.5, metadata={"help": "a step slower than this times the median step is slow"})
+    tail_ratio: float = field(default=1.3, metadata={
+        "help": "also judge when p99/p50 of the step time exceeds this: steps over it are then slow"})
+    outlier_mads: float = field(default=6.0, metadata={
+        "help": "a step this many median absolute deviations (scaled to a standard deviation) above the median is "
+                "slow too, when it is also min_excess_pct slower: in a steady loop a periodic side job stands out "
+                "long before 1.5x"})
+    min_excess_pct: float = field(default=10.0, metadata={
+        "help": "the least excess over the median, in percent, for a step to count as slow by deviation"})
+    min_steps: int = field(default=8, metadata={"help": "fewest steady steps to judge outliers against a median"})
+    warn_share: float = field(default=5.0, metadata={
+        "help": "percent of the steady state that the slow steps' excess over the median must reach for a warning"})
+    listed: int = field(default=4, metadata={"help": "slow steps named one by one in the message"})
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why the slow steps are slow, with the words and the budget parts that grew."""
+
+    kind: str  # contention, module loading, allocation, synchronization, host, kernels
+    text: str
+    parts: tuple[str, ...]
+
+
+def slow_steps(step_ns: np.ndarray, slow_ratio: float, tail_ratio: float, outlier_mads: float = 6.0,
+               min_excess_pct: float = 10.0) -> tuple[np.ndarray, float]:
+    """Indices of the slow steps and the threshold used (ns).
+
+    Slow: over ``slow_ratio`` x the median; or over ``tail_ratio`` x the median when p99/p50 exceeds
+    it; or, at least ``min_excess_pct`` over the median, ``outlier_mads`` robust deviations above it
+    (1.4826 x the median absolute deviation estimates a standard deviation).
+    """
+    p50 = float(np.median(step_ns))
+    p99 = float(np.quantile(step_ns, 0.99))
+    limit = slow_ratio * p50
+    if p50 > 0 and p99 / p50 > tail_ratio:
+        limit = min(limit, tail_ratio * p50)
+    spread = 1.4826 * float(np.median(np.abs(step_ns - p50)))
+    by_deviation = max(p50 + outlier_mads * spread, p50 * (1 + min_excess_pct / 100))
+    limit = min(limit, by_deviation)
+    return np.flatnonzero(step_ns > limit), limit
+
+
+def part_growth(budget: Budget, steps: np.ndarray) -> dict[str, int]:
+    """How much each budget part grew in ``steps`` over its median step value, summed."""
+    out = {}
+    for name, values in budget.per_step.items():
+        grown = int((values[steps] - np.median(values)).clip(min=0).sum())
+        if grown > 0:
+            out[name] = grown
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+class StepOutliers(Rule):
+    """Steady steps much slower than the median step, each attributed to what overlapped it.
+
+    What it detects: steps of the steady state (see the step model) whose time on the loop's GPU
+    exceeds `slow_ratio` x the median, or, when p99/p50 of the step time exceeds `tail_ratio`, the
+    steps over that ratio, or steps that stand `outlier_mads` robust deviations above an otherwise
+    steady median (and at least `min_excess_pct` above it). For the slow steps it compares every budget part with its median and
+    looks at what overlapped them: other streams' or processes' GPU work (contention: which stream,
+    which operation, how many bytes), module loading, allocation, synchronization, host time, and
+    kernels seen for the first time in the loop.
+    Why it hurts: latency-sensitive serving pays for the slowest steps (p99 time per output token);
+    a periodic side job or a lazy load in the loop hides in averages.
+    Evidence: step time p50/p99/max, the slow steps (count, which, how slow), their excess over
+    the median, the budget parts that grew, and the overlapping work.
+    Next optimizations: contention: run side copies on a low-priority stream, in smaller chunks,
+    or where the loop idles; module loading and new kernels: warm up every shape before measuring,
+    `CUDA_MODULE_LOADING=EAGER`; allocation: allocate before the loop; host stalls: find the host
+    code at those steps (garbage collection, logging, scheduling).
+    Options: `slow_ratio`, `tail_ratio`, `outlier_mads`, `min_excess_pct`, `min_steps`, `warn_share`, `listed`.
+    Requires: a step model (steady steps) and the GPU tables; the API table for host causes.
+    False positives: steps that legitimately do more work (a growing sequence, a different batch)
+    are slow by design; the cause then reads "kernels ran longer".
+    """
+
+    name = "step-outliers"
+    title = "Steps much slower than the median step"
+    default_severity = Severity.WARNING
+    requires = ()
+    optional = ("kernels", "memcpy", "memset", "graph_trace", "api")
+    columns = {"api": ("start", "end", "name", "pid", "tid")}
+    window = "steady"
+    Options = Options
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opts = ctx.options
+        budget, model = ctx.budget, ctx.steps
+        if budget is None or model is None:
+            reason = ctx.window.model.reason if ctx.window.model is not None else ""
+            raise MissingData(f"no steady steps to compare ({reason or 'no step model'})",
+                              "mark the loop's steps with an NVTX range (`nvtx.range('step')`), or capture with "
+                              "`-c cudaProfilerApi` around the loop")
+        if budget.steps < opts.min_steps:
+            return
+        durations = budget.step_ns
+        slow, limit = slow_steps(durations, opts.slow_ratio, opts.tail_ratio, opts.outlier_mads, opts.min_excess_pct)
+        if not len(slow):
+            return
+        p50 = float(np.median(durations))
+        excess = int((durations[slow] - p50).clip(min=0).sum())
+        growth = part_growth(budget, slow)
+        cause = self._cause(ctx, slow, growth)
+        share = pct(excess, budget.total_ns)
+        severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
+        listed = ", ".join(f"step {i + 1} {durations[i] / 1e6:.2f} ms" for i in
+                           slow[np.argsort(-durations[slow], kind="stable")][:opts.listed])
+        period = _period(slow)
+        rhythm = f" (every {period} steps)" if period else ""
+        grew = ", ".join(f"{LABELS.get(k, k)} +{v / 1e6:.2f} ms" for k, v in list(growth.items())[:3])
+        message = (f"{len(slow)} of {budget.steps} steady steps{rhythm} took over {limit / p50:.2f}x the median "
+                   f"step ({p50 / 1e6:.3f} ms): {listed}. Together they run {excess / 1e6:.2f} ms over the median "
+                   f"({share:.1f} % of the {budget.total_ns / 1e6:.1f} ms steady state); what grew: {grew}. "
+                   f"{cause.text}")
+        metrics = {"slow_steps": metric(len(slow), "count"), "steps": metric(budget.steps, "count"),
+                   "step_p50": metric(p50, "ns"), "step_p99": metric(float(np.quantile(durations, 0.99)), "ns"),
+                   "step_max": metric(int(durations.max()), "ns"), "excess_time": metric(excess, "ns")}
+        first = int(slow[0])
+        yield ctx.finding(message, _advice(cause.kind), severity=severity, metrics=metrics,
+                          location=Location(device=budget.device, start_ns=int(model.gpu[first, 0]),
+                                            end_ns=int(model.gpu[int(slow[-1]), 1])),
+                          estimated_savings_ns=excess, budget_part="+".join(cause.parts) or None, key=cause.kind)
+
+    def _cause(self, ctx: RuleContext, slow: np.ndarray, growth: dict[str, int]) -> Cause:
+        model, budget = ctx.steps, ctx.budget
+        assert model is not None and budget is not None
+        parts = tuple(growth)
+        other = _other_work(ctx, slow)
+        excess = sum(growth.values())
+        if other is not None and other[0] >= 0.25 * max(excess, 1):
+            return Cause("contention", f"Other work ran on the GPU during those steps: {other[1]}.", parts)
+        host = _host_calls(ctx, slow)
+        new = _first_seen(ctx, slow)
+        if host.get("module", (0, 0))[0] or new:
+            loads = host.get("module", (0, 0))
+            bits = []
+            if loads[0]:
+                bits.append(f"{loads[0]} module load call(s) ({loads[1] / 1e6:.2f} ms)")
+            if new:
+                bits.append(f"kernels never launched before in the loop: {new}")
+            return Cause("module loading", "Module loading in those steps: " + "; ".join(bits) +
+                         " (lazy loading and first-use setup of new kernels or shapes).", parts)
+        top = parts[0] if parts else ""
+        if top == "allocation" and host.get("alloc", (0, 0))[0]:
+            n, ns = host["alloc"]
+            return Cause("allocation", f"Allocation in those steps: {n} call(s), {ns / 1e6:.2f} ms.", parts)
+        if top == "after_sync" and host.get("sync", (0, 0))[0]:
+            n, ns = host["sync"]
+            return Cause("synchronization", f"Synchronization in those steps: {n} call(s), {ns / 1e6:.2f} ms.", parts)
+        if top == "launch_wait":
+            return Cause("host", "The GPU waited for the host in those steps (host code between launches took "
+                                 "longer).", parts)
+        return Cause("kernels", "Their kernels ran longer (more work in those steps, or slower kernels).", parts)
+
+
+def _period(slow: np.ndarray) -> int:
+    """The spacing of slow steps when it is regular (a periodic side job), else 0."""
+    if len(slow) < 3:
+        return 0
+    gaps = np.diff(slow)
+    return int(gaps[0]) if (gaps == gaps[0]).all() and gaps[0] > 1 else 0
+
+
+def _other_work(ctx: RuleContext, slow: np.ndarray) -> tuple[int, str] | None:
+    """GPU time of other streams' or processes' work overlapping the slow steps, and what it was."""
+    model, budget = ctx.steps, ctx.budget
+    assert model is not None and budget is not None
+    ops = gpu_ops(ctx.trace)
+    on = (ops.device == budget.device) & ~((ops.pid == budget.pid) & np.isin(ops.stream, budget.loop_streams))
+    if not on.any():
+        return None
+    bounds = model.gpu[slow]
+    index = point_in(ops.start[on], bounds[:, 0], bounds[:, 1])
+    ends = point_in(ops.end[on], bounds[:, 0], bounds[:, 1])
+    hit = (index >= 0) | (ends >= 0)
+    if not hit.any():
+        return None
+    rows = np.flatnonzero(on)[hit]
+    total = int(ops.duration[rows].sum())
+    stream = int(np.bincount(ops.stream[rows] - ops.stream[rows].min(), weights=ops.duration[rows]).argmax()
+                 + ops.stream[rows].min())
+    pick = rows[ops.stream[rows] == stream]
+    kinds = ops.kind[pick]
+    pid = int(ops.pid[pick[0]])
+    who = f"stream {stream}" + ("" if pid == budget.pid else f" of process {pid}")
+    if (kinds == MEMCPY).any():
+        copies = pick[kinds == MEMCPY]
+        size = int(ops.nbytes[copies].sum())
+        kind = _COPY_KINDS.get(int(ops.copy_kind[copies[0]]), "memory")
+        what = (f"{who} ran {len(copies)} {kind} cop{'y' if len(copies) == 1 else 'ies'} of "
+                f"{size / len(copies) / 2**30:.2f} GiB each ({ops.duration[copies].sum() / 1e6:.2f} ms of copy time)")
+    elif (kinds == KERNEL).any() or (kinds == REPLAY).any():
+        what = f"{who} ran {len(pick)} kernel(s) or graph replay(s) ({ops.duration[pick].sum() / 1e6:.2f} ms)"
+    elif (kinds == MEMSET).any():
+        what = f"{who} ran {len(pick)} memset(s) ({ops.duration[pick].sum() / 1e6:.2f} ms)"
+    else:
+        what = f"{who} ran {len(pick)} operation(s)"
+    return total, what + "; the loop's streams had no such work in the median step"
+
+
+def _host_calls(ctx: RuleContext, slow: np.ndarray) -> dict[str, tuple[int, int]]:
+    """Module-load, allocation and sync calls of the loop's process inside the slow steps' host time."""
+    model = ctx.steps
+    assert model is not None
+    if not ctx.trace.has("api"):
+        return {}
+    api = ctx.trace.frame("api", ["start", "end", "name", "pid", "tid"])
+    names = ctx.trace.api_names()
+    mine = api["pid"].to_numpy() == model.pid if model.pid is not None else np.ones(len(api), bool)
+    start, end = api["start"].to_numpy(np.int64), api["end"].to_numpy(np.int64)
+    hosts = model.host[slow]
+    inside = mine & (point_in(start, hosts[:, 0], hosts[:, 1]) >= 0)
+    out = {}
+    for key, members in (("module", MODULE_LOADS), ("alloc", ALLOC_APIS), ("sync", SYNC_APIS)):
+        rows = inside & in_set(names, members)
+        out[key] = (int(rows.sum()), int((end[rows] - start[rows]).sum()))
+    return out
+
+
+def _first_seen(ctx: RuleContext, slow: np.ndarray, limit: int = 3) -> str:
+    """Kernels launched in a slow step that no earlier step of the loop launched (names, at most ``limit``)."""
+    model = ctx.steps
+    assert model is not None
+    ops = gpu_ops(ctx.trace)
+    mine = (ops.kind == KERNEL) & (ops.launch >= 0)
+    if model.pid is not None:
+        mine &= ops.pid == model.pid
+    step = np.full(len(ops), -1, np.int64)
+    step[mine] = point_in(ops.launch[mine], model.host[:, 0], model.host[:, 1])
+    held = step >= 0
+    if not held.any():
+        return ""
+    symbols, steps_of = ops.symbol[held], step[held]
+    first_step: dict[int, int] = {}
+    for sym, st in zip(symbols.tolist(), steps_of.tolist(), strict=True):
+        if sym not in first_step or st < first_step[sym]:
+            first_step[sym] = st
+    slow_set = set(slow.tolist())
+    new = [sym for sym, st in first_step.items() if st in slow_set and st > 0]
+    if not new:
+        return ""
+    kernels = ctx.trace.frame("kernels", ["name"])
+    rows = ops.table_row[held]
+    names: list[str] = []
+    for sym in new:
+        row = int(rows[np.argmax(symbols == sym)])
+        label = base_name(str(kernels["name"].iloc[row]))[:60]
+        if label not in names:
+            names.append(label)
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def _advice(kind: str) -> str:
+    return {
+        "contention": ("Keep side work off the loop's GPU time: run it on a low-priority stream "
+                       "(`cudaStreamCreateWithPriority` with the lowest priority; `torch.cuda.Stream(priority=-1)` is "
+                       "the high one), split large copies into chunks issued where the loop idles, or move the job to "
+                       "another GPU; if another process shares the GPU, give the latency-critical one the GPU alone "
+                       "(or MPS limits)."),
+        "module loading": ("Warm up every kernel and shape before the measured loop (run each once, e.g. every MoE "
+                           "expert size or sequence bucket), or load modules eagerly with `CUDA_MODULE_LOADING=EAGER`; "
+                           "pre-tune library heuristics (cuBLASLt, Triton autotuning) at start-up."),
+        "allocation": "Allocate the buffers those steps need before the loop (or grow the caching allocator's pool "
+                      "at start-up) so no step pays a driver allocation.",
+        "synchronization": "Remove the synchronization those steps make, or move it out of the loop.",
+        "host": ("Find the host code that runs in those steps (garbage collection, logging, scheduling, Python "
+                 "work): `nsys profile --sample=process-tree --trace=cuda,nvtx,osrt` shows its call stacks; move it "
+                 "off the launching thread."),
+        "kernels": ("Open the slow steps in the timeline and compare their kernels with a median step: bucket "
+                    "variable shapes, balance the work (MoE routing) or see kernel-tail."),
+    }[kind]
+
+
+RULE = StepOutliers

@@ -209,20 +209,24 @@ def marker_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
         return "no synchronization or readback repeats"
     calls["key"] = np.where(calls["after_readback"] | (calls["kind"] == "readback"), "readback", "sync")
     launches = np.sort(ops.launch[(ops.launch >= bound.lo) & (ops.launch <= bound.hi) & (ops.kind == KERNEL)])
-    best: tuple[tuple[int, int, int], Found] | None = None
+    best: tuple[tuple[int, int], Found] | None = None
     for (pid, _tid, key, api_name), grp in calls.groupby(["pid", "tid", "key", "api"], observed=True, sort=False):
         ends = grp["end"].to_numpy(np.int64)
         if len(ends) < bound.min_repeats + 1:
             continue
-        counts = np.diff(np.searchsorted(launches, ends))
-        if not _regular_counts(counts):
+        grouped = _per_step(ends, launches, bound.min_repeats)
+        if grouped is None:
             continue
-        host = np.stack([ends[:-1], ends[1:]], axis=1)
-        first = _first_step(ends[0], int(np.median(np.diff(ends))), launches, float(np.median(counts)))
-        if first is not None:
-            host = np.vstack([first, host])
-        score = (1 if key == "readback" else 0, len(ends), -int(np.median(counts)))
+        boundaries, per_step, coverage = grouped
+        if coverage < 0.3 * len(launches):
+            continue  # a thread's waits that cover little of the work are not the loop's rhythm
+        # The work before the first boundary is not a step of this loop: a generate() loop's first
+        # readback ends the prefill, an engine's first one ends a warm-up or set-up step.
+        host = np.stack([boundaries[:-1], boundaries[1:]], axis=1)
+        score = (1 if key == "readback" else 0, coverage)
         label = f"{api_name} after a device-to-host copy" if key == "readback" else str(api_name)
+        if per_step > 1:
+            label = f"group of {per_step} ({label})"
         if best is None or score > best[0]:
             best = (score, Found("marker", label, host, int(pid)))
     if best is None:
@@ -230,23 +234,54 @@ def marker_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
     return best[1]
 
 
-def _regular_counts(counts: np.ndarray) -> bool:
-    """Launch counts between markers: at least one launch, and 3 in 4 within 25 % of the median."""
-    if not len(counts):
-        return False
-    median = float(np.median(counts))
-    if median < 1:
-        return False
-    return bool((np.abs(counts - median) <= 0.25 * median).mean() >= 0.75)
+def _per_step(ends: np.ndarray, launches: np.ndarray, min_repeats: int) -> tuple[np.ndarray, int, int] | None:
+    """Step boundaries among a marker's occurrences, occurrences per step, and the launches the steps cover.
 
-
-def _first_step(first_end: int, period: int, launches: np.ndarray, typical: float) -> np.ndarray | None:
-    """The step the first marker ends: one typical step length before it, when it launched as much work."""
-    lo = first_end - period
-    held = np.searchsorted(launches, first_end) - np.searchsorted(launches, lo)
-    if held < max(1, 0.75 * typical):
+    A loop may wait several times per step (a readback for the stop check, another for the
+    token): every k-th occurrence ends a step, the one followed by the longest pause (the end of
+    its cluster). For each k (1-4) the longest run of steps holding about the same number of
+    launches is the loop; the smallest k whose run covers at least 80 % of the best coverage wins
+    (merging steps in pairs can always absorb a stray launch or two).
+    """
+    found: list[tuple[int, int, np.ndarray]] = []  # (coverage, k, boundaries)
+    for k in range(1, 5):
+        if len(ends) < k * (min_repeats + 1):
+            break
+        phases = []
+        for phase in range(k):
+            boundaries = ends[phase::k]
+            after = ends[phase + 1::k]
+            n = min(len(after), len(boundaries))
+            pause = float(np.median(after[:n] - boundaries[:n])) if n else 0.0
+            phases.append((pause, phase))
+        phase = max(phases)[1] if k > 1 else 0
+        boundaries = ends[phase::k]
+        counts = np.diff(np.searchsorted(launches, boundaries))
+        run = _regular_run(counts, min_repeats)
+        if run is None:
+            continue
+        first, length = run
+        found.append((int(counts[first:first + length].sum()), k, boundaries[first:first + length + 1]))
+    if not found:
         return None
-    return np.array([[lo, first_end]], np.int64)
+    top = max(c for c, _, _ in found)
+    coverage, k, boundaries = next(f for f in found if f[0] >= 0.8 * top)
+    return boundaries, k, coverage
+
+
+def _regular_run(counts: np.ndarray, min_repeats: int) -> tuple[int, int] | None:
+    """(first, length) of the longest run of intervals holding about the same number of launches (within 25 %)."""
+    if len(counts) < min_repeats:
+        return None
+    values, freq = np.unique(counts[counts > 0], return_counts=True)
+    if not len(values):
+        return None
+    typical = float(values[np.argmax(freq * values)])  # the count that holds the most launches
+    near = np.abs(counts - typical) <= 0.25 * typical
+    length, end = _longest_run(near)
+    if length < min_repeats:
+        return None
+    return end - length, length
 
 
 # -- c2. the period of the whole kernel sequence ---------------------------------------------

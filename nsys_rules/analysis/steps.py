@@ -169,9 +169,13 @@ def _finish(trace: Trace, ops: GpuOps, found: Found, prange: tuple[int, int] | N
             options: SteadyOptions) -> StepModel:
     host = found.host.astype(np.int64)
     work, device, streams = _project(ops, host, found.pid)
-    durations = _tile(work)[:, 1] - _tile(work)[:, 0]
-    dropped, why = _warmup(trace, found, host, durations, options)
+    separate = 0 if prange else _earlier_runs(host, found.source, _launch_counts(ops, host, found.pid))
+    host, work = host[separate:], work[separate:]
+    dropped, why = _warmup(trace, found, host, options)
+    if separate:
+        why = "an earlier, separate run" + (f" and {why}" if why else "")
     host, work = host[dropped:], work[dropped:]
+    dropped += separate
     gpu = _tile(work)
     words = {"nvtx": f"NVTX range '{found.name}'", "graph": "one CUDA graph launch per step",
              "marker": f"a {found.name} once per step", "kernels": f"the kernel sequence repeating {found.name}"}
@@ -184,6 +188,38 @@ def _finish(trace: Trace, ops: GpuOps, found: Found, prange: tuple[int, int] | N
         text += found.note
     return StepModel(found.source, text, found.name, host, work, gpu, found.pid, device, dropped, prange,
                      streams=streams)
+
+
+def _earlier_runs(host: np.ndarray, source: str, launches: np.ndarray) -> int:
+    """Leading steps that belong to an earlier run of the loop (a warm-up call), cut at the last long break.
+
+    Between ranges, a pause of more than four typical steps separates two runs. Markers tile the
+    loop, so the break is inside a step: one that lasts more than four typical steps and holds
+    other work than a step (a different number of launches: the next call's prefill, set-up); a
+    step that is only slow (lazy loading) is not a break. The steps up to the last break in the
+    first half are the earlier run.
+    """
+    n = len(host)
+    if n < 4:
+        return 0
+    durations = host[:, 1] - host[:, 0]
+    typical = float(np.median(durations))
+    if source == "nvtx":
+        long = np.append(host[1:, 0] - host[:-1, 1] > 4 * max(typical, 1), False)  # pause after step i
+    else:
+        usual = float(np.median(launches))
+        long = (durations > 4 * max(typical, 1)) & (np.abs(launches - usual) > 0.25 * max(usual, 1))
+    breaks = np.flatnonzero(long[: n // 2])
+    return int(breaks[-1]) + 1 if len(breaks) else 0
+
+
+def _launch_counts(ops: GpuOps, host: np.ndarray, pid: int | None) -> np.ndarray:
+    """GPU operations launched inside each step."""
+    mine = ops.launch >= 0
+    if pid is not None:
+        mine &= ops.pid == pid
+    index = point_in(ops.launch[mine], host[:, 0], host[:, 1])
+    return np.bincount(index[index >= 0], minlength=len(host))
 
 
 def _project(ops: GpuOps, host: np.ndarray, pid: int | None) -> tuple[np.ndarray, int | None, tuple[int, ...]]:
@@ -248,34 +284,43 @@ def _tile(work: np.ndarray) -> np.ndarray:
     return np.stack([first, ends], axis=1)
 
 
-def _warmup(trace: Trace, found: Found, host: np.ndarray, durations: np.ndarray,
-            options: SteadyOptions) -> tuple[int, str]:
-    """How many leading steps are warm-up, and the evidence."""
+def _warmup(trace: Trace, found: Found, host: np.ndarray, options: SteadyOptions) -> tuple[int, str]:
+    """How many leading steps are warm-up, and the evidence.
+
+    Warm-up is a leading step that pays a one-time cost worth 10 % of a typical step in module
+    loads or first-use allocations (lazy loading, allocator growth), or the steps before a lone
+    synchronization that a benchmark puts between warm-up and measured steps. A step that is
+    merely slow stays: it is an iteration of the loop (step-outliers judges it).
+    """
     n = len(host)
-    keep_at_least = max(options.min_repeats, 1)
-    limit = max(0, min(n // 2, n - keep_at_least))
-    if not limit:
+    limit = max(0, min(n // 2, n - max(options.min_repeats, 1)))
+    if not limit or not trace.has("api"):
         return 0, ""
-    votes: list[tuple[int, str]] = [(_unlike_later(durations, options.warmup_tolerance), "slower than the rest")]
-    if trace.has("api"):
-        api = trace.frame("api", ["start", "end", "name", "pid", "tid"])
-        names = trace.api_names()
-        mine = api["pid"].to_numpy() == found.pid if found.pid is not None else np.ones(len(api), bool)
-        starts = api["start"].to_numpy(np.int64)
-        loads = _steps_holding(starts[mine & in_set(names, MODULE_LOADS)], host)
-        allocs = _steps_holding(starts[mine & in_set(names, _ALLOCATING)], host)
-        if allocs.mean() > 0.5:  # allocating every step is churn (alloc-churn's subject), not warm-up
-            allocs[:] = False
-        early = max(2, n // 10)
-        first_use = np.flatnonzero((loads | allocs)[:early])
-        if len(first_use):
-            votes.append((int(first_use[-1]) + 1, "module loading or first allocations"))
-        barrier = _barrier(starts[mine & in_set(names, SYNC_APIS)], api["end"].to_numpy(np.int64)[
-            mine & in_set(names, SYNC_APIS)], host, found.source)
-        if barrier:
-            votes.append((barrier, "a synchronization between warm-up and measured steps"))
+    api = trace.frame("api", ["start", "end", "name", "pid", "tid"])
+    names = trace.api_names()
+    mine = api["pid"].to_numpy() == found.pid if found.pid is not None else np.ones(len(api), bool)
+    starts, ends = api["start"].to_numpy(np.int64), api["end"].to_numpy(np.int64)
+    votes: list[tuple[int, str]] = [(0, "")]
+    costly = mine & (in_set(names, MODULE_LOADS) | in_set(names, _ALLOCATING))
+    cost = _time_per_step(starts[costly], ends[costly], host)
+    typical = float(np.median(host[:, 1] - host[:, 0]))
+    early = max(2, n // 10)
+    heavy = np.flatnonzero(cost[:early] >= 0.1 * typical)
+    if len(heavy):
+        votes.append((int(heavy[-1]) + 1, "module loading or first allocations"))
+    sync = mine & in_set(names, SYNC_APIS)
+    barrier = _barrier(starts[sync], ends[sync], host, found.source)
+    if barrier:
+        votes.append((barrier, "a synchronization between warm-up and measured steps"))
     dropped, why = max(votes)
     return min(dropped, limit), why
+
+
+def _time_per_step(starts: np.ndarray, ends: np.ndarray, host: np.ndarray) -> np.ndarray:
+    """Summed duration of the calls starting inside each step."""
+    index = point_in(starts, host[:, 0], host[:, 1])
+    held = index >= 0
+    return np.bincount(index[held], weights=(ends - starts)[held], minlength=len(host))
 
 
 def _steps_holding(times: np.ndarray, host: np.ndarray) -> np.ndarray:
@@ -283,23 +328,6 @@ def _steps_holding(times: np.ndarray, host: np.ndarray) -> np.ndarray:
     index = point_in(times, host[:, 0], host[:, 1])
     held[index[index >= 0]] = True
     return held
-
-
-def _unlike_later(durations: np.ndarray, tolerance: float) -> int:
-    """Leading steps outside the spread of the later half (widened by ``tolerance``) are warm-up.
-
-    Judged against the later half's range, not its median: steps that legitimately vary (MoE
-    routing, periodic side work) stay, a cold first step goes.
-    """
-    n = len(durations)
-    if n < 2:
-        return 0
-    later = durations[n // 2:]
-    low, high = float(later.min()) * (1 - tolerance), float(later.max()) * (1 + tolerance)
-    dropped = 0
-    while dropped < n // 2 and not (low <= durations[dropped] <= high):
-        dropped += 1
-    return dropped
 
 
 def _barrier(sync_starts: np.ndarray, sync_ends: np.ndarray, host: np.ndarray, source: str) -> int:

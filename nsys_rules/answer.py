@@ -9,7 +9,8 @@ Rules estimate what fixing their finding would save and name the budget part it 
    first, so the savings of a trace add up to at most its steady-state time.
 3. Symptoms (GPU idle gaps, low utilization, queue delay) whose idle time a root-cause finding
    explains are folded into it (``folded_into``); start-up symptoms fold into capture-scope.
-4. Findings that are not errors and save less than the noise floor are marked ``minor``.
+4. Findings that are not errors and save less than the noise floor are marked ``minor``, and so are
+   timing findings whose savings were withheld: they wait for a re-capture.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ SYMPTOM_RULES = frozenset({"gpu-idle-gaps", "gpu-low-utilization", "queue-delay"
 
 #: Budget parts whose time is GPU idle (or waiting on others): the causes symptoms fold into.
 CAUSE_PARTS = frozenset(name for name, kind in KINDS.items() if kind == "idle") | {"contention"}
+
+#: step-outliers' causes (its fingerprint key) and the rule that reports that cause for every step.
+OUTLIER_CAUSES = {"kernels": "kernel-tail", "module loading": "module-loading", "allocation": "alloc-churn",
+                  "synchronization": "sync-stall"}
 
 #: Rules that explain idle time without a budget part of their own (the trace is misleading as a whole).
 CAUSE_RULES = frozenset({"launch-blocking"})
@@ -54,7 +59,7 @@ def _withhold(findings: list[Finding]) -> list[Finding]:
     note = (f"withheld: {', '.join(misleading)} says this trace's timings mislead; re-capture first "
             "(see that finding)")
     # A timing judgement on a misleading trace is at most information: its cause may be the capture.
-    return [dataclasses.replace(f, estimated_savings_ns=None, savings_range=None, savings_note=note,
+    return [dataclasses.replace(f, estimated_savings_ns=None, savings_range=None, savings_note=note, minor=True,
                                 severity=min(f.severity, Severity.INFO, key=lambda s: s.rank))
             if f.estimated_savings_ns is not None and f.rule not in MISLEADING_RULES else f for f in findings]
 
@@ -114,15 +119,17 @@ def _fold(findings: list[Finding], steady: tuple[int, int] | None) -> list[Findi
     causes += sorted((f for f in findings if f.severity is Severity.ERROR and f.rule in MISLEADING_RULES),
                      key=_claim_order)
     scope = next((f for f in findings if f.rule == "capture-scope"), None)
-    tails = [f for f in findings if f.rule == "kernel-tail" and f.budget_part and f.estimated_savings_ns]
     out = []
     for f in findings:
         target = None
         start_up = False
-        if f.rule == "step-outliers" and f.key == "kernels":
-            # Slow steps whose kernels ran longer are the kernel tail seen per step: one finding, not two.
+        if f.rule == "step-outliers" and f.key in OUTLIER_CAUSES:
+            # Slow steps whose cause another finding already reports (its kernels' tail, its module
+            # loading, allocations, syncs) are that finding seen per step: one finding, not two.
+            owner = OUTLIER_CAUSES[f.key]
             grown = set((f.budget_part or "").split("+"))
-            target = next((t for t in sorted(tails, key=_claim_order) if t.budget_part in grown), None)
+            target = next((t for t in sorted(findings, key=_claim_order) if t.rule == owner and t.budget_part
+                           and t.budget_part in grown and t.estimated_savings_ns), None)
         if f.rule in SYMPTOM_RULES:
             # Symptoms that begin before the steady state are about loading and warm-up.
             start_up = steady is not None and f.location.start_ns is not None and f.location.start_ns < steady[0]

@@ -223,7 +223,10 @@ class AllocChurn(Rule):
         if budget is not None:
             message += (f" The GPU idles {savings / 1e6:.2f} ms ({pct(savings, steady_ns):.1f} % of the steady state) "
                         "while the launching thread is in these calls.")
-        severity = Severity.WARNING if pct(savings, steady_ns) >= opts.warn_share else Severity.INFO
+        # A debugging switch that turns the allocator off is a configuration mistake with a one-line
+        # fix: a warning however much of this trace's time it happens to cost.
+        switched_off = no_cache and (per_step is None or per_step >= opts.min_calls_per_step)
+        severity = Severity.WARNING if pct(savings, steady_ns) >= opts.warn_share or switched_off else Severity.INFO
         yield ctx.finding(message, _recommendation(no_cache, top_kind, total, steps),
                           severity=severity, metrics=metrics, estimated_savings_ns=savings, budget_part="allocation",
                           savings_range=(savings, total),

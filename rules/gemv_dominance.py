@@ -208,10 +208,9 @@ def model_load_bytes(memcpy: pd.DataFrame, launch: np.ndarray, before: int, devi
     """
     if memcpy.empty:
         return 0
-    own = memcpy["device_id"].to_numpy()
-    target = memcpy["dst_device_id"].to_numpy(dtype=np.float64, na_value=np.nan) if "dst_device_id" in memcpy \
-        else own.astype(np.float64)
-    target = np.where(np.isnan(target), own, target)
+    own = memcpy["device_id"].to_numpy(dtype=np.float64, na_value=-1)
+    target = memcpy["dst_device_id"].to_numpy(dtype=np.float64, na_value=-1) if "dst_device_id" in memcpy else own
+    target = np.where(target < 0, own, target)  # unrecorded (NULL, read as -1): the copy's own device
     mask = (memcpy["copy_kind"].to_numpy() == HTOD) & (launch < before) & (target == device)
     return int(memcpy["bytes"].to_numpy()[mask].sum())
 

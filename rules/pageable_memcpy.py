@@ -88,7 +88,9 @@ class PageableMemcpy(Rule):
             return
         for cg in copy_groups(ctx, copies, api, mask, opts.report, opts.max_findings):
             single = cg.group.single
-            severity = Severity.WARNING if cg.host_ns >= opts.warning_share * cg.judged_ns else Severity.INFO
+            in_loop = cg.in_loop(ctx)
+            # Loading copies cost start-up time, not step time: information, whatever their share of the capture.
+            severity = Severity.WARNING if in_loop and cg.host_ns >= opts.warning_share * cg.judged_ns else Severity.INFO
             what = (f"A {cg.direction} copy ({cg.src} -> {cg.dst}, {cg.nbytes} B)" if single else
                     f"{cg.count} {cg.direction} copies ({cg.src} -> {cg.dst}, {cg.nbytes / 1e6:.3f} MB in all)")
             yield ctx.finding(
@@ -100,7 +102,7 @@ class PageableMemcpy(Rule):
                 "or `pin_memory=True` in PyTorch) and keep the copy asynchronous; reuse one pinned staging buffer "
                 "for per-step inputs.",
                 severity=severity, metrics=cg.metrics(), location=cg.location(), key=cg.key,
-                **_savings(ctx, cg.host_ns, cg.in_loop(ctx)))
+                **_savings(ctx, cg.host_ns, in_loop))
 
 
 def _savings(ctx: RuleContext, host_ns: int, in_loop: bool) -> dict:

@@ -46,7 +46,7 @@ PARTS: tuple[tuple[str, str, str], ...] = (
     ("copy", "memcpy/memset", "busy"), ("graph_replay", "graph replays (kernels hidden)", "busy"),
     ("contention", "other streams/processes (loop idle)", "busy"),
     ("launch_wait", "idle: waiting for launches", "idle"), ("after_sync", "idle: after a synchronization", "idle"),
-    ("allocation", "idle: allocation/free", "idle"), ("module_loading", "idle: module loading", "idle"),
+    ("allocation", "idle: allocation/free", "idle"), ("module_loading", "idle: module loading/compiling", "idle"),
     ("graph_internal", "idle: inside graph replays", "idle"), ("idle_other", "idle: other (dependencies)", "idle"),
 )
 LABELS = {pid: label for pid, label, _ in PARTS}
@@ -252,6 +252,11 @@ def _attribute(out: dict[str, np.ndarray], timeline: HostTimeline, a: np.ndarray
     module, sync_call, api = with_module - alloc, with_sync - with_module, in_api - with_sync
     outside = (b - a) - in_api
     after = timeline.sync_ended_in(a, b)
+    # A gap that ends in a module load spent its host time preparing that module (cuDNN building a
+    # runtime-fused kernel, NVRTC or Triton compiling): compilation, not the host's own loop work.
+    compiling = module > 0
+    module = module + np.where(compiling, outside, 0)
+    outside = np.where(compiling, 0, outside)
     ones = np.ones(len(a), bool)
     _add(out["allocation"], step, alloc, ones)
     _add(out["module_loading"], step, module, ones)

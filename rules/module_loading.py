@@ -1,0 +1,158 @@
+"""module-loading: GPU code loaded or compiled inside the steady loop, step after step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+
+from nsys_rules.analysis.activity import KERNEL, gpu_ops
+from nsys_rules.analysis.intervals import point_in
+from nsys_rules.analysis.names import MODULE_LOADS, in_set
+from nsys_rules.errors import MissingData
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.taxonomy import base_name
+
+from ._common import pct
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of module-loading."""
+
+    min_step_share: float = field(default=10.0, metadata={
+        "help": "percent of the steady steps that must load code: a load in one step is an outlier (step-outliers)"})
+    warn_share: float = field(default=5.0, metadata={
+        "help": "percent of the steady state the GPU idles while code is compiled or loaded, for a warning"})
+
+
+def loads_per_step(starts: np.ndarray, host: np.ndarray) -> np.ndarray:
+    """Module-load calls starting inside each step."""
+    index = point_in(starts, host[:, 0], host[:, 1])
+    return np.bincount(index[index >= 0], minlength=len(host))
+
+
+def library_of(kernel_names: list[str]) -> str:
+    """Which generator the freshly loaded kernels come from, by their names."""
+    text = " ".join(kernel_names).lower()
+    if "cudnn" in text:
+        return "cudnn"
+    if "triton" in text:
+        return "triton"
+    return ""
+
+
+class ModuleLoading(Rule):
+    """GPU code is compiled or loaded in the steady loop, not once at start-up.
+
+    What it detects: module-load calls (`cuLibraryLoadData`, `cuModuleLoadData`, ...) inside at
+    least `min_step_share` percent of the steady steps, and the GPU idle time the budget gives to
+    loading (a gap that ends in a load spent its host time building that module: cuDNN runtime
+    fusion, NVRTC, Triton). The kernels launched right after each load name the generator.
+    Why it hurts: with lazy loading every new kernel costs a load the first time it runs; a loop
+    whose shapes change every step (a KV cache growing by one token under cuDNN's runtime-fused
+    attention, torch.compile recompiling for new sizes) builds new kernels every step, and the
+    GPU waits for the compiler.
+    Evidence: steps that load code, load calls and their time, GPU idle while compiling/loading
+    (the budget's module_loading part), the kernels that follow the loads.
+    Next optimizations: make the shapes static or bucketed (a static KV cache, padding to a few
+    lengths), switch the attention backend away from runtime-compiled kernels
+    (`torch.backends.cuda.enable_cudnn_sdp(False)`), mark dynamic dimensions for torch.compile,
+    warm up every shape before the loop; `CUDA_MODULE_LOADING=EAGER` moves plain lazy loads to
+    start-up.
+    Options: `min_step_share`, `warn_share`.
+    Requires: a step model and the API table; kernels to name what was loaded.
+    False positives: a loop that meets each shape once by design (a benchmark sweep) loads by
+    design; in production the cache would be warm.
+    """
+
+    name = "module-loading"
+    title = "Code compiled or loaded inside the steady loop"
+    default_severity = Severity.WARNING
+    requires = ("api",)
+    optional = ("kernels",)
+    columns = {"api": ("start", "end", "name", "pid", "tid")}
+    window = "steady"
+    Options = Options
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opts = ctx.options
+        model, budget = ctx.steps, ctx.budget
+        if model is None or budget is None:
+            reason = ctx.window.model.reason if ctx.window.model is not None else "no step model"
+            raise MissingData(f"no steady steps to judge ({reason})",
+                              "mark the loop's steps with an NVTX range, or capture around the loop")
+        api = ctx.trace.frame("api", ["start", "end", "name", "pid", "tid"])
+        loading = in_set(ctx.trace.api_names(), MODULE_LOADS)
+        if model.pid is not None:
+            loading &= api["pid"].to_numpy() == model.pid
+        starts = api["start"].to_numpy(np.int64)[loading]
+        ends = api["end"].to_numpy(np.int64)[loading]
+        per_step = loads_per_step(starts, model.host)
+        steps_loading = int((per_step > 0).sum())
+        if steps_loading < max(2, opts.min_step_share / 100 * model.count):
+            return
+        inside = point_in(starts, model.host[:, 0], model.host[:, 1]) >= 0
+        calls, call_ns = int(inside.sum()), int((ends[inside] - starts[inside]).sum())
+        idle = budget.ns("module_loading")
+        steady = budget.total_ns
+        followers = _following_kernels(ctx, starts[inside])
+        source = library_of(followers)
+        share = pct(idle, steady)
+        what = {"cudnn": "cuDNN builds runtime-fused kernels (its generated attention kernels follow the loads)",
+                "triton": "Triton kernels are compiled (torch.compile recompiling for new shapes)"}.get(
+            source, "new kernels are loaded lazily")
+        named = f" Kernels right after the loads: {', '.join(followers[:3])}." if followers else ""
+        message = (f"{steps_loading} of {model.count} steady steps load GPU code ({calls} load calls, "
+                   f"{call_ns / 1e6:.2f} ms in the calls): {what}. The GPU waits {idle / 1e6:.1f} ms for it, "
+                   f"{share:.1f} % of the {steady / 1e6:.1f} ms steady state ({idle / model.count / 1e6:.2f} ms per "
+                   f"step).{named}")
+        severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
+        yield ctx.finding(message, _advice(source), severity=severity, budget_part="module_loading",
+                          estimated_savings_ns=idle,
+                          metrics={"steps_loading": metric(steps_loading, "count"), "load_calls": metric(calls, "count"),
+                                   "load_call_time": metric(call_ns, "ns"), "gpu_idle_loading": metric(idle, "ns"),
+                                   "steady_time": metric(steady, "ns")},
+                          location=Location(pid=model.pid, api="cuLibraryLoadData" if calls else None),
+                          key=source or "lazy")
+
+
+def _following_kernels(ctx: RuleContext, load_starts: np.ndarray, limit: int = 5) -> list[str]:
+    """Distinct base names of the first kernel launched after each load."""
+    ops = gpu_ops(ctx.trace)
+    kernels = ops.kind == KERNEL
+    if not kernels.any() or not len(load_starts):
+        return []
+    launch = ops.launch[kernels]
+    rows = ops.table_row[kernels]
+    order = np.argsort(launch, kind="stable")
+    at = np.searchsorted(launch[order], load_starts)
+    at = at[at < len(order)]
+    frame = ctx.trace.frame("kernels", ["name"])
+    out: list[str] = []
+    for i in at.tolist():
+        label = base_name(str(frame["name"].iloc[int(rows[order[i]])]))[:70]
+        if label not in out:
+            out.append(label)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _advice(source: str) -> str:
+    if source == "cudnn":
+        return ("The attention shapes change every step (a cache growing by one token), so cuDNN builds a new fused "
+                "kernel each time: use a static KV cache (`cache_implementation=\"static\"` in transformers) or "
+                "bucketed lengths, or pick another SDPA backend (`torch.backends.cuda.enable_cudnn_sdp(False)`, "
+                "flash/memory-efficient attention).")
+    if source == "triton":
+        return ("torch.compile recompiles for new shapes: mark the growing dimension dynamic "
+                "(`torch._dynamo.mark_dynamic`), pad to a few buckets, or use a static cache; check "
+                "`TORCH_LOGS=recompiles`.")
+    return ("Warm up every kernel and shape before the loop, or load modules eagerly with "
+            "`CUDA_MODULE_LOADING=EAGER` so the loads happen at start-up.")
+
+
+RULE = ModuleLoading

@@ -183,9 +183,14 @@ class TraceBuilder:
     def kernel(self, name: str, start: int, duration: int, *, grid: tuple[int, int, int] = (1, 1, 1),
                block: tuple[int, int, int] = (128, 1, 1), short_name: str | None = None, device: int = 0,
                stream: int = 7, api: str | None = "cudaLaunchKernel_v7000", launch_at: int | None = None,
-               tid: int = MAIN_TID, pid: int = PID, graph_node_id: int | None = None, registers: int = 32) -> int:
-        """A kernel and the API call that launched it; returns its correlationId."""
-        corr = self._launch(api, start, launch_at, tid, pid)
+               tid: int = MAIN_TID, pid: int = PID, graph_node_id: int | None = None, registers: int = 32,
+               correlation_id: int | None = None) -> int:
+        """A kernel and the API call that launched it; returns its correlationId.
+
+        With ``correlation_id`` the kernel belongs to an existing call (a node of a graph replayed
+        by :meth:`graph_launch` with ``traced_as_graph=False``): no API row is added.
+        """
+        corr = correlation_id if correlation_id is not None else self._launch(api, start, launch_at, tid, pid)
         short = short_name or name.split("(")[0].split("<")[0].split("::")[-1]
         self._add("CUPTI_ACTIVITY_KIND_KERNEL", (
             start, start + duration, device, 1, None, stream, corr, self.global_pid(pid), self.string(name),

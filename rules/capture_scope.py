@@ -56,7 +56,7 @@ class Scope:
 
 def has_profiler_range(api_base_names: np.ndarray) -> bool:
     """A cudaProfilerStart/cuProfilerStart call: the capture was already limited (`-c cudaProfilerApi`)."""
-    return bool(np.isin(api_base_names, PROFILER_START_APIS).any())
+    return bool(np.isin(api_base_names, sorted(PROFILER_START_APIS)).any())
 
 
 class CaptureScope(Rule):

@@ -123,7 +123,7 @@ class GraphTraceHidden(Rule):
 def _flags(base_names: np.ndarray) -> str:
     """Recapture flags: node tracing, and the profiler-API capture range when the trace was captured with one."""
     flags = "--cuda-graph-trace=node"
-    if np.isin(base_names, PROFILER_START_APIS).any():
+    if np.isin(base_names, sorted(PROFILER_START_APIS)).any():
         flags += " --capture-range=cudaProfilerApi --capture-range-end=stop"
     return flags
 

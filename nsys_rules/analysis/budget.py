@@ -213,14 +213,17 @@ def _own_work(ops: GpuOps, model: StepModel) -> tuple[np.ndarray, tuple[int, ...
 
 def _idle_parts(trace: Trace, ops: GpuOps, busy: tuple[np.ndarray, np.ndarray], steps: np.ndarray,
                 lo: int, hi: int) -> dict[str, np.ndarray]:
-    """Idle time per step by cause (see the module docstring)."""
+    """Idle time per step by cause (see the module docstring).
+
+    A gap's cause is judged on the whole gap (what the GPU waits for, whether a sync released the
+    host at its start); a step boundary inside a gap only splits its time between the two steps.
+    """
     n = len(steps)
     out = {name: np.zeros(n, np.int64) for name in ("launch_wait", "after_sync", "allocation", "module_loading",
                                                    "graph_internal", "idle_other", "_launch_api", "_launch_host")}
-    gap_s, gap_e = _split(*complement(busy[0], busy[1], lo, hi), steps[1:, 0])
+    gap_s, gap_e = complement(busy[0], busy[1], lo, hi)
     if not len(gap_s):
         return out
-    step = np.searchsorted(steps[:, 0], gap_s, side="right") - 1
     nxt = np.searchsorted(ops.start, gap_e, side="left")  # the operation that ends the gap
     has_next = nxt < len(ops)
     nxt_c = np.minimum(nxt, len(ops) - 1)
@@ -229,41 +232,46 @@ def _idle_parts(trace: Trace, ops: GpuOps, busy: tuple[np.ndarray, np.ndarray], 
         ops.corr[nxt_c] == ops.corr[prev]) & (ops.pid[nxt_c] == ops.pid[prev])
     launch_end = np.where(has_next, ops.launch_end[nxt_c], -1)
     tid = np.where(has_next, ops.tid[nxt_c], -1)
+    pids = np.where(has_next, ops.pid[nxt_c], -1)
     queued = (launch_end >= 0) & (launch_end <= gap_s)
     host_bound = ~inside_graph & ~queued & (tid >= 0)
-    length = gap_e - gap_s
-    _add(out["graph_internal"], step, length, inside_graph)
-    _add(out["idle_other"], step, length, ~inside_graph & ~host_bound)
+    piece_s, piece_e, owner = _split(gap_s, gap_e, steps[1:, 0])
+    step = np.searchsorted(steps[:, 0], piece_s, side="right") - 1
+    length = piece_e - piece_s
+    _add(out["graph_internal"], step, length, inside_graph[owner])
+    _add(out["idle_other"], step, length, (~inside_graph & ~host_bound)[owner])
     if host_bound.any():
-        pids = np.where(has_next, ops.pid[nxt_c], -1)
         for key, timeline in host_timelines(trace, pids[host_bound], tid[host_bound]).items():
-            sel = host_bound & (pids == key[0]) & (tid == key[1])
-            _attribute(out, timeline, gap_s[sel], gap_e[sel], step[sel])
+            gaps = host_bound & (pids == key[0]) & (tid == key[1])
+            after = np.zeros(len(gap_s), bool)
+            after[gaps] = timeline.sync_ended_in(gap_s[gaps], gap_e[gaps])
+            sel = gaps[owner]
+            _attribute(out, timeline, piece_s[sel], piece_e[sel], step[sel], after[owner][sel])
     return out
 
 
 def _attribute(out: dict[str, np.ndarray], timeline: HostTimeline, a: np.ndarray, b: np.ndarray,
-               step: np.ndarray) -> None:
-    """Split host-bound idle gaps by what the launching thread was doing."""
+               step: np.ndarray, after: np.ndarray) -> None:
+    """Split host-bound idle time by what the launching thread was doing (``after``: a sync opened the gap)."""
     alloc = timeline.alloc.within(a, b)
     with_module = timeline.alloc_module.within(a, b)
     with_sync = timeline.alloc_module_sync.within(a, b)
     in_api = timeline.any_call.within(a, b)
     module, sync_call, api = with_module - alloc, with_sync - with_module, in_api - with_sync
     outside = (b - a) - in_api
-    after = timeline.sync_ended_in(a, b)
-    # A gap that ends in a module load spent its host time preparing that module (cuDNN building a
-    # runtime-fused kernel, NVRTC or Triton compiling): compilation, not the host's own loop work.
-    compiling = module > 0
-    module = module + np.where(compiling, outside, 0)
-    outside = np.where(compiling, 0, outside)
+    # Host time just before a module load, in the middle of a step, is spent preparing that module
+    # (cuDNN building a runtime-fused kernel, NVRTC or Triton compiling): compilation, not the loop's
+    # own host work. After a sync the host's work is the bubble's (sampling, the next step's set-up).
+    compiling = np.where(after, 0, timeline.outside_before_load(a, b))
+    module = module + compiling
+    outside = outside - compiling
     ones = np.ones(len(a), bool)
     _add(out["allocation"], step, alloc, ones)
     _add(out["module_loading"], step, module, ones)
     _add(out["after_sync"], step, sync_call + api + outside, after)
-    _add(out["after_sync"], step, sync_call, ~after)
-    _add(out["launch_wait"], step, api + outside, ~after)
-    _add(out["_launch_api"], step, api, ~after)
+    # A sync entered after the GPU already ran dry waits for nothing: its time is host call time.
+    _add(out["launch_wait"], step, sync_call + api + outside, ~after)
+    _add(out["_launch_api"], step, sync_call + api, ~after)
     _add(out["_launch_host"], step, outside, ~after)
 
 
@@ -272,16 +280,16 @@ def _add(target: np.ndarray, step: np.ndarray, values: np.ndarray, mask: np.ndar
         target += np.bincount(step[mask], weights=values[mask], minlength=len(target)).astype(np.int64)
 
 
-def _split(starts: np.ndarray, ends: np.ndarray, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint intervals cut at the given instants (so no piece crosses a step boundary)."""
+def _split(starts: np.ndarray, ends: np.ndarray, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Disjoint intervals cut at the given instants, so no piece crosses a step boundary.
+
+    Returns the pieces and, for each, the index of the interval it came from.
+    """
     inside = np.searchsorted(cuts, ends, side="left") - np.searchsorted(cuts, starts, side="right")
     if not (inside > 0).any():
-        return starts, ends
-    points = np.sort(np.concatenate([starts, ends, cuts]))
-    pieces_s, pieces_e = points[:-1], points[1:]
-    keep = (pieces_e > pieces_s)
-    pieces_s, pieces_e = pieces_s[keep], pieces_e[keep]
-    # Keep only pieces inside an original interval.
-    pos = np.searchsorted(starts, pieces_s, side="right") - 1
-    ok = (pos >= 0) & (pieces_e <= ends[np.maximum(pos, 0)])
-    return pieces_s[ok], pieces_e[ok]
+        return starts, ends, np.arange(len(starts))
+    points = np.unique(np.concatenate([starts, ends, cuts]))
+    piece_s, piece_e = points[:-1], points[1:]
+    owner = np.searchsorted(starts, piece_s, side="right") - 1
+    ok = (owner >= 0) & (piece_e <= ends[np.maximum(owner, 0)])
+    return piece_s[ok], piece_e[ok], owner[ok]

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..trace import Trace
 from .intervals import Coverage, merge_intervals
-from .names import ALLOC_APIS, MODULE_LOAD_APIS, SYNC_APIS, flag_names, in_set
+from .names import ALLOC_APIS, MODULE_LOAD_APIS, MODULE_LOADS, SYNC_APIS, flag_names, in_set
 
 
 def is_blocking_transfer(name: str) -> bool:
@@ -31,15 +31,31 @@ class HostTimeline:
     any_call: Coverage
     sync_ends: np.ndarray
     sync_starts: np.ndarray
+    load_starts: np.ndarray
+
+    def outside_before_load(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """For each [a, b]: time outside any CUDA call from ``a`` to the last module load that starts inside."""
+        if not len(self.load_starts):
+            return np.zeros(len(a), np.int64)
+        k = np.searchsorted(self.load_starts, b, side="right") - 1  # last load starting at or before b
+        found = k >= 0
+        load = np.where(found, self.load_starts[np.maximum(k, 0)], a)
+        load = np.where(load >= a, load, a)
+        return np.maximum((load - a) - self.any_call.within(a, load), 0)
 
     def sync_ended_in(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """For each [a, b]: whether a blocking call ended inside it (or was still waiting at a)."""
+        """For each idle gap [a, b]: whether the thread was blocked in a sync when the GPU ran dry at ``a``.
+
+        That sync returned inside the gap, and everything the host did until the GPU's next work
+        is the bubble the sync caused. A sync that starts after the GPU already went idle waited
+        for nothing: the gap is the host's own slowness.
+        """
         if not len(self.sync_ends):
             return np.zeros(len(a), bool)
         k = np.searchsorted(self.sync_ends, a, side="left")  # first sync ending at or after a
         found = k < len(self.sync_ends)
         kc = np.minimum(k, len(self.sync_ends) - 1)
-        return found & (self.sync_ends[kc] <= b) & (self.sync_starts[kc] <= b)
+        return found & (self.sync_ends[kc] <= b) & (self.sync_starts[kc] <= a)
 
 
 def host_timelines(trace: Trace, pids: np.ndarray, tids: np.ndarray) -> dict[tuple[int, int], HostTimeline]:
@@ -51,11 +67,12 @@ def host_timelines(trace: Trace, pids: np.ndarray, tids: np.ndarray) -> dict[tup
         api = trace.frame("api", ["start", "end", "pid", "tid", "name"])
         names = trace.api_names()
         kinds = _kinds(names)
+        loads = in_set(names, MODULE_LOADS)
         pid, tid = api["pid"].to_numpy(), api["tid"].to_numpy()
         start, end = api["start"].to_numpy(np.int64), api["end"].to_numpy(np.int64)
         for key in missing:
             rows = (pid == key[0]) & (tid == key[1])
-            cache[key] = _timeline(start[rows], end[rows], kinds[rows])
+            cache[key] = _timeline(start[rows], end[rows], kinds[rows], loads[rows])
     return {key: cache[key] for key in wanted}
 
 
@@ -73,11 +90,12 @@ def _kinds(names) -> np.ndarray:
     return kind
 
 
-def _timeline(start: np.ndarray, end: np.ndarray, kind: np.ndarray) -> HostTimeline:
+def _timeline(start: np.ndarray, end: np.ndarray, kind: np.ndarray, loads: np.ndarray) -> HostTimeline:
     def cover(mask: np.ndarray) -> Coverage:
         return Coverage(*merge_intervals(start[mask], end[mask]))
 
     sync = kind == _SYNC
     order = np.argsort(end[sync], kind="stable")
     return HostTimeline(cover(kind == _ALLOC), cover(kind <= _MODULE), cover(kind <= _SYNC),
-                        cover(np.ones(len(kind), bool)), end[sync][order], start[sync][order])
+                        cover(np.ones(len(kind), bool)), end[sync][order], start[sync][order],
+                        np.sort(start[loads]))

@@ -22,6 +22,10 @@ from .names import LIBRARY_DOMAINS, is_library_range
 RANGE_EVENTS = (59, 60, 70, 71)
 DOMAIN_CREATE = 75
 
+#: A step range lasts at least this share of the spacing between its instances (on the host or the
+#: GPU clock): a range around one operation of many per step is much shorter than its spacing.
+TILE_SHARE = 0.25
+
 
 @dataclass(frozen=True)
 class Found:
@@ -48,8 +52,8 @@ class Bound:
 def nvtx_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
     """Repeating user ranges that tile the loop and hold its GPU launches.
 
-    A candidate repeats at least ``min_repeats`` times without overlapping itself, covers at
-    least half of the span from its first to its last instance (steps follow each other), and
+    A candidate repeats at least ``min_repeats`` times without overlapping itself, typically lasts
+    at least :data:`TILE_SHARE` of the spacing between instances (steps follow each other), and
     holds at least half of the GPU launches of that span; library ranges (CUB, NCCL, cuDNN,
     XLA thunks, ``aten::`` ...) never qualify, by name or by their NVTX domain. Among the
     qualifying names, preferred ones win, then the outermost, then the most instances.
@@ -114,7 +118,7 @@ def nvtx_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
 
 
 def _tiles(s: np.ndarray, e: np.ndarray, ops: GpuOps) -> bool:
-    """Whether instances follow each other: a typical instance lasts at least half the typical spacing.
+    """Whether instances follow each other: a typical instance lasts at least a quarter of the typical spacing.
 
     Judged on the host clock, or on the GPU clock (the work launched inside each instance), since
     a host that runs ahead of the GPU (graph replays, a debug build) opens and closes its ranges
@@ -123,7 +127,7 @@ def _tiles(s: np.ndarray, e: np.ndarray, ops: GpuOps) -> bool:
     spacing = np.diff(s)
     if not len(spacing) or np.median(spacing) <= 0:
         return False
-    if np.median(e - s) >= 0.5 * np.median(spacing):
+    if np.median(e - s) >= TILE_SHARE * np.median(spacing):
         return True
     index = point_in(ops.launch, s, e)
     held = index >= 0
@@ -138,7 +142,7 @@ def _tiles(s: np.ndarray, e: np.ndarray, ops: GpuOps) -> bool:
         return False
     first, last = first[some], last[some]
     gpu_spacing = np.diff(first)
-    return bool(np.median(gpu_spacing) > 0 and np.median(last - first) >= 0.5 * np.median(gpu_spacing))
+    return bool(np.median(gpu_spacing) > 0 and np.median(last - first) >= TILE_SHARE * np.median(gpu_spacing))
 
 
 def _library_domains(nvtx: pd.DataFrame) -> set[tuple[int, int]]:

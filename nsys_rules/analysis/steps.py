@@ -119,7 +119,7 @@ def restrict(model: StepModel, keep: np.ndarray) -> StepModel:
     if keep.all():
         return model
     host, work = model.host[keep], model.gpu_work[keep]
-    return dataclasses.replace(model, host=host, gpu_work=work, gpu=_tile(work),
+    return dataclasses.replace(model, host=host, gpu_work=work, gpu=_tile(work, host),
                                description=f"{model.description}; {int(keep.sum())} of them inside the filter")
 
 
@@ -176,7 +176,7 @@ def _finish(trace: Trace, ops: GpuOps, found: Found, prange: tuple[int, int] | N
         why = "an earlier, separate run" + (f" and {why}" if why else "")
     host, work = host[dropped:], work[dropped:]
     dropped += separate
-    gpu = _tile(work)
+    gpu = _tile(work, host)
     words = {"nvtx": f"NVTX range '{found.name}'", "graph": "one CUDA graph launch per step",
              "marker": f"a {found.name} once per step", "kernels": f"the kernel sequence repeating {found.name}"}
     text = f"{words[found.source]}{found.note if found.source == 'graph' else ''}, {len(host)} steps"
@@ -266,8 +266,15 @@ def loop_streams(stream: np.ndarray, step: np.ndarray, steps: int, duration: np.
     return tuple(out)
 
 
-def _tile(work: np.ndarray) -> np.ndarray:
-    """Steps tiling the GPU time: each from its first operation to the next step's first."""
+def _tile(work: np.ndarray, host: np.ndarray) -> np.ndarray:
+    """Steps tiling the loop's GPU time: each runs from its boundary to the next step's.
+
+    A step's boundary lies between the end of the previous step's GPU work and the start of its
+    own, at the moment the host began the step when that falls in between: idle time before the
+    host started the step belongs to the step before (its host work: sampling, a sync), idle time
+    after belongs to the step (launching, waiting behind other work). A host running ahead puts
+    the boundary at the previous step's end.
+    """
     n = len(work)
     if not n:
         return np.empty((0, 2), np.int64)
@@ -276,12 +283,15 @@ def _tile(work: np.ndarray) -> np.ndarray:
     # A step without GPU work takes no GPU time: it starts where the next one starts.
     for i in range(n - 2, -1, -1):
         if first[i] < 0:
-            first[i] = first[i + 1]
+            first[i], last[i] = first[i + 1], max(last[i], -1)
     if first[-1] < 0:
         first[-1] = max(int(last.max()), int(first.max()), 0)
-    first = np.maximum.accumulate(np.maximum(first, 0))
-    ends = np.append(first[1:], max(int(last.max()), int(first[-1])))
-    return np.stack([first, ends], axis=1)
+    prev_end = np.maximum.accumulate(np.maximum(last, first))
+    bounds = first.copy()
+    bounds[1:] = np.clip(host[1:, 0], np.minimum(prev_end[:-1], first[1:]), first[1:])
+    bounds = np.maximum.accumulate(np.maximum(bounds, 0))
+    ends = np.append(bounds[1:], max(int(last.max()), int(bounds[-1])))
+    return np.stack([bounds, ends], axis=1)
 
 
 def _warmup(trace: Trace, found: Found, host: np.ndarray, options: SteadyOptions) -> tuple[int, str]:
@@ -306,7 +316,7 @@ def _warmup(trace: Trace, found: Found, host: np.ndarray, options: SteadyOptions
     typical = float(np.median(host[:, 1] - host[:, 0]))
     early = max(2, n // 10)
     heavy = np.flatnonzero(cost[:early] >= 0.1 * typical)
-    if len(heavy):
+    if len(heavy) and (cost > 0).mean() <= 0.5:  # loading in most steps is the loop's own pattern
         votes.append((int(heavy[-1]) + 1, "module loading or first allocations"))
     sync = mine & in_set(names, SYNC_APIS)
     barrier = _barrier(starts[sync], ends[sync], host, found.source)

@@ -32,3 +32,42 @@ def copies(b: TraceBuilder, n: int, nbytes: int = 4096, **kw) -> None:
     for i in range(n):
         b.memcpy(T0 + i * 1_000_000, 20_000, nbytes, **kw)
     b.kernel("k", start=T0 + n * 1_000_000 + 10_000, duration=10_000)
+
+
+def sync_loop(b: TraceBuilder, steps: int = 24, *, kernel_ns: int = 800_000, host_ns: int = 100_000,
+              slower: dict[int, int] | None = None, host_work: dict[int, tuple[str, int]] | None = None,
+              side_copy: dict[int, int] | None = None, new_kernel: dict[int, str] | None = None,
+              nvtx: bool = True, t0: int = T0) -> int:
+    """A serving loop as the host lives it: each step launches its kernel, waits for the result, samples.
+
+    Per step: ``host_work`` runs a call (name, ns) before the launch (a module load, an allocation);
+    the kernel starts when the stream is free (``side_copy`` first puts a copy of that many ns on
+    stream 14, which the kernel waits behind); ``slower`` adds kernel time; the host blocks in a
+    readback sync until the kernel ends, then works ``host_ns`` (sampling) before the next step.
+    Returns the time the loop ended.
+    """
+    t = t0
+    for i in range(steps):
+        start = t
+        if host_work and i in host_work:
+            name, ns = host_work[i]
+            b.api(name, t, ns)
+            t += ns
+        launch = t
+        ready = launch + 5_000
+        if side_copy and i in side_copy:
+            b.memcpy(ready, side_copy[i], 1 << 30, kind="DtoD", src="device", dst="device", stream=14,
+                     launch_at=launch - 2_000)
+            ready += side_copy[i]
+        if new_kernel and i in new_kernel:
+            b.kernel(new_kernel[i], start=ready, duration=20_000, launch_at=launch)
+            ready += 20_000
+        duration = kernel_ns + (slower or {}).get(i, 0)
+        b.kernel("gemv_kernel", start=ready, duration=duration, launch_at=launch, stream=7)
+        done = ready + duration
+        b.memcpy(done, 2_000, 4, kind="DtoH", src="device", dst="pinned", launch_at=launch + 4_000)
+        b.sync(launch + 8_000, done + 2_000 - (launch + 8_000))
+        t = done + 2_000 + host_ns
+        if nvtx:
+            b.nvtx("step", start, t - 1_000)
+    return t

@@ -55,8 +55,8 @@ def test_default_threshold_is_100_us(tmp_path, gap, flagged):
     busy_steps(b, 3, gap=gap)
     found = run_rule("gpu-idle-gaps", b.write(tmp_path / "t.sqlite"))
     assert bool(found) is flagged
-    if flagged:
-        assert len(found) == 2 and all(values(f)["idle_time"] == gap for f in found)
+    if flagged:  # one finding per process, device and phase, holding both gaps
+        assert len(found) == 1 and values(found[0])["gaps"] == 2 and values(found[0])["idle_time"] == 2 * gap
 
 
 def test_many_run_gaps_group_into_one_warning(tmp_path):
@@ -66,7 +66,9 @@ def test_many_run_gaps_group_into_one_warning(tmp_path):
     assert len(found) == 1
     f = found[0]
     assert f.severity == Severity.WARNING and values(f)["gaps"] == 11 and values(f)["idle_time"] == 11 * 300_000
-    assert f.location.start_ns == T0 + 900_000 and f.estimated_savings_ns == 11 * 300_000
+    # Idle time is a symptom: the saving belongs to its cause (sync-stall, launch-bound...), which the
+    # report folds this finding into; alone it claims nothing.
+    assert f.location.start_ns == T0 + 900_000 and f.estimated_savings_ns is None
     assert len(run_rule("gpu-idle-gaps", b.write(tmp_path / "t.sqlite"), options={"report": "all"})) == 11
 
 
@@ -88,7 +90,9 @@ def test_start_up_gaps_are_info(tmp_path):
     busy_steps(b, 6, gap=50_000)
     found = run_rule("gpu-idle-gaps", b.write(tmp_path / "t.sqlite"))
     assert len(found) == 1
-    assert found[0].severity == Severity.INFO and found[0].estimated_savings_ns is None
+    # Start-up idle is not step time: nothing to gain (under the noise floor) when no capture-scope
+    # finding is there to hold it.
+    assert found[0].severity == Severity.INFO and found[0].estimated_savings_ns == 0 and found[0].minor
     assert "steady state" in found[0].message
 
 

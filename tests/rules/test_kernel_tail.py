@@ -122,7 +122,7 @@ def test_shape_variation_is_info_not_a_tail(tmp_path):
     m = values(f)
     assert f.severity.value == "info" and "shape variation" in f.title
     assert m["p99_over_p50"] == pytest.approx(60 / 18) and m["positional_tail_cost"] == 0
-    assert f.estimated_savings_ns is None
+    assert f.estimated_savings_ns == 0 and f.minor  # nothing to gain: under the noise floor
 
 
 def test_groups_split_by_launch_configuration(tmp_path):
@@ -155,7 +155,8 @@ def test_api_tail_is_info_and_skips_waiting_calls(tmp_path):
     loop(b, [[20_000] * 4 for _ in range(20)])
     for i in range(20):
         s = T0 + i * PERIOD + 1_000_000
-        b.api("cudaMalloc_v3020", s, 400_000 if i % 5 == 0 else 5_000)  # 4 x 395 us above p50 = 4 % of 40 ms...
+        # 4 x 395 us above p50 = 4 % of 40 ms (not in the first step: a big first allocation there is warm-up)
+        b.api("cudaMalloc_v3020", s, 400_000 if i % 5 == 4 else 5_000)
         b.api("cudaStreamSynchronize_v3020", s + 500_000, 900_000 if i % 2 else 10_000)  # waits: not judged
     path = b.write(tmp_path / "t.sqlite")
     assert [f for f in run_rule("kernel-tail", path) if f.title == "Host API tail"] == []

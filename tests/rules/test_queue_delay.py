@@ -32,7 +32,8 @@ def test_gpu_bound_queue_is_info(tmp_path):
     queued_steps(b)
     (f,) = run_rule("queue-delay", b.write(tmp_path / "t.sqlite"))
     v = values(f)
-    assert f.severity == Severity.INFO and f.estimated_savings_ns is None
+    # Queueing on a busy GPU is how asynchronous launching looks: nothing to gain, under the noise floor.
+    assert f.severity == Severity.INFO and f.estimated_savings_ns == 0 and f.minor
     assert v["kernels"] == 200 and v["median_kernel"] == 20_000
     assert v["median_queue"] > 5 * 20_000 and v["idle_while_queued"] == 0
     assert "bottleneck" in f.message

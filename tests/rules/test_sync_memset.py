@@ -15,8 +15,8 @@ def test_sync_memset_on_pinned_memory_is_flagged(tmp_path):
     b = TraceBuilder()
     for i in range(2):
         b.memset(T0 + i * 1_000_000, 5_000, 1 << 16, memory="pinned", api="cudaMemset_v3020")
-    found = run_rule("sync-memset", b.write(tmp_path / "t.sqlite"))
-    assert len(found) == 2 and values(found[0])["bytes"] == 1 << 16
+    [f] = run_rule("sync-memset", b.write(tmp_path / "t.sqlite"))  # one finding per memory kind and stream
+    assert values(f)["memsets"] == 2 and values(f)["bytes"] == 2 << 16
 
 
 def test_device_or_async_memsets_are_quiet(tmp_path):

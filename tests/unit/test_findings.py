@@ -27,4 +27,7 @@ def test_ranking_puts_recapture_errors_first_then_savings():
     big = Finding("b-rule", Severity.WARNING, "t", "m", "r", estimated_savings_ns=1000)
     error = Finding("c-rule", Severity.ERROR, "t", "m", "r")
     none = Finding("d-rule", Severity.WARNING, "t", "m", "r")
-    assert sorted([none, small, error, big], key=rank_key) == [error, big, small, none]
+    # Errors, then warnings by savings, then infos: a warning outranks any info, whatever it saves.
+    assert sorted([none, small, error, big], key=rank_key) == [error, big, none, small]
+    minor = Finding("e-rule", Severity.WARNING, "t", "m", "r", estimated_savings_ns=5, minor=True)
+    assert sorted([minor, small], key=rank_key) == [small, minor]  # under the noise floor: last

@@ -42,6 +42,7 @@ class Settings:
     filter_nvtx: str | None = None
     source: str | None = None  # the config file read, if any
     profile: bool = False  # compute the steady-state profile (markdown/HTML reports need it)
+    export_format: str = "sqlite"  # what a .nsys-rep is exported to first (--export-format)
 
 
 def suggest(word: str, choices: typing.Iterable[str]) -> str:

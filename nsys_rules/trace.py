@@ -128,12 +128,15 @@ class Trace:
     def preload(self, needs: Mapping[str, Iterable[str]]) -> None:
         """Read every table in ``needs`` once with the union of its columns.
 
-        Big tables are read two at a time: the Arrow reader steps SQLite without holding the
-        GIL, so the kernel and API tables of a 1M-kernel trace load in parallel on two cores.
+        Big SQLite tables are read two at a time: the Arrow reader steps SQLite without holding
+        the GIL, so the kernel and API tables of a 1M-kernel trace load in parallel on two cores.
+        Exports whose reads are cheap (``parallel_reads`` False: Parquet, Arrow) are read one
+        table at a time, since two reads in flight would add their transients to the peak.
         """
         items = [(name, list(cols)) for name, cols in needs.items()]
         sizes = {name: self.row_count(name) for name, _ in items} if len(items) > 1 else {}
-        if len(items) < 2 or sorted(sizes.values())[-2] < PARALLEL_LOAD_ROWS or (os.cpu_count() or 1) < 2:
+        if (len(items) < 2 or sorted(sizes.values())[-2] < PARALLEL_LOAD_ROWS or (os.cpu_count() or 1) < 2
+                or not getattr(self.export, "parallel_reads", True)):
             for name, cols in items:
                 self.frame(name, cols)
             return

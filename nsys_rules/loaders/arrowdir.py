@@ -21,13 +21,22 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import InputError
+from ..malloc_tune import release_free_memory
 from . import damage as damage_fix
+from .batches import fill_columns
 from .export import MAX_STRING, NULL_INT, ColumnarExport, has_nsys_tables
 
 #: Folder kinds by the file suffix nsys gives each table.
 SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
 #: Folder name endings ``nsys export`` uses by default for each kind.
 FOLDER_ENDINGS = {".parquetdir": "parquet", ".arrowdir": "arrow"}
+
+#: Rows decoded per Parquet batch: large enough that per-batch overhead stays small, small enough
+#: that one batch of a dozen columns is a few MB.
+BATCH_ROWS = 65536
+
+#: Bytes read from a Parquet file at a time (see ``_parquet``).
+READ_BUFFER = 1 << 20
 
 _HINT = "export the report again with `nsys export --type=parquetdir REPORT.nsys-rep`"
 
@@ -58,6 +67,9 @@ class ArrowDirExport(ColumnarExport):
 
     Raises :class:`InputError` with a one-line reason when the folder is not a readable nsys export.
     """
+
+    #: A Parquet read of the 1M-kernel trace's tables takes ~0.2 s; two in flight would add ~70 MB to the peak.
+    parallel_reads = False
 
     def __init__(self, path: str | os.PathLike[str], kind: str | None = None) -> None:
         super().__init__()
@@ -154,44 +166,36 @@ class ArrowDirExport(ColumnarExport):
             return np.empty(0, np.int64), np.empty(0, object)
         with self._reading("StringIds"):
             data = self._table("StringIds", ["id", "value"])
-            ids = _int_column(data.column("id"), None)
             value = data.column("value")
             # Cut before Python sees it, so a planted multi-MB string costs nothing later (see sqlite.py).
             if pa.types.is_string(value.type) or pa.types.is_large_string(value.type):
                 value = pc.utf8_slice_codeunits(value, 0, MAX_STRING)
-            values = _text(value)
-        keep = ids != NULL_INT
-        values = np.array(["" if v is None else (v if isinstance(v, str) else str(v)) for v in values[keep]],
+            data = pa.table({"id": data.column("id"), "value": value})
+            raw = fill_columns(data.to_batches(), ["id", "value"], data.num_rows)
+        ids = damage_fix.to_int(raw["id"], NULL_INT)
+        keep = ids >= 0
+        values = np.array(["" if v is None else (v if isinstance(v, str) else str(v)) for v in raw["value"][keep]],
                           dtype=object)
-        return ids[keep].astype(np.int64, copy=False), values
+        return ids[keep], values
 
     # -- bulk reads ----------------------------------------------------------------------
     def _fetch(self, source: str, src_cols: list[str], narrow: set[str] | frozenset[str] = frozenset()
                ) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
+        if not src_cols:
+            return {}
         with self._reading(source):
             if self.kind == "parquet":
-                reader = self._parquet(source)
-                # One column at a time: its Arrow buffers are freed once the numpy column exists,
-                # so the peak is the numpy columns plus one decoded column, not two copies of the table.
-                for name in src_cols:
-                    out[name] = self._numpy(reader.read(columns=[name], use_threads=False).column(0), name, source,
-                                            narrow)
+                # Decoded a batch at a time into the final arrays: the decoded table never exists whole.
+                batches = self._parquet(source).iter_batches(batch_size=BATCH_ROWS, columns=src_cols,
+                                                             use_threads=False)
             else:
-                data = self._table(source, src_cols)
-                for name in src_cols:
-                    out[name] = self._numpy(data.column(name), name, source, narrow)
+                batches = iter(self._ipc(source))
+            out = fill_columns((batch.select(src_cols) for batch in batches), src_cols, self.count(source), narrow,
+                               damage=self.damage, what=source)
+        # Arrow's pool keeps the freed batches' pages (~30 MB after a 2M-row table): hand them back
+        # before the next table is read, so they do not add to its peak.
+        release_free_memory()
         return out
-
-    def _numpy(self, column: Any, name: str, source: str, narrow: set[str] | frozenset[str]) -> np.ndarray:
-        import pyarrow as pa
-
-        if pa.types.is_integer(column.type) or pa.types.is_null(column.type):
-            return _int_column(column, name in narrow, self.damage, f"{source}.{name}")
-        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) or pa.types.is_binary(column.type):
-            return _text(column)
-        # Anything else (floats, booleans: damage in an id or time column) goes to the converters as is.
-        return column.to_numpy(zero_copy_only=False)
 
     # -- files ---------------------------------------------------------------------------
     def _reading(self, table: str) -> "_Reading":
@@ -205,7 +209,9 @@ class ArrowDirExport(ColumnarExport):
     def _parquet(self, table: str) -> Any:
         import pyarrow.parquet as pq
 
-        return pq.ParquetFile(self._files[table], memory_map=False, pre_buffer=False)
+        # Column chunks streamed 1 MB at a time instead of read whole (a 2.2M-row table's chunks are
+        # tens of MB): the read's peak above its final arrays drops from ~60 to ~30 MB, and it is faster.
+        return pq.ParquetFile(self._files[table], memory_map=False, pre_buffer=False, buffer_size=READ_BUFFER)
 
     def _ipc(self, table: str) -> Any:
         import pyarrow as pa
@@ -251,55 +257,6 @@ def _guess_kind(path: Path) -> str:
     except OSError:
         return "parquet"
     return "arrow" if names.count(".arrow") > names.count(".parquet") else "parquet"
-
-
-def _int_column(column: Any, narrow: bool | None, damage: list[str] | None = None, what: str = "") -> np.ndarray:
-    """An Arrow integer column as int64 (int32 when ``narrow`` and every value fits); NULL -> NULL_INT."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if pa.types.is_null(column.type):
-        return np.full(len(column), NULL_INT, np.int32 if narrow else np.int64)
-    if column.null_count:
-        column = column.fill_null(NULL_INT) if pa.types.is_signed_integer(column.type) else column
-    if pa.types.is_unsigned_integer(column.type):
-        if column.type.bit_width == 64 and len(column):
-            top = pc.max(column).as_py()
-            if top is not None and top >= 2**63:
-                # No nsys id or time reaches 2^63: such a value is damage, read as unknown.
-                huge = pc.greater_equal(column, pa.scalar(2**63, column.type))
-                column = pc.if_else(huge, pa.scalar(None, column.type), column)
-                if damage is not None:
-                    damage_fix.note(damage, f"{what}: {int(pc.sum(huge).as_py() or 0)} value(s) beyond int64 "
-                                            "read as unknown")
-        column = pc.cast(column, pa.int64())
-        if column.null_count:
-            column = column.fill_null(NULL_INT)
-    if narrow and len(column):
-        bounds = pc.min_max(column).as_py()
-        lo, hi = bounds["min"], bounds["max"]
-        if lo is not None and lo >= -(2**31) and hi < 2**31:
-            return _flat(column.cast(pa.int32()) if column.type != pa.int32() else column)
-    return _flat(column.cast(pa.int64()) if column.type != pa.int64() else column)
-
-
-def _flat(column: Any) -> np.ndarray:
-    """A null-free numeric Arrow column as one numpy array (no copy when it is one chunk)."""
-    if hasattr(column, "combine_chunks") and column.num_chunks != 1:
-        column = column.combine_chunks()
-    chunk = column.chunk(0) if hasattr(column, "chunk") else column
-    return chunk.to_numpy(zero_copy_only=False)
-
-
-def _text(column: Any) -> np.ndarray:
-    """A string column as an object array of str/None; bytes that are not UTF-8 become U+FFFD, not an error."""
-    import pyarrow as pa
-
-    try:
-        return column.to_numpy(zero_copy_only=False).astype(object, copy=False)
-    except (UnicodeDecodeError, pa.ArrowInvalid):
-        raw = column.cast(pa.large_binary()).to_pylist()
-        return np.array([None if v is None else v.decode("utf-8", "replace") for v in raw], dtype=object)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -52,6 +52,8 @@ class Export(Protocol):
     damage: list[str]
     #: Names of the tables the export holds.
     table_names: frozenset[str]
+    #: Whether reading two big tables at once in threads pays (see ``Trace.preload``).
+    parallel_reads: bool
 
     def columns_of(self, table: str) -> tuple[str, ...]:
         """Column names of a source table (empty when absent)."""
@@ -99,6 +101,7 @@ class ColumnarExport(ABC):
     path: Path
     damage: list[str]
     table_names: frozenset[str]
+    parallel_reads: bool = True
 
     def __init__(self) -> None:
         self._strings: tuple[np.ndarray, np.ndarray] | None = None

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import InputError
 from . import damage as damage_fix
+from .batches import fill_columns
 from .export import MAX_STRING, NULL_INT, ColumnarExport, _dense_codes, has_nsys_tables
 from .guard import SQLITE_MAGIC, check_file, pending_sidecar, private_copy, remove_folder
 from .tables import TABLES
@@ -191,63 +192,16 @@ BATCH_ROWS = 16384
 
 def _fetch_arrow(path: Path, sql: str, names: list[str], expected_rows: int,
                  narrow: set[str] | frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
-    """Stream ``sql`` as Arrow record batches into preallocated numpy columns.
-
-    Integer columns land in int64 arrays (NULL -> :data:`NULL_INT`) without ever holding the
-    whole Arrow table next to its numpy copy: on the 1M-kernel trace that halves the peak.
-    A column that turns out not to be integer (text, REAL in an integer column: damage) becomes
-    an object array so the caller's converters can judge each value.
-    """
+    """Stream ``sql`` as Arrow record batches into preallocated numpy columns (see :mod:`.batches`)."""
     import adbc_driver_sqlite.dbapi as adbc
-    import pyarrow as pa
 
-    size = max(int(expected_rows), 0)
-    ints: list[np.ndarray | None] = [np.empty(size, np.int32 if name in narrow else np.int64) for name in names]
-    objs: list[np.ndarray | None] = [None for _ in names]
-    pos = 0
     with adbc.connect(_uri(path)) as conn, conn.cursor() as cur:
         try:
             cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
         except Exception:  # noqa: BLE001 - an older driver without the option still works, only slower
             pass
         cur.execute(sql)
-        for batch in cur.fetch_record_batch():
-            rows = batch.num_rows
-            if pos + rows > size:  # more rows than count(*) said (should not happen on an immutable file)
-                size = max(pos + rows, size * 2)
-                ints = [None if a is None else np.resize(a, size) for a in ints]
-                objs = [None if a is None else np.resize(a, size) for a in objs]
-            for i, column in enumerate(batch.columns):
-                if objs[i] is None and pa.types.is_null(column.type):
-                    ints[i][pos:pos + rows] = NULL_INT  # type: ignore[index]
-                    continue
-                if objs[i] is None and pa.types.is_integer(column.type):
-                    if column.null_count:
-                        column = column.fill_null(NULL_INT)
-                    values = column.to_numpy()
-                    target = ints[i]
-                    assert target is not None
-                    if target.dtype == np.int32 and len(values) and not (
-                            int(values.min()) >= -(2**31) and int(values.max()) < 2**31):
-                        target = ints[i] = target.astype(np.int64)  # a value too big for int32: widen
-                    target[pos:pos + rows] = values
-                    continue
-                if objs[i] is None:
-                    objs[i] = np.full(size, None, dtype=object)
-                    if pos:
-                        done = ints[i][:pos].astype(object)  # type: ignore[index]
-                        done[ints[i][:pos] == NULL_INT] = None  # type: ignore[index]
-                        objs[i][:pos] = done  # type: ignore[index]
-                    ints[i] = None
-                if not pa.types.is_null(column.type):
-                    objs[i][pos:pos + rows] = column.to_numpy(zero_copy_only=False)  # type: ignore[index]
-            pos += rows
-    out: dict[str, np.ndarray] = {}
-    for name, as_int, as_obj in zip(names, ints, objs, strict=True):
-        arr = as_obj if as_obj is not None else as_int
-        assert arr is not None
-        out[name] = arr[:pos] if pos != len(arr) else arr
-    return out
+        return fill_columns(cur.fetch_record_batch(), names, expected_rows, narrow)
 
 
 __all__ = ["SqliteExport", "NULL_INT", "MAX_STRING", "SQLITE_MAGIC", "TABLES", "_dense_codes"]

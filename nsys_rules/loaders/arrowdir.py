@@ -107,15 +107,12 @@ class ArrowDirExport(ColumnarExport):
 
     # -- schema --------------------------------------------------------------------------
     def columns_of(self, table: str) -> tuple[str, ...]:
-        """Column names of a source table (empty when absent or unreadable, with a damage note)."""
+        """Column names of a source table (empty when absent); a file whose schema cannot be read is an InputError."""
         if table not in self._files:
             return ()
         if table not in self._schemas:
-            try:
+            with self._reading(table):
                 self._schemas[table] = tuple(self._schema(table).names)
-            except Exception as exc:  # noqa: BLE001 - a broken file is damage, like a broken SQLite table
-                damage_fix.note(self.damage, f"{self._files[table].name}: unreadable ({_one_line(exc)}); ignored")
-                self._schemas[table] = ()
         return self._schemas[table]
 
     def count(self, table: str) -> int:
@@ -166,17 +163,20 @@ class ArrowDirExport(ColumnarExport):
             return np.empty(0, np.int64), np.empty(0, object)
         with self._reading("StringIds"):
             data = self._table("StringIds", ["id", "value"])
+            ids = fill_columns(data.select(["id"]).to_batches(), ["id"], data.num_rows)["id"]
             value = data.column("value")
-            # Cut before Python sees it, so a planted multi-MB string costs nothing later (see sqlite.py).
-            if pa.types.is_string(value.type) or pa.types.is_large_string(value.type):
-                value = pc.utf8_slice_codeunits(value, 0, MAX_STRING)
-            data = pa.table({"id": data.column("id"), "value": value})
-            raw = fill_columns(data.to_batches(), ["id", "value"], data.num_rows)
-        ids = damage_fix.to_int(raw["id"], NULL_INT)
+            if pa.types.is_string(value.type) or pa.types.is_large_string(value.type) or pa.types.is_binary(
+                    value.type) or pa.types.is_large_binary(value.type):
+                # Cut before Python sees it, so a planted multi-MB string costs nothing later (see sqlite.py);
+                # bytes that are not UTF-8 (Parquet does not check) show as U+FFFD, as from SQLite.
+                raw = pc.binary_slice(value.cast(pa.large_binary()), 0, 4 * MAX_STRING).to_pylist()
+                texts = [None if v is None else v.decode("utf-8", "replace")[:MAX_STRING] for v in raw]
+            else:
+                texts = [None if v is None else str(v) for v in value.to_pylist()]
+        ids = damage_fix.to_int(ids, NULL_INT)
         keep = ids >= 0
-        values = np.array(["" if v is None else (v if isinstance(v, str) else str(v)) for v in raw["value"][keep]],
-                          dtype=object)
-        return ids[keep], values
+        values = np.array(["" if v is None else v for v in texts], dtype=object)
+        return ids[keep], values[keep]
 
     # -- bulk reads ----------------------------------------------------------------------
     def _fetch(self, source: str, src_cols: list[str], narrow: set[str] | frozenset[str] = frozenset()

@@ -23,6 +23,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,13 +53,18 @@ class Run:
     cpu: float = 0.0
 
 
-def measure(argv: list[str]) -> Run:
-    """Run ``argv`` as a child process; wall time and peak RSS from ``wait4``."""
+def measure(argv: list[str], timeout: float | None = None) -> Run:
+    """Run ``argv`` as a child process; wall time and peak RSS from ``wait4``; killed after ``timeout`` s."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stderr is not None
+    timer = threading.Timer(timeout, proc.kill) if timeout else None
+    if timer:
+        timer.start()
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
+    if timer:
+        timer.cancel()
     proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - start
     if proc.returncode not in (0, 1):

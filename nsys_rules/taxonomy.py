@@ -24,6 +24,7 @@ rules), and rules expose them as options (``gemv-dominance.extra_gemv_patterns``
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -295,7 +296,7 @@ def classify(names: pd.Series, extra: Mapping[str, Iterable[str]] | None = None,
         codes = names.cat.codes.to_numpy()
         # Class codes per category, mapped by the name's code: building the categorical from a
         # million label strings cost 0.5 s on the big trace.
-        table = np.append(tax.classify_codes([str(c) for c in cats]), np.int8(CLASSES.index("other")))
+        table = _category_table(tax, cats)
         out = table[codes]  # code -1 (NULL name) indexes the trailing "other"
         return pd.Series(pd.Categorical.from_codes(out, categories=list(CLASSES), validate=False), index=names.index,
                          name="kernel_class")
@@ -305,6 +306,20 @@ def classify(names: pd.Series, extra: Mapping[str, Iterable[str]] | None = None,
     lookup.update({u: "other" for u in uniq if u not in lookup})
     out = names.astype(object).map(lookup)
     return pd.Series(pd.Categorical(out, categories=list(CLASSES)), index=names.index, name="kernel_class")
+
+
+#: The last (taxonomy, categories) classified and its table: several rules classify the same kernel
+#: frame's names, and with 100k distinct names each pass costs ~0.3 s.
+_LAST: list[tuple[Taxonomy, "weakref.ref[pd.Index]", np.ndarray]] = []
+
+
+def _category_table(tax: Taxonomy, cats: pd.Index) -> np.ndarray:
+    """Class code per category plus a trailing "other" (for code -1), computed once per categories object."""
+    if _LAST and _LAST[0][0] == tax and _LAST[0][1]() is cats:
+        return _LAST[0][2]
+    table = np.append(tax.classify_codes([str(c) for c in cats]), np.int8(CLASSES.index("other")))
+    _LAST[:] = [(tax, weakref.ref(cats), table)]
+    return table
 
 
 def class_times(names: pd.Series, durations: pd.Series | None = None,

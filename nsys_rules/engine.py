@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from . import __version__
 from .config import Settings, resolve_rule_name
 from .compat import missing_table
@@ -212,7 +214,9 @@ class _Windows:
         window = user_window(self.trace, self.settings.filter_time, self.settings.filter_nvtx)
         assert window is not None
         steady = steady_state_window(self.trace, SteadyOptions(tuple(self.settings.steady_ranges)))
-        steps = tuple(s for s in steady.steps if window.mask([s[0]])[0])
+        # One interval join for all steps: a mask per step cost steps x ranges (26 s for 20k NVTX ranges).
+        inside = window.mask(np.array([s[0] for s in steady.steps], np.int64)) if steady.steps else []
+        steps = tuple(s for s, keep in zip(steady.steps, inside, strict=True) if keep)
         return dataclasses.replace(window, steps=steps, step_name=steady.step_name if steps else None)
 
     def describe(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from .findings import Finding, Severity, rank_key
 from .memory_limit import enforce_limit as enforce_memory_limit
 from .plugins import Registry
 from .rule import Rule, RuleContext
+from .textsafe import clip
 from .trace import Trace
 from .windows import FULL, SteadyOptions, Window, steady_state_window, user_window
 
@@ -117,7 +118,7 @@ def describe_trace(trace: Trace) -> dict[str, Any]:
         **({"nsys_version_inferred": trace.export_info.inferred} if trace.export_info.inferred else {}),
         "gpus": [dataclasses.asdict(g) for g in sorted(trace.gpus.values(), key=lambda g: g.id)],
         "capture": {"graph_trace_mode": cap.graph_trace_mode, "traced": list(cap.traced),
-                    "command": cap.command_line or None},
+                    "command": clip(cap.command_line) or None},
         "tables": {name: trace.row_count(name) for name in trace.tables_present},
     }
 

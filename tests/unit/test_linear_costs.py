@@ -86,3 +86,39 @@ def test_classify_categorical_cached_table_follows_the_categories():
     assert classify(other).astype(str).tolist() == ["norm", "gemv"]
     assert classify(first, extra={"memory": ["flash"]}).astype(str).tolist()[1] == "memory"
     assert set(classify(first).cat.categories) == set(CLASSES)
+
+
+def test_long_texts_are_cut_where_findings_are_made_and_names_stay_whole_in_json(tmp_path):
+    from nsys_rules.findings import Finding, Location, Severity
+    from nsys_rules.textsafe import TEXT_CHARS
+
+    kernel = "k" * 20_000
+    f = Finding("r", Severity.INFO, "t", "m" * 1_000_000, "x" * 5_000, location=Location(kernel=kernel))
+    assert len(f.message) == TEXT_CHARS and f.message.endswith("[1000000 characters, cut]")
+    assert len(f.recommendation) == TEXT_CHARS and f.location.kernel == kernel
+    assert f.fingerprint == Finding("r", Severity.INFO, "t", "short", "short", location=Location(kernel=kernel)).fingerprint
+
+
+def test_every_format_stays_small_with_a_4mb_command_and_a_huge_kernel_name(tmp_path):
+    import contextlib
+    import io
+    import json
+
+    from nsys_rules.cli import main
+
+    huge = "void " + "gemv_" * 4_000 + "kernel(int)"  # 20 KB
+    b = TraceBuilder(command=("target/debug/app", "--prompt", "x" * (4 << 20)))
+    for i in range(200):
+        b.kernel(huge if i % 2 else "gemv_kernel", 1_000_000_000 + i * 10_000, 4_000)
+    path = b.write(tmp_path / "t.sqlite")
+    sizes = {}
+    for fmt in ("table", "markdown", "html", "json", "sarif"):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            assert main(["check", str(path), "--format", fmt, "--fail-on", "never", "--no-plugins"]) == 0
+        sizes[fmt] = len(out.getvalue())
+        if fmt == "json":
+            data = json.loads(out.getvalue())
+    assert all(size < 300_000 for size in sizes.values()), sizes
+    assert data["findings"] and len(data["traces"][0]["capture"]["command"]) <= 4000
+    assert any(f["rule"] == "debug-build" for f in data["findings"])  # the run judged the command, cut or not

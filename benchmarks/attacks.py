@@ -9,6 +9,7 @@ into the repository) and checked as a whole process, like a user runs it:
   per distinct name);
 * ``names_crafted``: 3,200 distinct 4.4 KB kernel names made of ``gemm_1_`` repeats (a regex that
   backtracks on them cost 0.1-0.2 s per name: 577 s for such a 14 MB trace);
+* ``names_64kb``: 100 distinct kernel names of 64 KB each, in every output format;
 * ``nvtx_20k``: 20,000 NVTX step ranges with kernels in each, checked with ``--filter-nvtx``
   (window work once grew with steps x ranges: 26.6 s);
 * ``command_1mb`` / ``command_4mb``: a recorded command line of 1 MB / 4 MB (tables laid out
@@ -49,6 +50,14 @@ def names_crafted(path: Path) -> list[list[str]]:
     return [[], ["--format", "json"]]
 
 
+def names_64kb(path: Path) -> list[list[str]]:
+    b = TraceBuilder()
+    for i in range(2_000):  # 100 distinct names of 64 KB (the loader's cut), launched 20 times each
+        b.kernel(f"void ns::kernel_{i % 100}<" + "float, " * 9_300 + ">(int)", T0 + i * 10_000, 4_000 + i % 7 * 500)
+    b.write(path)
+    return [["--format", f] for f in ("table", "markdown", "html", "json")]
+
+
 def nvtx_20k(path: Path) -> list[list[str]]:
     b = TraceBuilder()
     for i in range(20_000):
@@ -76,7 +85,7 @@ def command_4mb(path: Path) -> list[list[str]]:
     return _command(path, 4 << 20)
 
 
-CASES = {f.__name__: f for f in (names_100k, names_crafted, nvtx_20k, command_1mb, command_4mb)}
+CASES = {f.__name__: f for f in (names_100k, names_crafted, names_64kb, nvtx_20k, command_1mb, command_4mb)}
 
 
 def main(argv: list[str] | None = None) -> int:

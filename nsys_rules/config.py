@@ -40,9 +40,9 @@ class Settings:
     max_memory: int | None = None
     filter_time: str | None = None
     filter_nvtx: str | None = None
+    export_format: str = "sqlite"  # what a .nsys-rep is exported to first (--export-format)
     source: str | None = None  # the config file read, if any
     profile: bool = False  # compute the steady-state profile (markdown/HTML reports need it)
-    export_format: str = "sqlite"  # what a .nsys-rep is exported to first (--export-format)
 
 
 def suggest(word: str, choices: typing.Iterable[str]) -> str:

@@ -77,7 +77,8 @@ class ArrowDirExport(ColumnarExport):
         self.damage: list[str] = []
         found = kind or folder_kind(self.path)
         if not self.path.is_dir():
-            raise InputError(f"{self.path}: no such folder; give an nsys parquetdir/arrowdir export folder or a .sqlite")
+            what = "not a folder" if self.path.exists() else "no such folder"
+            raise InputError(f"{self.path}: {what}; give an nsys parquetdir/arrowdir export folder or a .sqlite")
         self.kind = found if found in SUFFIXES else _guess_kind(self.path)
         suffix = SUFFIXES[self.kind]
         try:

@@ -128,6 +128,8 @@ def test_bad_folders_give_one_line_and_exit_3(tmp_path):
     empty.mkdir()
     assert "holds no nsys parquet tables" in _exit3(str(empty))
     assert "no such folder" in _exit3(str(tmp_path / "absent.arrowdir"))
+    (tmp_path / "file.parquetdir").write_bytes(b"PAR1")
+    assert "not a folder" in _exit3(str(tmp_path / "file.parquetdir"))
     stripped = folder_from_sqlite(_scenario(tmp_path), tmp_path / "stripped.parquetdir")
     (stripped / "StringIds.parquet").unlink()
     assert "no StringIds.parquet" in _exit3(str(stripped))

@@ -144,28 +144,30 @@ class Taxonomy:
         base = _base_names(full)
         out = np.full(len(texts), -1, np.int8)
         gemv = CLASSES.index("gemv")
-        for label, pattern, compiled in self._extra_matchers():
+        rules = _matchers(self.rules, self._compiled)
+        for label, pattern, compiled in _matchers(self.extra, self._compiled_extra):
             _assign(out, CLASSES.index(label), _search(base, pattern, compiled) | _search(full, pattern, compiled))
         _assign(out, gemv, _skinny(base, self.skinny_tile_max))
-        for label, pattern in self.rules:
-            _assign(out, CLASSES.index(label), _search(base, pattern))
+        for label, pattern, compiled in rules:
+            _assign(out, CLASSES.index(label), _search(base, pattern, compiled))
         # Template arguments carry the real kernel of a generically named one; only classes whose
         # words are specific enough to trust there (functor names would make everything elementwise).
         generic = (out < 0) & _search(base, _GENERIC_BASE.pattern) & ~_equal(base, full)
         if generic.any():
             _assign(out, gemv, generic & _skinny(full, self.skinny_tile_max))
-            for label, pattern in self.rules:
+            for label, pattern, compiled in rules:
                 if label in _FULL_NAME_CLASSES:
-                    _assign(out, CLASSES.index(label), generic & _search(full, pattern))
+                    _assign(out, CLASSES.index(label), generic & _search(full, pattern, compiled))
         out[out < 0] = CLASSES.index("other")
         return out
 
-    def _extra_matchers(self) -> list[tuple[str, str, re.Pattern[str] | None]]:
-        """User patterns, each with its Python regex when RE2 cannot run it (lookarounds, backreferences)."""
-        out: list[tuple[str, str, re.Pattern[str] | None]] = []
-        for (label, pattern), (_, compiled) in zip(self.extra, self._compiled_extra, strict=True):
-            out.append((label, pattern, None if _re2_ok(pattern) else compiled))
-        return out
+
+
+def _matchers(rules: tuple[tuple[str, str], ...], compiled: tuple[tuple[str, re.Pattern[str]], ...]
+              ) -> list[tuple[str, str, re.Pattern[str] | None]]:
+    """Each rule with its Python regex when RE2 cannot run it (lookarounds, backreferences: user patterns)."""
+    return [(label, pattern, None if _re2_ok(pattern) else python)
+            for (label, pattern), (_, python) in zip(rules, compiled, strict=True)]
 
 
 def _assign(out: np.ndarray, code: int, mask: np.ndarray) -> None:

@@ -40,6 +40,7 @@ class Settings:
     max_memory: int | None = None
     filter_time: str | None = None
     filter_nvtx: str | None = None
+    export_format: str = "sqlite"  # what a .nsys-rep is exported to first (--export-format)
     source: str | None = None  # the config file read, if any
     profile: bool = False  # compute the steady-state profile (markdown/HTML reports need it)
     #: Findings that are not errors and save less than this percent of the steady state are "minor".

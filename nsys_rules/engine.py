@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+
 from . import __version__
 from .config import Settings, resolve_rule_name
 from .compat import missing_table
@@ -16,6 +17,7 @@ from .findings import Finding, Severity, rank_key
 from .memory_limit import enforce_limit as enforce_memory_limit
 from .plugins import Registry
 from .rule import Rule, RuleContext
+from .textsafe import clip
 from .trace import Trace
 from .analysis.budget import step_budget
 from .analysis.steps import StepModel, model_needs, restrict
@@ -118,7 +120,7 @@ def describe_trace(trace: Trace) -> dict[str, Any]:
         **({"nsys_version_inferred": trace.export_info.inferred} if trace.export_info.inferred else {}),
         "gpus": [dataclasses.asdict(g) for g in sorted(trace.gpus.values(), key=lambda g: g.id)],
         "capture": {"graph_trace_mode": cap.graph_trace_mode, "traced": list(cap.traced),
-                    "command": cap.command_line or None},
+                    "command": clip(cap.command_line) or None},
         "tables": {name: trace.row_count(name) for name in trace.tables_present},
     }
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
+from .textsafe import NAME_CHARS, TEXT_CHARS, clip
+
 UNITS = ("ns", "B", "B/s", "count", "ratio", "%")
 
 
@@ -105,6 +107,14 @@ class Finding:
     minor: bool = False
     #: Fingerprint of the root-cause finding that explains this symptom's time.
     folded_into: str | None = None
+
+    def __post_init__(self) -> None:
+        # Texts are bounded where they are made, so no output lays out a recorded multi-MB command
+        # line or kernel name; the location keeps names whole (they are the finding's identity).
+        for name, limit in (("title", NAME_CHARS), ("message", TEXT_CHARS), ("recommendation", TEXT_CHARS)):
+            value = getattr(self, name)
+            if isinstance(value, str) and len(value) > limit:
+                object.__setattr__(self, name, clip(value, limit))
 
     @property
     def fingerprint(self) -> str:

@@ -1,8 +1,9 @@
 """Turning command-line paths into open traces.
 
-Directories expand to the exports inside them; ``.nsys-rep`` reports are exported with
-``nsys export`` into a temporary folder (never beside the user's file); suffixes claimed
-by a plugin loader go to that loader.
+An nsys ``parquetdir``/``arrowdir`` export folder is one trace; other directories expand to the
+exports inside them; ``.nsys-rep`` reports are exported with ``nsys export`` (to SQLite, or to
+a parquetdir with ``--export-format parquetdir``) into a temporary folder, never beside the
+user's file; suffixes claimed by a plugin loader go to that loader.
 """
 
 from __future__ import annotations
@@ -14,30 +15,40 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .errors import InputError
+from .loaders.arrowdir import ArrowDirExport, folder_kind
 from .loaders.sqlite import SqliteExport
 from .trace import Trace
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
+#: What ``--export-format`` accepts: the ``nsys export --type`` a ``.nsys-rep`` is exported to.
+EXPORT_FORMATS = ("sqlite", "parquetdir", "arrowdir")
 
 
 def expand_inputs(paths: list[str], extra_suffixes: tuple[str, ...] = ()) -> list[Path]:
-    """Files as given; folders replaced by the traces directly inside them (sorted)."""
+    """Files and export folders as given; other folders replaced by the traces directly inside them (sorted)."""
     out: list[Path] = []
     suffixes = TRACE_SUFFIXES + tuple(extra_suffixes)
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in suffixes)
+        if folder_kind(path) is not None:
+            out.append(path)  # a parquetdir/arrowdir export is one trace
+        elif path.is_dir():
+            found = sorted(p for p in path.iterdir() if (p.is_file() and p.suffix.lower() in suffixes)
+                           or (p.is_dir() and folder_kind(p) is not None))
             if not found:
-                raise InputError(f"{path}: folder holds no traces (*.sqlite, *.nsys-rep)")
+                raise InputError(f"{path}: folder holds no traces (*.sqlite, *.nsys-rep, *.parquetdir, *.arrowdir)")
             out.extend(found)
         else:
             out.append(path)
     return out
 
 
-def open_trace(path: Path, loaders: Mapping[str, Callable[..., Any]] | None = None) -> Trace:
-    """Open one trace read-only; :class:`InputError` with one line when it cannot be used."""
+def open_trace(path: Path, loaders: Mapping[str, Callable[..., Any]] | None = None,
+               export_format: str = "sqlite") -> Trace:
+    """Open one trace read-only; :class:`InputError` with one line when it cannot be used.
+
+    ``export_format`` is the ``nsys export --type`` a ``.nsys-rep`` is exported to first.
+    """
     suffix = path.suffix.lower()
     if loaders and suffix in loaders:
         try:
@@ -50,29 +61,44 @@ def open_trace(path: Path, loaders: Mapping[str, Callable[..., Any]] | None = No
             raise InputError(f"{path}: the loader for {suffix} returned {type(trace).__name__}, not a Trace")
         return trace
     if suffix in (".nsys-rep", ".qdrep"):
-        return _open_report(path)
+        return _open_report(path, export_format)
+    kind = folder_kind(path)
+    if kind is not None:
+        return Trace(ArrowDirExport(path, kind), label=str(path))
     return Trace(SqliteExport(path), label=str(path))
 
 
-def _open_report(path: Path) -> Trace:
+def _open_report(path: Path, export_format: str = "sqlite") -> Trace:
     nsys = shutil.which("nsys")
     if not path.is_file():
         raise InputError(f"{path}: no such file")
     if nsys is None:
         raise InputError(f"{path}: .nsys-rep needs `nsys` on PATH to export it; run "
                          f"`nsys export --type=sqlite {path}` where nsys is installed and pass the .sqlite")
+    if export_format not in EXPORT_FORMATS:
+        raise InputError(f"--export-format {export_format!r}: choose from {', '.join(EXPORT_FORMATS)}")
     folder = Path(tempfile.mkdtemp(prefix="nsys-rules-"))
-    target = folder / (path.stem + ".sqlite")
+    target = folder / (path.stem + "." + export_format)
     try:
-        proc = subprocess.run([nsys, "export", "--type=sqlite", "--force-overwrite=true", "-o", str(target), str(path)],
-                              capture_output=True, text=True, timeout=3600)
+        proc = subprocess.run([nsys, "export", f"--type={export_format}", "--force-overwrite=true", "-o", str(target),
+                               str(path)], capture_output=True, text=True, timeout=3600)
     except (OSError, subprocess.TimeoutExpired) as exc:
         shutil.rmtree(folder, ignore_errors=True)
         raise InputError(f"{path}: `nsys export` failed ({exc})") from None
+    if export_format != "sqlite" and not target.exists():
+        # Where nsys puts a folder export when -o names one differently: the one folder it wrote.
+        made = [p for p in folder.iterdir() if p.is_dir()]
+        target = made[0] if len(made) == 1 else target
     if proc.returncode != 0 or not target.exists():
         shutil.rmtree(folder, ignore_errors=True)
         last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise InputError(f"{path}: `nsys export` failed: {last[0]}")
-    trace = Trace(SqliteExport(target), label=str(path))
+    try:
+        export = SqliteExport(target) if export_format == "sqlite" else ArrowDirExport(
+            target, "parquet" if export_format == "parquetdir" else "arrow")
+    except InputError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    trace = Trace(export, label=str(path))
     trace.cleanup_dir = folder
     return trace

@@ -98,9 +98,8 @@ def _strings_bytes(trace: "Trace") -> int:
     export = getattr(trace, "export", None)
     if export is None or "StringIds" not in getattr(export, "table_names", ()):
         return 0
-    rows = export.query('SELECT count(*), coalesce(sum(length("value")), 0) FROM "StringIds"')
-    count, text = rows[0] if rows else (0, 0)
-    return int(count or 0) * STRING_ROW_BYTES + int(text or 0)
+    count, text = export.strings_size()
+    return count * STRING_ROW_BYTES + text
 
 
 def available_memory() -> int | None:

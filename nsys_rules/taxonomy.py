@@ -24,8 +24,9 @@ rules), and rules expose them as options (``gemv-dominance.extra_gemv_patterns``
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -81,13 +82,16 @@ _FULL_NAME_CLASSES = ("communication", "attention", "gemv", "gemm", "norm")
 # Output tiles written into library GEMM names, M x N first:
 # cuBLASLt nvjet_[sm90_]<kind>_<M>x<N>_<K>x<stages>_...; cuBLAS xmma ..._tilesize<M>x<N>x<K>_...;
 # cuBLAS/CUTLASS/TensorRT <arch>_<type>_s16816gemm_[relu_][bf16_]<M>x<N>_... and volta_sgemm_<M>x<N>_nn.
-_TILES = (re.compile(r"nvjet_(?:sm\d+_)?[a-z0-9]+_(\d+)x(\d+)_", re.IGNORECASE),
-          re.compile(r"tilesize(\d+)x(\d+)x\d+", re.IGNORECASE),
-          re.compile(r"gemm(?:_[a-z0-9]+)*?_(\d+)x(\d+)(?:_|$)", re.IGNORECASE))
+# RE2 syntax (see Taxonomy.classify_codes); named groups m and n.
+_TILE_PATTERNS = (r"(?i)nvjet_(?:sm\d+_)?[a-z0-9]+_(?P<m>\d+)x(?P<n>\d+)_",
+                  r"(?i)tilesize(?P<m>\d+)x(?P<n>\d+)x\d+",
+                  r"(?i)gemm(?:_[a-z0-9]+)*?_(?P<m>\d+)x(?P<n>\d+)(?:_|$)")
 #: Characters of a kernel name the class patterns look at (hostile-input bound, see classify_one).
 CLASSIFY_CHARS = 8192
 _UNNAMED = re.compile(r"<unnamed>|\(anonymous namespace\)|\{anonymous\}")
 _RETURN_TYPE = re.compile(r"^(?:void|int|float|double|bool|unsigned)\s+")
+# RE2's \s is ASCII only; Python's (for str) is every character str.isspace() accepts.
+_RETURN_TYPE_RE2 = r"^(?:void|int|float|double|bool|unsigned)[\t\n\x{0b}\f\r \x{1c}-\x{1f}\x{85}\p{Z}]+"
 
 
 @dataclass(frozen=True)
@@ -114,29 +118,129 @@ class Taxonomy:
 
     def classify_one(self, name: str) -> str:
         """The class of one kernel name (demangled or short)."""
-        # The alternation patterns scan in time linear in the name per alternative: a planted
-        # name of 64 KB cost ~0.1 s each; real names stay under 5 KB (public corpus).
-        name = name[:CLASSIFY_CHARS]
-        base = base_name(name)
-        for label, pattern in self._compiled_extra:
-            if pattern.search(base) or pattern.search(name):
-                return label
-        tile = skinny_tile(base)
-        if tile is not None and tile <= self.skinny_tile_max:
-            return "gemv"
-        for label, pattern in self._compiled:
-            if pattern.search(base):
-                return label
-        if _GENERIC_BASE.match(base) and base != name:
-            # Template arguments carry the real kernel; only classes whose words are specific
-            # enough to trust there (functor names would make everything elementwise).
-            tile = skinny_tile(name)
-            if tile is not None and tile <= self.skinny_tile_max:
-                return "gemv"
-            for label, pattern in self._compiled:
-                if label in _FULL_NAME_CLASSES and pattern.search(name):
-                    return label
-        return "other"
+        return self.classify_names([name])[0]
+
+    def classify_names(self, names: Sequence[str]) -> list[str]:
+        """The class of every name, in one pass per pattern over all of them.
+
+        Each pattern runs once over the whole list in RE2 (pyarrow's regex engine: linear in
+        the text, no backtracking), so the cost is the names' total length, not names times a
+        per-name scan: Python's backtracking ``re`` took 0.1 s on one 8 KB name built to defeat
+        the tile pattern, and 100k distinct names cost 2 s. First match wins, in the order the
+        class docstring gives (user patterns, skinny tile, built-in rules, then the full name
+        of generically named template kernels).
+        """
+        codes = self.classify_codes(names)
+        return [CLASSES[c] for c in codes]
+
+    def classify_codes(self, names: Sequence[str]) -> np.ndarray:
+        """Like :meth:`classify_names`, as int8 indexes into :data:`CLASSES`."""
+        import pyarrow as pa
+
+        texts = [str(n)[:CLASSIFY_CHARS] for n in names]
+        # Names from a trace are valid UTF-8 (the loader replaces bad bytes); a lone surrogate from
+        # elsewhere becomes U+FFFD here so the Arrow array can hold it.
+        full = pa.array([t.encode("utf-8", "replace").decode("utf-8") for t in texts], pa.large_string())
+        base = _base_names(full)
+        out = np.full(len(texts), -1, np.int8)
+        gemv = CLASSES.index("gemv")
+        rules = _matchers(self.rules, self._compiled)
+        for label, pattern, compiled in _matchers(self.extra, self._compiled_extra):
+            _assign(out, CLASSES.index(label), _search(base, pattern, compiled) | _search(full, pattern, compiled))
+        _assign(out, gemv, _skinny(base, self.skinny_tile_max))
+        for label, pattern, compiled in rules:
+            _assign(out, CLASSES.index(label), _search(base, pattern, compiled))
+        # Template arguments carry the real kernel of a generically named one; only classes whose
+        # words are specific enough to trust there (functor names would make everything elementwise).
+        generic = (out < 0) & _search(base, _GENERIC_BASE.pattern) & ~_equal(base, full)
+        if generic.any():
+            _assign(out, gemv, generic & _skinny(full, self.skinny_tile_max))
+            for label, pattern, compiled in rules:
+                if label in _FULL_NAME_CLASSES:
+                    _assign(out, CLASSES.index(label), generic & _search(full, pattern, compiled))
+        out[out < 0] = CLASSES.index("other")
+        return out
+
+
+
+def _matchers(rules: tuple[tuple[str, str], ...], compiled: tuple[tuple[str, re.Pattern[str]], ...]
+              ) -> list[tuple[str, str, re.Pattern[str] | None]]:
+    """Each rule with its Python regex when RE2 cannot run it (lookarounds, backreferences: user patterns)."""
+    return [(label, pattern, None if _re2_ok(pattern) else python)
+            for (label, pattern), (_, python) in zip(rules, compiled, strict=True)]
+
+
+def _assign(out: np.ndarray, code: int, mask: np.ndarray) -> None:
+    """First match wins: label the rows that match and have no label yet."""
+    out[mask & (out < 0)] = code
+
+
+def _search(text: Any, pattern: str, python: re.Pattern[str] | None = None) -> np.ndarray:
+    """Case-insensitive regex search over every string of ``text``, as a bool array."""
+    import pyarrow.compute as pc
+
+    if python is not None:
+        return np.fromiter((bool(python.search(t)) for t in text.to_pylist()), bool, len(text))
+    found = pc.match_substring_regex(text, pattern=pattern, ignore_case=True)
+    return found.fill_null(False).to_numpy(zero_copy_only=False)
+
+
+def _equal(a: Any, b: Any) -> np.ndarray:
+    import pyarrow.compute as pc
+
+    return pc.equal(a, b).fill_null(False).to_numpy(zero_copy_only=False)
+
+
+def _re2_ok(pattern: str) -> bool:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        pc.match_substring_regex(pa.array([""], pa.large_string()), pattern=pattern, ignore_case=True)
+        return True
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+
+
+def _skinny(text: Any, limit: int) -> np.ndarray:
+    """Names whose library GEMM tile has a side of at most ``limit`` (see :func:`skinny_tile`)."""
+    tiles = _tiles(text)
+    return (tiles >= 0) & (tiles <= limit)
+
+
+def _tiles(text: Any) -> np.ndarray:
+    """The smaller tile side per name, -1 where none: the first of the tile patterns that matches wins."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out = np.full(len(text), -1, np.int64)
+    for pattern in _TILE_PATTERNS:
+        parts = pc.extract_regex(text, pattern=pattern)
+        sides = []
+        for side_name in ("m", "n"):
+            digits = pc.struct_field(parts, side_name)
+            # A side too long for int64 is no skinny tile: clamp it, so the cast cannot overflow.
+            digits = pc.if_else(pc.greater(pc.utf8_length(digits), 9), "999999999", digits)
+            sides.append(pc.cast(digits, pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False))
+        side = np.minimum(sides[0], sides[1])
+        take = (out < 0) & (side >= 0)
+        out[take] = side[take]
+    return out
+
+
+def _base_names(full: Any) -> Any:
+    """:func:`base_name` of every string of an Arrow array, with Arrow string kernels (same results)."""
+    import pyarrow.compute as pc
+
+    text = pc.utf8_trim_whitespace(full)
+    text = pc.replace_substring_regex(text, pattern=_UNNAMED.pattern, replacement="")
+    text = pc.replace_substring_regex(text, pattern=_RETURN_TYPE_RE2, replacement="", max_replacements=1)
+    # base_name cuts at the first "<" and the first "(", each only where it is not the first character.
+    head = pc.struct_field(pc.extract_regex(text, pattern=r"(?s)^(?P<b>[^<(][^<(]*|<[^(]*|\([^<]*)"), "b")
+    text = pc.if_else(pc.equal(pc.utf8_length(text), 0), text, head)
+    text = pc.struct_field(pc.extract_regex(text, pattern=r"(?s)^(?:.*::)?(?P<b>.*)$"), "b")
+    text = pc.utf8_trim_whitespace(text)
+    return pc.if_else(pc.equal(pc.utf8_length(text), 0), full, text)
 
 
 def _compile(rules: tuple[tuple[str, str], ...]) -> tuple[tuple[str, re.Pattern[str]], ...]:
@@ -174,11 +278,10 @@ def base_name(name: str) -> str:
 
 def skinny_tile(name: str) -> int | None:
     """The smaller side of the output tile a library GEMM name carries (nvjet, xmma, cutlass-style), or None."""
-    for pattern in _TILES:
-        m = pattern.search(name)
-        if m:
-            return min(int(m.group(1)), int(m.group(2)))
-    return None
+    import pyarrow as pa
+
+    side = int(_tiles(pa.array([str(name)[:CLASSIFY_CHARS]], pa.large_string()))[0])
+    return None if side < 0 else side
 
 
 def classify(names: pd.Series, extra: Mapping[str, Iterable[str]] | None = None,
@@ -192,19 +295,33 @@ def classify(names: pd.Series, extra: Mapping[str, Iterable[str]] | None = None,
     tax = taxonomy.extended(extra)
     if isinstance(names.dtype, pd.CategoricalDtype):
         cats = names.cat.categories
-        labels = [tax.classify_one(str(c)) for c in cats]
         codes = names.cat.codes.to_numpy()
         # Class codes per category, mapped by the name's code: building the categorical from a
         # million label strings cost 0.5 s on the big trace.
-        class_code = {c: i for i, c in enumerate(CLASSES)}
-        table = np.array([class_code[label] for label in labels] + [class_code["other"]], np.int8)
+        table = _category_table(tax, cats)
         out = table[codes]  # code -1 (NULL name) indexes the trailing "other"
         return pd.Series(pd.Categorical.from_codes(out, categories=list(CLASSES), validate=False), index=names.index,
                          name="kernel_class")
     uniq = pd.unique(names.astype(object))
-    lookup = {u: ("other" if u is None or (isinstance(u, float) and u != u) else tax.classify_one(str(u))) for u in uniq}
+    known = [u for u in uniq if not (u is None or (isinstance(u, float) and u != u))]
+    lookup = dict(zip(known, tax.classify_names([str(u) for u in known]), strict=True))
+    lookup.update({u: "other" for u in uniq if u not in lookup})
     out = names.astype(object).map(lookup)
     return pd.Series(pd.Categorical(out, categories=list(CLASSES)), index=names.index, name="kernel_class")
+
+
+#: The last (taxonomy, categories) classified and its table: several rules classify the same kernel
+#: frame's names, and with 100k distinct names each pass costs ~0.3 s.
+_LAST: list[tuple[Taxonomy, "weakref.ref[pd.Index]", np.ndarray]] = []
+
+
+def _category_table(tax: Taxonomy, cats: pd.Index) -> np.ndarray:
+    """Class code per category plus a trailing "other" (for code -1), computed once per categories object."""
+    if _LAST and _LAST[0][0] == tax and _LAST[0][1]() is cats:
+        return _LAST[0][2]
+    table = np.append(tax.classify_codes([str(c) for c in cats]), np.int8(CLASSES.index("other")))
+    _LAST[:] = [(tax, weakref.ref(cats), table)]
+    return table
 
 
 def class_times(names: pd.Series, durations: pd.Series | None = None,

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import InputError
-from .loaders.sqlite import SqliteExport
+from .loaders.export import Export
 from .loaders.tables import TABLES
 from .malloc_tune import release_free_memory
 
@@ -81,7 +81,7 @@ class Trace:
     frames are cached, so rules that share a table share one read.
     """
 
-    def __init__(self, export: SqliteExport, label: str | None = None) -> None:
+    def __init__(self, export: Export, label: str | None = None) -> None:
         self.export = export
         self.path: Path = export.path
         self.label = label or str(export.path)
@@ -128,12 +128,15 @@ class Trace:
     def preload(self, needs: Mapping[str, Iterable[str]]) -> None:
         """Read every table in ``needs`` once with the union of its columns.
 
-        Big tables are read two at a time: the Arrow reader steps SQLite without holding the
-        GIL, so the kernel and API tables of a 1M-kernel trace load in parallel on two cores.
+        Big SQLite tables are read two at a time: the Arrow reader steps SQLite without holding
+        the GIL, so the kernel and API tables of a 1M-kernel trace load in parallel on two cores.
+        Exports whose reads are cheap (``parallel_reads`` False: Parquet, Arrow) are read one
+        table at a time, since two reads in flight would add their transients to the peak.
         """
         items = [(name, list(cols)) for name, cols in needs.items()]
         sizes = {name: self.row_count(name) for name, _ in items} if len(items) > 1 else {}
-        if len(items) < 2 or sorted(sizes.values())[-2] < PARALLEL_LOAD_ROWS or (os.cpu_count() or 1) < 2:
+        if (len(items) < 2 or sorted(sizes.values())[-2] < PARALLEL_LOAD_ROWS or (os.cpu_count() or 1) < 2
+                or not getattr(self.export, "parallel_reads", True)):
             for name, cols in items:
                 self.frame(name, cols)
             return
@@ -180,41 +183,39 @@ def _int_or_none(value: object) -> int | None:
         return None
 
 
-def _read_gpus(export: SqliteExport) -> dict[int, GpuInfo]:
+def _read_gpus(export: Export) -> dict[int, GpuInfo]:
     gpus: dict[int, GpuInfo] = {}
     cols = export.columns_of("TARGET_INFO_GPU")
-    if cols:
-        id_col = "id" if "id" in cols else ("deviceId" if "deviceId" in cols else None)
-        pick = {k: (k if k in cols else None) for k in ("name", "smCount", "memoryBandwidth", "clockRate", "totalMemory")}
-        if id_col is not None:
-            select = ", ".join(f'"{c}"' if c else "NULL" for c in [id_col, *pick.values()])
-            for row in export.query(f'SELECT {select} FROM "TARGET_INFO_GPU"'):
-                gid = _int_or_none(row[0])
-                if gid is None:
-                    continue
-                gpus[gid] = GpuInfo(gid, str(row[1] or "unknown GPU"), _int_or_none(row[2]), _int_or_none(row[3]),
-                                    _int_or_none(row[4]), _int_or_none(row[5]))
-    cols = export.columns_of("TARGET_INFO_CUDA_GPU")
-    if not gpus and cols and "deviceId" in cols:
-        # 2020-2021 exports: the GPU table had other names and bandwidth in bytes/s.
-        names = ["deviceId", "name", "numMultiprocessors", "globalMemoryBandwidth", "coreClockRate", "globalMemorySize"]
-        select = ", ".join(f'"{c}"' if c in cols else "NULL" for c in names)
-        for row in export.query(f'SELECT {select} FROM "TARGET_INFO_CUDA_GPU"'):
+    id_col = "id" if "id" in cols else ("deviceId" if "deviceId" in cols else None)
+    if id_col is not None:
+        for row in export.rows("TARGET_INFO_GPU", [id_col, "name", "smCount", "memoryBandwidth", "clockRate",
+                                                   "totalMemory"]):
             gid = _int_or_none(row[0])
             if gid is not None:
-                gpus[gid] = GpuInfo(gid, str(row[1] or "unknown GPU"), _int_or_none(row[2]), _int_or_none(row[3]),
-                                    _int_or_none(row[4]), _int_or_none(row[5]))
+                gpus[gid] = _gpu(gid, row)
+    if not gpus and "deviceId" in export.columns_of("TARGET_INFO_CUDA_GPU"):
+        # 2020-2021 exports: the GPU table had other names and bandwidth in bytes/s.
+        for row in export.rows("TARGET_INFO_CUDA_GPU", ["deviceId", "name", "numMultiprocessors",
+                                                        "globalMemoryBandwidth", "coreClockRate", "globalMemorySize"]):
+            gid = _int_or_none(row[0])
+            if gid is not None:
+                gpus[gid] = _gpu(gid, row)
     return gpus
 
 
-def _meta_rows(export: SqliteExport, table: str) -> list[tuple[str, str]]:
+def _gpu(gid: int, row: tuple[object, ...]) -> GpuInfo:
+    return GpuInfo(gid, str(row[1] or "unknown GPU"), _int_or_none(row[2]), _int_or_none(row[3]),
+                   _int_or_none(row[4]), _int_or_none(row[5]))
+
+
+def _meta_rows(export: Export, table: str) -> list[tuple[str, str]]:
     cols = export.columns_of(table)
     if "name" not in cols or "value" not in cols:
         return []
-    return [(str(n), "" if v is None else str(v)) for n, v in export.query(f'SELECT "name", "value" FROM "{table}"')]
+    return [(str(n), "" if v is None else str(v)) for n, v in export.rows(table, ["name", "value"])]
 
 
-def _read_capture(export: SqliteExport) -> CaptureInfo:
+def _read_capture(export: Export) -> CaptureInfo:
     rows = _meta_rows(export, "META_DATA_CAPTURE")
     options: dict[str, str] = {}
     traced: list[str] = []
@@ -237,7 +238,7 @@ def _read_capture(export: SqliteExport) -> CaptureInfo:
     return CaptureInfo(mode, tuple(traced), command, options.get("PROCESS_0:WORKING_DIR"), env, options)
 
 
-def _read_export_info(export: SqliteExport) -> ExportInfo:
+def _read_export_info(export: Export) -> ExportInfo:
     rows = dict(_meta_rows(export, "META_DATA_EXPORT") or _meta_rows(export, "EXPORT_META_DATA"))
     version = rows.get("EXPORT_PRODUCT_VERSION") or rows.get("NSYS_VERSION") or None
     schema = rows.get("EXPORT_SCHEMA_VERSION")
@@ -246,7 +247,7 @@ def _read_export_info(export: SqliteExport) -> ExportInfo:
     return ExportInfo(version, schema or None, None if version else _infer_era(export))
 
 
-def _infer_era(export: SqliteExport) -> str:
+def _infer_era(export: Export) -> str:
     """The nsys versions an export without metadata can come from, by its table shapes.
 
     nsys wrote no export metadata table before 2022.1 (EXPORT_META_DATA, then META_DATA_EXPORT
@@ -256,12 +257,11 @@ def _infer_era(export: SqliteExport) -> str:
     """
     # The injection library's install path often leaks into StringIds (".../nsight-systems/2021.2.1/...").
     try:
-        rows = export.query("SELECT value FROM StringIds WHERE value LIKE '%nsight-systems%' LIMIT 50") \
-            if "value" in export.columns_of("StringIds") else []
+        values = export.strings_containing("nsight-systems", 50) if "value" in export.columns_of("StringIds") else []
     except InputError:  # a damaged StringIds is the loader's to report, not a reason to refuse here
-        rows = []
-    for (value,) in rows:
-        found = _INSTALL_PATH.search(str(value))
+        values = []
+    for value in values:
+        found = _INSTALL_PATH.search(value)
         if found:
             return f"{found.group(1)} by the nsys install path in StringIds"
     gpu_cols = export.columns_of("TARGET_INFO_GPU")

@@ -8,7 +8,7 @@ import sys
 from ..engine import run_check
 from ..errors import UsageError
 from ..textsafe import TERMINAL_FORMATS, terminal_safe
-from ..inputs import expand_inputs, open_trace
+from ..inputs import EXPORT_FORMATS, expand_inputs, open_trace
 from ..parallel import default_jobs, run_many
 from .common import FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for
 from .outputs import add_output_flags, finish, prepare
@@ -16,8 +16,10 @@ from .outputs import add_output_flags, finish, prepare
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("check", help="run the rules on one or more traces",
-                       description="Run the rules on nsys SQLite exports and print what to optimize next.")
-    p.add_argument("traces", nargs="+", metavar="TRACE", help="nsys .sqlite export, .nsys-rep, or a folder of them")
+                       description="Run the rules on nsys exports (SQLite, parquetdir, arrowdir) and print what to "
+                                   "optimize next.")
+    p.add_argument("traces", nargs="+", metavar="TRACE",
+                   help="nsys .sqlite export, parquetdir/arrowdir export folder, .nsys-rep, or a folder of them")
     p.add_argument("--format", default="table", help="table (default), json, sarif, markdown, html, or a plugin's format")
     p.add_argument("--select", action="append", metavar="RULES", help="only these rules (comma-separated; NVIDIA names work)")
     p.add_argument("--ignore", action="append", metavar="RULES", help="skip these rules (comma-separated)")
@@ -32,6 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="analyze up to N traces at once in worker processes (0: one per CPU)")
     p.add_argument("--dask", metavar="SCHEDULER", help="run the per-trace work on Dask distributed: a scheduler "
                    "address (tcp://host:8786) or 'local' for a local cluster of --jobs workers (pip install 'nsys-rules[dask]')")
+    p.add_argument("--export-format", choices=EXPORT_FORMATS, default="sqlite",
+                   help="what a .nsys-rep is exported to first with nsys: sqlite (default), parquetdir (faster to "
+                        "read) or arrowdir")
     add_filter_flags(p)
     add_plugin_flags(p)
     add_output_flags(p)
@@ -51,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         report = run_many(paths, registry, settings, jobs=jobs, dask=args.dask,
                           autoload_plugins=not getattr(args, "no_plugins", False))
     else:
-        report = run_check(paths, registry, settings, lambda p: open_trace(p, registry.loaders))
+        report = run_check(paths, registry, settings, lambda p: open_trace(p, registry.loaders, settings.export_format))
     finish(args, report, registry, baseline)
     text = registry.formatters[args.format](report)
     if args.format in TERMINAL_FORMATS:

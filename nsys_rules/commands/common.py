@@ -48,6 +48,7 @@ def settings_for(args: argparse.Namespace, registry: Registry) -> Settings:
         settings.max_memory = parse_size(args.max_memory)
     settings.filter_time = getattr(args, "filter_time", None)
     settings.filter_nvtx = getattr(args, "filter_nvtx", None)
+    settings.export_format = getattr(args, "export_format", None) or "sqlite"
     return settings
 
 

@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                        description="Compare the steady state of two traces (BASE, then NEW) per step: GPU time per "
                                    "kernel class and kernel, the biggest movers, whether kernel time or only the gaps "
                                    "changed. Exit 1 when total GPU time per step grew by more than --gate percent.")
-    p.add_argument("base", metavar="BASE", help="the reference trace (.sqlite export)")
+    p.add_argument("base", metavar="BASE", help="the reference trace (.sqlite export or parquetdir/arrowdir folder)")
     p.add_argument("new", metavar="NEW", help="the trace to judge")
     p.add_argument("--format", default="table", choices=FORMATS, help="table (default), json or markdown")
     p.add_argument("--gate", type=float, default=DEFAULT_GATE_PCT, metavar="PCT",

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError
-from ..inputs import open_trace
+from ..inputs import EXPORT_FORMATS, open_trace
+from ..loaders.arrowdir import folder_kind
 from ..stats import REPORTS, parse_report
 from ..stats.filters import stats_window
 from ..stats.output import FORMATS, render
@@ -25,10 +26,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser("stats", help="nsys stats summary reports (same numbers as `nsys stats`)",
                        description="Print one of NVIDIA's `nsys stats` summary reports, computed without nsys. "
                                    f"Reports: {names}.")
-    p.add_argument("trace", metavar="TRACE", help="nsys .sqlite export (or .nsys-rep with nsys on PATH)")
+    p.add_argument("trace", metavar="TRACE", help="nsys .sqlite export, parquetdir/arrowdir export folder, "
+                   "or .nsys-rep with nsys on PATH")
     p.add_argument("--report", required=True, metavar="NAME[:VARIANT]", help=f"the report: {names}")
     p.add_argument("--format", default="table", choices=FORMATS, help="table (default), csv, or json (nsys's array)")
     p.add_argument("--percentiles", action="store_true", help="add p95 and p99 columns (beyond nsys)")
+    p.add_argument("--export-format", choices=EXPORT_FORMATS, default="sqlite",
+                   help="what a .nsys-rep is exported to first with nsys (default sqlite)")
     add_filter_flags(p)
     p.set_defaults(run=run)
 
@@ -37,9 +41,10 @@ def run(args: argparse.Namespace) -> int:
     """Print one report; 0 also when it is empty (the reason goes to stderr)."""
     module, variant = parse_report(args.report)
     path = Path(args.trace)
-    if path.is_dir():
-        raise UsageError(f"{path}: stats takes one trace file, not a folder")
-    trace = open_trace(path)
+    if path.is_dir() and folder_kind(path) is None:
+        raise UsageError(f"{path}: stats takes one trace (a file or a parquetdir/arrowdir export folder), not a "
+                         "folder of them")
+    trace = open_trace(path, export_format=args.export_format)
     try:
         window = stats_window(trace, args.filter_time, args.filter_nvtx)
         result = module.build(trace, window, variant, args.percentiles)

@@ -15,6 +15,8 @@ from typing import Any, Iterable
 from .. import __version__
 from ..engine import Report, TraceResult
 from ..findings import Finding, Metric, rank_key
+from ..textsafe import NAME_CHARS as LONG_NAME
+from ..textsafe import clip
 from .table import human_ns
 
 #: Colour of each kernel class (taxonomy classes plus copy-engine work).
@@ -176,8 +178,10 @@ def _finding(i: int, f: Finding, top_savings: int) -> str:
                 f"<div class='bar' style='width:160px' title='estimated savings'><span style='width:{width:.1f}%;"
                 f"background:{color}'></span></div>")
     loc = f.location
-    where = [x for x in (f"kernel {loc.kernel}" if loc.kernel else "", f"API {loc.api}" if loc.api else "",
-                         f"NVTX {'/'.join(loc.nvtx)}" if loc.nvtx else "",
+    # Names cut before they are laid out (a kernel name can be 64 KB); the JSON keeps them whole.
+    where = [x for x in (f"kernel {clip(loc.kernel, LONG_NAME)}" if loc.kernel else "",
+                         f"API {clip(loc.api, LONG_NAME)}" if loc.api else "",
+                         f"NVTX {clip('/'.join(loc.nvtx), LONG_NAME)}" if loc.nvtx else "",
                          f"device {loc.device}" if loc.device is not None else "",
                          f"stream {loc.stream}" if loc.stream is not None else "") if x]
     evidence = "".join(f"<tr><td>{escape(k.replace('_', ' '))}</td><td class='n'>{escape(_metric_text(m))}</td></tr>"
@@ -214,7 +218,7 @@ def _classes_section(p: dict[str, Any]) -> str:
            f"style='border-radius:8px;overflow:hidden'>{''.join(rects)}</svg>")
     top = max(k["share"] for k in p["kernels"]) if p["kernels"] else 1.0
     rows = "".join(
-        f"<tr><td class='mono' title='{escape(k['name'])}'>{escape(_short(k['name']))}</td>"
+        f"<tr><td class='mono' title='{escape(clip(k['name'], LONG_NAME))}'>{escape(_short(k['name']))}</td>"
         f"<td class='c'><i style='display:inline-block;width:9px;height:9px;"
         f"border-radius:2px;background:{CLASS_COLORS.get(k['class'], '#cbd5e1')};margin-right:5px'></i>"
         f"{escape(k['class'])}</td><td class='n'>{human_ns(k['per_step_ns'])}</td><td class='n'>{k['count']:,}</td>"
@@ -327,7 +331,8 @@ def _histogram(d: dict[str, Any], width: int = 520) -> str:
     parts.append(f"<text x='{pad}' y='{height - 10}'>{human_ns(edges[0])}</text>"
                  f"<text x='{width - pad}' y='{height - 10}' text-anchor='end'>{human_ns(edges[-1])}</text>")
     svg = f"<svg viewBox='0 0 {width} {height}' width='100%' role='img' aria-label='duration histogram'>{''.join(parts)}</svg>"
-    return (f"<div class='dist'><div class='mono'>{escape(d['kernel'])}</div><div class='s'>{d['count']:,} launches · "
+    return (f"<div class='dist'><div class='mono'>{escape(clip(d['kernel'], LONG_NAME))}</div>"
+            f"<div class='s'>{d['count']:,} launches · "
             f"p50 {human_ns(d['p50_ns'])} · p90 {human_ns(d['p90_ns'])} · p99 {human_ns(d['p99_ns'])} · "
             f"max {human_ns(d['max_ns'])}</div>{svg}</div>")
 

@@ -42,7 +42,7 @@ def memcpy_labels(trace: Trace) -> dict[int, str]:
     cols = trace.export.columns_of("ENUM_CUDA_MEMCPY_OPER")
     if "id" not in cols or "label" not in cols:
         return dict(DEFAULT_LABELS)
-    return {int(i): str(label) for i, label in trace.export.query('SELECT "id", "label" FROM "ENUM_CUDA_MEMCPY_OPER"')
+    return {int(i): str(label) for i, label in trace.export.rows("ENUM_CUDA_MEMCPY_OPER", ["id", "label"])
             if i is not None and label is not None}
 
 

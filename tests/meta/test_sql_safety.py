@@ -20,11 +20,6 @@ SQL = re.compile(r"\b(SELECT|PRAGMA|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|ATTAC
 
 #: file -> interpolated expressions reviewed by hand, and why each cannot carry input.
 AUDITED: dict[str, dict[str, str]] = {
-    "nsys_rules/trace.py": {
-        "select": "built from the constant column names of TARGET_INFO_GPU / TARGET_INFO_CUDA_GPU, each only "
-                  "after it was found in PRAGMA table_info; never a value",
-        "table": "_meta_rows is called with the constants META_DATA_CAPTURE, META_DATA_EXPORT, EXPORT_META_DATA",
-    },
     "nsys_rules/testing.py": {
         "table": "TraceBuilder writes tests' files; table names are keys of the constant _DDL",
         "_DDL['StringIds']": "constant DDL",
@@ -33,6 +28,8 @@ AUDITED: dict[str, dict[str, str]] = {
     },
     "nsys_rules/loaders/sqlite.py": {
         "', '.join((_quote(c) for c in src_cols))": "columns picked from the allow-list (tables.py), each quoted",
+        "select": "rows(): each column quoted with _quote when PRAGMA table_info lists it, else the constant NULL; "
+                  "callers pass constant metadata column names",
     },
 }
 

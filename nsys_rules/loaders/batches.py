@@ -1,0 +1,107 @@
+"""Arrow record batches into preallocated numpy columns: the one copy every format's bulk read makes.
+
+Filling final arrays batch by batch never holds the whole Arrow table next to its numpy copy:
+on the 1M-kernel trace that halves the read's peak memory, whether the batches come from
+SQLite (ADBC), a Parquet file or an Arrow IPC file.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .export import NULL_INT
+
+_INT64_LIMIT = 2**63
+
+
+def fill_columns(batches: Iterable[Any], names: Sequence[str], expected_rows: int,
+                 narrow: set[str] | frozenset[str] = frozenset(), positions: Sequence[int] | None = None,
+                 damage: list[str] | None = None, what: str = "") -> dict[str, np.ndarray]:
+    """Stream ``batches`` into one numpy array per name.
+
+    Column ``names[i]`` is the batch's column ``positions[i]`` (default: ``i``). Integer columns
+    (signed or unsigned) land in int64 arrays, int32 for ``narrow`` names while every value
+    fits (widened when one does not), NULL as :data:`NULL_INT`. A column that turns out not to
+    be integer (text, a REAL in an integer column: damage) becomes an object array so the
+    caller's converters can judge each value. An unsigned value beyond int64 (no nsys id or
+    time comes near) reads as NULL_INT, with a note in ``damage``.
+    """
+    import pyarrow as pa
+
+    size = max(int(expected_rows), 0)
+    where = list(positions) if positions is not None else list(range(len(names)))
+    ints: list[np.ndarray | None] = [np.empty(size, np.int32 if name in narrow else np.int64) for name in names]
+    objs: list[np.ndarray | None] = [None for _ in names]
+    huge = [0 for _ in names]
+    pos = 0
+    for batch in batches:
+        rows = batch.num_rows
+        if pos + rows > size:  # more rows than the metadata said (should not happen on a finished export)
+            size = max(pos + rows, size * 2)
+            ints = [None if a is None else np.resize(a, size) for a in ints]
+            objs = [None if a is None else np.resize(a, size) for a in objs]
+        for i, at in enumerate(where):
+            column = batch.column(at)
+            if objs[i] is None and pa.types.is_null(column.type):
+                ints[i][pos:pos + rows] = NULL_INT  # type: ignore[index]
+                continue
+            if objs[i] is None and pa.types.is_integer(column.type):
+                values, beyond = _integers(column)
+                huge[i] += beyond
+                target = ints[i]
+                assert target is not None
+                if target.dtype == np.int32 and len(values) and not (
+                        int(values.min()) >= -(2**31) and int(values.max()) < 2**31):
+                    target = ints[i] = target.astype(np.int64)  # a value too big for int32: widen
+                target[pos:pos + rows] = values
+                continue
+            if objs[i] is None:
+                objs[i] = np.full(size, None, dtype=object)
+                if pos:
+                    done = ints[i][:pos].astype(object)  # type: ignore[index]
+                    done[ints[i][:pos] == NULL_INT] = None  # type: ignore[index]
+                    objs[i][:pos] = done  # type: ignore[index]
+                ints[i] = None
+            if not pa.types.is_null(column.type):
+                objs[i][pos:pos + rows] = _objects(column)  # type: ignore[index]
+        pos += rows
+    out: dict[str, np.ndarray] = {}
+    for name, as_int, as_obj, beyond in zip(names, ints, objs, huge, strict=True):
+        arr = as_obj if as_obj is not None else as_int
+        assert arr is not None
+        out[name] = arr[:pos] if pos != len(arr) else arr
+        if beyond and damage is not None:
+            damage.append(f"{what}.{name}: {beyond} value(s) beyond int64 read as unknown")
+    return out
+
+
+def _integers(column: Any) -> tuple[np.ndarray, int]:
+    """A batch's integer column as numpy, NULL as NULL_INT; unsigned values beyond int64 too (and how many)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    beyond = 0
+    if column.type == pa.uint64() and len(column):
+        top = pc.max(column).as_py()
+        if top is not None and top >= _INT64_LIMIT:
+            over = pc.greater_equal(column, pa.scalar(_INT64_LIMIT, pa.uint64()))
+            beyond = int(pc.sum(over).as_py() or 0)
+            column = pc.if_else(over, pa.scalar(None, pa.uint64()), column)
+    if column.null_count:
+        if pa.types.is_unsigned_integer(column.type):
+            column = column.cast(pa.int64())
+        column = column.fill_null(NULL_INT)
+    return column.to_numpy(), beyond
+
+
+def _objects(column: Any) -> np.ndarray:
+    """Any other column as Python objects; bytes that are not UTF-8 become U+FFFD, not an error."""
+    import pyarrow as pa
+
+    try:
+        return column.to_numpy(zero_copy_only=False)
+    except (UnicodeDecodeError, pa.ArrowInvalid):
+        raw = column.cast(pa.large_binary()).to_pylist()
+        return np.array([None if v is None else v.decode("utf-8", "replace") for v in raw], dtype=object)

@@ -7,6 +7,7 @@ by a plugin loader go to that loader.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -15,6 +16,7 @@ from typing import Any, Callable, Mapping
 
 from .errors import InputError
 from .loaders.sqlite import SqliteExport
+from .nsys_locate import locate_nsys, missing_message
 from .trace import Trace
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
@@ -55,12 +57,13 @@ def open_trace(path: Path, loaders: Mapping[str, Callable[..., Any]] | None = No
 
 
 def _open_report(path: Path) -> Trace:
-    nsys = shutil.which("nsys")
     if not path.is_file():
         raise InputError(f"{path}: no such file")
-    if nsys is None:
-        raise InputError(f"{path}: .nsys-rep needs `nsys` on PATH to export it; run "
-                         f"`nsys export --type=sqlite {path}` where nsys is installed and pass the .sqlite")
+    location = locate_nsys()
+    if location.path is None:
+        raise InputError(f"{path}: a .nsys-rep needs nsys to export it: {missing_message(location)}; or run "
+                         f"`nsys export --type=sqlite {shlex.quote(str(path))}` where nsys is installed and pass the .sqlite")
+    nsys = str(location.path)
     folder = Path(tempfile.mkdtemp(prefix="nsys-rules-"))
     target = folder / (path.stem + ".sqlite")
     try:

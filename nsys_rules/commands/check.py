@@ -18,6 +18,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser("check", help="run the rules on one or more traces",
                        description="Run the rules on nsys SQLite exports and print what to optimize next.")
     p.add_argument("traces", nargs="+", metavar="TRACE", help="nsys .sqlite export, .nsys-rep, or a folder of them")
+    add_check_options(p)
+    p.set_defaults(run=run)
+
+
+def add_check_options(p: argparse.ArgumentParser) -> None:
+    """Every ``check`` flag (all but the traces); ``profile`` takes the same ones for the check it runs."""
     p.add_argument("--format", default="table", help="table (default), json, sarif, markdown, html, or a plugin's format")
     p.add_argument("--select", action="append", metavar="RULES", help="only these rules (comma-separated; NVIDIA names work)")
     p.add_argument("--ignore", action="append", metavar="RULES", help="skip these rules (comma-separated)")
@@ -32,7 +38,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     add_filter_flags(p)
     add_plugin_flags(p)
     add_output_flags(p)
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import glob
 import os
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from .errors import ExitCode, UsageError
+from .rules.debug_build import command_evidence
 
 #: The flags every capture gets: reuse the file name, trace graph replays kernel by kernel, write SQLite.
 STANDARD_FLAGS = ("--force-overwrite=true", "--cuda-graph-trace=node", "--export=sqlite")
@@ -138,51 +138,21 @@ def _flag_value(args: Sequence[str], names: tuple[str, ...]) -> str | None:
     return None
 
 
-#: cargo's global options that take a value (before the subcommand).
-_CARGO_GLOBAL_WITH_VALUE = {"--config", "-Z", "-C", "--color"}
+def debug_build_problem(command: Sequence[str], environ: Mapping[str, str]) -> Problem | None:
+    """The stop for a debug build, with the release command.
 
-
-def debug_build_problem(command: Sequence[str]) -> Problem | None:
-    """The stop for a debug build: ``cargo run``/``cargo build`` without ``-r``, or a ``target/debug/`` binary."""
-    tokens = list(command)
-    for i, token in enumerate(tokens):
-        if Path(token).name in ("cargo", "cargo.exe"):
-            problem = _cargo_problem(tokens, i)
-            if problem:
-                return problem
-            break
-    for i, token in enumerate(tokens):
-        parts = Path(token).parts
-        if not token.startswith("-") and any(parts[j:j + 2] == ("target", "debug") for j in range(len(parts) - 1)):
-            release = token.replace("target/debug", "target/release", 1)
-            fixed = tokens[:i] + [release] + tokens[i + 1:]
-            return Problem(f"{token} is a debug build: its kernels and host code run many times slower and the trace "
-                           "misleads (the debug-build rule would flag it)",
-                           f"build it with `cargo build -r` and profile {_join(fixed)} "
-                           "(or pass --allow-debug to profile the debug build on purpose)", ExitCode.USAGE)
-    return None
-
-
-def _cargo_problem(tokens: list[str], at: int) -> Problem | None:
-    own = _cargo_args(tokens[at + 1:])
-    i = 0
-    while i < len(own) and own[i].startswith(("-", "+")):
-        i += 2 if own[i] in _CARGO_GLOBAL_WITH_VALUE else 1
-    if i >= len(own) or own[i] not in ("run", "r", "build", "b"):
+    The debug-build rule's own reading of a command line decides (``cargo run`` without ``-r``, a
+    ``target/debug/`` binary, a Debug build folder, a debug interpreter, a sanitizer), so the
+    preflight stops exactly the captures that rule would flag afterwards.
+    """
+    evidence = command_evidence(tuple(command), environ)
+    if evidence is None:
         return None
-    profile = _flag_value(own, ("--profile",))
-    if any(arg in ("-r", "--release") for arg in own) or (profile is not None and profile not in ("dev", "test")):
-        return None
-    sub = at + 1 + i
-    fixed = tokens[: sub + 1] + ["-r"] + tokens[sub + 1:]
-    return Problem(f"`cargo {own[i]}` without -r/--release builds and profiles the debug build: kernels and host code "
-                   "run many times slower and the trace misleads (the debug-build rule would flag it)",
-                   f"profile the release build: {_join(fixed)} (or pass --allow-debug to profile the debug build on purpose)",
-                   ExitCode.USAGE)
-
-
-def _join(tokens: Sequence[str]) -> str:
-    return shlex.join(tokens)
+    build = f"build it with `{evidence.build_step}`, then " if evidence.build_step else ""
+    return Problem(f"{evidence.reason}: kernels and host code run many times slower than in the release build, "
+                   "so the trace misleads (the debug-build rule would flag it)",
+                   f"{build}profile the release build: nsys-rules profile -- {evidence.release_command} "
+                   "(or pass --allow-debug to profile this build on purpose)", ExitCode.USAGE)
 
 
 #: Environment variables that change what the trace shows, with why and the rule that would flag it.

@@ -100,8 +100,9 @@ def missing_message(location: NsysLocation) -> str:
     """One line: where nsys was looked for and how to get it."""
     if location.searched and location.searched[0].startswith(("--nsys", "$")):
         return f"nsys not found: {location.searched[0]} is not an executable file"
-    return (f"nsys not found (looked on PATH and in {', '.join(_folders(location.searched[1:]))}); "
-            f"{INSTALL_HINT}: {location.path_fix()}")
+    places = _folders(location.searched[1:])
+    where = "on PATH and in " + ", ".join(places) if places else "on PATH"
+    return f"nsys not found (looked {where}); {INSTALL_HINT}: {location.path_fix()}"
 
 
 def _folders(patterns: Sequence[str]) -> list[str]:

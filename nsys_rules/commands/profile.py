@@ -21,11 +21,13 @@ from pathlib import Path
 
 from .. import capture
 from ..capture import CaptureOptions, Problem
+from ..engine import effective_options, select_rules
 from ..errors import ExitCode, InputError, UsageError
 from ..nsys_locate import NsysLocation, importer_problem, locate_nsys, missing_message, off_path_note
 from ..textsafe import terminal_safe
 from . import check
 from .common import registry_for, settings_for
+from .outputs import prepare
 
 #: How many of the program's last output lines a failure shows.
 TAIL_LINES = 12
@@ -98,9 +100,12 @@ def _options(args: argparse.Namespace, command: list[str]) -> CaptureOptions:
 def _validate_check_options(args: argparse.Namespace) -> None:
     # A bad --select or --format must stop before a capture that can take minutes, not after it.
     registry = registry_for(args)
-    settings_for(args, registry)
+    settings = settings_for(args, registry)
     if args.format not in registry.formatters:
         raise UsageError(f"unknown --format {args.format!r}; choose from {', '.join(sorted(registry.formatters))}")
+    for rule in select_rules(registry, settings):
+        effective_options(rule, settings)
+    prepare(args, registry, settings)  # reads --baseline
 
 
 def preflight(command: list[str], options: CaptureOptions, location: NsysLocation, *,
@@ -108,7 +113,7 @@ def preflight(command: list[str], options: CaptureOptions, location: NsysLocatio
     """Every verdict before the capture, stops and warnings, in the order they are shown."""
     env = dict(os.environ if environ is None else environ)
     problems: list[Problem] = []
-    debug = capture.debug_build_problem(command)
+    debug = capture.debug_build_problem(command, env)
     if debug and allow_debug:
         problems.append(Problem(debug.message + " (--allow-debug: profiling it anyway)"))
     elif debug:

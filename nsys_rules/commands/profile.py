@@ -161,29 +161,39 @@ def _capture_and_check(args: argparse.Namespace, nsys_cmd: list[str], output: st
         os.makedirs(folder, exist_ok=True)
     started = time.time() - 2  # file times can be coarser than the clock
     returncode, lines = _run_streaming(nsys_cmd)
-    exports = capture.written_files(output, ".sqlite", started)
-    reports = capture.written_files(output, ".nsys-rep", started)
+    traces = capture.written_files(output, ".sqlite", started) or capture.written_files(output, ".nsys-rep", started)
+    if not traces:
+        return _no_trace(returncode, lines, output, capture.written_files(output, ".qdstrm", started))
+    if returncode != 0:
+        # nsys exits with the program's exit code; whatever it recorded up to the failure is still worth reading.
+        _say(f"the profiled program failed: `nsys profile` exited with code {returncode}; its last lines:")
+        _show(program_lines(lines))
+        _say("nsys wrote a partial trace; checking it")
+        check.run(_with_traces(args, traces))
+        return int(ExitCode.INCOMPLETE)
+    if traces[0].suffix != ".sqlite":
+        _say(f"nsys wrote {traces[0]} but no SQLite export; checking the report (exported through nsys)")
+    return int(check.run(_with_traces(args, traces)))
+
+
+def _no_trace(returncode: int, lines: list[str], output: str, raw: list[Path]) -> int:
+    """Nothing to check: the program failed before nsys recorded anything, or nsys could not make the report."""
+    looked = f"{capture.output_glob(output)}.sqlite"
+    if raw:
+        # A .qdstrm without a report: nsys recorded, then its importer failed (libdw missing, disk full...).
+        _say(f"nsys recorded {raw[0]} but could not turn it into a report (no {looked}); nsys's last lines:")
+        _show(lines[-TAIL_LINES:])
+        _say("run `nsys-rules doctor` to see what this nsys lacks")
+        return int(ExitCode.BAD_INPUT)
     if returncode != 0:
         _say(f"the profiled program failed: `nsys profile` exited with code {returncode}; its last lines:")
         _show(program_lines(lines))
-        if not exports and not reports:
-            _say(f"no trace was written (looked for {capture.output_glob(output)}.sqlite)")
-            return int(ExitCode.INCOMPLETE)
-        _say("nsys wrote a partial trace; checking it")
-        check.run(_with_traces(args, exports or reports))
+        _say(f"no trace was written (looked for {looked})")
         return int(ExitCode.INCOMPLETE)
-    if not exports:
-        if reports:
-            _say(f"nsys wrote {reports[0]} but no SQLite export; checking the report (exported through nsys)")
-            return int(check.run(_with_traces(args, reports)))
-        _say(f"nsys finished but wrote no export (looked for {capture.output_glob(output)}.sqlite); "
-             "nsys's last lines:")
-        _show(lines[-TAIL_LINES:])
-        raw = capture.written_files(output, ".qdstrm", started)
-        hint = f"nsys recorded {raw[0]} but could not turn it into a report; " if raw else ""
-        _say(f"{hint}run `nsys-rules doctor` to see what this nsys lacks")
-        return int(ExitCode.BAD_INPUT)
-    return int(check.run(_with_traces(args, exports)))
+    _say(f"nsys finished but wrote no export (looked for {looked}); nsys's last lines:")
+    _show(lines[-TAIL_LINES:])
+    _say("run `nsys-rules doctor` to see what this nsys lacks")
+    return int(ExitCode.BAD_INPUT)
 
 
 def _with_traces(args: argparse.Namespace, paths: list[Path]) -> argparse.Namespace:

@@ -8,8 +8,9 @@ appends its arguments as one JSON line to ``$FAKE_NSYS_LOG``, and:
 - ``profile [flags] CMD...``: runs CMD (its exit code becomes nsys's, as with the real one), then
   writes a small export made with TraceBuilder at the ``-o`` name (nsys's %h %p %n %q{VAR}
   expanded): the command line and graph trace mode (``--cuda-graph-trace``) are recorded as
-  nsys records them. ``FAKE_NSYS_NO_EXPORT=1`` leaves only a ``.qdstrm`` and an importer error,
-  as nsys does when its importer cannot load libdw;
+  nsys records them. ``FAKE_NSYS_NO_EXPORT=qdstrm`` leaves only a ``.qdstrm`` and an importer
+  error, as nsys does when its importer cannot load libdw; ``FAKE_NSYS_NO_EXPORT=nothing`` writes
+  nothing at all;
 - ``export --type=sqlite -o OUT IN``: writes the same small export to OUT.
 """
 
@@ -84,9 +85,11 @@ def profile(args: list[str]) -> int:
         print(f"The target application returned non-zero exit code {returncode}", flush=True)
     out = expand(flags.get("-o", "report1"))
     print("Generating '/tmp/nsys-report-fake.qdstrm'", flush=True)
-    if os.environ.get("FAKE_NSYS_NO_EXPORT"):
+    no_export = os.environ.get("FAKE_NSYS_NO_EXPORT")
+    if no_export == "qdstrm":
         open(out + ".qdstrm", "wb").close()
         print("Importer error status: Importation failed.", file=sys.stderr, flush=True)
+    if no_export:
         return returncode
     mode = "Node" if flags.get("--cuda-graph-trace") == "node" else "Graph"
     with open(out + ".nsys-rep", "wb") as fh:

@@ -170,21 +170,30 @@ def test_program_failure_shows_its_exit_code_and_last_lines_and_checks_the_parti
     assert f"target/profiling/{PY_NAME}.sqlite" in out  # the report of the partial trace
 
 
-def test_program_that_cannot_start_and_leaves_no_trace(fake, capsys, monkeypatch):
-    monkeypatch.setenv("FAKE_NSYS_NO_EXPORT", "1")
+def test_program_failing_before_anything_was_recorded(fake, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_NSYS_NO_EXPORT", "nothing")
     rc = main(["profile", "--", PY, "-c", "raise SystemExit(3)"])
     err = capsys.readouterr().err
     assert rc == 4 and "exited with code 3" in err and "no trace was written" in err
 
 
-def test_missing_export_exits_3_and_points_at_doctor(fake, capsys, monkeypatch):
-    monkeypatch.setenv("FAKE_NSYS_NO_EXPORT", "1")
+def test_recording_that_never_became_a_report_exits_3_and_points_at_doctor(fake, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_NSYS_NO_EXPORT", "qdstrm")
+    for program in ("pass", "raise SystemExit(2)"):  # the importer's failure wins either way
+        rc = main(["profile", "--", PY, "-c", program])
+        out, err = capsys.readouterr()
+        assert rc == 3 and out == ""
+        assert f"nsys recorded target/profiling/{PY_NAME}.qdstrm but could not turn it into a report" in err
+        assert "  | Importer error status: Importation failed." in err
+        assert "run `nsys-rules doctor` to see what this nsys lacks" in err
+
+
+def test_export_missing_without_any_recording_exits_3(fake, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_NSYS_NO_EXPORT", "nothing")
     rc = main(["profile", "--", PY, "-c", "pass"])
-    out, err = capsys.readouterr()
-    assert rc == 3 and out == ""
-    assert "nsys finished but wrote no export" in err
-    assert "  | Importer error status: Importation failed." in err
-    assert f"recorded target/profiling/{PY_NAME}.qdstrm but could not turn it into a report" in err
+    err = capsys.readouterr().err
+    assert rc == 3
+    assert f"nsys finished but wrote no export (looked for target/profiling/{PY_NAME}*.sqlite)" in err
     assert "nsys-rules doctor" in err
 
 

@@ -110,8 +110,8 @@ def _folders(patterns: Sequence[str]) -> list[str]:
 
 
 def off_path_note(location: NsysLocation) -> str | None:
-    """A note when the nsys in use is not the one a shell would run; None when it is."""
-    if not location.found or location.on_path:
+    """A note when nsys was found in a standard place but a shell would not run it; None otherwise."""
+    if location.source != "standard place":
         return None
     return f"nsys is not on PATH; using {location.path} (to make it permanent: {location.path_fix()})"
 

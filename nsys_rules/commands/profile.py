@@ -178,7 +178,7 @@ def _capture_and_check(args: argparse.Namespace, nsys_cmd: list[str], output: st
 
 def _no_trace(returncode: int, lines: list[str], output: str, raw: list[Path]) -> int:
     """Nothing to check: the program failed before nsys recorded anything, or nsys could not make the report."""
-    looked = f"{capture.output_glob(output)}.sqlite"
+    looked = f"{output}.sqlite"
     if raw:
         # A .qdstrm without a report: nsys recorded, then its importer failed (libdw missing, disk full...).
         _say(f"nsys recorded {raw[0]} but could not turn it into a report (no {looked}); nsys's last lines:")

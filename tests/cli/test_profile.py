@@ -193,7 +193,7 @@ def test_export_missing_without_any_recording_exits_3(fake, capsys, monkeypatch)
     rc = main(["profile", "--", PY, "-c", "pass"])
     err = capsys.readouterr().err
     assert rc == 3
-    assert f"nsys finished but wrote no export (looked for target/profiling/{PY_NAME}*.sqlite)" in err
+    assert f"nsys finished but wrote no export (looked for target/profiling/{PY_NAME}.sqlite)" in err
     assert "nsys-rules doctor" in err
 
 

@@ -95,7 +95,8 @@ def test_locate_prefers_path_then_the_newest_install(tmp_path):
     on_path = nsys_locate.locate_nsys(environ={"PATH": str(old.parent)}, places=places)
     assert on_path.path == old and on_path.on_path and nsys_locate.off_path_note(on_path) is None
     by_env = nsys_locate.locate_nsys(environ={"PATH": "", nsys_locate.NSYS_ENV: str(old)}, places=places)
-    assert by_env.path == old and by_env.source == "$NSYS_RULES_NSYS"
+    assert by_env.path == old and by_env.source == "$NSYS_RULES_NSYS" and nsys_locate.off_path_note(by_env) is None
+    assert f"using {new}" in (nsys_locate.off_path_note(found) or "")
     missing = nsys_locate.locate_nsys(environ={"PATH": ""}, places=places[:1])
     assert missing.path is None
     message = nsys_locate.missing_message(missing)

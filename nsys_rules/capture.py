@@ -187,18 +187,31 @@ def trace_problem(trace: str) -> Problem | None:
                    f"--trace=cuda,{trace}")
 
 
-def output_glob(output: str) -> str:
-    """A glob matching every file name nsys can make of ``output`` (patterns, repeat counters), sans suffix."""
+def output_glob(output: str, environ: Mapping[str, str] | None = None, repeat: bool = False) -> str:
+    """A glob for the files nsys makes of ``output`` (without the suffix).
+
+    ``%q{VAR}`` becomes the variable's value when it is set here (nsys inherits this environment, and
+    under mpirun or torchrun each rank's own value keeps ranks from picking up each other's reports);
+    ``%h``, ``%p``, ``%n`` and unset variables become wildcards. ``repeat``: nsys numbers the reports of
+    a ``repeat:N`` capture, so anything may follow the name.
+    """
+    env = {} if environ is None else environ
     output = output.replace("%%", "\0")
-    parts = _NAME_PATTERN.split(output)
-    escaped = "*".join(glob.escape(p) for p in parts)
-    return escaped.replace("\0", "%") + "*"
+    pieces = []
+    last = 0
+    for match in _NAME_PATTERN.finditer(output):
+        pieces.append(glob.escape(output[last:match.start()]))
+        variable = match.group()[3:-1] if match.group().startswith("%q") else None
+        pieces.append(glob.escape(env[variable]) if variable and env.get(variable) else "*")
+        last = match.end()
+    pieces.append(glob.escape(output[last:]))
+    return "".join(pieces).replace("\0", "%") + ("*" if repeat else "")
 
 
-def written_files(output: str, suffix: str, since: float) -> list[Path]:
-    """Files ``output*SUFFIX`` (nsys patterns expanded as wildcards) changed at or after ``since``."""
+def written_files(pattern: str, suffix: str, since: float) -> list[Path]:
+    """Files matching ``pattern`` (an :func:`output_glob`) + ``suffix``, changed at or after ``since``."""
     found = []
-    for name in glob.glob(output_glob(output) + suffix):
+    for name in glob.glob(pattern + suffix):
         try:
             if os.path.getmtime(name) >= since:
                 found.append(Path(name))

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run or stop:
         return int(stop or ExitCode.OK)
     _say(f"running: {shlex.join(nsys_cmd)}")
-    return _capture_and_check(args, nsys_cmd, options.output)
+    return _capture_and_check(args, nsys_cmd, options)
 
 
 def _options(args: argparse.Namespace, command: list[str]) -> CaptureOptions:
@@ -155,15 +155,17 @@ def _write_command_file(path: Path, options: CaptureOptions) -> None:
          f"-o {shlex.quote(options.output)} CMD")
 
 
-def _capture_and_check(args: argparse.Namespace, nsys_cmd: list[str], output: str) -> int:
+def _capture_and_check(args: argparse.Namespace, nsys_cmd: list[str], options: CaptureOptions) -> int:
+    output = options.output
     folder = os.path.dirname(output)
     if folder and "%" not in folder:
         os.makedirs(folder, exist_ok=True)
+    pattern = capture.output_glob(output, os.environ, repeat=(options.range_end or "").startswith("repeat"))
     started = time.time() - 2  # file times can be coarser than the clock
     returncode, lines = _run_streaming(nsys_cmd)
-    traces = capture.written_files(output, ".sqlite", started) or capture.written_files(output, ".nsys-rep", started)
+    traces = capture.written_files(pattern, ".sqlite", started) or capture.written_files(pattern, ".nsys-rep", started)
     if not traces:
-        return _no_trace(returncode, lines, output, capture.written_files(output, ".qdstrm", started))
+        return _no_trace(returncode, lines, output, capture.written_files(pattern, ".qdstrm", started))
     if returncode != 0:
         # nsys exits with the program's exit code; whatever it recorded up to the failure is still worth reading.
         _say(f"the profiled program failed: `nsys profile` exited with code {returncode}; its last lines:")

@@ -42,8 +42,11 @@ def test_output_names_and_globs():
     assert capture.normalize_output("runs/x.nsys-rep") == "runs/x"
     assert capture.normalize_output("runs/x.sqlite") == "runs/x"
     assert capture.normalize_output(".sqlite") == ".sqlite"
-    assert capture.output_glob("runs/rank%q{RANK}_%h_%p") == "runs/rank*_*_**"
-    assert capture.output_glob("runs/[a]100%%") == "runs/[[]a]100%*"  # glob characters in the name are literal
+    assert capture.output_glob("runs/rank%q{RANK}_%h_%p") == "runs/rank*_*_*"
+    # Each rank's own RANK: rank 1 must not pick up rank 10's report.
+    assert capture.output_glob("runs/rank%q{RANK}_%q{UNSET}", {"RANK": "1"}) == "runs/rank1_*"
+    assert capture.output_glob("runs/x", repeat=True) == "runs/x*"
+    assert capture.output_glob("runs/[a]100%%") == "runs/[[]a]100%"  # glob characters in the name are literal
 
 
 def test_written_files_only_those_of_this_run(tmp_path):
@@ -52,7 +55,9 @@ def test_written_files_only_those_of_this_run(tmp_path):
     os.utime(old, (1_000_000, 1_000_000))
     new = tmp_path / "decode.sqlite"
     new.write_text("x")
+    (tmp_path / "decode2.sqlite").write_text("x")  # another report of this run, not of this name
     assert capture.written_files(str(tmp_path / "decode"), ".sqlite", since=2_000_000) == [new]
+    assert capture.written_files(str(tmp_path / "decode*"), ".sqlite", since=2_000_000) == [new, tmp_path / "decode2.sqlite"]
 
 
 def test_command_file_refuses_flags_with_spaces():

@@ -14,12 +14,12 @@ import traceback
 from typing import Sequence
 
 from . import __version__
-from .commands import check, diff, explain, rules_cmd, schema, stats
+from .commands import check, diff, doctor, explain, profile, rules_cmd, schema, stats
 from .errors import ExitCode, NsysRulesError
 from .malloc_tune import tune_malloc
 
 #: Subcommand modules, in help order. Each has add_parser(subparsers) and run(args).
-COMMANDS = [check, diff, stats, rules_cmd, explain, schema]
+COMMANDS = [check, diff, stats, profile, doctor, rules_cmd, explain, schema]
 
 EXIT_CODES = """exit codes:
   0  nothing at or above --fail-on      1  findings at or above --fail-on
@@ -51,7 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns (and, as a console script, exits with) the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     tune_malloc()  # big traces: freed column buffers go back to the system (see nsys_rules/malloc_tune.py)
-    debug = "--debug" in args_list
+    # `--debug` anywhere but after `--`, where it belongs to the program that `profile` runs.
+    ours = args_list[: args_list.index("--")] if "--" in args_list else args_list
+    debug = "--debug" in ours
     if debug:
         args_list.remove("--debug")
     parser = build_parser()

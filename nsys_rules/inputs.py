@@ -8,6 +8,7 @@ user's file; suffixes claimed by a plugin loader go to that loader.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -17,6 +18,7 @@ from typing import Any, Callable, Mapping
 from .errors import InputError
 from .loaders.arrowdir import ArrowDirExport, folder_kind
 from .loaders.sqlite import SqliteExport
+from .nsys_locate import locate_nsys, missing_message
 from .trace import Trace
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
@@ -69,12 +71,13 @@ def open_trace(path: Path, loaders: Mapping[str, Callable[..., Any]] | None = No
 
 
 def _open_report(path: Path, export_format: str = "sqlite") -> Trace:
-    nsys = shutil.which("nsys")
     if not path.is_file():
         raise InputError(f"{path}: no such file")
-    if nsys is None:
-        raise InputError(f"{path}: .nsys-rep needs `nsys` on PATH to export it; run "
-                         f"`nsys export --type=sqlite {path}` where nsys is installed and pass the .sqlite")
+    location = locate_nsys()
+    if location.path is None:
+        raise InputError(f"{path}: a .nsys-rep needs nsys to export it: {missing_message(location)}; or run "
+                         f"`nsys export --type=sqlite {shlex.quote(str(path))}` where nsys is installed and pass the .sqlite")
+    nsys = str(location.path)
     if export_format not in EXPORT_FORMATS:
         raise InputError(f"--export-format {export_format!r}: choose from {', '.join(EXPORT_FORMATS)}")
     folder = Path(tempfile.mkdtemp(prefix="nsys-rules-"))

@@ -20,6 +20,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                                    "optimize next.")
     p.add_argument("traces", nargs="+", metavar="TRACE",
                    help="nsys .sqlite export, parquetdir/arrowdir export folder, .nsys-rep, or a folder of them")
+    add_check_options(p)
+    p.set_defaults(run=run)
+
+
+def add_check_options(p: argparse.ArgumentParser) -> None:
+    """Every ``check`` flag (all but the traces); ``profile`` takes the same ones for the check it runs."""
     p.add_argument("--format", default="table", help="table (default), json, sarif, markdown, html, or a plugin's format")
     p.add_argument("--select", action="append", metavar="RULES", help="only these rules (comma-separated; NVIDIA names work)")
     p.add_argument("--ignore", action="append", metavar="RULES", help="skip these rules (comma-separated)")
@@ -40,7 +46,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     add_filter_flags(p)
     add_plugin_flags(p)
     add_output_flags(p)
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,160 @@
+"""``nsys-rules doctor``: can nsys profile here, and if not, what to do.
+
+Where nsys is (and the PATH line when it is off PATH), its version, ``nsys status -e`` with each
+failed check explained and its fix, whether nsys's importer can load its libraries (without it a
+capture never becomes a report), the environment variables that spoil a capture, and the GPUs and
+driver that ``nvidia-smi`` sees. Exit 0 when profiling can work, 3 when it cannot. Everything
+fits one screen, also when nsys is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..capture import environment_problems
+from ..errors import ExitCode
+from ..nsys_locate import INSTALL_HINT, NsysLocation, importer_problem, locate_nsys, nsys_version
+from ..nsys_status import explain, parse_status
+from ..textsafe import terminal_safe
+
+#: Where nvidia-smi lives when it is not on PATH (driver installs, container runtimes).
+NVIDIA_SMI_PLACES = ("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi")
+_WIDTH = 100
+
+
+@dataclass(frozen=True)
+class Item:
+    """One line of the diagnosis: ``level`` ok, info, warn or FAIL (FAIL: profiling cannot work)."""
+
+    level: str
+    topic: str
+    text: str
+    fix: str = ""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("doctor", help="can nsys profile here? where it is, its version, `nsys status -e` explained, "
+                       "the GPU", description="Find nsys, run `nsys status -e` and explain each failed check with its "
+                       "fix, check nsys's importer and the GPU. Exit 0 when profiling can work, 3 otherwise.")
+    p.add_argument("--nsys", metavar="PATH", help="the nsys binary to check (default: $NSYS_RULES_NSYS, PATH, then "
+                   "the standard install places)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    items = diagnose(locate_nsys(args.nsys))
+    sys.stdout.write(terminal_safe(render(items)))
+    sys.stdout.flush()
+    return int(ExitCode.BAD_INPUT if any(i.level == "FAIL" for i in items) else ExitCode.OK)
+
+
+def diagnose(location: NsysLocation) -> list[Item]:
+    """Every check, in the order shown."""
+    items = nsys_items(location)
+    items += [Item("warn", "environment", p.message, p.fix) for p in environment_problems(os.environ)]
+    items += gpu_items()
+    return items
+
+
+def nsys_items(location: NsysLocation) -> list[Item]:
+    """Where nsys is, its version, its importer and ``nsys status -e``."""
+    if location.path is None:
+        if location.searched and not location.searched[0].startswith("PATH"):
+            return [Item("FAIL", "nsys", f"{location.searched[0]} is not an executable file",
+                         "give the nsys binary, e.g. --nsys /opt/nvidia/nsight-systems/<version>/bin/nsys")]
+        places = ", ".join(p.rsplit("/", 1)[0] for p in location.searched[1:])
+        return [Item("FAIL", "nsys", f"not found on PATH nor in {places}", f"{INSTALL_HINT}:\n{location.path_fix()}")]
+    nsys = location.path
+    if location.on_path:
+        items = [Item("ok", "nsys", f"{nsys} (on PATH)")]
+    elif location.source == "standard place":
+        items = [Item("warn", "nsys", f"{nsys} (not on PATH: a plain `nsys` will not run it)", location.path_fix())]
+    else:
+        items = [Item("ok", "nsys", f"{nsys} (from {location.source})")]
+    try:
+        items.append(Item("ok", "version", nsys_version(nsys)))
+    except OSError as exc:
+        return items + [Item("FAIL", "version", f"nsys does not run: {exc}",
+                             "reinstall Nsight Systems, or pick another nsys with --nsys")]
+    broken = importer_problem(nsys)
+    if broken:
+        items.append(Item("FAIL", "importer", broken[0], broken[1]))
+    return items + status_items(nsys)
+
+
+def status_items(nsys: Path) -> list[Item]:
+    """``nsys status -e``: the failed checks explained, the passed ones counted."""
+    try:
+        proc = subprocess.run([str(nsys), "status", "-e"], capture_output=True, text=True, errors="replace",
+                              timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [Item("warn", "status -e", f"could not run `nsys status -e`: {exc}")]
+    lines = parse_status(proc.stdout + "\n" + proc.stderr)
+    if not lines:
+        last = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+        return [Item("warn", "status -e", f"printed no checks (exit code {proc.returncode}): {last[0]}")]
+    explained = [e for e in (explain(line) for line in lines) if e is not None]
+    items = []
+    for e in explained:
+        shown = f"{e.line.key} = {e.line.value}" if e.line.value else f"{e.line.key}: {e.line.verdict}"
+        items.append(Item(e.level, "status -e", f"{shown}: {e.meaning}", e.fix))
+    problems = sum(1 for e in explained if e.level == "warn")
+    summary = "CPU sampling works" if not problems else "CPU sampling is limited; CUDA and NVTX tracing work"
+    items.append(Item("ok" if not problems else "info", "status -e", f"{len(lines)} checks read: {summary}"))
+    return items
+
+
+def gpu_items() -> list[Item]:
+    """The GPUs and driver ``nvidia-smi`` reports."""
+    smi = shutil.which("nvidia-smi") or next((p for p in NVIDIA_SMI_PLACES if os.access(p, os.X_OK)), None)
+    if smi is None:
+        return [Item("warn", "GPU", "nvidia-smi not found: cannot tell whether a GPU and its driver are visible here")]
+    try:
+        proc = subprocess.run([smi, "--query-gpu=index,name,driver_version,memory.total",
+                               "--format=csv,noheader,nounits"], capture_output=True, text=True, errors="replace",
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [Item("FAIL", "GPU", f"nvidia-smi did not answer: {exc}")]
+    if proc.returncode != 0:
+        last = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+        return [Item("FAIL", "GPU", f"nvidia-smi cannot reach the driver: {last[0]}",
+                     "check that the NVIDIA driver is loaded and the GPU is passed to this container")]
+    items = []
+    for row in proc.stdout.strip().splitlines():
+        fields = [f.strip() for f in row.split(",")]
+        if len(fields) == 4:
+            index, name, driver, memory = fields
+            items.append(Item("ok", f"GPU {index}", f"{name}, driver {driver}, {memory} MiB"))
+    return items or [Item("FAIL", "GPU", "nvidia-smi lists no GPU")]
+
+
+def render(items: list[Item]) -> str:
+    """The diagnosis as text: one line an item (wrapped), its fix below, the verdict last."""
+    out = []
+    indent = " " * 18
+    for item in items:
+        head = f"{item.level:<5} {item.topic:<11} "
+        out.append(_fill(item.text, head, indent))
+        if item.fix:
+            out.append(_fill(item.fix, indent + "fix: ", indent + "     "))
+    failed = [i.topic for i in items if i.level == "FAIL"]
+    if failed:
+        out.append(f"verdict: profiling cannot work here ({', '.join(failed)}): exit 3")
+    else:
+        out.append("verdict: profiling can work here")
+    return "\n".join(out) + "\n"
+
+
+def _fill(text: str, first: str, rest: str) -> str:
+    # Commands and paths stay whole (a fix is meant to be copied); a newline in ``text`` starts a new line.
+    return "\n".join(textwrap.fill(part, _WIDTH, initial_indent=first if i == 0 else rest, subsequent_indent=rest,
+                                   break_long_words=False, break_on_hyphens=False)
+                     for i, part in enumerate(text.split("\n")))
+

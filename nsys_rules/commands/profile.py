@@ -1,0 +1,261 @@
+"""``nsys-rules profile [options] -- CMD ...``: capture with the standard nsys flags, then check the export.
+
+Steps: preflight (nsys found, release build, environment), the command (printed shell-quoted: the
+user's program and arguments are data), the capture with the program's output passed through to
+stderr (stdout stays for the report), then ``check`` on what nsys wrote, with every ``check``
+flag. Exit codes: those of ``check``; 2 when the preflight stops (debug build, bad flags); 3 when
+nsys is missing or wrote no export; 4 when the profiled program failed (the partial trace, if
+nsys wrote one, is still checked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+from .. import capture
+from ..capture import CaptureOptions, Problem
+from ..engine import effective_options, select_rules
+from ..errors import ExitCode, InputError, UsageError
+from ..nsys_locate import NsysLocation, importer_problem, locate_nsys, missing_message, off_path_note
+from ..textsafe import terminal_safe
+from . import check
+from .common import registry_for, settings_for
+from .outputs import prepare
+
+#: How many of the program's last output lines a failure shows.
+TAIL_LINES = 12
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "profile", help="capture CMD with nsys (the standard flags), then check the export",
+        usage="nsys-rules profile [options] -- CMD [ARG ...]",
+        description="Check that the capture can be trusted (nsys found, release build, environment), run "
+                    "`nsys profile --force-overwrite=true --cuda-graph-trace=node --export=sqlite "
+                    f"--trace={capture.DEFAULT_TRACE} -o {capture.DEFAULT_FOLDER}/<name> CMD`, then check the "
+                    "export with the check options below.")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]",
+                   help="the program to profile and its arguments, after `--`")
+    p.add_argument("-o", "--output", metavar="NAME",
+                   help=f"report name without suffix (default {capture.DEFAULT_FOLDER}/<program>); nsys's patterns "
+                        "%%h (host), %%p (pid), %%n (sequence) and %%q{VAR} (environment variable) work, e.g. "
+                        "'run_%%q{RANK}' for one report per rank")
+    p.add_argument("--trace", default=capture.DEFAULT_TRACE,
+                   help=f"what nsys traces (default {capture.DEFAULT_TRACE}; e.g. cuda,nvtx,osrt)")
+    p.add_argument("--profiler-range", nargs="?", const="stop", metavar="END",
+                   help="capture only between cudaProfilerStart and cudaProfilerStop (-c cudaProfilerApi); "
+                        "END: stop (default) or repeat:N")
+    p.add_argument("--delay", type=int, metavar="SECONDS", help="start collecting after SECONDS (nsys --delay)")
+    p.add_argument("--duration", type=int, metavar="SECONDS", help="collect for SECONDS (nsys --duration)")
+    p.add_argument("--nsys-arg", action="append", default=[], metavar="FLAG",
+                   help="one more nsys profile flag, as --nsys-arg=--cuda-memory-usage=true (repeatable)")
+    p.add_argument("--nsys", metavar="PATH", help="the nsys binary to use (default: $NSYS_RULES_NSYS, PATH, "
+                   "then the standard install places)")
+    p.add_argument("--allow-debug", action="store_true", help="profile a debug build anyway")
+    p.add_argument("--dry-run", action="store_true", help="print the nsys command and the preflight verdict; run nothing")
+    p.add_argument("--command-file", metavar="FILE",
+                   help="also write the nsys flags (all but -o) to FILE, for `nsys profile --command-file=FILE`")
+    check.add_check_options(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else list(args.command)
+    if not command:
+        raise UsageError("profile needs the program to run after `--`, e.g. nsys-rules profile -- python bench.py")
+    options = _options(args, command)
+    _validate_check_options(args)
+    location = locate_nsys(args.nsys)
+    problems = preflight(command, options, location, allow_debug=args.allow_debug)
+    nsys_cmd = capture.nsys_command(str(location.path) if location.path else "nsys", options, command)
+    if args.command_file:
+        _write_command_file(Path(args.command_file), options)
+    if args.dry_run:
+        sys.stdout.write(shlex.join(nsys_cmd) + "\n")
+        sys.stdout.flush()
+    stop = _report_problems(problems, verdict=args.dry_run)
+    if args.dry_run or stop:
+        return int(stop or ExitCode.OK)
+    _say(f"running: {shlex.join(nsys_cmd)}")
+    return _capture_and_check(args, nsys_cmd, options)
+
+
+def _options(args: argparse.Namespace, command: list[str]) -> CaptureOptions:
+    for name in ("delay", "duration"):
+        if getattr(args, name) is not None and getattr(args, name) < 0:
+            raise UsageError(f"--{name} takes whole seconds >= 0")
+    output = capture.normalize_output(args.output or f"{capture.DEFAULT_FOLDER}/{capture.default_name(command)}")
+    range_end = capture.parse_range_end(args.profiler_range) if args.profiler_range else None
+    return CaptureOptions(output=output, trace=args.trace, range_end=range_end, delay=args.delay,
+                          duration=args.duration, extra=tuple(args.nsys_arg))
+
+
+def _validate_check_options(args: argparse.Namespace) -> None:
+    # A bad --select or --format must stop before a capture that can take minutes, not after it.
+    registry = registry_for(args)
+    settings = settings_for(args, registry)
+    if args.format not in registry.formatters:
+        raise UsageError(f"unknown --format {args.format!r}; choose from {', '.join(sorted(registry.formatters))}")
+    for rule in select_rules(registry, settings):
+        effective_options(rule, settings)
+    prepare(args, registry, settings)  # reads --baseline
+
+
+def preflight(command: list[str], options: CaptureOptions, location: NsysLocation, *,
+              allow_debug: bool = False, environ: dict[str, str] | None = None) -> list[Problem]:
+    """Every verdict before the capture, stops and warnings, in the order they are shown."""
+    env = dict(os.environ if environ is None else environ)
+    problems: list[Problem] = []
+    debug = capture.debug_build_problem(command, env)
+    if debug and allow_debug:
+        problems.append(Problem(debug.message + " (--allow-debug: profiling it anyway)"))
+    elif debug:
+        problems.append(debug)
+    if location.path is None:
+        problems.append(Problem(missing_message(location), "", ExitCode.BAD_INPUT))
+    else:
+        note = off_path_note(location)
+        if note:
+            problems.append(Problem(note))
+        broken = importer_problem(location.path, env)
+        if broken:
+            problems.append(Problem(broken[0], broken[1]))
+    problems += capture.environment_problems(env, command)
+    trace = capture.trace_problem(options.trace)
+    if trace:
+        problems.append(trace)
+    return problems
+
+
+def _report_problems(problems: list[Problem], verdict: bool) -> ExitCode | None:
+    """Print each problem (stderr); the exit code of the first stop, None when nothing stops."""
+    stop = next((p.exit_code for p in problems if p.exit_code is not None), None)
+    for problem in problems:
+        kind = "stop" if problem.exit_code is not None else "warning"
+        _say(f"{kind}: {problem.message}" + (f"\n  fix: {problem.fix}" if problem.fix else ""))
+    if verdict:
+        _say("preflight: ok" if stop is None else f"preflight: stops (exit {int(stop)})")
+    return stop
+
+
+def _write_command_file(path: Path, options: CaptureOptions) -> None:
+    text = capture.command_file_text(options)
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write the command file {path}: {exc.strerror or exc}") from None
+    _say(f"nsys flags written to {path}; reuse: nsys profile --command-file={shlex.quote(str(path))} "
+         f"-o {shlex.quote(options.output)} CMD")
+
+
+def _capture_and_check(args: argparse.Namespace, nsys_cmd: list[str], options: CaptureOptions) -> int:
+    output = options.output
+    folder = os.path.dirname(output)
+    if folder and "%" not in folder:
+        os.makedirs(folder, exist_ok=True)
+    pattern = capture.output_glob(output, os.environ, repeat=(options.range_end or "").startswith("repeat"))
+    started = time.time() - 2  # file times can be coarser than the clock
+    returncode, lines = _run_streaming(nsys_cmd)
+    traces = capture.written_files(pattern, ".sqlite", started) or capture.written_files(pattern, ".nsys-rep", started)
+    if not traces:
+        return _no_trace(returncode, lines, output, capture.written_files(pattern, ".qdstrm", started))
+    if returncode != 0:
+        # nsys exits with the program's exit code; whatever it recorded up to the failure is still worth reading.
+        _say(f"the profiled program failed: `nsys profile` exited with code {returncode}; its last lines:")
+        _show(program_lines(lines))
+        _say("nsys wrote a partial trace; checking it")
+        check.run(_with_traces(args, traces))
+        return int(ExitCode.INCOMPLETE)
+    if traces[0].suffix != ".sqlite":
+        _say(f"nsys wrote {traces[0]} but no SQLite export; checking the report (exported through nsys)")
+    return int(check.run(_with_traces(args, traces)))
+
+
+def _no_trace(returncode: int, lines: list[str], output: str, raw: list[Path]) -> int:
+    """Nothing to check: the program failed before nsys recorded anything, or nsys could not make the report."""
+    looked = f"{output}.sqlite"
+    if raw:
+        # A .qdstrm without a report: nsys recorded, then its importer failed (libdw missing, disk full...).
+        _say(f"nsys recorded {raw[0]} but could not turn it into a report (no {looked}); nsys's last lines:")
+        _show(lines[-TAIL_LINES:])
+        _say("run `nsys-rules doctor` to see what this nsys lacks")
+        return int(ExitCode.BAD_INPUT)
+    if returncode != 0:
+        _say(f"the profiled program failed: `nsys profile` exited with code {returncode}; its last lines:")
+        _show(program_lines(lines))
+        _say(f"no trace was written (looked for {looked})")
+        return int(ExitCode.INCOMPLETE)
+    _say(f"nsys finished but wrote no export (looked for {looked}); nsys's last lines:")
+    _show(lines[-TAIL_LINES:])
+    _say("run `nsys-rules doctor` to see what this nsys lacks")
+    return int(ExitCode.BAD_INPUT)
+
+
+def _with_traces(args: argparse.Namespace, paths: list[Path]) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), "traces": [str(p) for p in paths]})
+
+
+def _run_streaming(cmd: list[str]) -> tuple[int, list[str]]:
+    """Run ``cmd``, copying its output (stdout and stderr) to our stderr; its exit code and last lines."""
+    tail: deque[str] = deque(maxlen=4 * TAIL_LINES)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    except OSError as exc:
+        raise InputError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
+    assert proc.stdout is not None
+    try:
+        for raw in iter(proc.stdout.readline, b""):
+            _echo(raw, tail)
+        return proc.wait(), list(tail)
+    except KeyboardInterrupt:
+        # nsys got the same Ctrl-C: it stops the program and still writes the report, so wait for it.
+        _say("interrupted; waiting for nsys to write what it has (Ctrl-C again to abandon it)")
+        try:
+            for raw in iter(proc.stdout.readline, b""):
+                _echo(raw, tail)
+            return proc.wait(), list(tail)
+        except KeyboardInterrupt:
+            proc.kill()
+            raise
+
+
+def _echo(raw: bytes, tail: deque[str]) -> None:
+    line = raw.decode("utf-8", errors="replace")
+    sys.stderr.write(line)
+    sys.stderr.flush()
+    tail.append(line.rstrip("\r\n").rsplit("\r", 1)[-1])  # a progress bar redraws with \r: keep its last state
+
+
+#: Lines nsys itself prints around the program's output (progress, file names, notices).
+_NSYS_LINE_STARTS = ("Collecting data", "Generating '", "Generated:", "Processing events", "Saving temporary",
+                     "Capture range ", "WARNING: CPU ", "Importing", "Exporting")
+
+
+def program_lines(lines: list[str]) -> list[str]:
+    """The last output lines that are not nsys's own (its progress bars and file names)."""
+    kept = [line for line in lines if not _is_nsys_line(line)]
+    return kept[-TAIL_LINES:] or lines[-TAIL_LINES:]
+
+
+def _is_nsys_line(line: str) -> bool:
+    stripped = line.strip()
+    return (not stripped or stripped.startswith(_NSYS_LINE_STARTS) or stripped.startswith("[") and "%]" in stripped
+            or stripped.endswith((".nsys-rep", ".sqlite", ".qdstrm")) and " " not in stripped)
+
+
+def _show(lines: list[str]) -> None:
+    for line in lines:
+        sys.stderr.write(terminal_safe(f"  | {line}") + "\n")
+    sys.stderr.flush()
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(terminal_safe(f"nsys-rules: {text}") + "\n")
+    sys.stderr.flush()

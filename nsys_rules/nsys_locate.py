@@ -1,0 +1,177 @@
+"""Finding the ``nsys`` binary, the one place every command looks for it.
+
+nsys is often installed but not on PATH: SSH and tmux sessions skip the shell profile that adds
+it, the CUDA toolkit puts it under a versioned folder, and some images carry it only inside Nsight
+Compute. So after an explicit choice (``--nsys`` or ``$NSYS_RULES_NSYS``) and PATH, the standard
+install places are searched, newest version first. Whoever reports a missing nsys uses
+:func:`missing_message`, so ``check``, ``profile`` and ``doctor`` say the same thing.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+#: Environment variable naming the nsys binary to use (as ``--nsys`` does).
+NSYS_ENV = "NSYS_RULES_NSYS"
+
+#: Where nsys installs put the binary, as glob patterns; searched in this order after PATH.
+STANDARD_PLACES: tuple[str, ...] = (
+    "/usr/local/cuda/bin/nsys",
+    "/usr/local/cuda/nsight-systems-*/bin/nsys",
+    "/usr/local/cuda-*/bin/nsys",
+    "/usr/local/cuda-*/nsight-systems-*/bin/nsys",
+    "/opt/nvidia/nsight-systems*/bin/nsys",
+    "/opt/nvidia/nsight-systems*/*/bin/nsys",
+    "/opt/nvidia/nsight-systems*/target-linux-*/nsys",
+    "/opt/nvidia/nsight-systems*/*/target-linux-*/nsys",
+    "/opt/nvidia/nsight-compute/*/host/target-linux-*/nsys",
+    "/usr/lib/nsight-systems/bin/nsys",
+)
+
+INSTALL_HINT = ("install Nsight Systems (https://developer.nvidia.com/nsight-systems; it also comes with the "
+                "CUDA toolkit) and put its bin folder on PATH")
+
+
+@dataclass(frozen=True)
+class NsysLocation:
+    """Where nsys was found (``path`` None when nowhere) and what was searched."""
+
+    path: Path | None
+    #: "--nsys", "$NSYS_RULES_NSYS", "PATH" or "standard place"; "" when not found.
+    source: str
+    #: PATH followed by the standard places, as shown to the user.
+    searched: tuple[str, ...]
+
+    @property
+    def found(self) -> bool:
+        return self.path is not None
+
+    @property
+    def on_path(self) -> bool:
+        """True when a plain ``nsys`` in a shell would run this binary."""
+        return self.source == "PATH"
+
+    def path_fix(self) -> str:
+        """The shell line that puts this nsys on PATH (a placeholder folder when none was found)."""
+        folder = shlex.quote(str(self.path.parent)) if self.path else "/opt/nvidia/nsight-systems/<version>/bin"
+        return f"export PATH={folder}:$PATH"
+
+
+def locate_nsys(explicit: str | None = None, environ: Mapping[str, str] | None = None,
+                places: Sequence[str] | None = None) -> NsysLocation:
+    """Find nsys: ``explicit`` (the --nsys flag), then $NSYS_RULES_NSYS, PATH, the standard places.
+
+    An explicit choice that is not an executable file counts as not found (no silent fallback to
+    another nsys): the user asked for that one.
+    """
+    env = os.environ if environ is None else environ
+    places = STANDARD_PLACES if places is None else tuple(places)
+    searched = ("PATH",) + tuple(places)
+    for value, source in ((explicit, "--nsys"), (env.get(NSYS_ENV), f"${NSYS_ENV}")):
+        if value:
+            bare = os.sep not in value and shutil.which(value, path=env.get("PATH", ""))
+            path = Path(bare or value).expanduser()
+            ok = path.is_file() and os.access(path, os.X_OK)
+            return NsysLocation(path if ok else None, source if ok else "", (f"{source} {value}",))
+    on_path = shutil.which("nsys", path=env.get("PATH", ""))
+    if on_path:
+        return NsysLocation(Path(on_path), "PATH", searched)
+    for pattern in places:
+        for candidate in sorted(glob.glob(pattern), key=_version_key, reverse=True):
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                return NsysLocation(Path(candidate), "standard place", searched)
+    return NsysLocation(None, "", searched)
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    # "2025.3.1" sorts after "2024.10.2": compare the numbers, not the text.
+    return tuple(int(n) for n in re.findall(r"\d+", path))
+
+
+def missing_message(location: NsysLocation) -> str:
+    """One line: where nsys was looked for and how to get it."""
+    if location.searched and location.searched[0].startswith(("--nsys", "$")):
+        return f"nsys not found: {location.searched[0]} is not an executable file"
+    places = _folders(location.searched[1:])
+    where = "on PATH and in " + ", ".join(places) if places else "on PATH"
+    return f"nsys not found (looked {where}); {INSTALL_HINT}: {location.path_fix()}"
+
+
+def _folders(patterns: Sequence[str]) -> list[str]:
+    return [p.rsplit("/", 1)[0] for p in patterns]
+
+
+def off_path_note(location: NsysLocation) -> str | None:
+    """A note when nsys was found in a standard place but a shell would not run it; None otherwise."""
+    if location.source != "standard place":
+        return None
+    return f"nsys is not on PATH; using {location.path} (to make it permanent: {location.path_fix()})"
+
+
+def nsys_version(nsys: Path, timeout: float = 60) -> str:
+    """``nsys --version`` as a version string (``2025.3.2.474-...``); raises OSError when it cannot run."""
+    try:
+        proc = subprocess.run([str(nsys), "--version"], capture_output=True, text=True, timeout=timeout,
+                              errors="replace")
+    except subprocess.TimeoutExpired:
+        raise OSError(f"`{nsys} --version` did not answer within {timeout:.0f} s") from None
+    text = (proc.stdout + proc.stderr).strip()
+    if proc.returncode != 0:
+        last = text.splitlines()[-1] if text else "no output"
+        raise OSError(f"`{nsys} --version` failed with exit code {proc.returncode}: {last}")
+    match = re.search(r"version\s+(\S+)", text)
+    return match.group(1) if match else (text.splitlines()[0] if text else "unknown")
+
+
+def importer_path(nsys: Path) -> Path | None:
+    """The QdstrmImporter that turns nsys's raw recording into a report, found beside the nsys install."""
+    real = nsys.resolve()
+    for folder in (real.parent, *real.parents[:3]):
+        for candidate in [folder / "QdstrmImporter", *sorted(folder.glob("host-linux-*/QdstrmImporter"))]:
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def missing_libraries(binary: Path, environ: Mapping[str, str] | None = None, timeout: float = 30) -> list[str] | None:
+    """Shared libraries ``binary`` needs that the loader cannot find (``ldd``); None when ldd cannot tell.
+
+    This is how a capture that records fine but never becomes a report shows up before it is run:
+    on hosts without libdw the importer cannot start, and nsys leaves only a ``.qdstrm`` behind.
+    """
+    ldd = shutil.which("ldd")
+    if ldd is None:
+        return None
+    try:
+        proc = subprocess.run([ldd, str(binary)], capture_output=True, text=True, timeout=timeout, errors="replace",
+                              env=dict(os.environ if environ is None else environ))
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_ldd(proc.stdout) if proc.returncode == 0 else None
+
+
+def parse_ldd(text: str) -> list[str]:
+    """The library names ``ldd`` reports as ``not found``."""
+    return [line.split("=>")[0].strip() for line in text.splitlines() if "not found" in line and "=>" in line]
+
+
+def importer_problem(nsys: Path, environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """(what is wrong, the fix) when nsys's importer misses shared libraries; None when fine or unknown."""
+    importer = importer_path(nsys)
+    missing = missing_libraries(importer, environ) if importer else None
+    if not missing:
+        return None
+    problem = (f"nsys's importer {importer} cannot load {', '.join(missing)}: a capture would record but never "
+               "become a report (nsys leaves only a .qdstrm)")
+    packages = ("Debian/Ubuntu: `sudo apt-get install libdw1 libelf1`; RHEL/Fedora: `sudo dnf install elfutils-libs`"
+                if any(lib.startswith(("libdw", "libelf")) for lib in missing) else "install the packages that hold them")
+    return problem, f"{packages}; or put a folder holding them on LD_LIBRARY_PATH"
+

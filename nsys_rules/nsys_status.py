@@ -1,0 +1,107 @@
+"""``nsys status -e`` read line by line, each failed check explained with its fix.
+
+Two layouts exist. Up to about 2022 nsys printed ``Sampling Environment Check`` with a verdict
+on most lines (``Linux Kernel Paranoid Level = 1: OK``); later versions print ``CPU Profiling
+Environment Check`` with the paranoid level as a bare number and separate process-tree and
+system-wide verdicts. Every one of these checks concerns CPU sampling and context-switch
+tracing: CUDA and NVTX tracing (what ``nsys-rules profile`` captures by default) work without
+them, so a failure here is a warning, not a reason to give up.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: The highest perf_event_paranoid at which nsys can still sample the processes it launches.
+MAX_PARANOID = 2
+
+_PARANOID_FIX = (f"sudo sysctl -w kernel.perf_event_paranoid={MAX_PARANOID} (to keep it: echo "
+                 f"kernel.perf_event_paranoid={MAX_PARANOID} | sudo tee /etc/sysctl.d/99-nsys.conf; "
+                 "in a container, on the host)")
+_SILENCE = "or add --nsys-arg=--sample=none --nsys-arg=--cpuctxsw=none to capture without CPU sampling"
+
+
+@dataclass(frozen=True)
+class StatusLine:
+    """One ``key = value: verdict`` or ``key: verdict`` line of ``nsys status -e``."""
+
+    key: str
+    value: str
+    verdict: str  # "OK", "Fail", "Available", "Not Available", "Yes", "No" or "" (none printed)
+
+
+@dataclass(frozen=True)
+class Explained:
+    """A check that is not fine: ``level`` "warn" or "info", what it means, and the fix."""
+
+    line: StatusLine
+    level: str
+    meaning: str
+    fix: str = ""
+
+
+_VERDICTS = ("Not Available", "Available", "OK", "Fail", "Yes", "No", "enabled", "disabled")
+_WITH_VALUE = re.compile(r"(?P<key>[^=:]+?)\s*=\s*(?P<value>.*?)(?::\s*(?P<verdict>" + "|".join(_VERDICTS) + r"))?")
+_WITH_VERDICT = re.compile(r"(?P<key>[^=]+?):\s*(?P<verdict>.+)")
+
+
+def parse_status(text: str) -> list[StatusLine]:
+    """The check lines of ``nsys status -e`` output (headers and prose are left out)."""
+    lines = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        match = _WITH_VALUE.fullmatch(line)
+        if match:
+            lines.append(StatusLine(match["key"], match["value"], match["verdict"] or ""))
+            continue
+        match = _WITH_VERDICT.fullmatch(line)
+        if match and not line.startswith(("See ", "http")) and len(match["verdict"].split()) <= 3:
+            lines.append(StatusLine(match["key"], "", match["verdict"].strip()))
+    return lines
+
+
+def explain(line: StatusLine) -> Explained | None:
+    """What a failed or notable check means for profiling, and how to fix it; None when it is fine."""
+    key = line.key.lower()
+    failed = line.verdict in ("Fail", "No")
+    if key.startswith("linux kernel paranoid level"):
+        level = _int(line.value)
+        if line.verdict == "Fail" or (level is not None and level > MAX_PARANOID):
+            return Explained(line, "warn", f"perf_event_paranoid is {line.value}: nsys cannot sample CPU call stacks "
+                             f"or trace context switches (it needs {MAX_PARANOID} or less); CUDA and NVTX tracing "
+                             "still work", f"{_PARANOID_FIX}; {_SILENCE}")
+        return None
+    if key.startswith("linux perf_event_open") and failed:
+        return Explained(line, "warn", "the kernel refuses perf_event_open (the paranoid level, a container's seccomp "
+                         "profile, or a sandbox such as gVisor): no CPU sampling", "lower perf_event_paranoid "
+                         f"({_PARANOID_FIX}); in Docker add --cap-add=SYS_ADMIN; {_SILENCE}")
+    if key.startswith("sampling trigger event") and failed:
+        return Explained(line, "warn", "no perf event can trigger CPU samples (common in virtual machines without "
+                         "a virtual PMU)", f"profile on bare metal or a VM that exposes the PMU; {_SILENCE}")
+    if "last branch record" in key and line.verdict == "Not Available":
+        return Explained(line, "info", "no Intel LBR: nsys takes CPU call stacks from frame pointers or DWARF "
+                         "instead (--backtrace=fp or dwarf); nothing to fix")
+    if key.startswith("cpu profiling environment (system-wide)") and failed:
+        return Explained(line, "info", "system-wide CPU sampling needs root; only --sample=system-wide uses it")
+    if (key.startswith("cpu profiling environment") or key.startswith("sampling environment")) and failed:
+        return Explained(line, "warn", "CPU sampling of the profiled program is unavailable (see the checks above); "
+                         "CUDA and NVTX tracing still work", f"fix the checks above, {_SILENCE}")
+    if key.startswith("linux kernel version") and failed:
+        return Explained(line, "warn", f"kernel {line.value} is too old for nsys's CPU sampling",
+                         f"a newer kernel (4.3 or later); {_SILENCE}")
+    if key.startswith("timestamp counter") and failed:
+        return Explained(line, "info", "no usable CPU timestamp counter: nsys falls back to a slower clock source")
+    if key.startswith("root privilege"):
+        return None
+    if failed:
+        return Explained(line, "warn", "nsys reports this check failed", "see the System Requirements of the "
+                         "Nsight Systems Installation Guide (https://docs.nvidia.com/nsight-systems/)")
+    return None
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None

@@ -1,0 +1,135 @@
+"""``nsys-rules doctor`` against fake nsys, nvidia-smi and ldd on a private PATH."""
+
+from __future__ import annotations
+
+import pytest
+
+from nsys_rules import nsys_locate
+from nsys_rules.cli import main
+from nsys_rules.commands import doctor
+from nsys_rules.nsys_locate import NsysLocation
+from tests.cli.fake_tools import FakeTools, tools
+
+FAILING_STATUS = """Timestamp counter supported: Yes
+
+CPU Profiling Environment Check
+Root privilege: disabled
+Linux Kernel Paranoid Level = 4
+Linux Distribution = Ubuntu
+Linux Kernel Version = 6.8.0-45-generic: OK
+Linux perf_event_open syscall available: Fail
+Sampling trigger event available: Fail
+Intel(c) Last Branch Record support: Not Available
+CPU Profiling Environment (process-tree): Fail
+CPU Profiling Environment (system-wide): Fail
+
+See the product documentation at https://docs.nvidia.com/nsight-systems for more information,
+including information on how to set the Linux Kernel Paranoid Level.
+"""
+
+REAL_PLACES = nsys_locate.STANDARD_PLACES
+H200_SMI = "import sys\nprint('0, NVIDIA H200, 580.159.03, 143771')\n"
+
+
+def flat(text: str) -> str:
+    """The output with its wrapping undone (single spaces), for phrases that may cross a line end."""
+    return " ".join(text.split())
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch) -> FakeTools:
+    return tools(tmp_path, monkeypatch)
+
+
+def test_without_nsys_one_screen_with_where_it_looked_and_the_fix(tmp_path, monkeypatch, capsys):
+    tools(tmp_path, monkeypatch, with_nsys=False)
+    # The real list of places, moved under tmp_path (so an nsys installed here cannot be found), all shown.
+    monkeypatch.setattr(nsys_locate, "STANDARD_PLACES", tuple(str(tmp_path / p.lstrip("/")) for p in REAL_PLACES))
+    rc = main(["doctor"])
+    out, err = capsys.readouterr()
+    assert rc == 3 and err == ""
+    lines = out.splitlines()
+    assert len(lines) <= 20
+    assert lines[0].startswith("FAIL  nsys        not found on PATH nor in")
+    assert f"{tmp_path}/opt/nvidia/nsight-compute/*/host/target-linux-*" in out
+    assert "export PATH=/opt/nvidia/nsight-systems/<version>/bin:$PATH" in [x.strip() for x in lines]  # whole
+    assert flat("warn  GPU         nvidia-smi not found") in flat(out)
+    assert lines[-1] == "verdict: profiling cannot work here (nsys): exit 3"
+    # With the real places (not under tmp_path): one screen, 100 columns.
+    text = doctor.render(doctor.nsys_items(NsysLocation(None, "", ("PATH", *REAL_PLACES))))
+    assert len(text.splitlines()) <= 12 and max(len(line) for line in text.splitlines()) <= 100
+
+
+def test_failed_status_checks_are_explained_with_their_fix(fake, capsys, monkeypatch, tmp_path):
+    status = tmp_path / "status.txt"
+    status.write_text(FAILING_STATUS)
+    monkeypatch.setenv("FAKE_NSYS_STATUS", str(status))
+    fake.add_script("nvidia-smi", H200_SMI)
+    rc = main(["doctor"])
+    out = capsys.readouterr().out
+    assert rc == 0, out  # CPU sampling is off, but CUDA and NVTX tracing work: profiling can work
+    assert f"ok    nsys        {fake.nsys} (on PATH)" in out
+    assert flat("ok    version     2025.3.2.474-253236389321v0") in flat(out)
+    assert flat("warn  status -e   Linux Kernel Paranoid Level = 4: perf_event_paranoid is 4") in flat(out)
+    assert flat("fix: sudo sysctl -w kernel.perf_event_paranoid=2") in flat(out)
+    assert "Linux perf_event_open syscall available: Fail: the kernel refuses perf_event_open" in flat(out)
+    assert "--cap-add=SYS_ADMIN" in out and "--sample=none" in out
+    assert flat("info  status -e   Intel(c) Last Branch Record support: Not Available") in flat(out)
+    assert flat("info  status -e   10 checks read: CPU sampling is limited; CUDA and NVTX tracing work") in flat(out)
+    assert flat("ok    GPU 0       NVIDIA H200, driver 580.159.03, 143771 MiB") in flat(out)
+    assert out.rstrip().endswith("verdict: profiling can work here")
+
+
+def test_passing_status_and_environment_warnings(fake, capsys, monkeypatch):
+    monkeypatch.setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")
+    rc = main(["doctor"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert flat("ok    status -e   10 checks read: CPU sampling works") in flat(out)
+    assert flat("info  status -e   CPU Profiling Environment (system-wide): Fail: system-wide CPU sampling needs "
+                "root") in flat(out)
+    assert flat("warn  environment PYTORCH_NO_CUDA_MEMORY_CACHING=1 is set") in flat(out)
+
+
+def test_nvidia_smi_that_cannot_reach_the_driver_fails(fake, capsys):
+    fake.add_script("nvidia-smi", "import sys\nprint('NVIDIA-SMI has failed because it couldn\\'t communicate with "
+                                  "the NVIDIA driver.')\nsys.exit(9)\n")
+    rc = main(["doctor"])
+    out = capsys.readouterr().out
+    assert rc == 3
+    assert flat("FAIL  GPU         nvidia-smi cannot reach the driver: NVIDIA-SMI has failed") in flat(out)
+    assert "verdict: profiling cannot work here (GPU): exit 3" in out
+
+
+def test_importer_missing_libdw_fails_and_profile_warns(fake, capsys, tmp_path):
+    # An install laid out as nsys ships: target-linux-x64/nsys beside host-linux-x64/QdstrmImporter.
+    root = tmp_path / "nsight"
+    nsys = fake.install_nsys(root / "target-linux-x64")
+    fake.add_script("QdstrmImporter", "pass\n", root / "host-linux-x64")
+    fake.add_script("ldd", "import sys\nprint('\\tlinux-vdso.so.1 (0x00007ffc)')\n"
+                           "print('\\tlibdw.so.1 => not found')\nprint('\\tlibc.so.6 => /lib/libc.so.6 (0x7f)')\n")
+    rc = main(["doctor", "--nsys", str(nsys)])
+    out = capsys.readouterr().out
+    assert rc == 3
+    importer = root / "host-linux-x64" / "QdstrmImporter"
+    assert flat(f"FAIL importer nsys's importer {importer} cannot load libdw.so.1") in flat(out)
+    assert "sudo apt-get install libdw1 libelf1" in flat(out) and "LD_LIBRARY_PATH" in out
+    assert flat(f"ok    nsys        {nsys} (from --nsys)") in flat(out)
+    rc = main(["profile", "--dry-run", "--nsys", str(nsys), "--", "python3", "x.py"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "warning: nsys's importer" in err and "cannot load libdw.so.1" in err
+
+
+def test_explicit_nsys_that_does_not_exist(fake, capsys, tmp_path):
+    rc = main(["doctor", "--nsys", str(tmp_path / "nope" / "nsys")])
+    out = capsys.readouterr().out
+    assert rc == 3 and f"--nsys {tmp_path}/nope/nsys is not an executable file" in flat(out)
+
+
+def test_nsys_that_does_not_run(fake, capsys):
+    fake.add_script("nsys", "import sys\nprint('error while loading shared libraries: libQt6Core.so.6', "
+                            "file=sys.stderr)\nsys.exit(127)\n")
+    rc = main(["doctor"])
+    out = capsys.readouterr().out
+    assert rc == 3
+    assert flat("FAIL  version     nsys does not run:") in flat(out) and "exit code 127" in out and "libQt6Core" in out

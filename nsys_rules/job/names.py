@@ -1,0 +1,98 @@
+"""Communication kernels by name: the maintained list in ``comm_kernels.toml``, compiled once.
+
+The list is data, not code: a new library's kernels are one ``[[family]]`` entry away. Names
+are judged once per distinct name (a categorical's categories), never once per kernel row.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class CommNames:
+    """The compiled name list: kernel families and the NVTX ranges that wrap communication calls."""
+
+    families: tuple[tuple[str, tuple[re.Pattern[str], ...]], ...]
+    nvtx_domains: tuple[str, ...]
+    nvtx_ranges: tuple[re.Pattern[str], ...]
+
+    def family(self, *names: str) -> str | None:
+        """The family whose pattern matches any of ``names`` (short and demangled name), or None."""
+        for family, patterns in self.families:
+            for name in names:
+                if name and any(p.search(name) for p in patterns):
+                    return family
+        return None
+
+    def is_comm_range(self, name: str) -> bool:
+        """True when an NVTX range called ``name`` wraps a communication call."""
+        return bool(name) and any(p.search(name) for p in self.nvtx_ranges)
+
+
+@lru_cache(maxsize=1)
+def comm_names() -> CommNames:
+    """The shipped list (``nsys_rules/job/comm_kernels.toml``)."""
+    text = resources.files("nsys_rules.job").joinpath("comm_kernels.toml").read_text(encoding="utf-8")
+    return parse_comm_names(text)
+
+
+def parse_comm_names(text: str) -> CommNames:
+    """Compile a list in the ``comm_kernels.toml`` format."""
+    data = tomllib.loads(text)
+    families = tuple((str(f["name"]), tuple(re.compile(p) for p in f["patterns"])) for f in data.get("family", []))
+    nvtx = data.get("nvtx", {})
+    return CommNames(families, tuple(nvtx.get("domains", ())), tuple(re.compile(p) for p in nvtx.get("ranges", ())))
+
+
+def family_per_row(short: pd.Series, full: pd.Series, names: CommNames | None = None) -> np.ndarray:
+    """Family name (object array, None when not communication) of each kernel row.
+
+    ``short`` and ``full`` are the kernels' categorical ``short_name`` and ``name`` columns.
+    """
+    names = names or comm_names()
+    short_codes, short_cats = _codes(short)
+    full_codes, full_cats = _codes(full)
+    # One judgement per distinct (short, full) pair: a million kernels carry a few hundred names.
+    pair = short_codes.astype(np.int64) * (len(full_cats) + 1) + (full_codes + 1)
+    uniq, inverse = np.unique(pair, return_inverse=True)
+    judged = np.empty(len(uniq), dtype=object)
+    for i, key in enumerate(uniq):
+        s, f = divmod(int(key), len(full_cats) + 1)
+        judged[i] = names.family(_label(short_cats, s), _label(full_cats, f - 1))
+    return judged[inverse] if len(pair) else np.empty(0, dtype=object)
+
+
+def display_names(short: pd.Series, full: pd.Series) -> np.ndarray:
+    """The name a collective is keyed and shown by: the short name, else the demangled one."""
+    short_obj = short.astype(object).to_numpy()
+    full_obj = full.astype(object).to_numpy()
+    return np.where(pd.isna(short_obj) | (short_obj == ""), full_obj, short_obj)
+
+
+def _codes(series: pd.Series) -> tuple[np.ndarray, list[str]]:
+    cat = series if isinstance(series.dtype, pd.CategoricalDtype) else series.astype("category")
+    return cat.cat.codes.to_numpy(), [str(c) for c in cat.cat.categories]
+
+
+def _label(categories: list[str], code: int) -> str:
+    return categories[code] if 0 <= code < len(categories) else ""
+
+
+def matching(names: Iterable[str], patterns: Iterable[re.Pattern[str]]) -> set[str]:
+    """The subset of ``names`` that any pattern matches."""
+    pats = tuple(patterns)
+    return {n for n in names if any(p.search(n) for p in pats)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -57,11 +58,14 @@ def others_median(values: np.ndarray) -> np.ndarray:
     """(C, R): for each row and rank, the median of the *other* ranks' values."""
     n = values.shape[1]
     if n > EXACT_OTHERS_UP_TO:
-        return np.repeat(np.nanmedian(values, axis=1, keepdims=True), n, axis=1)
-    out = np.empty_like(values, dtype=float)
-    for r in range(n):
-        with np.errstate(all="ignore"):
-            out[:, r] = np.nanmedian(np.delete(values, r, axis=1), axis=1) if n > 1 else np.nan
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.repeat(np.nanmedian(values, axis=1, keepdims=True), n, axis=1)
+    out = np.full(values.shape, np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a row where the others have no value stays NaN
+        for r in range(n if n > 1 else 0):
+            out[:, r] = np.nanmedian(np.delete(values, r, axis=1), axis=1)
     return out
 
 

@@ -25,11 +25,11 @@ class Options:
 
     min_collectives: int = field(default=5, metadata={
         "help": "collectives where every rank meets needed before arrivals are judged"})
-    min_last_share: float = field(default=0.5, metadata={
-        "help": "the straggler arrives last at more than this share (0-1) of those collectives"})
+    min_held_share: float = field(default=0.5, metadata={
+        "help": "the straggler causes at least this share (0-1) of all the waiting at those collectives"})
     significance: float = field(default=2.5, metadata={
-        "help": "its delay behind the other ranks' median arrival, as a signed-rank z score, must reach this "
-                "(2.5: about 0.6 % chance under a random arrival order)"})
+        "help": "z score one of two tests must reach: its arrivals against the others' (signed-rank), or its share of "
+                "the waiting against a random order of arrival (2.5: about 0.6 % chance each under random jitter)"})
     min_share: float = field(default=0.01, metadata={
         "help": "report when the time it holds the others up is at least this share (0-1) of the steps' time"})
     warn_share: float = field(default=0.05, metadata={
@@ -43,8 +43,10 @@ class Straggling:
     col: int  # column of the rank in the job's arrays
     last: int  # collectives it arrived last at
     judged: int  # collectives judged (every rank present)
-    held: np.ndarray  # (C,) time it held the others up at each collective (0 where it was not last)
-    delay_z: float  # its delay behind the others' median arrival, as a signed-rank z score
+    held: np.ndarray  # (C,) time it held the others up at each collective inside a step (0 elsewhere)
+    held_share: float  # its share of all the waiting (0-1)
+    arrival_z: float  # its delay behind the others' median arrival, as a signed-rank z score
+    held_z: float  # its share of the waiting against a random order of arrival, as a z score
     excess: dict[str, float]  # cause -> time more than the other ranks' median, summed over its late collectives
 
 
@@ -56,26 +58,50 @@ def arrivals(start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order[:, -1], ordered[:, -1] - ordered[:, -2]
 
 
+def held_z(lateness: np.ndarray, last: np.ndarray, col: int, ranks: int) -> float:
+    """z score of rank ``col``'s share of the waiting if the last rank were drawn at random at each collective.
+
+    Under that null each collective's lateness L goes to the rank with probability 1/R: the
+    expected total is sum(L)/R, the variance sum(L^2)(1/R)(1 - 1/R). Large lateness weighs
+    more, so a rank late by milliseconds at a few collectives stands out from microsecond jitter.
+    """
+    expected = float(lateness.sum()) / ranks
+    variance = float((lateness.astype(float) ** 2).sum()) * (1 / ranks) * (1 - 1 / ranks)
+    held = float(lateness[last == col].sum())
+    if variance <= 0:
+        return float("inf") if held > expected else 0.0
+    return (held - expected) / float(np.sqrt(variance))
+
+
 def find_straggler(job: Job, opts: Options) -> Straggling | None:
-    """The rank that arrives last at most collectives, when its delay is beyond noise; else None."""
+    """The rank that holds the others up most, when that is beyond noise; else None.
+
+    It arrives last at most collectives (a signed-rank test of its arrivals against the other
+    ranks' median) or is late by far more than the jitter at some of them (its share of the
+    waiting against a random order of arrival); either test must reach ``significance``.
+    """
     rows = full_rows(job)
     if rows.sum() < opts.min_collectives:
         return None
     start = job.start[rows]
     last, lateness = arrivals(start)
+    held_by = np.bincount(last, weights=lateness, minlength=job.size)
     counts = np.bincount(last, minlength=job.size)
-    col = int(np.argmax(counts))
-    if counts[col] <= opts.min_last_share * len(last):
+    col = int(np.lexsort((counts, held_by))[-1])
+    share = float(held_by[col] / held_by.sum()) if held_by.sum() > 0 else 0.0
+    if share < opts.min_held_share:
         return None
-    delay = start[:, col] - others_median(start)[:, col]
-    z = signed_rank_z(delay)
-    if z < opts.significance:
+    arrival_z = signed_rank_z(start[:, col] - others_median(start)[:, col])
+    weighted_z = held_z(lateness, last, col, job.size)
+    if max(arrival_z, weighted_z) < opts.significance:
         return None
     held = np.zeros(job.rows.count)
     held[np.flatnonzero(rows)[last == col]] = lateness[last == col]
+    held[job.steps.step_of(np.arange(job.rows.count)) < 0] = 0  # per step: only collectives inside the steps
     mine = np.zeros(job.rows.count, bool)
     mine[np.flatnonzero(rows)[last == col]] = True
-    return Straggling(col, int(counts[col]), int(len(last)), held, z, what_instead(job, mine, col))
+    return Straggling(col, int(counts[col]), int(len(last)), held, share, arrival_z, weighted_z,
+                      what_instead(job, mine, col))
 
 
 def what_instead(job: Job, rows: np.ndarray, col: int) -> dict[str, float]:
@@ -109,11 +135,15 @@ class RankStraggler(JobRule):
     """One rank arrives last at most collectives: every other rank waits for it.
 
     What it detects: in a job of several ranks (one trace per rank, or several processes and
-    GPUs in one trace), the rank whose communication kernels start last at more than
-    `min_last_share` of the collectives where all ranks meet, with a delay behind the other
-    ranks' median arrival that a signed-rank test puts at `significance` (z) above zero: random
-    jitter, where each rank is sometimes last, does not pass. Arrivals are compared on one clock: the
-    traces' session start times, corrected from the collectives themselves when they disagree.
+    GPUs in one trace), the rank whose communication kernels start last and so hold the others
+    up: at each collective where all ranks meet, the last rank holds the others up by the gap to
+    the next-to-last arrival. The straggler causes at least `min_held_share` of all that waiting
+    and is beyond noise by one of two tests reaching `significance` (z): it arrives last at most
+    collectives (a signed-rank test of its arrivals against the other ranks' median), or it is
+    late by far more than the jitter at some of them (its share of the waiting against a random
+    order of arrival). Random jitter, where each rank is sometimes last, passes neither.
+    Arrivals are compared on one clock: the traces' session start times, corrected from the
+    collectives themselves when they disagree.
     Why it hurts: a collective completes only when the last rank arrives; every other rank's
     communication kernel spins on its GPU until then. The straggler's delay is paid by the
     whole job at every such collective, so one slow rank sets the step time of all of them.
@@ -129,7 +159,7 @@ class RankStraggler(JobRule):
     host work (logging, checkpointing, evaluation on rank 0, data loading) off the step or
     give it more loader workers when it stalls; remove its host syncs or allocations when those
     grew. Compare its trace with another rank's with `nsys-rules diff`.
-    Options: `min_collectives`, `min_last_share`, `significance`, `min_share`, `warn_share`.
+    Options: `min_collectives`, `min_held_share`, `significance`, `min_share`, `warn_share`.
     Requires: the kernel table of every rank with communication kernels (NCCL, the custom
     all-reduce kernels of vLLM/SGLang/TensorRT-LLM, or any kernel that ends together on every
     rank); the API table for sync and allocation time; `TARGET_INFO_SESSION_START_TIME` to put
@@ -171,7 +201,9 @@ class RankStraggler(JobRule):
             "held_up_per_step": metric(held_total / steps, "ns"),
             "steps": metric(job.steps.count, "count"),
             "step_time": metric(total_time / steps, "ns"),
-            "delay_significance": metric(found.delay_z, "ratio"),
+            "held_share": metric(100.0 * found.held_share, "%"),
+            "arrival_z": metric(found.arrival_z, "ratio"),
+            "held_z": metric(min(found.held_z, 1e6), "ratio"),
             "residual_clock_skew": metric(job.clock.residual_skew_ns, "ns"),
         }
         for c in CAUSES:

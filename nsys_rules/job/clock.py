@@ -41,17 +41,20 @@ class Clock:
         return float(finite.max()) if len(finite) else 0.0
 
 
-def session_offsets(bases: list[int], session_starts: list[int | None]) -> tuple[np.ndarray, list[str]]:
-    """Per rank, its session start minus the earliest one (0 for all when any trace lacks it)."""
+def session_offsets(bases: list[int], session_starts: list[int | None]) -> tuple[np.ndarray, list[str], bool]:
+    """Per rank, its session start minus the earliest one; notes; and whether that is a real clock.
+
+    One trace is one clock (True); traces without ``TARGET_INFO_SESSION_START_TIME`` get 0 and False.
+    """
     notes: list[str] = []
     known = [s for s in session_starts if s is not None]
     if len(set(bases)) == 1:
-        return np.zeros(len(bases), np.int64), notes
+        return np.zeros(len(bases), np.int64), notes, True
     if len(known) < len(session_starts):
         notes.append("some traces lack TARGET_INFO_SESSION_START_TIME: their clocks come from the collectives alone")
-        return np.zeros(len(bases), np.int64), notes
+        return np.zeros(len(bases), np.int64), notes, False
     origin = min(known)
-    return np.array([int(s) - origin for s in known], np.int64), notes  # type: ignore[operator]
+    return np.array([int(s) - origin for s in known], np.int64), notes, True
 
 
 def align(bases: list[int], session: np.ndarray, end: np.ndarray, trusted: np.ndarray | None = None) -> Clock:

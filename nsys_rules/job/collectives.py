@@ -6,10 +6,12 @@ by kernel name (and, when a name runs on several streams of a rank, by the strea
 first use: one communicator per stream). When the counts differ (a capture window cut at
 another moment on each rank), the shift that lines the sequences up best is searched.
 
-Behaviour: a kernel missing from the name list is communication when, matched across ranks,
-its instances start at different times but end together: waiting for the last rank to arrive
-is what makes a collective, and no compute kernel ends in step on every rank while starting
-apart.
+Behaviour: a kernel missing from the name list is communication when, matched across ranks
+on the job's clock, its instances start at different times but end together: waiting for the
+last rank to arrive is what makes a collective, and no compute kernel ends in step on every
+rank while starting apart. The clock must come from elsewhere (one trace, the session clocks,
+or named collectives): fitted to the candidate's own ends, any rank whose instances run longer
+would look like a rank whose clock is off.
 """
 
 from __future__ import annotations
@@ -107,14 +109,18 @@ def _best_shift(ref_end: np.ndarray, other_end: np.ndarray) -> int:
 
 
 def behaviour_confirmed(ranks: list[RankData], rows: Rows, keys_per_rank: list[np.ndarray],
-                        approx_offset: np.ndarray) -> set[str]:
-    """Keys of behaviour candidates that start apart but end together on every rank that has them."""
+                        offset: np.ndarray) -> set[str]:
+    """Keys of behaviour candidates that start apart but end together on every rank that has them.
+
+    ``offset[r]`` puts rank r on the job clock (see the module docstring for why it may not come
+    from the candidates themselves).
+    """
     confirmed: set[str] = set()
     candidate_keys = {str(k) for r, keys in enumerate(keys_per_rank) for k, fam in zip(
         keys, _families(ranks[r]), strict=True) if fam == BEHAVIOUR}
     for key in sorted(candidate_keys):
         sel = rows.index[rows.key == rows.keys.index(key)] if key in rows.keys else np.zeros((0, len(ranks)), np.int64)
-        start, end = _times(ranks, sel, approx_offset)
+        start, end = _times(ranks, sel, offset)
         both = (~np.isnan(end)).sum(axis=0) >= MIN_BEHAVIOUR_MATCHES
         if both.sum() < 2:
             continue
@@ -123,9 +129,6 @@ def behaviour_confirmed(ranks: list[RankData], rows: Rows, keys_per_rank: list[n
         if full.sum() < MIN_BEHAVIOUR_MATCHES:
             continue
         start, end = start[full], end[full]
-        # Each rank's own clock offset from the ends themselves: what is left is the real spread.
-        shift = np.median(end - end[:, :1], axis=0)
-        start, end = start - shift, end - shift
         start_spread = float(np.median(start.max(axis=1) - start.min(axis=1)))
         end_spread = float(np.median(end.max(axis=1) - end.min(axis=1)))
         if start_spread >= MIN_START_SPREAD_NS and end_spread <= MAX_END_TO_START_SPREAD * start_spread:

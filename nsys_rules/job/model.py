@@ -98,11 +98,24 @@ def build_job(data: list[RankData]) -> Job:
     data = [data[i] for i in order]
     ranks = [RankInfo(numbers[i], data[j].trace, data[j].pid, data[j].device, sources[i]) for j, i in enumerate(order)]
     bases = [d.trace_index for d in data]
-    session, notes = clocks.session_offsets(bases, [d.session_start_ns for d in data])
+    session, notes, session_known = clocks.session_offsets(bases, [d.session_start_ns for d in data])
 
     keys = [instance_keys(d) for d in data]
     rows = match(data, keys, session)
-    confirmed = behaviour_confirmed(data, rows, keys, session) if len(data) > 1 else set()
+    confirmed: set[str] = set()
+    if len(data) > 1:
+        # The behaviour test needs a clock that does not come from the candidates: the session
+        # clocks (or one trace), checked and corrected with the named collectives.
+        family = {str(k): str(f) for d, ks in zip(data, keys, strict=True) for k, f in zip(
+            ks, np.asarray(d.families, dtype=object)[d.code] if d.instances else [], strict=True)}
+        named = np.array([family.get(rows.keys[k]) != BEHAVIOUR for k in rows.key], bool)
+        local_end = times(data, rows, np.zeros(len(data), np.int64))[1]
+        trusted = _coherent(rows, local_end, session) & named
+        if session_known or trusted.any():
+            first = clocks.align(bases, session, local_end[named], trusted[named] if trusted.any() else None)
+            confirmed = behaviour_confirmed(data, rows, keys, first.offset)
+        else:
+            notes.append("no session clocks and no named collectives: kernels were not tested for collective behaviour")
     families: dict[str, str] = {}
     for i, (d, k) in enumerate(zip(data, keys, strict=True)):
         fam = np.asarray(d.families, dtype=object)[d.code] if d.instances else np.empty(0, dtype=object)

@@ -49,15 +49,15 @@ class JobSteps:
 def collective_period(sequence: np.ndarray, agreement: float = PERIOD_AGREEMENT) -> int:
     """The shortest period p with ``sequence[i] == sequence[i + p]`` for ``agreement`` of positions.
 
-    1 when every collective is the same one (each is a step); the whole length when nothing
-    repeats (one step, which leaves nothing to compare).
+    1 when every collective is the same one (each is a step), and when nothing repeats (then
+    every collective is still a point where all ranks meet).
     """
     n = len(sequence)
     for p in range(1, n // 2 + 1):
         same = sequence[p:] == sequence[:-p]
         if len(same) and float(same.mean()) >= agreement:
             return p
-    return max(1, n)
+    return 1
 
 
 def job_steps(key_sequence: np.ndarray) -> JobSteps:

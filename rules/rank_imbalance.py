@@ -21,7 +21,7 @@ class Options:
     """Options of rank-imbalance."""
 
     min_excess: float = field(default=0.05, metadata={
-        "help": "report when the busiest rank's GPU time (or step time) per step exceeds the median rank's by this share"})
+        "help": "report when the busiest rank's GPU time (or step time) per step exceeds the other ranks' median by this share"})
     warn_excess: float = field(default=0.15, metadata={"help": "that excess (share) from which the finding is a warning"})
     significance: float = field(default=3.0, metadata={
         "help": "the per-step excess must be this many standard errors above zero (noise guard)"})
@@ -36,23 +36,27 @@ class Imbalance:
     busiest: int  # column
     lightest: int
     per_rank: np.ndarray  # (R,) mean per step
-    excess: float  # busiest minus the median rank, per step (ns)
+    reference: float  # the other ranks' median, per step (ns)
+    excess: float  # busiest minus that reference, per step (ns)
+    balanced_gain: float  # busiest minus the mean of all ranks, per step: what an even split of the work saves
     significance: float
 
 
 # -- pure functions --------------------------------------------------------------------------
 def imbalance(per_step: np.ndarray, measure: str) -> Imbalance | None:
-    """The busiest rank of a (steps, ranks) measure against the median rank; None when it cannot be judged."""
+    """The busiest rank of a (steps, ranks) measure against the other ranks; None when it cannot be judged."""
     usable = ~np.isnan(per_step).any(axis=1)
     values = per_step[usable]
     if len(values) < 2 or values.shape[1] < 2:
         return None
     mean = values.mean(axis=0)
     busiest, lightest = int(np.argmax(mean)), int(np.argmin(mean))
-    median = float(np.median(mean))
-    # Per step, the busiest rank against that step's median rank: a real imbalance repeats step after step.
-    excess_per_step = values[:, busiest] - np.median(values, axis=1)
-    return Imbalance(measure, busiest, lightest, mean, float(mean[busiest] - median), t_statistic(excess_per_step))
+    others = np.delete(values, busiest, axis=1)
+    reference = float(np.median(others.mean(axis=0)))
+    # Per step, the busiest rank against that step's other ranks: a real imbalance repeats step after step.
+    excess_per_step = values[:, busiest] - np.median(others, axis=1)
+    return Imbalance(measure, busiest, lightest, mean, reference, float(mean[busiest] - reference),
+                     float(mean[busiest] - mean.mean()), t_statistic(excess_per_step))
 
 
 def judged(job: Job) -> list[Imbalance]:
@@ -66,7 +70,7 @@ def judged(job: Job) -> list[Imbalance]:
 
 
 def kernel_differences(job: Job, busiest: int, limit: int = 3) -> list[tuple[str, float]]:
-    """Kernels where the busiest rank spends most more time than the median rank (whole capture), largest first."""
+    """Kernels where the busiest rank spends most more time than the other ranks' median (whole capture), largest first."""
     names = set(job.data[busiest].top_kernels)
     rows = []
     for name in names:
@@ -83,16 +87,17 @@ class RankImbalance(JobRule):
 
     What it detects: per step (steps cut at the job's repeating collectives), each rank's GPU
     compute time (kernels other than communication) and its own step time; the busiest rank
-    against the median rank, when its excess is at least `min_excess` of the median and repeats
-    step after step (`significance` standard errors above zero, so jitter does not count).
+    against the others' median (with two ranks, the other one), when its excess is at least
+    `min_excess` of it and repeats step after step (`significance` standard errors above zero,
+    so jitter does not count).
     Why it hurts: ranks meet at every collective, so each step lasts as long as the busiest
     rank's work; the others idle in their communication kernels for the difference. With N
     ranks, the job pays N times the excess in GPU time per step.
-    Evidence: GPU compute time per step of the busiest, median and lightest rank, the excess
-    and its share, the step time, the steps judged, the kernels where the busiest rank spends
-    more than the median rank. `estimated_savings_ns` is the busiest rank's excess over the
-    median per step, times the steps: what balancing the work would take off the step time,
-    bounded by the steps' time.
+    Evidence: GPU compute time per step of the busiest rank, of the others (median) and of the
+    lightest rank, the excess and its share, the step time, the steps judged, the kernels where
+    the busiest rank spends more than the others. `estimated_savings_ns` is the busiest rank's
+    excess over the mean of all ranks per step, times the steps: what an even split of the same
+    work would take off the step time, bounded by the steps' time.
     Next optimizations: balance the work: token-count balanced batches (pack or bucket
     sequences by length), even pipeline stages (layers per stage, the embedding and loss on
     lighter stages), balanced MoE routing (load-balancing loss, expert placement), an even
@@ -115,11 +120,10 @@ class RankImbalance(JobRule):
         need_ranks(job)
         need_steps(job, opts.min_steps)
         for found in judged(job):
-            median = float(np.median(found.per_rank))
-            share = found.excess / median if median > 0 else 0.0
+            share = found.excess / found.reference if found.reference > 0 else 0.0
             if share < opts.min_excess or found.significance < opts.significance:
                 continue
-            yield self._finding(ctx, found, median, share)
+            yield self._finding(ctx, found, found.reference, share)
             return  # one finding per job: the compute imbalance explains the step time when both differ
 
     def _finding(self, ctx: JobContext, found: Imbalance, median: float, share: float) -> Finding:
@@ -134,10 +138,11 @@ class RankImbalance(JobRule):
             "busiest_rank": metric(job.ranks[found.busiest].rank, "count"),
             "lightest_rank": metric(job.ranks[found.lightest].rank, "count"),
             "busiest_per_step": metric(float(found.per_rank[found.busiest]), "ns"),
-            "median_per_step": metric(median, "ns"),
+            "others_median_per_step": metric(median, "ns"),
             "lightest_per_step": metric(float(found.per_rank[found.lightest]), "ns"),
             "excess_per_step": metric(found.excess, "ns"),
             "excess_share": metric(100.0 * share, "%"),
+            "balanced_gain_per_step": metric(found.balanced_gain, "ns"),
             "step_time": metric(step_time, "ns"),
             "steps": metric(steps, "count"),
             "significance": metric(min(found.significance, 1e6), "ratio"),
@@ -146,11 +151,12 @@ class RankImbalance(JobRule):
                        if kernels else "")
         message = (
             f"{found.measure.capitalize()} per step differs across the {job.size} ranks: "
-            f"{rank_label(job, found.busiest)} takes {ms(found.per_rank[found.busiest])}, the median rank "
-            f"{ms(median)} (+{100 * share:.1f} %), {rank_label(job, found.lightest)} "
+            f"{rank_label(job, found.busiest)} takes {ms(found.per_rank[found.busiest])}, the other ranks "
+            f"{ms(median)} (median; +{100 * share:.1f} %), {rank_label(job, found.lightest)} "
             f"{ms(found.per_rank[found.lightest])}, over {steps} steps of {ms(step_time)}; the excess repeats step after "
             f"step ({found.significance:.1f} standard errors), most in steps {step_list(worst)}{kernel_text}. The other "
-            f"ranks wait about {ms(found.excess)} per step for it: {pct(found.excess, step_time):.1f} % of the step.")
+            f"ranks wait about {ms(found.excess)} per step for it ({pct(found.excess, step_time):.1f} % of the step); "
+            f"an even split of the work would take {ms(found.balanced_gain)} off each step.")
         diff = diff_command(job, found.busiest, found.lightest)
         recommendation = (
             f"Balance the work of rank {job.ranks[found.busiest].rank}: token-count balanced batches (pack or bucket "
@@ -159,7 +165,7 @@ class RankImbalance(JobRule):
             + (f" See which kernels differ: `{diff}`." if diff else ""))
         severity = Severity.WARNING if share >= opts.warn_excess else Severity.INFO
         return ctx.finding(message, recommendation, rank=job.ranks[found.busiest].rank, severity=severity,
-                           metrics=metrics, estimated_savings_ns=found.excess * steps)
+                           metrics=metrics, estimated_savings_ns=found.balanced_gain * steps)
 
 
 RULE = RankImbalance

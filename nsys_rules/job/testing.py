@@ -31,7 +31,8 @@ class JobPlan:
     """A simulated job. Times are ns; per-rank dicts map a rank to a value (absent: 0).
 
     Each step on each rank: ``launch_gap`` of GPU idle after the previous all-reduce, the compute
-    kernel (``compute`` plus ``extra_compute[rank]``), then ``stall[rank]`` of GPU idle (a host
+    kernel (``compute`` plus ``extra_compute[rank]``, in the steps ``extra_compute_steps[rank]``,
+    all steps when absent), then ``stall[rank]`` of GPU idle (a host
     stall, in the steps ``stall_steps[rank]``, all steps when absent), then the all-reduce, which starts
     at the rank's arrival and ends ``transfer`` after the last rank's arrival. ``overlap`` plants a
     compute kernel on another stream at the start of each all-reduce (exposed time = duration
@@ -48,6 +49,7 @@ class JobPlan:
     extra_compute: Mapping[int, int] = field(default_factory=dict)
     stall: Mapping[int, int] = field(default_factory=dict)
     stall_steps: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    extra_compute_steps: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     jitter: int = 0
     end_jitter: int = 0
     seed: int = 0
@@ -69,11 +71,12 @@ class Simulated:
     paths: list[Path]
 
 
-def simulate(plan: JobPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Compute start, arrival and all-reduce end per (step, rank), in global ns."""
+def simulate(plan: JobPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Compute start and duration, arrival and all-reduce end per (step, rank), in global ns."""
     rng = np.random.default_rng(plan.seed)
     n, s = plan.ranks, plan.steps
     compute_start = np.zeros((s, n), np.int64)
+    compute = np.zeros((s, n), np.int64)
     arrival = np.zeros((s, n), np.int64)
     end = np.zeros((s, n), np.int64)
     t = 50_000_000  # every rank is up and running 50 ms after the first session start
@@ -81,19 +84,22 @@ def simulate(plan: JobPlan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         for r in range(n):
             stall = plan.stall.get(r, 0) if r not in plan.stall_steps or k in plan.stall_steps[r] else 0
             jitter = int(rng.integers(0, plan.jitter)) if plan.jitter else 0
+            extra = plan.extra_compute.get(r, 0) if r not in plan.extra_compute_steps or k in plan.extra_compute_steps[r] \
+                else 0
             compute_start[k, r] = t + plan.launch_gap
-            arrival[k, r] = compute_start[k, r] + plan.compute + plan.extra_compute.get(r, 0) + stall + jitter
+            compute[k, r] = plan.compute + extra
+            arrival[k, r] = compute_start[k, r] + compute[k, r] + stall + jitter
         end[k] = arrival[k].max() + plan.transfer
         if plan.end_jitter:
             end[k] += rng.integers(0, plan.end_jitter, size=n)
         t = int(end[k].max())
-    return compute_start, arrival, end
+    return compute_start, compute, arrival, end
 
 
 def write_job(folder: str | Path, plan: JobPlan) -> Simulated:
     """Write the job's exports into ``folder``; returns what was planted and the paths."""
     folder = Path(folder)
-    compute_start, arrival, end = simulate(plan)
+    compute_start, compute, arrival, end = simulate(plan)
     n = plan.ranks
     builders: list[tuple[TraceBuilder, int, int, int]] = []  # builder, pid, device, session offset
     if plan.one_trace:
@@ -108,13 +114,15 @@ def write_job(folder: str | Path, plan: JobPlan) -> Simulated:
             b = TraceBuilder(command=["python", "train.py"], environment=env, gpus=[GpuSpec(id=r % 8)],
                              session_start_utc_ns=utc)
             builders.append((b, 4242, r % 8, session))
+    signature = (f"{plan.comm_name}(ncclDevKernelArgsStorage<4096ul>)" if plan.comm_name.startswith("nccl")
+                 else f"void {plan.comm_name}<float>(float*, int)")
     for r, (b, pid, device, session) in enumerate(builders):
         for k in range(plan.steps):
             c0 = int(compute_start[k, r]) - session
-            b.kernel("void gemm_kernel<float>(float*)", c0, plan.compute + plan.extra_compute.get(r, 0), device=device,
+            b.kernel("void gemm_kernel<float>(float*)", c0, int(compute[k, r]), device=device,
                      stream=7, pid=pid, tid=pid)
             a = int(arrival[k, r]) - session
-            b.kernel(f"{plan.comm_name}(ncclDevKernelArgsStorage<4096ul>)", a, int(end[k, r]) - int(arrival[k, r]),
+            b.kernel(signature, a, int(end[k, r]) - int(arrival[k, r]),
                      short_name=plan.comm_name, device=device, stream=13, pid=pid, tid=pid)
             if plan.overlap:
                 b.kernel("void elementwise_kernel<float>(float*)", a, plan.overlap, device=device, stream=7, pid=pid, tid=pid)

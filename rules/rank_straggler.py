@@ -1,4 +1,4 @@
-"""rank-straggler: one rank arrives last at most collectives and every other rank waits for it."""
+"""rank-straggler: one rank arrives last at the collectives and every other rank waits for it."""
 
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def main_cause(excess: dict[str, float]) -> str | None:
 
 # -- the rule --------------------------------------------------------------------------------
 class RankStraggler(JobRule):
-    """One rank arrives last at most collectives: every other rank waits for it.
+    """One rank arrives last at the collectives and holds every other rank up.
 
     What it detects: in a job of several ranks (one trace per rank, or several processes and
     GPUs in one trace), the rank whose communication kernels start last and so hold the others

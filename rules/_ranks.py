@@ -41,6 +41,16 @@ def need_ranks(job: Job, at_least: int = 2) -> None:
                           "`nsys profile -o traces/%h_rank%q{RANK}_%n ...`), or one trace of all ranks' processes")
 
 
+def need_collectives(job: Job) -> None:
+    """Skip (MissingData) when no rank has communication kernels."""
+    if job.rows.count == 0:
+        raise MissingData(f"no communication kernels on any of the {job.size} rank(s): no NCCL or listed custom "
+                          "all-reduce kernel, none launched inside an NCCL NVTX range, none that ends together on "
+                          "every rank",
+                          "capture with `--trace=cuda` (and `--cuda-graph-trace=node` when collectives run inside CUDA "
+                          "graphs); a library with its own communication kernels goes into nsys_rules/job/comm_kernels.toml")
+
+
 def need_steps(job: Job, at_least: int = 1) -> None:
     """Skip (MissingData) when the collectives give fewer steps than needed."""
     if job.steps.count < at_least:

@@ -14,7 +14,7 @@ from nsys_rules.job.rule import JobContext, JobRule, step_list
 from nsys_rules.rule import metric
 
 from ._common import pct
-from ._ranks import full_rows, ms, need_steps, rank_label
+from ._ranks import full_rows, ms, need_collectives, need_steps, rank_label
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,7 @@ class ExposedComm(JobRule):
 
     def check(self, ctx: JobContext) -> Iterable[Finding]:  # type: ignore[override]
         job, opts = ctx.job, ctx.options
+        need_collectives(job)
         need_steps(job)
         ex = exposure(job)
         step = float(np.nanmedian(per_rank(ex.step_time)))

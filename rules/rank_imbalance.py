@@ -13,7 +13,7 @@ from nsys_rules.job.rule import JobContext, JobRule, step_list
 from nsys_rules.rule import metric
 
 from ._common import pct
-from ._ranks import diff_command, ms, need_ranks, need_steps, rank_label, t_statistic
+from ._ranks import diff_command, ms, need_collectives, need_ranks, need_steps, rank_label, t_statistic
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,7 @@ class RankImbalance(JobRule):
     def check(self, ctx: JobContext) -> Iterable[Finding]:  # type: ignore[override]
         job, opts = ctx.job, ctx.options
         need_ranks(job)
+        need_collectives(job)
         need_steps(job, opts.min_steps)
         for found in judged(job):
             share = found.excess / found.reference if found.reference > 0 else 0.0

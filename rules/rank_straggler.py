@@ -13,7 +13,7 @@ from nsys_rules.job.rule import JobContext, JobRule, step_list
 from nsys_rules.rule import metric
 
 from ._common import pct
-from ._ranks import diff_command, full_rows, ms, need_ranks, others_median, rank_label, signed_rank_z
+from ._ranks import diff_command, full_rows, ms, need_collectives, need_ranks, others_median, rank_label, signed_rank_z
 
 #: What a rank can do instead of arriving, in the order they are named.
 CAUSES = ("compute", "host stall", "sync", "allocation", "copies")
@@ -178,6 +178,7 @@ class RankStraggler(JobRule):
     def check(self, ctx: JobContext) -> Iterable[Finding]:  # type: ignore[override]
         job, opts = ctx.job, ctx.options
         need_ranks(job)
+        need_collectives(job)
         found = find_straggler(job, opts)
         if found is None:
             return

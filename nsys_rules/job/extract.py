@@ -110,8 +110,6 @@ def collect_ranks(trace: Trace, several: bool, window: Any = None, names: CommNa
         return []
     names = names or comm_names()
     family = family_per_row(kernels["short_name"], kernels["name"], names)
-    nvtx = _nvtx_launched(trace, kernels, names)
-    family = np.where(pd.isna(family) & nvtx, NVTX_FAMILY, family)
     comm = ~pd.isna(family)
     start = kernels["start"].to_numpy(np.int64)
     end = kernels["end"].to_numpy(np.int64)
@@ -119,7 +117,12 @@ def collect_ranks(trace: Trace, several: bool, window: Any = None, names: CommNa
     device = _ints(kernels["device_id"])
     units = _units(pid, device, end - start, comm)
     if not units or (len(units) == 1 and not comm.any() and not several):
-        return []
+        return []  # one GPU, no communication: not a job (and no NVTX or API join on a big one-GPU trace)
+    nvtx = _nvtx_launched(trace, kernels, names)
+    if (nvtx & ~comm).any():
+        family = np.where(pd.isna(family) & nvtx, NVTX_FAMILY, family)
+        comm = ~pd.isna(family)
+        units = _units(pid, device, end - start, comm)
     label = display_names(kernels["short_name"], kernels["name"])
     candidates = _candidates(label, comm, pid, device, units, end - start) if (several or len(units) > 1) else set()
     hint = trace_hint(trace.label, trace.capture.environment) if len(units) == 1 else RankHint(None, "")

@@ -78,9 +78,10 @@ class JobOutcome:
 def run_job(collected: Collected, rules: Iterable[type], settings: Any) -> JobOutcome | None:
     """Build the job from every rank and run the selected job rules; None when there is no job.
 
-    A single rank without communication is no job (a one-GPU inference trace): nothing is
-    reported. One rank with communication is a job seen from one side: exposed communication
-    can still be judged, the cross-rank rules are skipped with the reason.
+    Traces without communication kernels on any rank are no job (one-GPU inference traces, or
+    several runs compared side by side): nothing is reported. One rank with communication is a
+    job seen from one side: exposed communication can still be judged, the cross-rank rules are
+    skipped with the reason.
     """
     selected = job_rules(rules)
     if not selected:
@@ -96,6 +97,8 @@ def run_job(collected: Collected, rules: Iterable[type], settings: Any) -> JobOu
         raise
     except Exception as exc:  # noqa: BLE001 - one bad job model is an error entry, exit 4, not a crash
         return JobOutcome({"ranks": []}, errors=[*collected.errors, _error("job", exc, ranks[0].trace)])
+    if job.rows.count == 0 and not collected.errors:
+        return None
     outcome = JobOutcome(describe_job(job), errors=list(collected.errors))
     from ..engine import effective_options
 

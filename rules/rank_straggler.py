@@ -209,7 +209,7 @@ class RankStraggler(JobRule):
         }
         for c in CAUSES:
             metrics[f"extra_{c.replace(' ', '_')}_per_step"] = metric(per_step.get(c, 0.0), "ns")
-        when = f"; latest in steps {step_list(worst)} of {job.steps.count}" if len(worst) else ""
+        when = f"; late in steps {step_list(np.sort(worst))} of {job.steps.count}" if len(worst) else ""
         message = (
             f"{label} arrives last at {found.last} of {found.judged} collectives where all {job.size} ranks meet "
             f"({pct(found.last, found.judged):.0f} %) and holds the others up {ms(held_total / steps)} per step "
@@ -228,8 +228,8 @@ def _column(values: np.ndarray, col: int, size: int) -> np.ndarray:
     return out
 
 
-def _worst_steps(per_step: np.ndarray | None, limit: int = 8) -> np.ndarray:
-    """Steps where the straggler held the others up most (at least half its typical late step), in step order."""
+def _worst_steps(per_step: np.ndarray | None) -> np.ndarray:
+    """Steps where the straggler held the others up (at least half its typical late step), worst first."""
     if per_step is None or not len(per_step):
         return np.zeros(0, np.int64)
     late = np.nan_to_num(per_step)
@@ -237,8 +237,7 @@ def _worst_steps(per_step: np.ndarray | None, limit: int = 8) -> np.ndarray:
     if not len(positive):
         return np.zeros(0, np.int64)
     chosen = np.flatnonzero(late >= 0.5 * float(np.median(positive)))
-    chosen = chosen[np.argsort(-late[chosen], kind="stable")][:limit]
-    return np.sort(chosen)
+    return chosen[np.argsort(-late[chosen], kind="stable")]
 
 
 def _step_span(job: Job, step: int) -> tuple[float, float]:

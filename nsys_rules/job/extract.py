@@ -208,9 +208,13 @@ def _host_activity(trace: Trace) -> dict[int, tuple[Busy, Busy]]:
     """Per process: time its threads spent in blocking synchronization, and in allocation calls."""
     if not trace.has("api"):
         return {}
-    # One list of blocking and allocation calls, kept by the rules that judge them.
-    from ..rules.alloc_churn import ALLOC_APIS
-    from ..rules.sync_stall import SYNC_APIS
+    # One list of blocking and allocation calls. It moves from the rules that judge them into
+    # nsys_rules.analysis.names (main, issue 11); either place serves until the branches meet.
+    try:
+        from ..analysis.names import ALLOC_APIS, SYNC_APIS  # type: ignore[import-not-found]
+    except ImportError:
+        from ..rules.alloc_churn import ALLOC_APIS
+        from ..rules.sync_stall import SYNC_APIS
 
     api = trace.frame("api", ["start", "end", "pid", "name"])
     names = trace.api_names()

@@ -45,7 +45,7 @@ def test_lateness_only_in_some_steps_names_those_steps(tmp_path):
     m = metric_values(f)
     assert f.location.rank == 3
     # Job steps run from one all-reduce's end to the next: the stall before collective i falls in step i (1-based).
-    assert "latest in steps 3, 6, 7, 10, 13 of 15" in f.message
+    assert "late in steps 3, 6, 7, 10, 13 of 15" in f.message
     assert m["held_up_total"] == pytest.approx(stall * len(late_steps), rel=0.10)
     assert m["held_up_per_step"] == pytest.approx(stall * len(late_steps) / 15, rel=0.10)
 

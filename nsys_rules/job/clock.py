@@ -13,6 +13,7 @@ ends from the other ranks', is reported as the residual skew.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,6 +66,12 @@ def align(bases: list[int], session: np.ndarray, end: np.ndarray, trusted: np.nd
     clock (NaN where a rank lacks one); ``trusted`` marks the collectives whose ends agree across
     ranks (default all).
     """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # collectives a trace lacks are NaN: empty means are expected
+        return _align(bases, session, end, trusted)
+
+
+def _align(bases: list[int], session: np.ndarray, end: np.ndarray, trusted: np.ndarray | None) -> Clock:
     n = len(bases)
     offset = session.astype(np.int64).copy()
     notes: list[str] = []
@@ -111,7 +118,8 @@ def _on(end: np.ndarray, offset: np.ndarray) -> np.ndarray:
 
 def _residual(end: np.ndarray) -> np.ndarray:
     """Per rank, the median distance of its collective ends from each collective's median end."""
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
         counts = (~np.isnan(end)).sum(axis=1)
         rows = end[counts >= 2]
         if not len(rows):

@@ -17,6 +17,9 @@ from .extract import BEHAVIOUR, CATEGORIES, RankData
 from .ranks import Unit, assign_ranks
 from .steps import JobSteps, job_steps
 
+#: Clock corrections beyond this (seconds) suggest traces of different runs, not one job.
+FAR_APART_S = 60.0
+
 #: A collective whose ends spread more than this (ns, median, after each rank's own clock offset
 #: is taken out) is not one all ranks meet at (point-to-point between some of them, or several
 #: communicators under one name): kept for exposed time, left out of arrivals and clocks.
@@ -91,15 +94,47 @@ class Job:
 
 
 def build_job(data: list[RankData]) -> Job:
-    """Number the ranks, keep their communication, match collectives, align clocks, cut steps."""
+    """Keep each rank's communication, number the ranks, match collectives, align clocks, cut steps."""
+    data, families, notes = keep_communication(data)
+    silent = [d for d in data if not d.instances]
+    if silent and len(silent) < len(data):
+        notes.append(f"{len(silent)} process(es) or trace(s) without communication left out of the job")
+        data = [d for d in data if d.instances]
     units = [Unit(d.trace_index, d.pid, d.device, d.hint, d.units_in_trace) for d in data]
     numbers, sources = assign_ranks(units)
     order = sorted(range(len(data)), key=lambda i: numbers[i])
     data = [data[i] for i in order]
     ranks = [RankInfo(numbers[i], data[j].trace, data[j].pid, data[j].device, sources[i]) for j, i in enumerate(order)]
     bases = [d.trace_index for d in data]
-    session, notes, session_known = clocks.session_offsets(bases, [d.session_start_ns for d in data])
+    session, session_notes, _ = clocks.session_offsets(bases, [d.session_start_ns for d in data])
+    rows = match(data, [instance_keys(d) for d in data], session)
 
+    local_end = times(data, rows, np.zeros(len(data), np.int64))[1]
+    coherent = _coherent(rows, local_end, session)
+    clock = clocks.align(bases, session, local_end, coherent if coherent.any() else None)
+    start, end = times(data, rows, clock.offset)
+    order_c = np.argsort(np.nanmedian(end, axis=1), kind="stable")  # every row has at least one rank
+    rows = Rows(rows.keys, rows.key[order_c], rows.index[order_c])
+    start, end, coherent = start[order_c], end[order_c], coherent[order_c]
+    overlap = _per_instance(data, rows, lambda d, i: d.overlap[i])
+    lead_span = _per_instance(data, rows, lambda d, i: np.where(i > 0, d.start[i] - d.end[np.maximum(i - 1, 0)], np.nan))
+    lead = {c: _per_instance(data, rows, lambda d, i, col=col: np.where(
+        i > 0, d.cum_start[i, col] - d.cum_end[np.maximum(i - 1, 0), col], np.nan)) for col, c in enumerate(CATEGORIES)}
+    steps = job_steps(rows.key[coherent] if coherent.any() else rows.key)
+    if coherent.any() and not coherent.all():
+        steps = _steps_over(steps, np.flatnonzero(coherent))
+    return Job(ranks, data, clock, rows, coherent, start, end, end - start, overlap, lead, np.maximum(lead_span, 0),
+               steps, families, [*notes, *session_notes, *clock.notes, *_far_apart(clock)])
+
+
+def keep_communication(data: list[RankData]) -> tuple[list[RankData], dict[str, str], list[str]]:
+    """Each rank with only its communication: listed or NVTX-found kernels, and candidates that pass the behaviour test.
+
+    Returns the ranks (same order), each collective key's family, and notes.
+    """
+    notes: list[str] = []
+    bases = [d.trace_index for d in data]
+    session, _, session_known = clocks.session_offsets(bases, [d.session_start_ns for d in data])
     keys = [instance_keys(d) for d in data]
     rows = match(data, keys, session)
     confirmed: set[str] = set()
@@ -117,30 +152,23 @@ def build_job(data: list[RankData]) -> Job:
         else:
             notes.append("no session clocks and no named collectives: kernels were not tested for collective behaviour")
     families: dict[str, str] = {}
-    for i, (d, k) in enumerate(zip(data, keys, strict=True)):
+    kept = []
+    for d, k in zip(data, keys, strict=True):
         fam = np.asarray(d.families, dtype=object)[d.code] if d.instances else np.empty(0, dtype=object)
         keep = (fam != BEHAVIOUR) | np.isin(k, list(confirmed))
         for key, f in zip(k[keep], fam[keep], strict=True):
             families.setdefault(str(key), str(f))
-        data[i], keys[i] = d.subset(keep), k[keep]
-    rows = match(data, keys, session)
+        kept.append(d.subset(keep))
+    return kept, families, notes
 
-    local_end = times(data, rows, np.zeros(len(data), np.int64))[1]
-    coherent = _coherent(rows, local_end, session)
-    clock = clocks.align(bases, session, local_end, coherent if coherent.any() else None)
-    start, end = times(data, rows, clock.offset)
-    order_c = np.argsort(np.nanmedian(np.where(np.isnan(end).all(axis=1, keepdims=True), 0, end), axis=1), kind="stable")
-    rows = Rows(rows.keys, rows.key[order_c], rows.index[order_c])
-    start, end, coherent = start[order_c], end[order_c], coherent[order_c]
-    overlap = _per_instance(data, rows, lambda d, i: d.overlap[i])
-    lead_span = _per_instance(data, rows, lambda d, i: np.where(i > 0, d.start[i] - d.end[np.maximum(i - 1, 0)], np.nan))
-    lead = {c: _per_instance(data, rows, lambda d, i, col=col: np.where(
-        i > 0, d.cum_start[i, col] - d.cum_end[np.maximum(i - 1, 0), col], np.nan)) for col, c in enumerate(CATEGORIES)}
-    steps = job_steps(rows.key[coherent] if coherent.any() else rows.key)
-    if coherent.any() and not coherent.all():
-        steps = _steps_over(steps, np.flatnonzero(coherent))
-    return Job(ranks, data, clock, rows, coherent, start, end, end - start, overlap, lead, np.maximum(lead_span, 0),
-               steps, families, [*notes, *clock.notes])
+
+def _far_apart(clock: clocks.Clock) -> list[str]:
+    """A note when the clocks had to move by more than any job's hosts plausibly disagree."""
+    worst = float(np.abs(clock.correction).max(initial=0)) / 1e9
+    if worst <= FAR_APART_S:
+        return []
+    return [f"the collectives moved a trace's clock by {worst:.0f} s: if these traces are not ranks of one run, "
+            "check them separately"]
 
 
 def _coherent(rows: Rows, local_end: np.ndarray, session: np.ndarray) -> np.ndarray:

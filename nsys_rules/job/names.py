@@ -11,8 +11,6 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Iterable
-
 import numpy as np
 import pandas as pd
 
@@ -90,9 +88,3 @@ def _codes(series: pd.Series) -> tuple[np.ndarray, list[str]]:
 
 def _label(categories: list[str], code: int) -> str:
     return categories[code] if 0 <= code < len(categories) else ""
-
-
-def matching(names: Iterable[str], patterns: Iterable[re.Pattern[str]]) -> set[str]:
-    """The subset of ``names`` that any pattern matches."""
-    pats = tuple(patterns)
-    return {n for n in names if any(p.search(n) for p in pats)}

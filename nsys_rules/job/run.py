@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -76,6 +77,15 @@ class JobOutcome:
 
 
 def run_job(collected: Collected, rules: Iterable[type], settings: Any) -> JobOutcome | None:
+    """Build the job from every rank and run the selected job rules (see :func:`_run_job`)."""
+    with warnings.catch_warnings():
+        # The job's arrays hold NaN wherever a rank lacks a collective or a step, by design:
+        # numpy's "mean of empty slice" warnings about them are noise on the user's terminal.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _run_job(collected, rules, settings)
+
+
+def _run_job(collected: Collected, rules: Iterable[type], settings: Any) -> JobOutcome | None:
     """Build the job from every rank and run the selected job rules; None when there is no job.
 
     Traces without communication kernels on any rank are no job (one-GPU inference traces, or

@@ -46,10 +46,15 @@ def test_worker_processes_give_the_serial_answer(job):
     registry = build_registry(autoload=False)
     settings = Settings()
     serial = run_check(paths, registry, settings, lambda p: open_trace(p, registry.loaders))
-    pooled = run_many(paths, registry, settings, jobs=2, autoload_plugins=False)
+    pooled = run_many(paths, registry, settings, jobs=2, autoload_plugins=False)  # forked workers: results pickled
     a, b = envelope(serial), envelope(pooled)
     assert a["job"] == b["job"] and a["findings"] == b["findings"]
     assert any(f["rule"] == "rank-straggler" for f in a["findings"])
+    dask_distributed = pytest.importorskip("dask.distributed", reason="dask[distributed] is not installed")
+    with dask_distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                       dashboard_address=None) as cluster, dask_distributed.Client(cluster) as client:
+        on_dask = envelope(run_many(paths, registry, settings, jobs=2, autoload_plugins=False, dask_client=client))
+    assert on_dask["job"] == a["job"] and on_dask["findings"] == a["findings"]
 
 
 def test_table_markdown_sarif_and_html_show_the_job(job, tmp_path):

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..trace import Trace
 from .intervals import Busy, busy
-from .names import CommNames, comm_names, display_names, family_per_row
+from .names import CommNames, comm_names, family_per_row, name_codes
 from .ranks import RankHint, trace_hint
 
 #: Running totals kept at every instance start and end, in this column order.
@@ -110,56 +110,87 @@ def collect_ranks(trace: Trace, several: bool, window: Any = None, names: CommNa
         return []
     names = names or comm_names()
     family = family_per_row(kernels["short_name"], kernels["name"], names)
-    comm = ~pd.isna(family)
-    start = kernels["start"].to_numpy(np.int64)
-    end = kernels["end"].to_numpy(np.int64)
     pid = _ints(kernels["pid"])
     device = _ints(kernels["device_id"])
-    units = _units(pid, device, end - start, comm)
+    if family is None and not several and _one_value(pid) and _one_value(device):
+        return []  # one process on one GPU, no communication: not a job (and nothing more to read)
+    comm = np.zeros(len(kernels), bool) if family is None else ~pd.isna(family)
+    start = kernels["start"].to_numpy(np.int64)
+    end = kernels["end"].to_numpy(np.int64)
+    units, unit_of = _units(pid, device, end - start, comm)
     if not units or (len(units) == 1 and not comm.any() and not several):
         return []  # one GPU, no communication: not a job (and no NVTX or API join on a big one-GPU trace)
     nvtx = _nvtx_launched(trace, kernels, names)
     if (nvtx & ~comm).any():
-        family = np.where(pd.isna(family) & nvtx, NVTX_FAMILY, family)
+        family = np.where(nvtx & ~comm, NVTX_FAMILY, np.full(len(comm), None, dtype=object) if family is None else family)
         comm = ~pd.isna(family)
-        units = _units(pid, device, end - start, comm)
-    label = display_names(kernels["short_name"], kernels["name"])
-    candidates = _candidates(label, comm, pid, device, units, end - start) if (several or len(units) > 1) else set()
+        units, unit_of = _units(pid, device, end - start, comm)
+    code, labels = name_codes(kernels["short_name"], kernels["name"])
+    candidates = _candidates(code, len(labels), comm, unit_of, len(units), end - start) \
+        if (several or len(units) > 1) else np.zeros(0, np.int64)
     hint = trace_hint(trace.label, trace.capture.environment) if len(units) == 1 else RankHint(None, "")
     session = session_start_ns(trace)
     host = _host_activity(trace)
     out = []
-    for unit_pid, unit_device in units:
-        on_device = device == unit_device
-        mine = on_device & (pid == unit_pid)
-        is_candidate = np.isin(label, list(candidates)) & mine & ~comm if candidates else np.zeros(len(label), bool)
+    for u, (unit_pid, unit_device) in enumerate(units):
+        mine = unit_of == u
+        is_candidate = np.isin(code, candidates) & mine & ~comm if len(candidates) else np.zeros(len(code), bool)
         rows = np.flatnonzero((comm & mine) | is_candidate)
-        compute_rows = on_device & ~comm
-        compute1 = busy(start[compute_rows], end[compute_rows])
-        compute2 = busy(start[compute_rows], end[compute_rows], depth=2) if candidates else Busy.empty()
         rows = rows[np.argsort(start[rows], kind="stable")]
-        s, e = start[rows], end[rows]
-        overlap = np.where(is_candidate[rows], compute2.between(s, e), compute1.between(s, e))
-        copies = _copy_busy(trace, unit_device)
-        gpu = busy(np.concatenate([start[on_device], copies.starts]), np.concatenate([end[on_device], copies.ends]))
-        sync, alloc = host.get(unit_pid, (Busy.empty(), Busy.empty()))
-        totals = (compute1, copies, gpu, sync, alloc)
-        cum_s = np.stack([b.until(s) for b in totals], axis=1) if len(rows) else np.zeros((0, len(CATEGORIES)), np.int64)
-        cum_e = np.stack([b.until(e) for b in totals], axis=1) if len(rows) else np.zeros((0, len(CATEGORIES)), np.int64)
-        uniq, first, code = np.unique(label[rows].astype(str), return_index=True, return_inverse=True)
-        families = [str(family[r]) if comm[r] else BEHAVIOUR for r in rows[first]]
+        overlap, cum_s, cum_e = _timelines(trace, start, end, (device, unit_device), comm, rows, is_candidate[rows],
+                                           host.get(unit_pid, (Busy.empty(), Busy.empty())))
+        uniq, first, inverse = np.unique(code[rows], return_index=True, return_inverse=True)
+        families = [str(family[r]) if family is not None and comm[r] else BEHAVIOUR for r in rows[first]]
         out.append(RankData(
             trace=trace.label, pid=unit_pid, device=unit_device, units_in_trace=len(units), hint=hint,
-            session_start_ns=session, names=[str(u) for u in uniq], families=families,
-            code=code.astype(np.int32), stream=_ints(kernels["stream_id"])[rows], start=s, end=e,
-            overlap=overlap.astype(np.int64), cum_start=cum_s, cum_end=cum_e,
-            kernel_ns=int((end - start)[mine].sum()), top_kernels=_top(label, end - start, mine & ~comm)))
+            session_start_ns=session, names=[labels[c] for c in uniq], families=families,
+            code=inverse.astype(np.int32), stream=_ints(kernels["stream_id"])[rows], start=start[rows], end=end[rows],
+            overlap=overlap, cum_start=cum_s, cum_end=cum_e,
+            kernel_ns=int((end - start)[mine].sum()), top_kernels=_top(code, labels, end - start, mine & ~comm)))
     return out
 
 
-def _top(label: np.ndarray, duration: np.ndarray, mask: np.ndarray) -> dict[str, int]:
-    sums = pd.Series(duration[mask]).groupby(label[mask]).sum().sort_values(ascending=False)
-    return {str(k): int(v) for k, v in sums.head(TOP_KERNELS).items()}
+def _timelines(trace: Trace, start: np.ndarray, end: np.ndarray, gpu_of: tuple[np.ndarray, int], comm: np.ndarray,
+               rows: np.ndarray, candidate: np.ndarray, host: tuple[Busy, Busy]) -> tuple[np.ndarray, ...]:
+    """For the instances ``rows``: time compute overlapped each, and the running totals at their starts and ends.
+
+    ``gpu_of`` is (each kernel's device, the rank's device). One busy timeline at a time, freed
+    after use: a million kernels make ~24 MB per timeline.
+    """
+    on_device = gpu_of[0] == gpu_of[1]
+    s, e = start[rows], end[rows]
+    cum_s = np.zeros((len(rows), len(CATEGORIES)), np.int64)
+    cum_e = np.zeros((len(rows), len(CATEGORIES)), np.int64)
+
+    def record(column: str, timeline: Busy) -> None:
+        cum_s[:, CATEGORIES.index(column)] = timeline.until(s)
+        cum_e[:, CATEGORIES.index(column)] = timeline.until(e)
+
+    compute_rows = on_device & ~comm
+    compute = busy(start[compute_rows], end[compute_rows])
+    overlap = compute.between(s, e)
+    record("compute", compute)
+    del compute
+    if candidate.any():  # a candidate is compute itself: what overlaps it is where two compute kernels run
+        overlap[candidate] = busy(start[compute_rows], end[compute_rows], depth=2).between(s[candidate], e[candidate])
+    copies = _copy_busy(trace, gpu_of[1])
+    record("copy", copies)
+    gpu = busy(np.concatenate([start[on_device], copies.starts]), np.concatenate([end[on_device], copies.ends]))
+    record("gpu", gpu)
+    del gpu
+    record("sync", host[0])
+    record("alloc", host[1])
+    return overlap.astype(np.int64), cum_s, cum_e
+
+
+def _top(code: np.ndarray, labels: list[str], duration: np.ndarray, mask: np.ndarray) -> dict[str, int]:
+    sums = np.bincount(code[mask], weights=duration[mask].astype(float), minlength=len(labels))
+    heaviest = np.argsort(-sums, kind="stable")[:TOP_KERNELS]
+    return {labels[c]: int(sums[c]) for c in heaviest if sums[c] > 0}
+
+
+def _one_value(values: np.ndarray) -> bool:
+    return not len(values) or int(values.min()) == int(values.max())
 
 
 def _ints(series: pd.Series) -> np.ndarray:
@@ -167,28 +198,37 @@ def _ints(series: pd.Series) -> np.ndarray:
     return series.fillna(-1).to_numpy(np.int64) if series.hasnans else series.to_numpy(np.int64)
 
 
-def _units(pid: np.ndarray, device: np.ndarray, duration: np.ndarray, comm: np.ndarray) -> list[tuple[int, int]]:
-    """(pid, device) pairs that are ranks: those with communication, else those with real kernel time."""
-    frame = pd.DataFrame({"pid": pid, "device": device, "ns": duration, "comm": comm})
-    per = frame.groupby(["pid", "device"], sort=True).agg(ns=("ns", "sum"), comm=("comm", "any"))
-    if per["comm"].any():
-        per = per[per["comm"]]
-    per = per[per["ns"] >= MIN_UNIT_SHARE * per["ns"].max()]
-    return [(int(p), int(d)) for p, d in per.index]
+def _units(pid: np.ndarray, device: np.ndarray, duration: np.ndarray,
+           comm: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """(pid, device) pairs that are ranks (those with communication, else those with real kernel
+    time), and each kernel row's index among them (-1: not a rank's)."""
+    if _one_value(pid) and _one_value(device):
+        pairs, inverse = np.zeros(1, np.int64), np.zeros(len(pid), np.int64)  # the usual case: no sort
+    else:
+        pairs, inverse = np.unique((pid.astype(np.int64) << 20) | (device & 0xFFFFF), return_inverse=True)
+    ns = np.bincount(inverse, weights=duration.astype(float), minlength=len(pairs))
+    talks = np.bincount(inverse, weights=comm, minlength=len(pairs)) > 0
+    keep = talks if talks.any() else np.ones(len(pairs), bool)
+    keep &= ns >= MIN_UNIT_SHARE * ns[keep].max()
+    index = np.full(len(pairs), -1, np.int64)
+    index[keep] = np.arange(int(keep.sum()))
+    first = np.full(len(pairs), -1, np.int64)
+    first[inverse[::-1]] = np.arange(len(inverse))[::-1]  # a row of each pair, to read its pid and device back
+    units = [(int(pid[first[i]]), int(device[first[i]])) for i in np.flatnonzero(keep)]
+    return units, index[inverse]
 
 
-def _candidates(label: np.ndarray, comm: np.ndarray, pid: np.ndarray, device: np.ndarray,
-                units: list[tuple[int, int]], duration: np.ndarray) -> set[str]:
-    """Names for the behaviour test: the heaviest non-communication names that repeat, not too often, on every unit."""
-    frame = pd.DataFrame({"name": label[~comm], "ns": duration[~comm], "pid": pid[~comm], "device": device[~comm]})
-    if frame.empty:
-        return set()
-    counts = frame.groupby(["name", "pid", "device"], sort=False).size()
-    worst = counts.groupby(level="name").max()
-    fewest = counts.groupby(level="name").min()
-    ok = worst[(worst <= BEHAVIOUR_MAX_INSTANCES) & (fewest >= 3)].index
-    heavy = frame[frame["name"].isin(ok)].groupby("name")["ns"].sum().sort_values(ascending=False)
-    return {str(n) for n in heavy.index[:BEHAVIOUR_NAMES]}
+def _candidates(code: np.ndarray, n_codes: int, comm: np.ndarray, unit_of: np.ndarray, n_units: int,
+                duration: np.ndarray) -> np.ndarray:
+    """Name codes for the behaviour test: the heaviest non-communication names that repeat on every
+    rank of the trace, at least 3 and at most BEHAVIOUR_MAX_INSTANCES times."""
+    sel = ~comm & (unit_of >= 0)
+    if not sel.any():
+        return np.zeros(0, np.int64)
+    counts = np.bincount(code[sel] * n_units + unit_of[sel], minlength=n_codes * n_units).reshape(n_codes, n_units)
+    time_by = np.bincount(code[sel], weights=duration[sel].astype(float), minlength=n_codes)
+    ok = np.flatnonzero((counts.min(axis=1) >= 3) & (counts.max(axis=1) <= BEHAVIOUR_MAX_INSTANCES))
+    return ok[np.argsort(-time_by[ok], kind="stable")[:BEHAVIOUR_NAMES]]
 
 
 def _copy_busy(trace: Trace, device: int) -> Busy:

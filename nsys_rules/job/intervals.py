@@ -45,35 +45,40 @@ class Busy:
 
 
 def busy(starts: np.ndarray, ends: np.ndarray, depth: int = 1) -> Busy:
-    """The time during which at least ``depth`` of the intervals run at once.
+    """The time during which at least ``depth`` (1 or 2) of the intervals run at once.
 
     ``depth=1`` is the union. ``depth=2`` answers "was anything else running?" for an interval
     that is itself in the set: inside it, the depth is 2 exactly when another one overlaps.
     """
+    if depth not in (1, 2):
+        raise ValueError("depth must be 1 or 2")
     s = np.asarray(starts, np.int64)
     e = np.asarray(ends, np.int64)
-    keep = e > s
-    s, e = s[keep], e[keep]
+    if not bool((e > s).all()):
+        s, e = s[e > s], e[e > s]
     if not len(s):
         return Busy.empty()
-    if depth == 1:
-        seg_s, seg_e = _union(s, e)
-    else:
-        t = np.concatenate([s, e])
-        step = np.concatenate([np.ones(len(s), np.int64), -np.ones(len(e), np.int64)])
-        order = np.lexsort((step, t))  # at one instant, ends before starts: touching is not overlapping
-        t, level = t[order], np.cumsum(step[order])
-        mask = (level[:-1] >= depth) & (t[1:] > t[:-1])
-        seg_s, seg_e = t[:-1][mask], t[1:][mask]
+    if len(s) > 1 and not bool((s[1:] >= s[:-1]).all()):
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+    if depth == 2:
+        # In start order, interval j overlaps an earlier one exactly on [s_j, min(e_j, reach of the
+        # earlier ones)): the union of those pieces is where two or more run. One pass, no event sort.
+        reach = np.maximum.accumulate(e)
+        upto = np.minimum(e[1:], reach[:-1])
+        del reach
+        piece = upto > s[1:]
+        s, e = s[1:][piece], upto[piece]
+        if not len(s):
+            return Busy.empty()
+    seg_s, seg_e = _union(s, e)
     lengths = seg_e - seg_s
     before = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     return Busy(seg_s, seg_e, before)
 
 
 def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if len(s) > 1 and not bool((s[1:] >= s[:-1]).all()):
-        order = np.argsort(s, kind="stable")
-        s, e = s[order], e[order]
+    """Disjoint intervals covering ``[s, e)`` (``s`` sorted)."""
     reach = np.maximum.accumulate(e)
     new = np.r_[True, s[1:] > reach[:-1]]
     first = np.flatnonzero(new)

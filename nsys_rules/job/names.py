@@ -56,35 +56,41 @@ def parse_comm_names(text: str) -> CommNames:
     return CommNames(families, tuple(nvtx.get("domains", ())), tuple(re.compile(p) for p in nvtx.get("ranges", ())))
 
 
-def family_per_row(short: pd.Series, full: pd.Series, names: CommNames | None = None) -> np.ndarray:
-    """Family name (object array, None when not communication) of each kernel row.
+def family_per_row(short: pd.Series, full: pd.Series, names: CommNames | None = None) -> np.ndarray | None:
+    """Family name (object array, None when not communication) of each kernel row; None when no row is.
 
     ``short`` and ``full`` are the kernels' categorical ``short_name`` and ``name`` columns.
     """
     names = names or comm_names()
     short_codes, short_cats = _codes(short)
     full_codes, full_cats = _codes(full)
-    # One judgement per distinct (short, full) pair: a million kernels carry a few hundred names.
-    pair = short_codes.astype(np.int64) * (len(full_cats) + 1) + (full_codes + 1)
-    uniq, inverse = np.unique(pair, return_inverse=True)
-    judged = np.empty(len(uniq), dtype=object)
-    for i, key in enumerate(uniq):
-        s, f = divmod(int(key), len(full_cats) + 1)
-        judged[i] = names.family(_label(short_cats, s), _label(full_cats, f - 1))
-    return judged[inverse] if len(pair) else np.empty(0, dtype=object)
+    # One judgement per distinct name (a million kernels carry a few hundred), the short name
+    # first, the demangled one (namespaces: deep_ep::, symmetric_memory::) where it says nothing.
+    # The trailing None is what code -1 (a NULL name) indexes.
+    by_short = np.array([names.family(c) for c in short_cats] + [None], dtype=object)
+    by_full = np.array([names.family("", c) for c in full_cats] + [None], dtype=object)
+    if pd.isna(by_short).all() and pd.isna(by_full).all():
+        return None  # the usual one-GPU trace: no per-row array at all
+    family = by_short[short_codes]
+    missing = pd.isna(family)
+    family[missing] = by_full[full_codes[missing]]
+    return family
 
 
-def display_names(short: pd.Series, full: pd.Series) -> np.ndarray:
-    """The name a collective is keyed and shown by: the short name, else the demangled one."""
-    short_obj = short.astype(object).to_numpy()
-    full_obj = full.astype(object).to_numpy()
-    return np.where(pd.isna(short_obj) | (short_obj == ""), full_obj, short_obj)
+def name_codes(short: pd.Series, full: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """A code per kernel row and the label of each code: the short name, else the demangled one.
+
+    Codes, not strings per row: a million kernels carry a few hundred names.
+    """
+    short_codes, short_cats = _codes(short)
+    full_codes, full_cats = _codes(full)
+    unnamed = len(short_cats) + len(full_cats)
+    blank = np.array([c == "" for c in short_cats] + [True])[short_codes]
+    codes = np.where(blank, np.where(full_codes >= 0, len(short_cats) + full_codes.astype(np.int64), unnamed),
+                     short_codes.astype(np.int64))
+    return codes, [*short_cats, *full_cats, "(unnamed kernel)"]
 
 
 def _codes(series: pd.Series) -> tuple[np.ndarray, list[str]]:
     cat = series if isinstance(series.dtype, pd.CategoricalDtype) else series.astype("category")
     return cat.cat.codes.to_numpy(), [str(c) for c in cat.cat.categories]
-
-
-def _label(categories: list[str], code: int) -> str:
-    return categories[code] if 0 <= code < len(categories) else ""

@@ -97,8 +97,11 @@ def unknown_hooks(pm: pluggy.PluginManager) -> list[tuple[str, str]]:
 def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:
     # Registration order (built-ins first): a plugin cannot shadow a built-in rule or format,
     # and `nsys-rules rules` lists the built-in pack before plugins.
+    # Each plugin's trace rules, then its job rules, plugin by plugin.
+    order = {p["name"]: i for i, p in enumerate(registry.plugins)}
     rule_hooks = [(impl, "trace") for impl in pm.hook.register_rules.get_hookimpls()]
     rule_hooks += [(impl, "job") for impl in pm.hook.register_job_rules.get_hookimpls()]
+    rule_hooks.sort(key=lambda hook: order.get(hook[0].plugin_name, len(order)))  # stable: trace before job
     for impl, scope in rule_hooks:
         for rule in _call(impl, registry) or []:
             problem = validate_rule(rule, scope)

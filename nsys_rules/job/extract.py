@@ -112,19 +112,19 @@ def collect_ranks(trace: Trace, several: bool, window: Any = None, names: CommNa
     family = family_per_row(kernels["short_name"], kernels["name"], names)
     pid = _ints(kernels["pid"])
     device = _ints(kernels["device_id"])
-    if family is None and not several and _one_value(pid) and _one_value(device):
+    ranges = _nccl_ranges(trace, names)
+    if family is None and not several and _one_value(pid) and _one_value(device) and not ranges:
         return []  # one process on one GPU, no communication: not a job (and nothing more to read)
     comm = np.zeros(len(kernels), bool) if family is None else ~pd.isna(family)
+    nvtx = _nvtx_launched(trace, kernels, names) if ranges else comm
+    if (nvtx & ~comm).any():
+        family = np.where(nvtx & ~comm, NVTX_FAMILY, np.full(len(comm), None, dtype=object) if family is None else family)
+        comm = ~pd.isna(family)
     start = kernels["start"].to_numpy(np.int64)
     end = kernels["end"].to_numpy(np.int64)
     units, unit_of = _units(pid, device, end - start, comm)
     if not units or (len(units) == 1 and not comm.any() and not several):
-        return []  # one GPU, no communication: not a job (and no NVTX or API join on a big one-GPU trace)
-    nvtx = _nvtx_launched(trace, kernels, names)
-    if (nvtx & ~comm).any():
-        family = np.where(nvtx & ~comm, NVTX_FAMILY, np.full(len(comm), None, dtype=object) if family is None else family)
-        comm = ~pd.isna(family)
-        units, unit_of = _units(pid, device, end - start, comm)
+        return []  # one GPU, no communication: not a job
     code, labels = name_codes(kernels["short_name"], kernels["name"])
     candidates = _candidates(code, len(labels), comm, unit_of, len(units), end - start) \
         if (several or len(units) > 1) else np.zeros(0, np.int64)
@@ -267,6 +267,15 @@ def _host_activity(trace: Trace) -> dict[int, tuple[Busy, Busy]]:
         mine = pid == p
         out[int(p)] = (busy(start[mine & is_sync], end[mine & is_sync]), busy(start[mine & is_alloc], end[mine & is_alloc]))
     return out
+
+
+def _nccl_ranges(trace: Trace, names: CommNames) -> bool:
+    """Whether any NVTX range is named like a communication call (judged on the distinct names only)."""
+    if not trace.has("nvtx") or not names.nvtx_ranges:
+        return False
+    labels = trace.frame("nvtx", ["name"])["name"]
+    cats = labels.cat.categories if isinstance(labels.dtype, pd.CategoricalDtype) else labels.dropna().unique()
+    return any(names.is_comm_range(str(c)) for c in cats)
 
 
 def _nvtx_launched(trace: Trace, kernels: pd.DataFrame, names: CommNames) -> np.ndarray:

@@ -90,3 +90,21 @@ def test_a_failing_job_rule_is_an_error_entry_and_exit_4(tmp_path):
     assert "bug in a job rule" in report.all_errors[0]["error"]
     assert [f.message for f in report.findings] == ["2 ranks"]  # the other job rule still ran
     assert report.exit_code == ExitCode.INCOMPLETE
+
+
+class Oversold(JobRule):
+    """Claims more savings than the job runs."""
+
+    name = "oversold"
+    title = "oversold"
+    Options = NoOptions
+
+    def check(self, ctx: JobContext):
+        yield ctx.finding("too good", "nothing", estimated_savings_ns=10**15)
+
+
+def test_savings_are_bounded_by_the_steps_time(tmp_path):
+    sim = write_job(tmp_path, JobPlan(ranks=2, steps=6, compute=1_000_000, transfer=200_000, launch_gap=20_000))
+    registry = build_registry(autoload=False, extra=(("oversold", plugin(register_job_rules=lambda: [Oversold])),))
+    report = run_check(sim.paths, registry, Settings(select=["oversold"]), open_trace)
+    assert report.findings[0].estimated_savings_ns == 5 * (20_000 + 1_000_000 + 200_000)  # five steps

@@ -110,3 +110,41 @@ def test_clock_alignment_corrects_beyond_the_tolerance_only():
     assert clock.correction.tolist() == [0, -2_000_000_000, 0]  # 20 us off is within the tolerance
     assert clock.residual_ns.tolist() == [0.0, 0.0, 20_000.0]
     assert clock.residual_skew_ns == 20_000 and clock.source == "session clocks corrected from collectives"
+
+
+def test_kernels_launched_inside_nccl_nvtx_ranges_are_communication(tmp_path):
+    from nsys_rules.job.testing import run_job_rules
+    from nsys_rules.testing import TraceBuilder
+
+    b = TraceBuilder()
+    for step in range(6):
+        t0 = step * 3_000_000
+        b.kernel("gemm_kernel", t0 + 10_000, 2_000_000)
+        # NCCL's own NVTX range around the call: the kernel launched inside it is communication, whatever its name.
+        b.nvtx("ncclAllReduce", t0 + 2_000_000, t0 + 2_050_000, domain=1)
+        b.kernel("renamed_collective_kernel", t0 + 2_100_000, 400_000, launch_at=t0 + 2_010_000, stream=13)
+    outcome = run_job_rules(["exposed-comm"], [b.write(tmp_path / "one_rank.sqlite")])
+    assert outcome.info["communication"]["kernels"] == [
+        {"name": "renamed_collective_kernel", "family": "NCCL NVTX range", "instances": 6}]
+    assert len(outcome.findings) == 1  # 400 us exposed of a 3 ms step, one rank
+
+
+def test_filter_time_cuts_the_collectives(tmp_path):
+    from nsys_rules.job.run import Collected, collect, run_job
+    from nsys_rules.job.testing import JobPlan, write_job
+    from nsys_rules.config import Settings
+    from nsys_rules.inputs import open_trace
+    from nsys_rules.plugins import build_registry
+
+    sim = write_job(tmp_path, JobPlan(ranks=2, steps=10, one_trace=True, compute=2_000_000, transfer=300_000))
+    rule = build_registry(autoload=False).rules["exposed-comm"]
+    counts = []
+    for window in (None, "50ms/62ms"):
+        settings = Settings(filter_time=window)
+        trace = open_trace(sim.paths[0])
+        collected = Collected()
+        collected.extend(collect(trace, [rule], settings, several=False))
+        trace.close()
+        counts.append(run_job(collected, [rule], settings).info["communication"]["collectives"])
+    # Steps of 2.32 ms from 50 ms: the all-reduces launched before 62 ms are the first five.
+    assert counts == [10, 5]

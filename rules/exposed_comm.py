@@ -157,7 +157,7 @@ class ExposedComm(JobRule):
             f"Overlapping it with the step's compute would save up to {ms(hideable)} over the {job.steps.count} steps "
             "(no more than the compute there is to hide it under).")
         severity = Severity.WARNING if median_moving / step >= opts.warn_share else Severity.INFO
-        yield ctx.finding(message, _recommendation(job), rank=job.ranks[worst_col].rank if job.size > 1 else None,
+        yield ctx.finding(message, _recommendation(job), rank=job.ranks[worst_col].rank,
                           severity=severity, metrics=metrics, estimated_savings_ns=hideable, key="job")
 
 

@@ -66,8 +66,9 @@ def test_min_share_boundary(tmp_path):
 
 def test_one_rank_alone_still_gets_its_exposed_communication(tmp_path):
     outcome = exposed(tmp_path, JobPlan(ranks=1, steps=6, transfer=500_000, overlap=200_000))
-    m = metric_values(only_finding(outcome.findings, RULE))
-    assert m["ranks"] == 1
+    f = only_finding(outcome.findings, RULE)
+    m = metric_values(f)
+    assert m["ranks"] == 1 and f.location.trace.endswith("node0_rank0_1.sqlite")
     assert m["exposed_moving_per_step"] == 300_000 and m["exposed_waiting_per_step"] == 0
 
 

@@ -24,7 +24,7 @@ from .analysis.steps import StepModel, model_needs, restrict
 from .answer import finalize
 from .windows import FULL, SteadyOptions, Window, steady_state_window, user_window
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 
 @dataclass
@@ -50,16 +50,23 @@ class Report:
     errors: list[dict[str, str]] = field(default_factory=list)  # plugin errors, not tied to a trace
     registry: Registry | None = None
     cross_trace: dict[str, Any] | None = None  # set by nsys_rules.parallel when several traces ran
+    job: Any = None  # nsys_rules.job.run.JobOutcome when the traces held a multi-rank job
 
     @property
     def findings(self) -> list[Finding]:
-        """Every finding of every trace, ranked (savings, then severity)."""
-        return sorted((f for r in self.results for f in r.findings), key=rank_key)
+        """Every finding of every trace and of the job rules, ranked (savings, then severity)."""
+        job = self.job.findings if self.job is not None else []
+        return sorted([*(f for r in self.results for f in r.findings), *job], key=rank_key)
 
     @property
     def all_errors(self) -> list[dict[str, str]]:
-        """Plugin errors plus rule errors."""
-        return self.errors + [e for r in self.results for e in r.errors]
+        """Plugin errors plus rule errors (job rules included)."""
+        return self.errors + [e for r in self.results for e in r.errors] + (self.job.errors if self.job else [])
+
+    @property
+    def all_skipped(self) -> list[dict[str, str]]:
+        """Rules skipped on each trace, then job rules skipped."""
+        return [s for r in self.results for s in r.skipped] + (self.job.skipped if self.job else [])
 
     @property
     def exit_code(self) -> ExitCode:
@@ -78,7 +85,7 @@ class Report:
         for f in self.findings:
             counts[f.severity.value] += 1
         return {"findings": sum(counts.values()), "by_severity": counts,
-                "skipped": sum(len(r.skipped) for r in self.results), "errors": len(self.all_errors),
+                "skipped": len(self.all_skipped), "errors": len(self.all_errors),
                 "exit_code": int(self.exit_code)}
 
 
@@ -127,8 +134,9 @@ def describe_trace(trace: Trace) -> dict[str, Any]:
 
 def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
                   progress: Callable[[str], None] | None = None) -> TraceResult:
-    """Run ``rules`` on one open trace; every rule isolated."""
+    """Run ``rules`` on one open trace; every rule isolated (job rules run later, over all ranks)."""
     result = TraceResult(describe_trace(trace))
+    rules = [r for r in rules if r.scope == "trace"]
     needs: dict[str, list[str]] = {}
     runnable: list[tuple[type[Rule], Any]] = []
     for rule in rules:
@@ -252,12 +260,17 @@ def run_check(paths: list[Path], registry: Registry, settings: Settings, open_tr
                             "severity": r.default_severity.value,
                             "options": dataclasses.asdict(effective_options(r, settings))} for r in rules],
                     plugins=registry.plugins, fail_on=settings.fail_on, errors=list(registry.errors), registry=registry)
+    from .job.run import Collected, collect, run_job
+
+    ranks = Collected()
     for path in paths:
         trace = open_trace(path)
         try:
             report.results.append(analyze_trace(trace, rules, settings, progress))
+            ranks.extend(collect(trace, rules, settings, several=len(paths) > 1))
         finally:
             trace.close()
+    report.job = run_job(ranks, rules, settings)
     return report
 
 

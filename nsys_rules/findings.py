@@ -67,11 +67,12 @@ class Location:
     nvtx: tuple[str, ...] | None = None
     start_ns: int | None = None
     end_ns: int | None = None
+    rank: int | None = None  # the rank of a multi-rank job (job rules), since schema 1.1
 
     def to_json(self) -> dict[str, Any]:
         """Only the fields that are set."""
         out: dict[str, Any] = {}
-        for key in ("trace", "pid", "tid", "device", "stream", "kernel", "api", "nvtx", "start_ns", "end_ns"):
+        for key in ("trace", "pid", "tid", "device", "stream", "kernel", "api", "nvtx", "start_ns", "end_ns", "rank"):
             value = getattr(self, key)
             if value is None:
                 continue

@@ -32,6 +32,18 @@ def register_rules() -> list[type]:  # type: ignore[empty-body]
 
 
 @hookspec
+def register_job_rules() -> list[type]:  # type: ignore[empty-body]
+    """Return the job rule classes this plugin provides: rules over all ranks of a job at once.
+
+    :return: a list of :class:`nsys_rules.job.rule.JobRule` subclasses. They share one name
+        space with the per-trace rules (selection, ``--set``, config); a duplicate is a plugin error.
+
+    Called once, when the plugin manager is built. Each job rule's ``check(ctx)`` then runs once
+    per ``check`` run, after every trace was read, with a :class:`nsys_rules.job.rule.JobContext`.
+    """
+
+
+@hookspec
 def register_formatters() -> dict[str, Callable[..., str]]:  # type: ignore[empty-body]
     """Return output formats this plugin provides.
 

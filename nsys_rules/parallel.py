@@ -46,6 +46,7 @@ class Job:
     settings: Settings
     autoload_plugins: bool = True
     profile: bool = True  # the kernel profile feeds the cross-trace summary (several traces only)
+    several: bool = False  # other traces are ranks of the same job (the job analysis looks wider)
 
 
 @dataclass
@@ -58,6 +59,7 @@ class JobResult:
     error: str | None = None
     exit_code: int = 0
     seconds: float = 0.0
+    ranks: Any = None  # nsys_rules.job.run.Collected: the trace's ranks for the job rules (small)
 
 
 _REGISTRIES: dict[bool, Registry] = {}
@@ -73,6 +75,7 @@ def _registry(autoload: bool) -> Registry:
 def analyze_job(job: Job) -> JobResult:
     """Open ``job.path``, run the selected rules, profile its kernels, close it (runs in a worker)."""
     from .inputs import open_trace
+    from .job.run import collect
 
     started = time.perf_counter()
     try:
@@ -82,6 +85,7 @@ def analyze_job(job: Job) -> JobResult:
         try:
             result = analyze_trace(trace, rules, job.settings)
             profile = kernel_profile(trace) if job.profile else {}
+            ranks = collect(trace, rules, job.settings, job.several)
         finally:
             trace.close()
     except NsysRulesError as exc:
@@ -90,7 +94,7 @@ def analyze_job(job: Job) -> JobResult:
     except MemoryError:
         return JobResult(job.path, error=f"{job.path}: out of memory; narrow the run with --filter-time or --select",
                          exit_code=int(ExitCode.BAD_INPUT), seconds=time.perf_counter() - started)
-    return JobResult(job.path, result, profile, seconds=time.perf_counter() - started)
+    return JobResult(job.path, result, profile, seconds=time.perf_counter() - started, ranks=ranks)
 
 
 def kernel_profile(trace: Any, top: int = PROFILE_KERNELS) -> dict[str, Any]:
@@ -214,7 +218,7 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
     report = run_check([], registry, settings, lambda p: None)  # type: ignore[arg-type,return-value]
     # In-process and forked workers reuse this registry (plugins load once); spawned ones build their own.
     _REGISTRIES[autoload_plugins] = registry
-    job_list = [Job(str(p), settings, autoload_plugins, len(paths) > 1) for p in paths]
+    job_list = [Job(str(p), settings, autoload_plugins, len(paths) > 1, len(paths) > 1) for p in paths]
     bar = progress if progress is not None else Progress(len(job_list) if len(job_list) > 1 else 0)
 
     def done(res: JobResult) -> None:
@@ -245,6 +249,13 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
     profiles = [(a.path, a.profile) for a in answers if a.result is not None]
     if len(profiles) > 1:
         report.cross_trace = cross_trace_summary(profiles)
+    from .job.run import Collected, run_job
+
+    ranks = Collected()
+    for answer in answers:
+        if answer.ranks is not None:
+            ranks.extend(answer.ranks)  # in input order: the traces' order numbers the ranks
+    report.job = run_job(ranks, select_rules(registry, settings), settings)
     return report
 
 

@@ -97,9 +97,14 @@ def unknown_hooks(pm: pluggy.PluginManager) -> list[tuple[str, str]]:
 def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:
     # Registration order (built-ins first): a plugin cannot shadow a built-in rule or format,
     # and `nsys-rules rules` lists the built-in pack before plugins.
-    for impl in pm.hook.register_rules.get_hookimpls():
+    # Each plugin's trace rules, then its job rules, plugin by plugin.
+    order = {p["name"]: i for i, p in enumerate(registry.plugins)}
+    rule_hooks = [(impl, "trace") for impl in pm.hook.register_rules.get_hookimpls()]
+    rule_hooks += [(impl, "job") for impl in pm.hook.register_job_rules.get_hookimpls()]
+    rule_hooks.sort(key=lambda hook: order.get(hook[0].plugin_name, len(order)))  # stable: trace before job
+    for impl, scope in rule_hooks:
         for rule in _call(impl, registry) or []:
-            problem = validate_rule(rule)
+            problem = validate_rule(rule, scope)
             if problem is None and rule.name in registry.rules:
                 problem = f"rule name {rule.name!r} is already registered by {registry.rule_plugin[rule.name]}"
             if problem:
@@ -127,10 +132,13 @@ def _call(impl: Any, registry: Registry) -> Any:
         return None
 
 
-def validate_rule(rule: object) -> str | None:
-    """Why ``rule`` cannot be registered, or None when it can."""
+def validate_rule(rule: object, scope: str = "trace") -> str | None:
+    """Why ``rule`` cannot be registered (by the hook for ``scope`` rules), or None when it can."""
     if not isinstance(rule, type) or not issubclass(rule, Rule):
         return f"{rule!r} is not a Rule subclass"
+    if rule.scope != scope:
+        hook = "register_job_rules" if rule.scope == "job" else "register_rules"
+        return f"rule {rule.name or rule.__name__} is a {rule.scope} rule: register it with {hook}"
     if not _KEBAB.match(rule.name or ""):
         return f"rule {rule.__name__}: name {rule.name!r} is not kebab-case"
     if not dataclasses.is_dataclass(rule.Options) or not rule.Options.__dataclass_params__.frozen:  # type: ignore[attr-defined]

@@ -39,6 +39,8 @@ class Rule:
     literals in ``check``. ``requires`` lists canonical tables that must exist, ``optional``
     tables used when present, ``columns`` narrows what is read per table (speed), and
     ``window`` is ``"steady"`` or ``"full"`` (an ``Options.window`` field overrides it).
+    ``scope`` is ``"trace"``: the engine runs the rule on each trace. Job rules
+    (:class:`nsys_rules.job.rule.JobRule`, scope ``"job"``) run once over all ranks instead.
     """
 
     name: ClassVar[str] = ""
@@ -50,6 +52,7 @@ class Rule:
     window: ClassVar[str] = "steady"
     aliases: ClassVar[tuple[str, ...]] = ()
     Options: ClassVar[type] = NoOptions
+    scope: ClassVar[str] = "trace"
 
     def check(self, ctx: "RuleContext") -> Iterable[Finding]:
         """Yield findings for ``ctx.trace``; raise :class:`MissingData` to be skipped."""

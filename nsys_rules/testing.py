@@ -75,6 +75,7 @@ _DDL = {
     "PROFILER_OVERHEAD": (
         "start INTEGER NOT NULL, end INTEGER NOT NULL, globalTid INTEGER, nameId INTEGER NOT NULL, "
         "returnValue INTEGER NOT NULL"),
+    "TARGET_INFO_SESSION_START_TIME": "utcEpochNs INTEGER, utcTime TEXT, localTime TEXT, systemClockNs INTEGER",
     "TARGET_INFO_GPU": (
         "vmId INTEGER NOT NULL, id INTEGER NOT NULL, name TEXT, busLocation TEXT, isDiscrete INTEGER, l2CacheSize INTEGER, "
         "totalMemory INTEGER, memoryBandwidth INTEGER, clockRate INTEGER, smCount INTEGER, chipName TEXT, "
@@ -119,6 +120,8 @@ class TraceBuilder:
     #: Write metadata the way nsys 2022.1-2023.2 did: ``EXPORT_META_DATA`` instead of
     #: ``META_DATA_EXPORT``, and no ``META_DATA_CAPTURE`` (capture options unrecorded).
     legacy_metadata: bool = False
+    #: UTC epoch ns of the capture start (TARGET_INFO_SESSION_START_TIME); None writes no such table.
+    session_start_utc_ns: int | None = None
     _rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict, init=False)
     _strings: dict[str, int] = field(default_factory=dict, init=False)
     _corr: int = field(default=0, init=False)
@@ -267,6 +270,8 @@ class TraceBuilder:
             (VM_BITS, g.id, g.name, f"0000:00:{g.id:02x}.0", 1, 50_331_648, g.total_memory, g.memory_bandwidth,
              g.clock_hz, g.sm_count, "GH100", 9, 0) for g in self.gpus]
         self._rows["ThreadNames"] = [(self.string("main"), 0, self.global_tid())]
+        if self.session_start_utc_ns is not None:
+            self._rows["TARGET_INFO_SESSION_START_TIME"] = [(self.session_start_utc_ns, None, None, None)]
 
     def write(self, path: str | Path) -> Path:
         """Write the export to ``path`` (replaced if it exists) and return the path."""

@@ -1,6 +1,7 @@
 """The built-in rule pack, installed as ``nsys_rules.rules``.
 
-It registers through the same ``register_rules`` hook as third-party plugins.
+It registers through the same ``register_rules`` hook as third-party plugins, and its rules
+over all ranks of a job through ``register_job_rules``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from . import debug_build
 from . import sync_stall, alloc_churn
 from . import pageable_memcpy, sync_memcpy, sync_memset, gpu_idle_gaps, gpu_low_utilization  # nsys analyze parity
 from . import launch_bound, launch_blocking, queue_delay, capture_scope, step_outliers, module_loading
+from . import rank_straggler, exposed_comm, rank_imbalance  # job rules: all ranks together
 
 #: Built-in rule modules, one rule each; order is the order of ``nsys-rules rules``.
 MODULES = [graph_trace_hidden, gemv_dominance, kernel_tail, debug_build, sync_stall, alloc_churn]
@@ -21,7 +23,17 @@ MODULES += [pageable_memcpy, sync_memcpy, sync_memset, gpu_idle_gaps, gpu_low_ut
             launch_blocking, queue_delay, capture_scope, step_outliers, module_loading]
 
 
+#: Built-in job rule modules (over all ranks of a job), in ``nsys-rules rules`` order after the others.
+JOB_MODULES = [rank_straggler, exposed_comm, rank_imbalance]
+
+
 @hookimpl
 def register_rules() -> list[type]:
     """Every built-in rule class."""
     return [m.RULE for m in MODULES]
+
+
+@hookimpl
+def register_job_rules() -> list[type]:
+    """Every built-in job rule class."""
+    return [m.RULE for m in JOB_MODULES]

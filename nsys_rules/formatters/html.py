@@ -76,6 +76,8 @@ def format_html(report: Report) -> str:
         body.append(_trace_section(result, report, len(report.results) > 1))
     if not report.results:
         body.append("<section><p class='empty'>No trace was analysed.</p></section>")
+    if getattr(report, "job", None) is not None and report.job.info.get("ranks"):
+        body.append(_job_section(report))
     plugin_errors = list(report.errors)
     if plugin_errors:
         body.append("<section><h2>Plugin errors</h2><ul>" + "".join(
@@ -169,6 +171,22 @@ def _bytes(value: float) -> str:
     return f"{value:.0f} B"
 
 
+def _job_section(report: Report) -> str:
+    """The job rules' findings over all ranks (the traces' own sections hold theirs)."""
+    from ..job.run import summary_lines
+
+    job = report.job
+    findings = sorted(job.findings, key=rank_key)
+    out = ["<h2 class='trace'>Job: all ranks together</h2>"]
+    out += [f"<p class='sub'>{escape(line)}</p>" for line in summary_lines(job.info)]
+    top = max([f.estimated_savings_ns or 0 for f in findings], default=0) or 1
+    out += [_finding(i, f, top) for i, f in enumerate(findings, 1)]
+    if job.skipped:
+        out.append("<ul>" + "".join(f"<li><span class='rule'>{escape(x['rule'])}</span> {escape(x['reason'])}</li>"
+                                    for x in job.skipped) + "</ul>")
+    return "<section>" + "".join(out) + "</section>"
+
+
 def _finding(i: int, f: Finding, top_savings: int) -> str:
     color = SEVERITY_COLORS.get(f.severity.value, "#64748b")
     save = ""
@@ -182,6 +200,7 @@ def _finding(i: int, f: Finding, top_savings: int) -> str:
     where = [x for x in (f"kernel {clip(loc.kernel, LONG_NAME)}" if loc.kernel else "",
                          f"API {clip(loc.api, LONG_NAME)}" if loc.api else "",
                          f"NVTX {clip('/'.join(loc.nvtx), LONG_NAME)}" if loc.nvtx else "",
+                         f"rank {loc.rank}" if loc.rank is not None else "",
                          f"device {loc.device}" if loc.device is not None else "",
                          f"stream {loc.stream}" if loc.stream is not None else "") if x]
     evidence = "".join(f"<tr><td>{escape(k.replace('_', ' '))}</td><td class='n'>{escape(_metric_text(m))}</td></tr>"

@@ -18,12 +18,14 @@ def envelope(report: Report) -> dict[str, Any]:
         "traces": [r.info for r in report.results],
         "rules": report.rules,
         "findings": [f.to_json() for f in report.findings],
-        "skipped": [s for r in report.results for s in r.skipped],
+        "skipped": report.all_skipped,
         "errors": [{k: v for k, v in e.items() if k != "traceback"} for e in report.all_errors],
         "summary": report.summary(),
     }
     if getattr(report, "cross_trace", None) is not None:
         out["cross_trace"] = report.cross_trace  # only when several traces ran (schema: optional)
+    if getattr(report, "job", None) is not None:
+        out["job"] = report.job.info  # only when the traces held a multi-rank job (schema 1.1: optional)
     return out
 
 

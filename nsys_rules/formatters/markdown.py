@@ -48,7 +48,7 @@ def format_markdown(report: Report) -> str:
         lines += ["No findings.", ""]
     for result in report.results:
         lines += _kernel_table(result, len(report.results) > 1)
-    skipped = [x for r in report.results for x in r.skipped]
+    skipped = report.all_skipped
     if skipped:
         lines += [f"<details><summary>{len(skipped)} rule(s) skipped</summary>", ""]
         lines += [f"- `{x['rule']}`: {cell(x['reason'], 300)}" + (f" (fix: {cell(x['fix'], 300)})" if x.get("fix") else "")

@@ -66,7 +66,7 @@ def sarif_log(report: Report) -> dict[str, Any]:
     if extensions:
         tool["extensions"] = extensions
     invocation: dict[str, Any] = {"executionSuccessful": not report.all_errors}
-    skipped = [s for r in report.results for s in r.skipped]
+    skipped = report.all_skipped
     if skipped:
         invocation["toolConfigurationNotifications"] = [
             {"level": "note", "descriptor": {"id": s["rule"]},

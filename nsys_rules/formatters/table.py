@@ -49,7 +49,7 @@ def format_table(report: Report) -> str:
                               tablefmt="simple_grid"))
     else:
         lines.append("no findings")
-    skipped = [s for r in report.results for s in r.skipped]
+    skipped = report.all_skipped
     if skipped:
         lines.append("skipped:")
         lines.extend(f"  {s['rule']}: {s['reason']}" + (f"; fix: {s['fix']}" if s.get("fix") else "") for s in skipped)
@@ -59,6 +59,10 @@ def format_table(report: Report) -> str:
         from ..parallel import summary_lines
 
         lines.extend(summary_lines(report.cross_trace))  # type: ignore[arg-type]
+    if getattr(report, "job", None) is not None:
+        from ..job.run import summary_lines as job_lines
+
+        lines.extend(job_lines(report.job.info))
     s = report.summary()["by_severity"]
     lines.append(f"{s['error']} error(s), {s['warning']} warning(s), {s['info']} info")
     return "\n".join(lines) + "\n"

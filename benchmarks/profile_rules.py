@@ -2,8 +2,9 @@
 
 Usage: python benchmarks/profile_rules.py TRACE.sqlite [--select RULES]
 
-Prints the tables and columns the selected rules make the engine preload (with their size in
-memory), then per rule its seconds, the peak memory it allocates beyond the loaded frames
+Prints the tables and columns the selected rules (and the step model) make the engine preload
+(with their size in memory), the GPU activity table, the windows and the step budget, then per
+rule its seconds, the peak memory it allocates beyond the loaded frames
 (tracemalloc; numpy and pandas report their buffers to it) and the process's peak RSS while it
 runs (reset before each rule on Linux, so it is the rule's own; the kernel's RSS counters lag a
 little, so a whole process under /usr/bin/time reads a few MB more). Use it to find the rule that breaks
@@ -19,6 +20,9 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from nsys_rules.analysis.activity import gpu_ops
+from nsys_rules.analysis.budget import step_budget
+from nsys_rules.analysis.steps import model_needs
 from nsys_rules.config import Settings
 from nsys_rules.engine import _Windows, effective_options, rule_window_kind, select_rules
 from nsys_rules.inputs import open_trace
@@ -59,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     tune_malloc()  # as the CLI does
     registry = build_registry()
     settings = Settings(select=[s for s in args.select.split(",") if s])
-    rules = select_rules(registry, settings)
+    rules = [r for r in select_rules(registry, settings) if getattr(r, "scope", "trace") == "trace"]
     trace = open_trace(args.trace)
-    needs: dict[str, list[str]] = {}
+    needs: dict[str, list[str]] = {t: list(c) for t, c in model_needs(trace).items()}
     for rule in rules:
         for table, cols in rule.needs().items():
             if trace.has(table):
@@ -79,10 +83,21 @@ def main(argv: list[str] | None = None) -> int:
         size = frame.memory_usage(deep=False).sum() / 2**20
         print(f"  {table}: {len(frame)} rows, {len(frame.columns)} columns ({', '.join(frame.columns)}), {size:.0f} MB")
     windows = _Windows(trace, settings)
+    _reset_peak()
+    t0 = time.perf_counter()
+    ops = gpu_ops(trace)
+    print(f"GPU activity: {len(ops)} operations, {time.perf_counter() - t0:.2f} s; RSS %.0f MB (peak %.0f MB)" % _rss_mb())
     for kind in ("steady", "full"):
+        _reset_peak()
         t0 = time.perf_counter()
         windows.get(kind)
-        print(f"window {kind}: {time.perf_counter() - t0:.2f} s")
+        print(f"window {kind}: {time.perf_counter() - t0:.2f} s; RSS %.0f MB (peak %.0f MB)" % _rss_mb())
+    model = windows.model()
+    _reset_peak()
+    t0 = time.perf_counter()
+    budget = step_budget(trace, model) if model is not None and model.count else None
+    print(f"budget: {time.perf_counter() - t0:.2f} s; RSS %.0f MB (peak %.0f MB)" % _rss_mb())
+    steps = model if model is not None and model.count else None
     print(f"{'rule':28} {'seconds':>8} {'peak MB':>8} {'RSS MB':>7} {'RSS peak':>8}  findings")
     for rule in rules:
         options = effective_options(rule, settings)
@@ -93,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         try:
             window = windows.get(rule_window_kind(rule, options))
-            found = len(list(rule().check(RuleContext(trace, rule(), options, window))))
+            found = len(list(rule().check(RuleContext(trace, rule(), options, window, steps, budget))))
             note = str(found)
         except Exception as exc:  # noqa: BLE001 - a profile reports failures, it does not stop
             note = f"{type(exc).__name__}: {exc}"[:80]

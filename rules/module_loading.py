@@ -73,7 +73,7 @@ class ModuleLoading(Rule):
     default_severity = Severity.WARNING
     requires = ("api",)
     optional = ("kernels",)
-    columns = {"api": ("start", "end", "name", "pid", "tid")}
+    columns = {"api": ("start", "end", "name", "pid", "tid"), "kernels": ("start", "end", "name")}
     window = "steady"
     Options = Options
 

@@ -7,7 +7,7 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.analysis.activity import KERNEL, MEMCPY, MEMSET, REPLAY, gpu_ops
+from nsys_rules.analysis.activity import KERNEL, MEMCPY, MEMSET, REPLAY, gpu_ops, kernel_symbols
 from nsys_rules.analysis.budget import LABELS, Budget
 from nsys_rules.analysis.intervals import point_in
 from nsys_rules.analysis.names import ALLOC_APIS, MODULE_LOADS, SYNC_APIS, in_set
@@ -107,7 +107,10 @@ class StepOutliers(Rule):
     default_severity = Severity.WARNING
     requires = ()
     optional = ("kernels", "memcpy", "memset", "graph_trace", "api")
-    columns = {"api": ("start", "end", "name", "pid", "tid")}
+    # The GPU tables are read through the shared activity table (nsys_rules.analysis.activity); only the
+    # columns named here are added for this rule's own look-ups.
+    columns = {"api": ("start", "end", "name", "pid", "tid"), "memcpy": ("start", "end", "bytes", "copy_kind"),
+               "kernels": ("start", "end", "name"), "memset": ("start", "end"), "graph_trace": ("start", "end")}
     window = "steady"
     Options = Options
 
@@ -213,8 +216,10 @@ def _other_work(ctx: RuleContext, slow: np.ndarray) -> tuple[int, str] | None:
     who = f"stream {stream}" + ("" if pid == budget.pid else f" of process {pid}")
     if (kinds == MEMCPY).any():
         copies = pick[kinds == MEMCPY]
-        size = int(ops.nbytes[copies].sum())
-        kind = _COPY_KINDS.get(int(ops.copy_kind[copies[0]]), "memory")
+        table = ctx.trace.frame("memcpy", ["bytes", "copy_kind"])
+        rows = ops.table_row[copies]
+        size = int(table["bytes"].to_numpy()[rows].sum())
+        kind = _COPY_KINDS.get(int(table["copy_kind"].to_numpy()[rows[0]]), "memory")
         what = (f"{who} ran {len(copies)} {kind} cop{'y' if len(copies) == 1 else 'ies'} of "
                 f"{size / len(copies) / 2**30:.2f} GiB each ({ops.duration[copies].sum() / 1e6:.2f} ms of copy time)")
     elif (kinds == KERNEL).any() or (kinds == REPLAY).any():
@@ -258,7 +263,7 @@ def _first_seen(ctx: RuleContext, slow: np.ndarray, limit: int = 3) -> str:
     held = step >= 0
     if not held.any():
         return ""
-    symbols, steps_of = ops.symbol[held], step[held]
+    symbols, steps_of = kernel_symbols(ctx.trace)[held], step[held]
     first_step: dict[int, int] = {}
     for sym, st in zip(symbols.tolist(), steps_of.tolist(), strict=True):
         if sym not in first_step or st < first_step[sym]:

@@ -5,6 +5,10 @@ One notion of GPU activity for the step model, the budget and every rule. In
 replay (a ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` row) is the GPU work, on its stream and device.
 In node mode the kernels are there, launched by the graph launch call. Idle is what none of
 the operations covers.
+
+The table is built once per trace and shared; on a 1M-kernel trace it holds about 50 bytes per
+operation, so it keeps narrow integer types and leaves what few callers need (the launching
+call's end and thread, kernel symbols, copy sizes) to lookups by row.
 """
 
 from __future__ import annotations
@@ -45,40 +49,56 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 class GpuOps:
     """GPU operations sorted by start; every field is an array aligned with the others.
 
-    ``launch``/``launch_end``/``tid`` describe the launching API call (-1 when the API was not
-    traced). ``symbol`` identifies a kernel by name and launch configuration (the unit of the
-    repeating kernel sequence); a graph replay's symbol is its graph (``graph_id`` in graph
-    mode, the first node of the replay in node mode); copies and memsets have -1.
+    ``launch`` is the start of the launching API call and ``api_row`` its row in the trace's API
+    frame (-1 when the API was not traced); ``table_row`` is the operation's row in its own
+    canonical frame (``KIND_TABLES[kind]``); ``graph`` identifies the graph of a replay row
+    (graph mode), -1 elsewhere.
     """
 
     start: np.ndarray
     end: np.ndarray
+    launch: np.ndarray
     device: np.ndarray
     stream: np.ndarray
     pid: np.ndarray
+    corr: np.ndarray
+    api_row: np.ndarray
+    table_row: np.ndarray
+    graph: np.ndarray
     kind: np.ndarray
     cls: np.ndarray
-    corr: np.ndarray
-    launch: np.ndarray
-    launch_end: np.ndarray
-    tid: np.ndarray
     by_graph: np.ndarray
-    symbol: np.ndarray
-    nbytes: np.ndarray
-    copy_kind: np.ndarray
-    table_row: np.ndarray
 
     def __len__(self) -> int:
         return len(self.start)
 
-    def take(self, mask: np.ndarray) -> "GpuOps":
-        """The operations where ``mask`` is true (or at the given row numbers), in the same order."""
-        return GpuOps(**{name: getattr(self, name)[mask] for name in _FIELDS})
+    def take(self, rows: np.ndarray | slice) -> "GpuOps":
+        """The operations at ``rows`` (a mask, row numbers or a slice), in the same order."""
+        return GpuOps(**{name: getattr(self, name)[rows] for name in _FIELDS})
 
     @property
     def duration(self) -> np.ndarray:
         """End minus start of each operation."""
         return self.end - self.start
+
+    def near(self, lo: int, hi: int, device: int | None = None) -> "GpuOps":
+        """The operations overlapping [lo, hi) (on ``device``): views of a slice when one device runs them all."""
+        first = int(np.searchsorted(self.start, lo, side="left"))
+        last = int(np.searchsorted(self.start, hi, side="left"))
+        # Operations that began before lo may still run at lo (long kernels, graph replays).
+        early = np.flatnonzero(self.end[:first] > lo)
+        begin = int(early[0]) if len(early) else first
+        part = self.take(slice(begin, last))
+        keep = part.end > lo
+        if device is not None:
+            keep &= part.device == device
+        if keep.all():
+            return part
+        # Usually only a few leading operations drop out: a narrower slice keeps views, not copies.
+        skip = int(np.argmax(keep)) if keep.any() else len(keep)
+        if keep[skip:].all():
+            return self.take(slice(begin + skip, last))
+        return part.take(keep)
 
 
 _FIELDS = tuple(GpuOps.__dataclass_fields__)
@@ -106,29 +126,60 @@ def _build(trace: Trace) -> GpuOps:
             continue
         parts.append(_part(trace, kind, frame))
     if not parts:
-        empty = {name: np.empty(0, np.int64) for name in _FIELDS}
-        empty["by_graph"] = np.empty(0, bool)
-        return GpuOps(**empty)
-    merged = {name: np.concatenate([p[name] for p in parts]) if len(parts) > 1 else parts[0][name] for name in _FIELDS}
-    if not _rising(merged["start"]):
-        order = np.argsort(merged["start"], kind="stable")
-        merged = {name: values[order] for name, values in merged.items()}
+        return GpuOps(**{name: np.empty(0, bool if name == "by_graph" else np.int64) for name in _FIELDS})
+    merged = _merge(parts)
     for values in merged.values():
         values.flags.writeable = False  # shared by every rule of the trace
     return GpuOps(**merged)
+
+
+def _merge(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The parts as one table in start order.
+
+    Each part is usually in start order already, and one (the kernels) holds nearly every row:
+    the others are slotted in at their places, so the only new arrays are the output ones (a
+    concatenation then a sorted copy doubled the peak on a 1M-kernel trace).
+    """
+    parts = sorted(parts, key=lambda p: -len(p["start"]))
+    big = parts[0]
+    if not _rising(big["start"]):
+        order = np.argsort(big["start"], kind="stable")
+        big = {name: values[order] for name, values in big.items()}
+    if len(parts) == 1:
+        return big
+    small = {name: np.concatenate([p[name] for p in parts[1:]]) for name in _FIELDS}
+    order = np.argsort(small["start"], kind="stable")
+    small = {name: values[order] for name, values in small.items()}
+    # Final position of each small row: the big rows starting at or before it, plus the small rows before it.
+    at = np.searchsorted(big["start"], small["start"], side="right") + np.arange(len(order))
+    total = len(big["start"]) + len(order)
+    is_small = np.zeros(total, bool)
+    is_small[at] = True
+    out = {}
+    for name in _FIELDS:
+        values = np.empty(total, np.result_type(big[name].dtype, small[name].dtype))
+        values[at] = small[name]
+        values[~is_small] = big[name]
+        out[name] = values
+    return out
 
 
 def _rising(values: np.ndarray) -> bool:
     return len(values) < 2 or bool((values[1:] >= values[:-1]).all())
 
 
-def _int(frame: pd.DataFrame, column: str, dtype: type = np.int64, fill: int = -1) -> np.ndarray:
+def _int(frame: pd.DataFrame, column: str, dtype: type = np.int32, fill: int = -1) -> np.ndarray:
+    """A column as a narrow integer array (NULLs as ``fill``), without a copy when it already is one."""
     if column not in frame:
         return np.full(len(frame), fill, dtype)
     series = frame[column]
     if isinstance(series.dtype, pd.api.extensions.ExtensionDtype) or series.dtype.kind == "f":
         return series.to_numpy(dtype=np.float64, na_value=fill).astype(dtype)  # nullable ints from damaged exports
-    return series.to_numpy().astype(dtype, copy=False)
+    values = series.to_numpy()
+    if values.dtype.kind in "iu" and values.dtype.itemsize > np.dtype(dtype).itemsize and len(values) and (
+            values.max() > np.iinfo(dtype).max or values.min() < np.iinfo(dtype).min):
+        return values.astype(np.int64)  # ids too wide for the narrow type: keep them whole
+    return values.astype(dtype, copy=False)
 
 
 def _part(trace: Trace, kind: int, frame: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -136,68 +187,108 @@ def _part(trace: Trace, kind: int, frame: pd.DataFrame) -> dict[str, np.ndarray]
     pid = _int(frame, "pid")
     corr = _int(frame, "correlation_id", fill=0)
     launch = np.full(n, -1, np.int64)
-    launch_end = np.full(n, -1, np.int64)
-    tid = np.full(n, -1, np.int64)
+    api_row = np.full(n, -1, np.int32)
     by_graph = np.zeros(n, bool)
     if trace.has("api"):
         api = trace.frame("api", COLUMNS["api"])
         if len(api):
             rows, found = launching_rows(trace, pid, corr)
             launch = np.where(found, api["start"].to_numpy()[rows], -1)
-            launch_end = np.where(found, api["end"].to_numpy()[rows], -1)
-            tid = np.where(found, _int(api, "tid")[rows], -1)
+            api_row = np.where(found, rows, -1).astype(np.int32)
             by_graph = found & in_set(trace.api_names(), GRAPH_LAUNCH_APIS)[rows]
-    out = {
-        "start": frame["start"].to_numpy(np.int64), "end": frame["end"].to_numpy(np.int64),
-        "device": _int(frame, "device_id"), "stream": _int(frame, "stream_id"), "pid": pid,
-        "kind": np.full(n, kind, np.int8), "corr": corr, "launch": launch, "launch_end": launch_end, "tid": tid,
-        "by_graph": by_graph, "nbytes": _int(frame, "bytes", fill=0), "copy_kind": _int(frame, "copy_kind"),
-        "table_row": np.arange(n, dtype=np.int64),
-    }
     if kind == KERNEL:
-        out["cls"] = classify(frame["name"]).cat.codes.to_numpy().astype(np.int8)
-        out["symbol"] = kernel_symbols(frame)
+        cls = classify(frame["name"]).cat.codes.to_numpy().astype(np.int8)
     else:
-        out["cls"] = np.full(n, REPLAY_CLASS if kind == REPLAY else COPY_CLASS, np.int8)
-        out["symbol"] = _int(frame, "graph_id") if kind == REPLAY else np.full(n, -1, np.int64)
-    return out
+        cls = np.full(n, REPLAY_CLASS if kind == REPLAY else COPY_CLASS, np.int8)
+    return {
+        "start": frame["start"].to_numpy(np.int64), "end": frame["end"].to_numpy(np.int64), "launch": launch,
+        "device": _int(frame, "device_id"), "stream": _int(frame, "stream_id"), "pid": pid, "corr": corr,
+        "api_row": api_row, "table_row": np.arange(n, dtype=np.int32),
+        "graph": _int(frame, "graph_id") if kind == REPLAY else np.full(n, -1, np.int32),
+        "kind": np.full(n, kind, np.int8), "cls": cls, "by_graph": by_graph,
+    }
 
 
-def kernel_symbols(kernels: pd.DataFrame) -> np.ndarray:
-    """One code per distinct (name, grid, block): the same kernel on the same shape of launch.
+def launch_ends(trace: Trace, ops: GpuOps) -> np.ndarray:
+    """End of each operation's launching API call (-1 where the API was not traced)."""
+    if not trace.has("api") or not len(ops):
+        return np.full(len(ops), -1, np.int64)
+    end = trace.frame("api", COLUMNS["api"])["end"].to_numpy()
+    return np.where(ops.api_row >= 0, end[np.maximum(ops.api_row, 0)], -1)
+
+
+def launch_threads(trace: Trace, ops: GpuOps) -> np.ndarray:
+    """Thread id of each operation's launching API call (-1 where the API was not traced)."""
+    if not trace.has("api") or not len(ops):
+        return np.full(len(ops), -1, np.int64)
+    tid = trace.frame("api", COLUMNS["api"])["tid"].to_numpy()
+    return np.where(ops.api_row >= 0, tid[np.maximum(ops.api_row, 0)], -1)
+
+
+def api_calls_at(trace: Trace, api_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """End and thread of the API calls at ``api_row`` (-1 for rows < 0 or without an API table)."""
+    if not trace.has("api") or not len(api_row):
+        return np.full(len(api_row), -1, np.int64), np.full(len(api_row), -1, np.int64)
+    api = trace.frame("api", COLUMNS["api"])
+    at = np.maximum(api_row, 0)
+    known = api_row >= 0
+    return np.where(known, api["end"].to_numpy()[at], -1), np.where(known, api["tid"].to_numpy()[at], -1)
+
+
+def kernel_symbols(trace: Trace) -> np.ndarray:
+    """One code per distinct (name, grid, block) of each operation (-1 for copies, memsets and replays).
 
     The name alone merges a layer's GEMVs with the lm_head's (one kernel, another grid); the
     launch configuration tells them apart, which is what makes a step's kernel sequence visible.
+    Computed on demand (the kernel-sequence step detector and a few rules need it) and cached.
     """
-    cols = [kernels["name"].cat.codes.to_numpy().astype(np.int64)] if "name" in kernels else []
-    for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"):
-        if c in kernels:
-            cols.append(_int(kernels, c))
-    if not cols:
-        return np.full(len(kernels), -1, np.int64)
-    if len(cols) == 1:
-        return cols[0]
-    keys = np.stack(cols, axis=1)
-    _, codes = np.unique(keys, axis=0, return_inverse=True)
-    return codes.reshape(-1).astype(np.int64)
+    hit = _SYMBOLS.get(trace)
+    if hit is not None:
+        return hit
+    ops = gpu_ops(trace)
+    out = np.full(len(ops), -1, np.int64)
+    kernels = ops.kind == KERNEL
+    if kernels.any():
+        frame = trace.frame("kernels", COLUMNS["kernels"])
+        out[kernels] = _symbols(frame)[ops.table_row[kernels]]
+    out.flags.writeable = False
+    _SYMBOLS[trace] = out
+    return out
 
 
-def graph_replays(ops: GpuOps) -> pd.DataFrame:
+_SYMBOLS: "weakref.WeakKeyDictionary[Trace, np.ndarray]" = weakref.WeakKeyDictionary()
+
+
+def _symbols(kernels: pd.DataFrame) -> np.ndarray:
+    """Codes of (name, grid, block) per kernel row: a 64-bit mix of the fields, then one hash factorization."""
+    key = kernels["name"].cat.codes.to_numpy().astype(np.uint64) if "name" in kernels else np.zeros(
+        len(kernels), np.uint64)
+    with np.errstate(over="ignore"):
+        for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"):
+            if c in kernels:
+                key = key * np.uint64(1_000_003) ^ _int(kernels, c, np.int64).astype(np.uint64)
+    codes, _ = pd.factorize(key)
+    return codes.astype(np.int64)
+
+
+def graph_replays(trace: Trace, ops: GpuOps | None = None) -> pd.DataFrame:
     """One row per graph launch call: its GPU interval, device, stream, thread and graph identity.
 
     Graph mode: the replay row itself. Node mode: the kernels (and copies) sharing the launch's
     correlationId, from the first start to the last end; the graph is known by the symbol of
     its first kernel. Columns: pid, corr, launch, launch_end, tid, device, stream, start, end, graph.
     """
+    ops = gpu_ops(trace) if ops is None else ops
     mask = ops.by_graph
+    columns = ["pid", "corr", "launch", "launch_end", "tid", "device", "stream", "start", "end", "graph"]
     if not mask.any():
-        return pd.DataFrame(columns=["pid", "corr", "launch", "launch_end", "tid", "device", "stream", "start", "end",
-                                     "graph"])
-    frame = pd.DataFrame({"pid": ops.pid[mask], "corr": ops.corr[mask], "launch": ops.launch[mask],
-                          "launch_end": ops.launch_end[mask], "tid": ops.tid[mask], "device": ops.device[mask],
-                          "stream": ops.stream[mask], "start": ops.start[mask], "end": ops.end[mask],
-                          "graph": np.where(ops.kind[mask] == REPLAY, ops.symbol[mask], -1),
-                          "first_symbol": ops.symbol[mask]})
+        return pd.DataFrame(columns=columns)
+    mine = ops.take(mask)
+    symbols = kernel_symbols(trace)[mask] if ops is gpu_ops(trace) else np.full(int(mask.sum()), -1, np.int64)
+    frame = pd.DataFrame({"pid": mine.pid, "corr": mine.corr, "launch": mine.launch,
+                          "launch_end": launch_ends(trace, mine), "tid": launch_threads(trace, mine),
+                          "device": mine.device, "stream": mine.stream, "start": mine.start, "end": mine.end,
+                          "graph": mine.graph, "first_symbol": symbols})
     grouped = frame.groupby(["pid", "corr"], sort=False)
     out = grouped.agg(launch=("launch", "first"), launch_end=("launch_end", "first"), tid=("tid", "first"),
                       device=("device", "first"), stream=("stream", "first"), start=("start", "min"),

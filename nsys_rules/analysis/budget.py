@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import MissingData
 from ..trace import Trace
-from .activity import BUSY_CLASSES, GpuOps, gpu_ops
+from .activity import BUSY_CLASSES, GpuOps, api_calls_at, gpu_ops
 from .budget_host import HostTimeline, host_timelines
 from .intervals import Coverage, complement, merge_intervals
 from .steps import StepModel
@@ -164,23 +164,17 @@ def _budget(trace: Trace, model: StepModel) -> Budget | None:
     lo, hi = int(steps[0, 0]), int(steps[-1, 1])
     if hi <= lo:
         return None
-    ops = gpu_ops(trace)
-    near = (ops.device == model.device) & (ops.end > lo) & (ops.start < hi)
-    sub = ops.take(near)
+    sub = gpu_ops(trace).near(lo, hi, model.device)
     own, streams = _own_work(sub, model)
-    per_step: dict[str, np.ndarray] = {}
     a, b = steps[:, 0], steps[:, 1]
-    covered_before = np.zeros(len(steps), np.int64)
-    grown = np.zeros(0, bool)
-    for cls in BUSY_PRIORITY:
-        code = BUSY_CLASSES.index(cls)
-        grown = own & (sub.cls == code) if not len(grown) else grown | (own & (sub.cls == code))
-        cover = Coverage(*merge_intervals(sub.start[grown], sub.end[grown])).within(a, b)
-        per_step[_CLASS_PART[cls]] = cover - covered_before
-        covered_before = cover
-    everything = merge_intervals(sub.start, sub.end)
-    busy_all = Coverage(*everything).within(a, b)
-    per_step["contention"] = busy_all - covered_before
+    per_step, own_busy = _busy_parts(sub, own, a, b)
+    if own.all():  # the loop alone on its GPU (the usual trace): its union is everything's
+        everything = merge_intervals(sub.start, sub.end) if not _serial(sub.start, sub.end) else (sub.start, sub.end)
+        busy_all = own_busy
+    else:
+        everything = merge_intervals(sub.start, sub.end)
+        busy_all = Coverage(*everything).within(a, b)
+    per_step["contention"] = busy_all - own_busy
     idle = _idle_parts(trace, sub, everything, steps, lo, hi)
     per_step.update(idle)
     durations = b - a
@@ -200,6 +194,37 @@ def _budget(trace: Trace, model: StepModel) -> Budget | None:
                   per_step, model.device, model.pid, streams, median_step)
 
 
+def _serial(starts: np.ndarray, ends: np.ndarray) -> bool:
+    """Whether the intervals (in start order) never overlap: each ends before the next starts."""
+    return len(starts) < 2 or bool((ends[:-1] <= starts[1:]).all())
+
+
+def _busy_parts(ops: GpuOps, own: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Per step, the loop's busy time by class (an overlapped instant goes to the first class of
+    :data:`BUSY_PRIORITY`), and the loop's busy time in all.
+
+    Work that never overlaps itself (one stream, the usual loop) needs no unions: each class's
+    operations are already a disjoint set.
+    """
+    parts: dict[str, np.ndarray] = {}
+    if own.all() and _serial(ops.start, ops.end) or _serial(ops.start[own], ops.end[own]):
+        total = np.zeros(len(a), np.int64)
+        for cls in BUSY_PRIORITY:
+            mine = own & (ops.cls == BUSY_CLASSES.index(cls))
+            parts[_CLASS_PART[cls]] = Coverage(ops.start[mine], ops.end[mine]).within(a, b) if mine.any() else \
+                np.zeros(len(a), np.int64)
+            total += parts[_CLASS_PART[cls]]
+        return parts, total
+    covered_before = np.zeros(len(a), np.int64)
+    grown = np.zeros(len(ops), bool)
+    for cls in BUSY_PRIORITY:
+        grown |= own & (ops.cls == BUSY_CLASSES.index(cls))
+        cover = Coverage(*merge_intervals(ops.start[grown], ops.end[grown])).within(a, b)
+        parts[_CLASS_PART[cls]] = cover - covered_before
+        covered_before = cover
+    return parts, covered_before
+
+
 def _own_work(ops: GpuOps, model: StepModel) -> tuple[np.ndarray, tuple[int, ...]]:
     """Which operations are the loop's own: its process, on the step model's loop streams.
 
@@ -209,6 +234,11 @@ def _own_work(ops: GpuOps, model: StepModel) -> tuple[np.ndarray, tuple[int, ...
     mine = ops.pid == model.pid if model.pid is not None else np.ones(len(ops), bool)
     streams = model.streams or tuple(int(s) for s in np.unique(ops.stream[mine]))
     return mine & np.isin(ops.stream, streams), streams
+
+
+#: Idle gaps judged per batch: a 1M-kernel eager trace has a gap between nearly every two kernels, and
+#: each per-gap temporary is 8 bytes a gap; batches keep them small whatever the trace's size.
+GAP_BATCH = 131_072
 
 
 def _idle_parts(trace: Trace, ops: GpuOps, busy: tuple[np.ndarray, np.ndarray], steps: np.ndarray,
@@ -221,33 +251,42 @@ def _idle_parts(trace: Trace, ops: GpuOps, busy: tuple[np.ndarray, np.ndarray], 
     n = len(steps)
     out = {name: np.zeros(n, np.int64) for name in ("launch_wait", "after_sync", "allocation", "module_loading",
                                                    "graph_internal", "idle_other", "_launch_api", "_launch_host")}
-    gap_s, gap_e = complement(busy[0], busy[1], lo, hi)
-    if not len(gap_s):
-        return out
+    gaps_s, gaps_e = complement(busy[0], busy[1], lo, hi)
+    timelines: dict[tuple[int, int], HostTimeline] = {}
+    for first in range(0, len(gaps_s), GAP_BATCH):
+        _idle_batch(trace, ops, gaps_s[first:first + GAP_BATCH], gaps_e[first:first + GAP_BATCH], steps, out,
+                    timelines)
+    return out
+
+
+def _idle_batch(trace: Trace, ops: GpuOps, gap_s: np.ndarray, gap_e: np.ndarray, steps: np.ndarray,
+                out: dict[str, np.ndarray], timelines: dict[tuple[int, int], HostTimeline]) -> None:
     nxt = np.searchsorted(ops.start, gap_e, side="left")  # the operation that ends the gap
     has_next = nxt < len(ops)
     nxt_c = np.minimum(nxt, len(ops) - 1)
     prev = np.maximum(nxt_c - 1, 0)
     inside_graph = has_next & (nxt > 0) & ops.by_graph[nxt_c] & ops.by_graph[prev] & (
         ops.corr[nxt_c] == ops.corr[prev]) & (ops.pid[nxt_c] == ops.pid[prev])
-    launch_end = np.where(has_next, ops.launch_end[nxt_c], -1)
-    tid = np.where(has_next, ops.tid[nxt_c], -1)
+    del nxt, prev
+    api_row = np.where(has_next, ops.api_row[nxt_c], -1)
+    launch_end, tid = api_calls_at(trace, api_row)
     pids = np.where(has_next, ops.pid[nxt_c], -1)
+    del api_row, nxt_c
     queued = (launch_end >= 0) & (launch_end <= gap_s)
     host_bound = ~inside_graph & ~queued & (tid >= 0)
+    del launch_end, queued
     piece_s, piece_e, owner = _split(gap_s, gap_e, steps[1:, 0])
     step = np.searchsorted(steps[:, 0], piece_s, side="right") - 1
     length = piece_e - piece_s
     _add(out["graph_internal"], step, length, inside_graph[owner])
     _add(out["idle_other"], step, length, (~inside_graph & ~host_bound)[owner])
     if host_bound.any():
-        for key, timeline in host_timelines(trace, pids[host_bound], tid[host_bound]).items():
+        for key, timeline in host_timelines(trace, pids[host_bound], tid[host_bound], timelines).items():
             gaps = host_bound & (pids == key[0]) & (tid == key[1])
             after = np.zeros(len(gap_s), bool)
             after[gaps] = timeline.sync_ended_in(gap_s[gaps], gap_e[gaps])
             sel = gaps[owner]
             _attribute(out, timeline, piece_s[sel], piece_e[sel], step[sel], after[owner][sel])
-    return out
 
 
 def _attribute(out: dict[str, np.ndarray], timeline: HostTimeline, a: np.ndarray, b: np.ndarray,
@@ -283,13 +322,26 @@ def _add(target: np.ndarray, step: np.ndarray, values: np.ndarray, mask: np.ndar
 def _split(starts: np.ndarray, ends: np.ndarray, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Disjoint intervals cut at the given instants, so no piece crosses a step boundary.
 
-    Returns the pieces and, for each, the index of the interval it came from.
+    Returns the pieces and, for each, the index of the interval it came from. Only the intervals
+    that hold a cut are split (at most one per step): the rest pass through as they are.
     """
-    inside = np.searchsorted(cuts, ends, side="left") - np.searchsorted(cuts, starts, side="right")
-    if not (inside > 0).any():
-        return starts, ends, np.arange(len(starts))
-    points = np.unique(np.concatenate([starts, ends, cuts]))
-    piece_s, piece_e = points[:-1], points[1:]
-    owner = np.searchsorted(starts, piece_s, side="right") - 1
-    ok = (owner >= 0) & (piece_e <= ends[np.maximum(owner, 0)])
-    return piece_s[ok], piece_e[ok], owner[ok]
+    first_cut = np.searchsorted(cuts, starts, side="right")  # cuts strictly inside (start, end)
+    last_cut = np.searchsorted(cuts, ends, side="left")
+    count = last_cut - first_cut
+    owner = np.arange(len(starts))
+    crossing = np.flatnonzero(count > 0)
+    if not len(crossing):
+        return starts, ends, owner
+    # Each crossing interval becomes count + 1 pieces: start, its cuts in order, end.
+    pieces = count[crossing] + 1
+    whose = np.repeat(crossing, pieces)
+    rank = np.arange(len(whose)) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # piece number within its interval
+    cut_at = first_cut[whose] + rank  # index of the cut that ends this piece (or the interval's end)
+    piece_s = np.where(rank == 0, starts[whose], cuts[np.minimum(cut_at - 1, len(cuts) - 1)])
+    piece_e = np.where(rank == count[whose], ends[whose], cuts[np.minimum(cut_at, len(cuts) - 1)])
+    plain = count == 0
+    out_s = np.concatenate([starts[plain], piece_s])
+    out_e = np.concatenate([ends[plain], piece_e])
+    out_o = np.concatenate([owner[plain], whose])
+    order = np.argsort(out_s, kind="stable")
+    return out_s[order], out_e[order], out_o[order]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,9 +57,13 @@ class HostTimeline:
         return found & (self.sync_ends[kc] <= b) & (self.sync_starts[kc] <= a)
 
 
-def host_timelines(trace: Trace, pids: np.ndarray, tids: np.ndarray) -> dict[tuple[int, int], HostTimeline]:
-    """The timelines of the distinct (pid, tid) pairs given (cached per trace and thread)."""
-    cache = _CACHE.setdefault(trace, {})
+def host_timelines(trace: Trace, pids: np.ndarray, tids: np.ndarray,
+                   cache: dict[tuple[int, int], HostTimeline]) -> dict[tuple[int, int], HostTimeline]:
+    """The timelines of the distinct (pid, tid) pairs given, built once into ``cache``.
+
+    The caller owns the cache (the budget keeps it for one computation): a launching thread of a
+    1M-kernel trace has millions of calls, 50 MB of arrays not worth keeping for the whole run.
+    """
     wanted = set(zip(pids.tolist(), tids.tolist(), strict=True))
     missing = [key for key in wanted if key not in cache]
     if missing:
@@ -72,11 +75,12 @@ def host_timelines(trace: Trace, pids: np.ndarray, tids: np.ndarray) -> dict[tup
         start, end = api["start"].to_numpy(np.int64), api["end"].to_numpy(np.int64)
         for key in missing:
             rows = (pid == key[0]) & (tid == key[1])
-            cache[key] = _timeline(start[rows], end[rows], kinds[rows], loads[rows])
+            if rows.all():  # one launching thread (the usual trace): the frame's arrays, no copies
+                cache[key] = _timeline(start, end, kinds, loads)
+            else:
+                cache[key] = _timeline(start[rows], end[rows], kinds[rows], loads[rows])
     return {key: cache[key] for key in wanted}
 
-
-_CACHE: "weakref.WeakKeyDictionary[Trace, dict[tuple[int, int], HostTimeline]]" = weakref.WeakKeyDictionary()
 
 _ALLOC, _MODULE, _SYNC, _OTHER = 0, 1, 2, 3
 
@@ -90,6 +94,11 @@ def _kinds(names) -> np.ndarray:
     return kind
 
 
+def _serial(start: np.ndarray, end: np.ndarray) -> bool:
+    """Whether a thread's calls follow one another without nesting (their union is themselves)."""
+    return len(start) < 2 or bool((start[1:] >= end[:-1]).all())
+
+
 def _timeline(start: np.ndarray, end: np.ndarray, kind: np.ndarray, loads: np.ndarray) -> HostTimeline:
     def cover(mask: np.ndarray) -> Coverage:
         return Coverage(*merge_intervals(start[mask], end[mask]))
@@ -97,5 +106,6 @@ def _timeline(start: np.ndarray, end: np.ndarray, kind: np.ndarray, loads: np.nd
     sync = kind == _SYNC
     order = np.argsort(end[sync], kind="stable")
     return HostTimeline(cover(kind == _ALLOC), cover(kind <= _MODULE), cover(kind <= _SYNC),
-                        cover(np.ones(len(kind), bool)), end[sync][order], start[sync][order],
+                        Coverage(start, end) if _serial(start, end) else Coverage(*merge_intervals(start, end)),
+                        end[sync][order], start[sync][order],
                         np.sort(start[loads]))

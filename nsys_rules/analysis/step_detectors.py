@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace import Trace
-from .activity import KERNEL, GpuOps, graph_replays
+from .activity import KERNEL, GpuOps, graph_replays, kernel_symbols
 from .host import blocking_calls, copy_directions
 from .intervals import point_in
 from .names import LIBRARY_DOMAINS, is_library_range
@@ -171,7 +171,7 @@ def _mostly_nested(inner: np.ndarray, outers: list[np.ndarray]) -> bool:
 # -- b. one CUDA graph launch per step ---------------------------------------------------------
 def graph_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
     """Repeated graph launches: the step starts at each launch of the graph that recurs once per step."""
-    replays = graph_replays(ops)
+    replays = graph_replays(trace, ops)
     if replays.empty:
         return "no CUDA graph launches"
     replays = replays[(replays["launch"] >= bound.lo) & (replays["launch"] <= bound.hi)]
@@ -298,7 +298,7 @@ def kernel_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
     block (layers), or the host pauses at one point of every period and nowhere else as long
     (the loop's own work between steps).
     """
-    mask = (ops.kind == KERNEL) & (ops.launch >= bound.lo) & (ops.launch <= bound.hi) & (ops.symbol >= 0)
+    mask = (ops.kind == KERNEL) & (ops.launch >= bound.lo) & (ops.launch <= bound.hi)
     if mask.sum() < 2 * (bound.min_repeats + 1):
         return "too few kernels for a repeating pattern"
     pids, counts = np.unique(ops.pid[mask], return_counts=True)
@@ -307,7 +307,7 @@ def kernel_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
     launch = ops.launch[mask]
     order = np.argsort(launch, kind="stable")
     launch = launch[order]
-    symbols = ops.symbol[mask][order]
+    symbols = kernel_symbols(trace)[mask][order]
     run = periodic_run(symbols, bound.min_repeats)
     if run is None:
         return "kernel launches do not repeat in a regular sequence"

@@ -39,16 +39,17 @@ CAUSE_RULES = frozenset({"launch-blocking"})
 
 
 def finalize(findings: Iterable[Finding], budget: Budget | None, steady: tuple[int, int] | None,
-             noise_floor_pct: float = 0.5) -> list[Finding]:
+             noise_floor_pct: float = 0.5, judged_ns: int = 0) -> list[Finding]:
     """The findings of one trace, made into one consistent answer (see the module docstring).
 
-    ``steady`` is the steady state's host span (start-up symptoms lie before it).
+    ``steady`` is the steady state's host span (start-up symptoms lie before it); ``judged_ns`` the
+    time the noise floor is a share of when there are no steps (the judged window's length).
     """
     out = list(findings)
     out = _withhold(out)
     out = _cap(out, budget)
     out = _fold(out, steady)
-    floor = noise_floor_pct / 100.0 * budget.total_ns if budget is not None else 0
+    floor = noise_floor_pct / 100.0 * (budget.total_ns if budget is not None else judged_ns)
     return [dataclasses.replace(f, minor=True) if _is_minor(f, floor) else f for f in out]
 
 
@@ -148,6 +149,7 @@ def _fold(findings: list[Finding], steady: tuple[int, int] | None) -> list[Findi
 
 
 def _is_minor(f: Finding, floor: float) -> bool:
-    if f.severity is Severity.ERROR or f.folded_into or not floor:
+    """Not an error, and a known saving under the floor (nothing to gain is always under it)."""
+    if f.severity is Severity.ERROR or f.folded_into or f.estimated_savings_ns is None:
         return False
-    return f.estimated_savings_ns is not None and f.estimated_savings_ns < floor
+    return f.estimated_savings_ns == 0 or f.estimated_savings_ns < floor

@@ -186,7 +186,8 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
                                   "error": f"{type(exc).__name__}: {exc}",
                                   "traceback": "".join(traceback.format_exception(exc))[-4000:]})
     span = (steady.start, steady.end) if steady.intervals else None
-    result.findings = finalize(result.findings, budget, span, settings.noise_floor_pct)  # type: ignore[arg-type]
+    judged = steady.duration_ns(_capture_span(trace)) if budget is None else 0
+    result.findings = finalize(result.findings, budget, span, settings.noise_floor_pct, judged)  # type: ignore[arg-type]
     if settings.profile:
         _add_profile(trace, result, windows)
     result.info["window"] = windows.describe()
@@ -197,6 +198,14 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
     if trace.damage:
         result.info["damage"] = list(dict.fromkeys(trace.damage))
     return result
+
+
+def _capture_span(trace: Trace) -> tuple[int, int]:
+    """First and last instant of the trace's GPU work (0, 0 without any)."""
+    from .analysis.activity import gpu_ops
+
+    ops = gpu_ops(trace)
+    return (int(ops.start.min()), int(ops.end.max())) if len(ops) else (0, 0)
 
 
 def _add_profile(trace: Trace, result: TraceResult, windows: "_Windows") -> None:

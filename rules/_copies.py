@@ -72,8 +72,8 @@ class CopyGroup:
 
     @property
     def key(self) -> str:
-        """Fingerprint key: direction and stream (plus the row ordinal in per-row mode)."""
-        return f"{self.direction}/{self.stream}{self.group.key_suffix}"
+        """Fingerprint key: the direction (plus the row ordinal in per-row mode)."""
+        return f"{self.direction}{self.group.key_suffix}"
 
 
 def copy_groups(ctx: RuleContext, copies: pd.DataFrame, api: pd.DataFrame, mask: np.ndarray, report: str,
@@ -86,12 +86,13 @@ def copy_groups(ctx: RuleContext, copies: pd.DataFrame, api: pd.DataFrame, mask:
     rows["direction"] = [COPY_KINDS.get(int(k), str(k)) for k in rows["copy_kind"].to_numpy()]
     lo, hi = ctx.window_bounds()
     judged = max(1, hi - lo)
-    # One finding per direction and stream: the cause (pageable memory, a synchronous call) is the
-    # same whichever call site issued the copy; the most used API names the group.
-    for group in split_flagged(rows, ["direction", "stream_id"], report, max_findings):
+    # One finding per direction: the cause (pageable memory, a synchronous call) is the same whichever
+    # call site or stream issued the copy; the most used API and stream name the group.
+    for group in split_flagged(rows, ["direction"], report, max_findings):
         g = group.rows
-        direction, stream = group.key
+        (direction,) = group.key
         api_name = g["api"].value_counts().index[0]
+        stream = g["stream_id"].value_counts().index[0]
         yield CopyGroup(group, str(api_name), str(direction), int(stream),
                         int(g["host_ns"].clip(lower=0).sum()), int((g["end"] - g["start"]).sum()), int(g["bytes"].sum()),
                         MEMORY_KINDS.get(int(g["src_kind"].iloc[0]), "?"), MEMORY_KINDS.get(int(g["dst_kind"].iloc[0]), "?"),

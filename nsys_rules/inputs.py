@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 
 from .errors import InputError
 from .loaders.sqlite import SqliteExport
+from .textsafe import shell_word
 from .trace import Trace
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
@@ -60,7 +61,7 @@ def _open_report(path: Path) -> Trace:
         raise InputError(f"{path}: no such file")
     if nsys is None:
         raise InputError(f"{path}: .nsys-rep needs `nsys` on PATH to export it; run "
-                         f"`nsys export --type=sqlite {path}` where nsys is installed and pass the .sqlite")
+                         f"`nsys export --type=sqlite {shell_word(path)}` where nsys is installed and pass the .sqlite")
     folder = Path(tempfile.mkdtemp(prefix="nsys-rules-"))
     target = folder / (path.stem + ".sqlite")
     try:

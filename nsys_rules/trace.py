@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from .errors import InputError
 from .loaders.sqlite import SqliteExport
 from .loaders.tables import TABLES
 from .malloc_tune import release_free_memory
+from .textsafe import shell_join
 
 #: Row count of the second-biggest table from which preload reads tables in parallel threads.
 PARALLEL_LOAD_ROWS = 200_000
@@ -59,8 +59,8 @@ class CaptureInfo:
 
     @property
     def command_line(self) -> str:
-        """The profiled command as one shell-quoted line."""
-        return " ".join(shlex.quote(a) for a in self.command)
+        """The profiled command as one shell-quoted line (every word quoted: the file chose them)."""
+        return shell_join(self.command)
 
 
 @dataclass(frozen=True)

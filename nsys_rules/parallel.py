@@ -297,14 +297,16 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     from tabulate import tabulate
 
     from .formatters.table import human_ns
+    from .textsafe import terminal_safe
 
     slow = summary["slowest"]
     ratio = slow.get("ratio_to_median")
-    lines = [f"across {len(summary['traces'])} traces: slowest {slow['path']} with {human_ns(slow['kernel_ns'])} "
-             f"of kernel time" + (f", {ratio:.2f}x the median ({human_ns(slow['median_kernel_ns'])})" if ratio else "")]
+    lines = [f"across {len(summary['traces'])} traces: slowest {terminal_safe(slow['path'], newlines=False)} with "
+             f"{human_ns(slow['kernel_ns'])} of kernel time"
+             + (f", {ratio:.2f}x the median ({human_ns(slow['median_kernel_ns'])})" if ratio else "")]
     rows = [[_short(k["kernel"]), human_ns(k["median_ns"]), human_ns(k["max_ns"]),
              f"{k['max_over_median']:.2f}" if k["max_over_median"] else "", human_ns(k["excess_ns"]),
-             Path(k["slowest"]).name] for k in summary["kernels"]]
+             terminal_safe(Path(k["slowest"]).name, newlines=False)] for k in summary["kernels"]]
     if rows:
         lines.append(tabulate(rows, headers=["kernel (shared)", "median", "max", "max/median", "excess", "slowest trace"],
                               tablefmt="simple"))
@@ -312,6 +314,9 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def _short(name: str, width: int = 60) -> str:
+    from .textsafe import terminal_safe
+
+    name = terminal_safe(name, newlines=False)
     return name if len(name) <= width else name[: width - 3] + "..."
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import sys
 import typing
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any, Mapping
 from .errors import UsageError
 from .findings import Severity
 from .rule import Rule
+from .textsafe import clip
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -24,7 +26,9 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 FAIL_ON = ("info", "warning", "error", "never")
-TOP_KEYS = ("select", "ignore", "fail-on", "severity", "rules", "steady-ranges", "max-memory")
+TOP_KEYS = ("select", "ignore", "fail-on", "severity", "rules", "steady-ranges", "max-memory", "rule-timeout")
+#: Seconds one rule may run (``--rule-timeout``, ``rule-timeout``): generous, it only stops a rule that hangs.
+DEFAULT_RULE_TIMEOUT = 300.0
 
 
 @dataclass
@@ -38,6 +42,7 @@ class Settings:
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     steady_ranges: list[str] = field(default_factory=list)
     max_memory: int | None = None
+    rule_timeout: float = DEFAULT_RULE_TIMEOUT
     filter_time: str | None = None
     filter_nvtx: str | None = None
     source: str | None = None  # the config file read, if any
@@ -97,6 +102,8 @@ def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Map
             settings.fail_on = value
         elif key == "max-memory":
             settings.max_memory = parse_size(str(value))
+        elif key == "rule-timeout":
+            settings.rule_timeout = parse_seconds(value, f"{path}: rule-timeout")
         elif key == "severity":
             if not isinstance(value, dict):
                 raise UsageError(f"{path}: severity must be a table of rule = \"info|warning|error\"")
@@ -185,6 +192,17 @@ def parse_size(text: str) -> int:
     if unit not in _SIZE or value <= 0:
         raise UsageError(f"bad size {text!r}: use a number with K, M, G or T (e.g. 2G)")
     return int(value * _SIZE[unit])
+
+
+def parse_seconds(value: object, where: str = "--rule-timeout") -> float:
+    """A positive, finite number of seconds (``300``, ``2.5``); UsageError otherwise."""
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(value, bool) or not math.isfinite(seconds) or seconds <= 0 or seconds > 10**7:
+        raise UsageError(f"{where}: expected a number of seconds above 0 (e.g. 300), not {clip(value, 40)!r}")
+    return seconds
 
 
 def parse_set(items: list[str], rules: Mapping[str, type[Rule]], aliases: Mapping[str, str]) -> dict[str, dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,11 +12,12 @@ from typing import Any, Callable
 from . import __version__
 from .config import Settings, resolve_rule_name
 from .compat import missing_table
-from .errors import ExitCode, InputError, MissingData, UsageError
+from .errors import ExitCode, UsageError
 from .findings import Finding, Severity, rank_key
+from .isolation import run_rule
 from .memory_limit import enforce_limit as enforce_memory_limit
 from .plugins import Registry
-from .rule import Rule, RuleContext
+from .rule import Rule
 from .trace import Trace
 from .windows import FULL, SteadyOptions, Window, steady_state_window, user_window
 
@@ -152,23 +154,13 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
     for rule, options in runnable:
         if progress:
             progress(rule.name)
-        try:
-            window = windows.get(rule_window_kind(rule, options))
-            ctx = RuleContext(trace, rule(), options, window)
-            findings = list(rule().check(ctx))
-            override = settings.severity.get(rule.name)
-            for f in findings:
-                if not isinstance(f, Finding):
-                    raise TypeError(f"check() yielded {type(f).__name__}, not Finding")
-            result.findings.extend(dataclasses.replace(f, severity=override) if override else f for f in findings)
-        except MissingData as gap:
-            result.skipped.append({"rule": rule.name, "trace": trace.label, "reason": gap.reason, "fix": gap.fix})
-        except (UsageError, InputError):
-            raise  # bad flags or a damaged file found mid-read end the run (exit 2 / 3), not one rule
-        except Exception as exc:  # noqa: BLE001 - one rule failing must not hide the others
-            result.errors.append({"rule": rule.name, "trace": trace.label,
-                                  "error": f"{type(exc).__name__}: {exc}",
-                                  "traceback": "".join(traceback.format_exception(exc))[-4000:]})
+        # Isolated and time-limited (nsys_rules.isolation): a failing, hanging or lying rule is an error entry.
+        outcome = run_rule(rule, options, functools.partial(windows.get, rule_window_kind(rule, options)), trace,
+                           settings.rule_timeout)
+        override = settings.severity.get(rule.name)
+        result.findings.extend(dataclasses.replace(f, severity=override) if override else f for f in outcome.findings)
+        result.skipped.extend([outcome.skipped] if outcome.skipped else [])
+        result.errors.extend(outcome.errors)
     if settings.profile:
         _add_profile(trace, result, windows)
     result.info["window"] = windows.describe()

@@ -45,6 +45,8 @@ def open_trace(path: Path, loaders: Mapping[str, Callable[..., Any]] | None = No
             trace = loaders[suffix](path)
         except InputError:
             raise
+        except SystemExit as exc:
+            raise InputError(f"{path}: the plugin loader for {suffix} called sys.exit({exc.code!r})") from None
         except Exception as exc:  # noqa: BLE001 - a plugin's bug on this file: say whose, one line
             raise InputError(f"{path}: the plugin loader for {suffix} failed: {type(exc).__name__}: {exc}") from exc
         if not isinstance(trace, Trace):

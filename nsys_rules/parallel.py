@@ -156,7 +156,7 @@ def _run_pool(jobs: list[Job], workers: int, on_done: Callable[[JobResult], None
             i = futures[future]
             try:
                 results[i] = future.result()
-            except Exception as exc:  # noqa: BLE001 - a dead worker (killed, out of memory) is one trace's error
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a dead worker (killed, out of memory) is one trace's error
                 results[i] = JobResult(jobs[i].path, error=f"{jobs[i].path}: worker failed ({type(exc).__name__}: {exc})",
                                        exit_code=int(ExitCode.INCOMPLETE))
             on_done(results[i])

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..engine import run_check
-from ..errors import UsageError
-from ..textsafe import TERMINAL_FORMATS, terminal_safe
+from ..engine import Report, run_check
+from ..errors import PluginError, UsageError
+from ..isolation import call_plugin
+from ..textsafe import TERMINAL_FORMATS, clip, terminal_safe
 from ..inputs import expand_inputs, open_trace
 from ..parallel import default_jobs, run_many
 from .common import FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for
@@ -25,6 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--config", metavar="FILE", help="config file (default: nearest nsys-rules.toml or pyproject.toml)")
     p.add_argument("--set", action="append", metavar="RULE.OPTION=VALUE", help="override one rule option")
     p.add_argument("--max-memory", metavar="SIZE", help="stop with exit 3 when a trace would need more (e.g. 2G)")
+    p.add_argument("--rule-timeout", metavar="SECONDS",
+                   help="stop a rule that runs longer and report it as failed (exit 4); default 300")
     p.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                    help="analyze up to N traces at once in worker processes (0: one per CPU)")
     p.add_argument("--dask", metavar="SCHEDULER", help="run the per-trace work on Dask distributed: a scheduler "
@@ -50,10 +53,27 @@ def run(args: argparse.Namespace) -> int:
     else:
         report = run_check(paths, registry, settings, lambda p: open_trace(p, registry.loaders))
     finish(args, report, registry, baseline)
-    text = registry.formatters[args.format](report)
+    text = call_plugin(registry.formatters[args.format], f"the {args.format!r} format", report)
+    if not isinstance(text, str):
+        raise PluginError(f"the {args.format!r} format returned {type(text).__name__}, not text")
     if args.format in TERMINAL_FORMATS:
         text = terminal_safe(text)  # names from the file must not drive the terminal
     # Written in one call so that output is complete or absent.
     sys.stdout.write(text)
     sys.stdout.flush()
+    for line in failure_lines(report):
+        sys.stderr.write(line + "\n")
     return int(report.exit_code)
+
+
+def failure_lines(report: Report) -> list[str]:
+    """One stderr line per failed rule or plugin (exit 4), naming it: the report itself may be JSON on stdout."""
+    plugin_of = {r["name"]: r.get("plugin", "") for r in report.rules}
+    lines = []
+    for e in report.all_errors:
+        rule = e.get("rule")
+        who = (f"rule {rule}" + (f" (plugin {plugin_of[rule]})" if plugin_of.get(rule) else "") if rule
+               else f"plugin {e.get('plugin')}" if e.get("plugin") else "trace")
+        where = f" on {e['trace']}" if e.get("trace") else ""
+        lines.append(f"nsys-rules: {clip(who, 120)} failed{clip(where, 200)}: {clip(e['error'], 300)}")
+    return lines

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..config import FAIL_ON, Settings, find_config, load_config, parse_set, parse_size
+from ..config import FAIL_ON, Settings, find_config, load_config, parse_seconds, parse_set, parse_size
 from ..plugins import Registry, build_registry
 
 
@@ -44,6 +44,8 @@ def settings_for(args: argparse.Namespace, registry: Registry) -> Settings:
         settings.rule_options.setdefault(rule, {}).update(opts)
     if getattr(args, "max_memory", None):
         settings.max_memory = parse_size(args.max_memory)
+    if getattr(args, "rule_timeout", None) is not None:
+        settings.rule_timeout = parse_seconds(args.rule_timeout)
     settings.filter_time = getattr(args, "filter_time", None)
     settings.filter_nvtx = getattr(args, "filter_nvtx", None)
     return settings

@@ -18,6 +18,7 @@ from ..baseline import apply_baseline, read_baseline, write_baseline
 from ..config import Settings
 from ..engine import Report
 from ..errors import UsageError
+from ..isolation import call_plugin
 from ..plugins import Registry
 
 
@@ -67,7 +68,7 @@ def _render(registry: Registry, name: str, report: Report) -> str:
     formatter: Any = registry.formatters.get(name)
     if formatter is None:
         raise UsageError(f"the {name} format is not available")
-    return str(formatter(report))
+    return str(call_plugin(formatter, f"the {name!r} format", report))
 
 
 def _write(path: Path, text: str, what: str) -> None:

@@ -19,6 +19,7 @@ from .errors import UsageError
 from .findings import Severity
 from .rule import Rule
 from .textsafe import clip
+from .userfiles import read_small_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,7 +65,7 @@ def find_config(start: Path) -> Path | None:
         project = folder / "pyproject.toml"
         if project.is_file():
             try:
-                data = tomllib.loads(project.read_text(encoding="utf-8"))
+                data = tomllib.loads(read_small_text(project))
             except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
                 continue
             if "nsys-rules" in data.get("tool", {}):
@@ -78,11 +79,11 @@ def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Map
     if path is None:
         return settings
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_small_text(path))
     except FileNotFoundError:
         raise UsageError(f"config file {path} not found") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"config file {path}: cannot read ({exc})") from None
+        raise UsageError(f"config file {clip(path, 200)}: cannot read ({clip(exc, 300)})") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"config file {path}: invalid TOML ({exc})") from None
     table = data.get("tool", {}).get("nsys-rules", {}) if path.name == "pyproject.toml" else data

@@ -126,10 +126,11 @@ def weights_read_per_step(config: dict, dtype_bytes: float = 0.0) -> tuple[int, 
 def config_weight_bytes(path: str, dtype_bytes: float = 0.0) -> tuple[int, str]:
     """:func:`weights_read_per_step` of the config.json at ``path``; ``ValueError`` with the reason otherwise."""
     import json
-    from pathlib import Path
+
+    from nsys_rules.userfiles import read_small_text
 
     try:
-        config = json.loads(Path(path).read_text(encoding="utf-8"))
+        config = json.loads(read_small_text(path))  # refuses a FIFO or /dev/zero before reading
     except (OSError, ValueError) as exc:
         raise ValueError(f"model_config {path!r} is not a readable JSON file: {exc}") from None
     if not isinstance(config, dict):

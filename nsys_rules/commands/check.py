@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format not in registry.formatters:
         raise UsageError(f"unknown --format {args.format!r}; choose from {', '.join(sorted(registry.formatters))}")
     paths = expand_inputs(args.traces, tuple(registry.loaders))
-    baseline = prepare(args, registry, settings)
+    baseline = prepare(args, registry, settings, paths)
     if len(paths) > 1 or args.jobs != 1 or args.dask:
         # Several traces: per-trace tasks (pool, Dask or in turn) and the cross-trace summary.
         jobs = default_jobs() if args.jobs == 0 else args.jobs

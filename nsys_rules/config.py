@@ -182,17 +182,17 @@ _SIZE = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g":
 
 
 def parse_size(text: str) -> int:
-    """``512MB``, ``2G``, ``1048576`` -> bytes."""
-    raw = text.strip().lower().replace("ib", "b")
+    """``512MB``, ``2G``, ``1048576`` -> bytes; at least one byte, finite, at most 2**62."""
+    raw = str(text).strip().lower().replace("ib", "b")
     num = raw.rstrip("kmgtb")
     unit = raw[len(num):]
     try:
-        value = float(num)
-    except ValueError:
-        raise UsageError(f"bad size {text!r}: use a number with K, M, G or T (e.g. 2G)") from None
-    if unit not in _SIZE or value <= 0:
-        raise UsageError(f"bad size {text!r}: use a number with K, M, G or T (e.g. 2G)")
-    return int(value * _SIZE[unit])
+        value = float(num) * _SIZE[unit]
+    except (ValueError, KeyError):
+        value = math.nan
+    if not math.isfinite(value) or value < 1 or value > 2**62:
+        raise UsageError(f"bad size {clip(text, 40)!r}: use a number of bytes with K, M, G or T (e.g. 2G)")
+    return int(value)
 
 
 def parse_seconds(value: object, where: str = "--rule-timeout") -> float:

@@ -15,6 +15,7 @@ per trace with the trace where it is slowest: where one rank loses time to the o
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import multiprocessing
 import os
 import statistics
@@ -214,6 +215,14 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
     report = run_check([], registry, settings, lambda p: None)  # type: ignore[arg-type,return-value]
     # In-process and forked workers reuse this registry (plugins load once); spawned ones build their own.
     _REGISTRIES[autoload_plugins] = registry
+    workers = min(jobs, len(paths)) if not (dask or dask_client is not None) else 1
+    if workers > 1:
+        # Workers run at once on this machine: they share the memory limit (given or 80 % of the free memory).
+        from .memory_limit import default_limit
+
+        total = settings.max_memory if settings.max_memory is not None else default_limit()
+        if total is not None:
+            settings = dataclasses.replace(settings, max_memory=max(total // workers, 1))
     job_list = [Job(str(p), settings, autoload_plugins, len(paths) > 1) for p in paths]
     bar = progress if progress is not None else Progress(len(job_list) if len(job_list) > 1 else 0)
 

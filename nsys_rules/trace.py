@@ -12,7 +12,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -88,6 +88,8 @@ class Trace:
         self._frames: dict[str, pd.DataFrame] = {}
         # A temporary folder this trace was exported into (.nsys-rep input), removed on close.
         self.cleanup_dir: Path | None = None
+        # Admits each table read against the memory limit (nsys_rules.memory_limit.ReadGuard); None: no limit.
+        self.read_guard: Any = None
         self.gpus: dict[int, GpuInfo] = _read_gpus(export)
         self.capture: CaptureInfo = _read_capture(export)
         self.export_info: ExportInfo = _read_export_info(export)
@@ -121,7 +123,10 @@ class Trace:
         if cached is not None and all(c in cached.columns for c in wanted):
             return cached
         have = list(cached.columns) if cached is not None else []
-        frame = self.export.read(table, list(dict.fromkeys(have + wanted)))
+        columns = list(dict.fromkeys(have + wanted))
+        if self.read_guard is not None:
+            self.read_guard.admit(self, name, columns)  # exit 3 before a read that cannot fit
+        frame = self.export.read(table, columns)
         self._frames[name] = frame
         return frame
 

@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--rule-timeout", metavar="SECONDS",
                    help="stop a rule that runs longer and report it as failed (exit 4); default 300")
     p.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
-                   help="analyze up to N traces at once in worker processes (0: one per CPU)")
+                   help="analyze up to N traces at once in worker processes (0: one per CPU); they share --max-memory")
     p.add_argument("--dask", metavar="SCHEDULER", help="run the per-trace work on Dask distributed: a scheduler "
                    "address (tcp://host:8786) or 'local' for a local cluster of --jobs workers (pip install 'nsys-rules[dask]')")
     add_filter_flags(p)

@@ -12,6 +12,7 @@ from tabulate import tabulate
 from ..diff import DEFAULT_GATE_PCT, DiffResult, compare, side_summary
 from ..errors import ExitCode, UsageError
 from ..inputs import open_trace
+from ..memory_limit import install_read_guard
 from ..windows import SteadyOptions
 from ..textsafe import markdown_code, markdown_safe, terminal_safe
 from .common import add_plugin_flags, registry_for, settings_for
@@ -47,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     for path in (args.base, args.new):
         trace = open_trace(Path(path), registry.loaders)
         try:
+            install_read_guard(trace, settings.max_memory)
             sides.append(side_summary(trace, steady))
         finally:
             trace.close()

@@ -11,8 +11,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..config import parse_size
 from ..errors import UsageError
 from ..inputs import open_trace
+from ..memory_limit import STATS_BYTES_PER_NAME, install_read_guard
 from ..stats import REPORTS, parse_report
 from ..stats.filters import stats_window
 from ..stats.output import FORMATS, render
@@ -29,6 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--report", required=True, metavar="NAME[:VARIANT]", help=f"the report: {names}")
     p.add_argument("--format", default="table", choices=FORMATS, help="table (default), csv, or json (nsys's array)")
     p.add_argument("--percentiles", action="store_true", help="add p95 and p99 columns (beyond nsys)")
+    p.add_argument("--max-memory", metavar="SIZE",
+                   help="stop with exit 3 before a read that would need more (e.g. 2G; default 80 %% of the free memory)")
     add_filter_flags(p)
     p.set_defaults(run=run)
 
@@ -39,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.trace)
     if path.is_dir():
         raise UsageError(f"{path}: stats takes one trace file, not a folder")
+    limit = parse_size(args.max_memory) if args.max_memory else None
     trace = open_trace(path)
     try:
+        install_read_guard(trace, limit, STATS_BYTES_PER_NAME)  # every table read is priced first, as check does
         window = stats_window(trace, args.filter_time, args.filter_nvtx)
         result = module.build(trace, window, variant, args.percentiles)
     finally:

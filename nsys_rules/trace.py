@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import InputError
-from .loaders.sqlite import SqliteExport
+from .loaders.sqlite import MAX_STRING, SqliteExport
 from .loaders.tables import TABLES
 from .malloc_tune import release_free_memory
 from .textsafe import shell_join
@@ -193,30 +193,57 @@ def _read_gpus(export: SqliteExport) -> dict[int, GpuInfo]:
         pick = {k: (k if k in cols else None) for k in ("name", "smCount", "memoryBandwidth", "clockRate", "totalMemory")}
         if id_col is not None:
             select = ", ".join(f'"{c}"' if c else "NULL" for c in [id_col, *pick.values()])
-            for row in export.query(f'SELECT {select} FROM "TARGET_INFO_GPU"'):
+            for row in export.query(f'SELECT {_cut_name(select)} FROM "TARGET_INFO_GPU" LIMIT ?', (MAX_GPUS,)):
                 gid = _int_or_none(row[0])
                 if gid is None:
                     continue
-                gpus[gid] = GpuInfo(gid, str(row[1] or "unknown GPU"), _int_or_none(row[2]), _int_or_none(row[3]),
-                                    _int_or_none(row[4]), _int_or_none(row[5]))
+                gpus[gid] = _gpu(export, "TARGET_INFO_GPU", gid, row)
     cols = export.columns_of("TARGET_INFO_CUDA_GPU")
     if not gpus and cols and "deviceId" in cols:
         # 2020-2021 exports: the GPU table had other names and bandwidth in bytes/s.
         names = ["deviceId", "name", "numMultiprocessors", "globalMemoryBandwidth", "coreClockRate", "globalMemorySize"]
         select = ", ".join(f'"{c}"' if c in cols else "NULL" for c in names)
-        for row in export.query(f'SELECT {select} FROM "TARGET_INFO_CUDA_GPU"'):
+        for row in export.query(f'SELECT {_cut_name(select)} FROM "TARGET_INFO_CUDA_GPU" LIMIT ?', (MAX_GPUS,)):
             gid = _int_or_none(row[0])
             if gid is not None:
-                gpus[gid] = GpuInfo(gid, str(row[1] or "unknown GPU"), _int_or_none(row[2]), _int_or_none(row[3]),
-                                    _int_or_none(row[4]), _int_or_none(row[5]))
+                gpus[gid] = _gpu(export, "TARGET_INFO_CUDA_GPU", gid, row)
     return gpus
+
+
+#: GPU rows read (a host has at most a few dozen GPUs; a planted million-row table is not read whole).
+MAX_GPUS = 1024
+
+
+def _cut_name(select: str) -> str:
+    """The select list with its second item (the GPU name) cut to 256 characters in SQL."""
+    first, name, rest = select.split(", ", 2)
+    return f"{first}, substr({name}, 1, 256), {rest}"
+
+
+def _gpu(export: SqliteExport, table: str, gid: int, row: tuple) -> GpuInfo:
+    """One GPU; a spec that is not a positive number is unknown (and noted as damage), never used as a number."""
+    specs = []
+    for label, raw in zip(("SM count", "memory bandwidth", "clock rate", "memory size"), row[2:6], strict=True):
+        value = _int_or_none(raw)
+        if value is not None and value <= 0:
+            export.damage.append(f"{table}: GPU {gid} {label} {value} is not a positive number; treated as unknown")
+            value = None
+        specs.append(value)
+    return GpuInfo(gid, str(row[1] or "unknown GPU"), *specs)
+
+
+#: Metadata rows read per table: real exports write a few hundred (one per environment variable).
+MAX_META_ROWS = 100_000
 
 
 def _meta_rows(export: SqliteExport, table: str) -> list[tuple[str, str]]:
     cols = export.columns_of(table)
     if "name" not in cols or "value" not in cols:
         return []
-    return [(str(n), "" if v is None else str(v)) for n, v in export.query(f'SELECT "name", "value" FROM "{table}"')]
+    # Cut in SQL, as names are (MAX_STRING): a planted 600 MB value must not reach Python before any memory check.
+    rows = export.query(f'SELECT substr("name", 1, ?), substr("value", 1, ?) FROM "{table}" LIMIT ?',
+                        (MAX_STRING, MAX_STRING, MAX_META_ROWS))
+    return [(str(n), "" if v is None else str(v)) for n, v in rows]
 
 
 def _read_capture(export: SqliteExport) -> CaptureInfo:
@@ -261,7 +288,7 @@ def _infer_era(export: SqliteExport) -> str:
     """
     # The injection library's install path often leaks into StringIds (".../nsight-systems/2021.2.1/...").
     try:
-        rows = export.query("SELECT value FROM StringIds WHERE value LIKE '%nsight-systems%' LIMIT 50") \
+        rows = export.query("SELECT substr(value, 1, 4096) FROM StringIds WHERE value LIKE '%nsight-systems%' LIMIT 50") \
             if "value" in export.columns_of("StringIds") else []
     except InputError:  # a damaged StringIds is the loader's to report, not a reason to refuse here
         rows = []

@@ -340,7 +340,10 @@ class GemvDominance(Rule):
         if kernels.empty:
             hint = (" (CUDA graph replays traced in graph mode hide their kernels)"
                     if ctx.trace.has("graph_trace") else "")
-            raise MissingData(f"no kernel ran in the window ({ctx.window.source}){hint}",
+            total = ctx.trace.row_count("kernels")
+            what = (f"none of the trace's {total:,} kernels was launched in the window" if total else
+                    "no kernel ran in the window")  # kernels ran: the window (or their launch calls) left them out
+            raise MissingData(f"{what} ({ctx.window.source}){hint}",
                               "re-capture with `--cuda-graph-trace=node`, or widen --filter-time/--filter-nvtx")
         is_gemv = gemv_mask(kernels["name"], opts.extra_gemv_patterns)
         for device, row in device_shares(kernels, is_gemv).iterrows():

@@ -131,6 +131,9 @@ class SqliteExport:
                 lacking = [c.sources[0] for c in table.columns if c.required and not any(s in present for s in c.sources)]
                 damage_fix.note(self.damage, f"{source}: lacks column(s) {', '.join(lacking)}; the table is ignored "
                                              f"(rules that need {table.name} are skipped)")
+            elif source in self.table_names:  # listed, but its columns cannot be read: say so, not an empty "see damage"
+                damage_fix.note(self.damage, f"{source}: its columns cannot be read (damaged schema); the table is "
+                                             f"ignored (rules that need {table.name} are skipped)")
         return None
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:

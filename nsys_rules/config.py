@@ -147,25 +147,35 @@ def coerce_option(rule: type[Rule], option: str, raw: Any, where: str) -> Any:
         f.default_factory() if f.default_factory is not dataclasses.MISSING else None)  # type: ignore[misc]
     kind = type(default)
     try:
-        if isinstance(raw, str) and kind is not str:
-            if kind is bool:
-                if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ValueError(raw)
-                return raw.lower() in ("true", "1", "yes")
-            if kind in (tuple, list):
-                return tuple(p.strip() for p in raw.split(",") if p.strip())
-            if default is None:
-                return _number_or_text(raw)
-            return kind(float(raw)) if kind is int and "e" in raw.lower() else kind(raw)
-        if kind in (tuple, list) and isinstance(raw, list):
-            return tuple(raw)
-        if kind is float and isinstance(raw, int) and not isinstance(raw, bool):
-            return float(raw)
-        if default is not None and not isinstance(raw, kind):
-            raise ValueError(raw)
-        return raw
-    except (TypeError, ValueError):
-        raise UsageError(f"{where}: {rule.name}.{option} expects {kind.__name__}, got {raw!r}") from None
+        value = _coerce(raw, kind, default)
+    except (TypeError, ValueError, OverflowError):
+        raise UsageError(f"{where}: {rule.name}.{option} expects {kind.__name__}, got {clip(raw, 60)!r}") from None
+    if (isinstance(value, float) and not math.isfinite(value)) or (isinstance(value, int) and abs(value) >= 2**63):
+        # NaN and infinity compare false with everything: a threshold of nan silently turns a rule off,
+        # and JSON/SARIF have no way to write them.
+        raise UsageError(f"{where}: {rule.name}.{option} must be a finite number, not {clip(raw, 60)!r}")
+    return value
+
+
+def _coerce(raw: Any, kind: type, default: Any) -> Any:
+    """``raw`` (TOML value or CLI text) as ``kind``; TypeError/ValueError when it is not one."""
+    if isinstance(raw, str) and kind is not str:
+        if kind is bool:
+            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(raw)
+            return raw.lower() in ("true", "1", "yes")
+        if kind in (tuple, list):
+            return tuple(p.strip() for p in raw.split(",") if p.strip())
+        if default is None:
+            return _number_or_text(raw)
+        return kind(float(raw)) if kind is int and "e" in raw.lower() else kind(raw)
+    if kind in (tuple, list) and isinstance(raw, list):
+        return tuple(raw)
+    if kind is float and isinstance(raw, int) and not isinstance(raw, bool):
+        return float(raw)
+    if default is not None and not isinstance(raw, kind):
+        raise ValueError(raw)
+    return raw
 
 
 def _number_or_text(raw: str) -> Any:

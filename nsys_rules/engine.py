@@ -94,7 +94,7 @@ def effective_options(rule: type[Rule], settings: Settings) -> Any:
     overrides = settings.rule_options.get(rule.name, {})
     try:
         return rule.Options(**overrides)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, ArithmeticError) as exc:
         raise UsageError(f"options of {rule.name}: {exc}") from None
 
 

@@ -67,15 +67,18 @@ def _open_report(path: Path) -> Trace:
     folder = Path(tempfile.mkdtemp(prefix="nsys-rules-"))
     target = folder / (path.stem + ".sqlite")
     try:
-        proc = subprocess.run([nsys, "export", "--type=sqlite", "--force-overwrite=true", "-o", str(target), str(path)],
-                              capture_output=True, text=True, timeout=3600)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        # Whatever ends the export (a failure, Ctrl-C, a damaged result), the folder goes with it.
+        try:
+            proc = subprocess.run([nsys, "export", "--type=sqlite", "--force-overwrite=true", "-o", str(target),
+                                   str(path)], capture_output=True, text=True, timeout=3600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise InputError(f"{path}: `nsys export` failed ({exc})") from None
+        if proc.returncode != 0 or not target.exists():
+            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise InputError(f"{path}: `nsys export` failed: {last[0]}")
+        trace = Trace(SqliteExport(target), label=str(path))
+    except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
-        raise InputError(f"{path}: `nsys export` failed ({exc})") from None
-    if proc.returncode != 0 or not target.exists():
-        shutil.rmtree(folder, ignore_errors=True)
-        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise InputError(f"{path}: `nsys export` failed: {last[0]}")
-    trace = Trace(SqliteExport(target), label=str(path))
+        raise
     trace.cleanup_dir = folder
     return trace

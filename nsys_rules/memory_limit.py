@@ -299,8 +299,8 @@ class ReadGuard:
                 (item,) = cost.tables
                 raise InputError(f"{getattr(trace, 'label', 'trace')}: reading {item.describe()} needs about "
                                  f"{human(need)} more, {human(max(room, 0))} is left of the {human(self.limit)} limit "
-                                 f"({_where(self.explicit)}); narrow the run (--select, another report), or run on a "
-                                 "machine with more memory")
+                                 f"({_where(self.explicit)}); read less (check: --select; stats: --filter-time, another "
+                                 "report), or run on a machine with more memory")
             self._record(table, all_columns, need - strings)
             self._used += strings
             self._strings_paid = True

@@ -18,6 +18,7 @@ import concurrent.futures as cf
 import dataclasses
 import multiprocessing
 import os
+import signal
 import statistics
 import sys
 import time
@@ -149,9 +150,16 @@ def _pool_context() -> Any:
     return multiprocessing.get_context("fork" if "fork" in methods and sys.platform.startswith("linux") else "spawn")
 
 
+def _ignore_interrupt() -> None:
+    # Ctrl-C reaches the whole process group: the parent stops the pool; a worker printing its own
+    # KeyboardInterrupt traceback would only add noise.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _run_pool(jobs: list[Job], workers: int, on_done: Callable[[JobResult], None]) -> list[JobResult]:
     results: dict[int, JobResult] = {}
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context(), initializer=_ignore_interrupt)
+    try:
         futures = {pool.submit(analyze_job, job): i for i, job in enumerate(jobs)}
         for future in cf.as_completed(futures):
             i = futures[future]
@@ -161,6 +169,13 @@ def _run_pool(jobs: list[Job], workers: int, on_done: Callable[[JobResult], None
                 results[i] = JobResult(jobs[i].path, error=f"{jobs[i].path}: worker failed ({type(exc).__name__}: {exc})",
                                        exit_code=int(ExitCode.INCOMPLETE))
             on_done(results[i])
+    except BaseException:
+        # Interrupted (or failing): stop the workers now rather than wait for their traces to finish.
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return [results[i] for i in range(len(jobs))]
 
 

@@ -20,12 +20,13 @@ class UnreadableFile(OSError):
     """The path is not a regular file, or is too large: the message says which."""
 
 
-def read_small_text(path: Path, limit: int = TEXT_LIMIT) -> str:
+def read_small_text(path: Path, limit: int | None = None) -> str:
     """The UTF-8 text of ``path``; :class:`UnreadableFile` (an ``OSError``) when it is not a small regular file.
 
     ``FileNotFoundError`` and other ``OSError`` from the system pass through, so callers keep
     their own "does not exist" wording.
     """
+    limit = TEXT_LIMIT if limit is None else limit
     info = Path(path).stat()
     if stat.S_ISDIR(info.st_mode):
         raise UnreadableFile(f"{clip(path, 200)} is a folder, not a file")

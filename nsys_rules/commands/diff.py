@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -37,8 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.gate < 0:
-        raise UsageError("--gate must be a percentage >= 0")
+    if not math.isfinite(args.gate) or args.gate < 0:
+        raise UsageError(f"--gate must be a percentage >= 0, not {args.gate!r}")
     if args.top < 1:
         raise UsageError("--top must be at least 1")
     registry = registry_for(args)

@@ -19,7 +19,7 @@ from ..stats import REPORTS, parse_report
 from ..stats.filters import stats_window
 from ..stats.output import FORMATS, render
 from ..textsafe import terminal_safe
-from .common import add_filter_flags
+from .common import add_filter_flags, filter_value
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     trace = open_trace(path)
     try:
         install_read_guard(trace, limit, STATS_BYTES_PER_NAME)  # every table read is priced first, as check does
-        window = stats_window(trace, args.filter_time, args.filter_nvtx)
+        window = stats_window(trace, filter_value(args, "filter_time", "START/END, e.g. 5s/7s"),
+                              filter_value(args, "filter_nvtx", "an NVTX range name"))
         result = module.build(trace, window, variant, args.percentiles)
     finally:
         trace.close()

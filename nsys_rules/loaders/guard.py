@@ -203,6 +203,9 @@ def private_copy(path: Path, sidecar: Path) -> tuple[Path, Path]:
         shutil.rmtree(folder, ignore_errors=True)
         raise InputError(f"{path}: cannot merge {sidecar.name} beside it ({exc}); "
                          "close the program that writes it, or re-export the report") from None
+    except BaseException:  # Ctrl-C during the copy: leave nothing behind
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     return copy, folder
 
 

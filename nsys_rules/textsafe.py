@@ -97,9 +97,9 @@ def clip(value: object, limit: int = MESSAGE_VALUE_LIMIT) -> str:
 
 
 # -- markdown (as GitHub renders it) --------------------------------------------------------
-# Text GitHub turns into a link by itself: URLs, www., e-mail addresses and @mentions, issue refs.
-_AUTOLINK = re.compile(r"(?i)(?:\b(?:[a-z][a-z0-9+.-]*://|mailto:|xmpp:|javascript:|data:)\S*|\bwww\.\S*"
-                       r"|\S*@\S+|\S*#\d+)")
+# Words GitHub may turn into a link by itself (URLs, www., e-mail addresses, @mentions, issue refs),
+# whatever stands before them: the whole word becomes code.
+_AUTOLINK = re.compile(r"(?i)\S*(?:://|www\.|@|#\d|mailto:|xmpp:|javascript:|data:)\S*")
 # Backslash escapes for the characters that start markup: links and images ([ ] !), HTML and
 # autolinks (< >), entities (&), emphasis (* _ ~), math ($), headings (#), code (`), escapes (\).
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>!&~$#])")

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from .errors import UsageError
 from .findings import Severity
 from .rule import Rule
-from .textsafe import clip
+from .textsafe import clip_value
 from .userfiles import read_small_text
 
 if sys.version_info >= (3, 11):
@@ -83,7 +83,7 @@ def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Map
     except FileNotFoundError:
         raise UsageError(f"config file {path} not found") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"config file {clip(path, 200)}: cannot read ({clip(exc, 300)})") from None
+        raise UsageError(f"config file {clip_value(path, 200)}: cannot read ({clip_value(exc, 300)})") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"config file {path}: invalid TOML ({exc})") from None
     table = data.get("tool", {}).get("nsys-rules", {}) if path.name == "pyproject.toml" else data
@@ -149,11 +149,11 @@ def coerce_option(rule: type[Rule], option: str, raw: Any, where: str) -> Any:
     try:
         value = _coerce(raw, kind, default)
     except (TypeError, ValueError, OverflowError):
-        raise UsageError(f"{where}: {rule.name}.{option} expects {kind.__name__}, got {clip(raw, 60)!r}") from None
+        raise UsageError(f"{where}: {rule.name}.{option} expects {kind.__name__}, got {clip_value(raw, 60)!r}") from None
     if (isinstance(value, float) and not math.isfinite(value)) or (isinstance(value, int) and abs(value) >= 2**63):
         # NaN and infinity compare false with everything: a threshold of nan silently turns a rule off,
         # and JSON/SARIF have no way to write them.
-        raise UsageError(f"{where}: {rule.name}.{option} must be a finite number, not {clip(raw, 60)!r}")
+        raise UsageError(f"{where}: {rule.name}.{option} must be a finite number, not {clip_value(raw, 60)!r}")
     return value
 
 
@@ -201,7 +201,7 @@ def parse_size(text: str) -> int:
     except (ValueError, KeyError):
         value = math.nan
     if not math.isfinite(value) or value < 1 or value > 2**62:
-        raise UsageError(f"bad size {clip(text, 40)!r}: use a number of bytes with K, M, G or T (e.g. 2G)")
+        raise UsageError(f"bad size {clip_value(text, 40)!r}: use a number of bytes with K, M, G or T (e.g. 2G)")
     return int(value)
 
 
@@ -212,7 +212,7 @@ def parse_seconds(value: object, where: str = "--rule-timeout") -> float:
     except (TypeError, ValueError):
         seconds = math.nan
     if isinstance(value, bool) or not math.isfinite(seconds) or seconds <= 0 or seconds > 10**7:
-        raise UsageError(f"{where}: expected a number of seconds above 0 (e.g. 300), not {clip(value, 40)!r}")
+        raise UsageError(f"{where}: expected a number of seconds above 0 (e.g. 300), not {clip_value(value, 40)!r}")
     return seconds
 
 

@@ -17,7 +17,7 @@ from .findings import Finding, Severity, rank_key
 from .isolation import run_rule
 from .memory_limit import enforce_limit as enforce_memory_limit
 from .plugins import Registry
-from .rule import Rule
+from .rule import Rule, RuleContext
 from .trace import Trace
 from .windows import FULL, SteadyOptions, Window, steady_state_window, user_window
 
@@ -155,7 +155,7 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         if progress:
             progress(rule.name)
         # Isolated and time-limited (nsys_rules.isolation): a failing, hanging or lying rule is an error entry.
-        outcome = run_rule(rule, options, functools.partial(windows.get, rule_window_kind(rule, options)), trace,
+        outcome = run_rule(rule, functools.partial(_context, trace, rule, options, windows), trace.label,
                            settings.rule_timeout)
         override = settings.severity.get(rule.name)
         result.findings.extend(dataclasses.replace(f, severity=override) if override else f for f in outcome.findings)
@@ -167,6 +167,11 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
     if trace.damage:
         result.info["damage"] = list(dict.fromkeys(trace.damage))
     return result
+
+
+def _context(trace: Trace, rule: type[Rule], options: Any, windows: "_Windows") -> RuleContext:
+    """What ``rule.check`` gets (built inside the rule's boundary: a window that cannot be cut is a skip)."""
+    return RuleContext(trace, rule(), options, windows.get(rule_window_kind(rule, options)))
 
 
 def _add_profile(trace: Trace, result: TraceResult, windows: "_Windows") -> None:

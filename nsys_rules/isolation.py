@@ -36,8 +36,7 @@ from .config import DEFAULT_RULE_TIMEOUT
 from .errors import InputError, MissingData, PluginError, UsageError
 from .findings import Finding, Location, Metric, Severity, rank_key
 from .rule import Rule, RuleContext
-from .textsafe import clip
-from .windows import Window
+from .textsafe import clip_value
 
 
 
@@ -54,14 +53,16 @@ class RuleOutcome:
     errors: list[dict[str, str]] = field(default_factory=list)
 
 
-def run_rule(rule: type[Rule], options: Any, window: Callable[[], Window], trace: Any,
+def run_rule(rule: type[Rule], context: Callable[[], RuleContext], label: str,
              timeout: float | None = DEFAULT_RULE_TIMEOUT) -> RuleOutcome:
-    """Run ``rule`` on ``trace`` in ``window()`` within ``timeout`` seconds (None: no limit).
+    """Run ``rule`` on the :class:`RuleContext` that ``context()`` builds, within ``timeout`` seconds.
 
-    :class:`UsageError` and :class:`InputError` still end the run (a bad filter, a damaged
-    file found mid-read are not one rule's fault); everything else a rule can do is recorded.
+    ``context`` is called inside the boundary but outside the time limit (the windows it cuts
+    are shared by every rule): its :class:`MissingData` is a skip like the rule's own. ``label``
+    names the trace in the outcome; ``timeout`` None means no limit. :class:`UsageError` and
+    :class:`InputError` still end the run (a bad filter, a damaged file found mid-read are not
+    one rule's fault); everything else a rule can do is recorded.
     """
-    label = getattr(trace, "label", "")
     outcome = RuleOutcome()
 
     def error(message: str, exc: BaseException | None = None) -> None:
@@ -71,8 +72,8 @@ def run_rule(rule: type[Rule], options: Any, window: Callable[[], Window], trace
         outcome.errors.append(entry)
 
     try:
-        ctx = RuleContext(trace, rule(), options, window())
-        produced = limited(lambda: _collect(rule, ctx), timeout)
+        ctx = context()
+        produced = limited(lambda: _collect(ctx), timeout)
     except MissingData as gap:
         outcome.skipped = {"rule": rule.name, "trace": label, "reason": gap.reason, "fix": gap.fix}
         return outcome
@@ -85,7 +86,7 @@ def run_rule(rule: type[Rule], options: Any, window: Callable[[], Window], trace
         error(f"called sys.exit({exc.code!r}); a rule must return its findings, not end the run", exc)
         return outcome
     except Exception as exc:  # noqa: BLE001 - one rule failing must not hide the others
-        error(f"{type(exc).__name__}: {clip(exc, 500)}", exc)
+        error(f"{type(exc).__name__}: {clip_value(exc, 500)}", exc)
         return outcome
     for i, item in enumerate(produced, 1):
         problem = finding_problem(item, rule.name)
@@ -96,7 +97,7 @@ def run_rule(rule: type[Rule], options: Any, window: Callable[[], Window], trace
     return outcome
 
 
-def _collect(rule: type[Rule], ctx: RuleContext) -> list[Any]:
+def _collect(ctx: RuleContext) -> list[Any]:
     produced = ctx.rule.check(ctx)
     if isinstance(produced, (str, bytes, dict)) or not hasattr(produced, "__iter__"):
         raise TypeError(f"check() returned {type(produced).__name__}, not an iterable of findings")
@@ -113,7 +114,7 @@ def call_plugin(function: Callable[..., Any], what: str, *args: Any) -> Any:
     except SystemExit as exc:
         raise PluginError(f"{what} called sys.exit({exc.code!r})") from None
     except Exception as exc:  # noqa: BLE001 - plugin code: say whose, one line
-        raise PluginError(f"{what} failed: {type(exc).__name__}: {clip(exc, 300)}") from exc
+        raise PluginError(f"{what} failed: {type(exc).__name__}: {clip_value(exc, 300)}") from exc
 
 
 # -- the time limit -------------------------------------------------------------------------
@@ -170,9 +171,9 @@ def finding_problem(item: Any, rule_name: str) -> str | None:
     if not isinstance(item, Finding):
         return f"check() yielded {type(item).__name__}, not a Finding"
     if item.rule != rule_name:
-        return f"it names rule {clip(item.rule, 60)!r}, not {rule_name!r} (use ctx.finding())"
+        return f"it names rule {clip_value(item.rule, 60)!r}, not {rule_name!r} (use ctx.finding())"
     if not isinstance(item.severity, Severity):
-        return f"severity {clip(item.severity, 40)!r} is a {type(item.severity).__name__}, not a Severity"
+        return f"severity {clip_value(item.severity, 40)!r} is a {type(item.severity).__name__}, not a Severity"
     for name in ("title", "message", "recommendation", "key"):
         if not isinstance(getattr(item, name), str):
             return f"{name} is a {type(getattr(item, name)).__name__}, not text"
@@ -185,14 +186,14 @@ def finding_problem(item: Any, rule_name: str) -> str | None:
     for key, value in item.metrics.items():
         if not isinstance(key, str) or not isinstance(value, Metric) or isinstance(value.value, bool) \
                 or not isinstance(value.value, (int, float)) or not isinstance(value.unit, str):
-            return f"metric {clip(key, 60)!r} is not a Metric(number, unit)"
+            return f"metric {clip_value(key, 60)!r} is not a Metric(number, unit)"
     if not isinstance(item.location, Location):
         return f"location is a {type(item.location).__name__}, not a Location"
     try:
         json.dumps(item.location.to_json())
         rank_key(item)
     except (TypeError, ValueError, OverflowError, AttributeError) as exc:
-        return f"location does not serialize ({type(exc).__name__}: {clip(exc, 120)})"
+        return f"location does not serialize ({type(exc).__name__}: {clip_value(exc, 120)})"
     return None
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from .errors import UsageError
-from .textsafe import clip
+from .textsafe import clip_value
 
 #: Suffixes of nsys reports and of files inside parquetdir/arrowdir exports.
 _REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
@@ -53,7 +53,7 @@ def output_problem(path: Path, inputs: Iterable[Path] = ()) -> str | None:
     """Why writing a report to ``path`` would destroy something, or None when it is safe."""
     for source in inputs:
         if _same_file(path, Path(source)):
-            return f"is an input ({clip(source, 200)})"
+            return f"is an input ({clip_value(source, 200)})"
     if path.name.lower().endswith(_REPORT_SUFFIXES) and os.path.lexists(path):
         return "is an existing nsys report"
     if _export_folder(path.parent if str(path.parent) else Path(".")):
@@ -86,7 +86,7 @@ def guard_output_folder(flag: str, folder: Path) -> None:
     elif folder.is_dir() and _export_folder(folder):
         problem = "is an nsys export folder"
     if problem:
-        raise UsageError(f"{flag} {clip(folder, 200)} {problem}; refusing to write into it (choose another folder)")
+        raise UsageError(f"{flag} {clip_value(folder, 200)} {problem}; refusing to write into it (choose another folder)")
 
 
 def guard_outputs(outputs: Mapping[str, str | os.PathLike[str] | None], inputs: Iterable[Path] = (),
@@ -108,7 +108,7 @@ def guard_outputs(outputs: Mapping[str, str | os.PathLike[str] | None], inputs: 
         if problem is None:
             problem = next((f"is also the {other} output" for other, p in chosen if _same_file(path, p)), None)
         if problem:
-            raise UsageError(f"{flag} {clip(path, 200)} {problem}; refusing to write over it (choose another path)")
+            raise UsageError(f"{flag} {clip_value(path, 200)} {problem}; refusing to write over it (choose another path)")
         chosen.append((flag, path))
 
 
@@ -129,7 +129,7 @@ def write_atomic(path: Path, text: str, what: str) -> None:
         mode = stat.S_IMODE(path.stat().st_mode) if path.is_file() else _mode_for_new_file()
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name[:100]}.", suffix=".tmp")
     except OSError as exc:
-        raise UsageError(f"cannot write {what} {clip(path, 200)}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write {what} {clip_value(path, 200)}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -143,7 +143,7 @@ def write_atomic(path: Path, text: str, what: str) -> None:
         except OSError:
             pass
         if isinstance(exc, OSError):
-            raise UsageError(f"cannot write {what} {clip(path, 200)}: {exc.strerror or exc}") from None
+            raise UsageError(f"cannot write {what} {clip_value(path, 200)}: {exc.strerror or exc}") from None
         raise
 
 
@@ -153,10 +153,10 @@ def append_atomic(path: Path, text: str, what: str) -> None:
     old = ""
     try:
         if path.stat().st_size > APPEND_LIMIT:
-            raise UsageError(f"cannot append to {what} {clip(path, 200)}: it holds over {APPEND_LIMIT >> 20} MB")
+            raise UsageError(f"cannot append to {what} {clip_value(path, 200)}: it holds over {APPEND_LIMIT >> 20} MB")
         old = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         pass
     except OSError as exc:
-        raise UsageError(f"cannot append to {what} {clip(path, 200)}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot append to {what} {clip_value(path, 200)}: {exc.strerror or exc}") from None
     write_atomic(path, old + text, what)

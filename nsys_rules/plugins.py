@@ -23,7 +23,7 @@ from . import hooks
 from .config import DEFAULT_RULE_TIMEOUT
 from .isolation import RuleTimeout, limited
 from .rule import Rule
-from .textsafe import clip
+from .textsafe import clip_value
 
 ENTRY_POINT_GROUP = "nsys_rules"
 #: Set to a non-empty value (not "0") to skip entry-point plugins, like pytest's PYTEST_DISABLE_PLUGIN_AUTOLOAD.
@@ -119,7 +119,7 @@ def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:
         for fmt, func in (_call(impl, registry, dict) or {}).items():
             if not isinstance(fmt, str) or fmt in registry.formatters or not callable(func):
                 registry.errors.append({"plugin": impl.plugin_name,
-                                        "error": f"formatter {clip(fmt, 60)!r} is taken or not callable"})
+                                        "error": f"formatter {clip_value(fmt, 60)!r} is taken or not callable"})
                 continue
             registry.formatters[fmt] = func
     for impl in pm.hook.register_loaders.get_hookimpls():
@@ -128,7 +128,8 @@ def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:
             if not key.startswith(".") or key in TRACE_SUFFIXES or key in registry.loaders or not callable(func):
                 # The built-in readers (.sqlite, .nsys-rep) and an earlier plugin's suffix are never taken over.
                 registry.errors.append({"plugin": impl.plugin_name,
-                                        "error": f"loader for {clip(suffix, 60)!r} is taken, not a '.suffix' or not callable"})
+                                        "error": f"loader for {clip_value(suffix, 60)!r} is taken, not a '.suffix' "
+                                                 "or not callable"})
                 continue
             registry.loaders[key] = func
 
@@ -155,7 +156,7 @@ def failure(exc: BaseException) -> str:
         return f"called sys.exit({exc.code!r})"
     if isinstance(exc, RuleTimeout):
         return f"did not return within {DEFAULT_RULE_TIMEOUT:g} s"
-    return f"{type(exc).__name__}: {clip(exc, 300)}"
+    return f"{type(exc).__name__}: {clip_value(exc, 300)}"
 
 
 def validate_rule(rule: object) -> str | None:
@@ -163,7 +164,7 @@ def validate_rule(rule: object) -> str | None:
     try:
         return _rule_problem(rule)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - a class attribute that blows up when read
-        return f"{clip(rule, 80)}: cannot be checked ({failure(exc)})"
+        return f"{clip_value(rule, 80)}: cannot be checked ({failure(exc)})"
 
 
 def _rule_problem(rule: object) -> str | None:
@@ -171,17 +172,17 @@ def _rule_problem(rule: object) -> str | None:
     from .loaders.tables import TABLES
 
     if not isinstance(rule, type) or not issubclass(rule, Rule):
-        return f"{clip(rule, 80)} is not a Rule subclass"
+        return f"{clip_value(rule, 80)} is not a Rule subclass"
     if not isinstance(rule.name, str) or not _KEBAB.match(rule.name):
-        return f"rule {rule.__name__}: name {clip(rule.name, 60)!r} is not kebab-case"
+        return f"rule {rule.__name__}: name {clip_value(rule.name, 60)!r} is not kebab-case"
     if not isinstance(rule.title, str) or not isinstance(rule.default_severity, Severity):
         return f"rule {rule.name}: title must be text and default_severity a Severity"
     if rule.window not in ("steady", "full"):
-        return f"rule {rule.name}: window must be 'steady' or 'full', not {clip(rule.window, 40)!r}"
+        return f"rule {rule.name}: window must be 'steady' or 'full', not {clip_value(rule.window, 40)!r}"
     for attr in ("requires", "optional", "aliases"):
         value = getattr(rule, attr)
         if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
-            return f"rule {rule.name}: {attr} must be a tuple of names, not {clip(value, 60)!r}"
+            return f"rule {rule.name}: {attr} must be a tuple of names, not {clip_value(value, 60)!r}"
     if not dataclasses.is_dataclass(rule.Options) or not rule.Options.__dataclass_params__.frozen:  # type: ignore[attr-defined]
         return f"rule {rule.name}: Options must be a frozen dataclass"
     unknown = [t for t in (*rule.requires, *rule.optional) if t not in TABLES]
@@ -192,7 +193,7 @@ def _rule_problem(rule: object) -> str | None:
     for table, cols in rule.needs().items():
         bad = [c for c in cols if not isinstance(c, str) or c not in TABLES[table].column_names]
         if isinstance(cols, str) or bad:
-            return f"rule {rule.name}: unknown columns of {table}: {clip(bad or cols, 120)}"
+            return f"rule {rule.name}: unknown columns of {table}: {clip_value(bad or cols, 120)}"
     try:
         dataclasses.asdict(rule.Options())
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - the plugin's defaults, not the user's settings

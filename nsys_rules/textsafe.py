@@ -90,7 +90,7 @@ def terminal_safe(text: str, *, newlines: bool = True) -> str:
     return pattern.sub(lambda m: _escape_char(m.group()), text)
 
 
-def clip(value: object, limit: int = MESSAGE_VALUE_LIMIT) -> str:
+def clip_value(value: object, limit: int = MESSAGE_VALUE_LIMIT) -> str:
     """``value`` as one visible line of at most ``limit`` characters (for error messages)."""
     text = terminal_safe(str(value), newlines=False)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from .textsafe import clip
+from .textsafe import clip_value
 
 #: Largest config, baseline or model config read (real ones are a few kB; a baseline of 100k findings ~15 MB).
 TEXT_LIMIT = 64 * 1024**2
@@ -29,13 +29,13 @@ def read_small_text(path: Path, limit: int | None = None) -> str:
     limit = TEXT_LIMIT if limit is None else limit
     info = Path(path).stat()
     if stat.S_ISDIR(info.st_mode):
-        raise UnreadableFile(f"{clip(path, 200)} is a folder, not a file")
+        raise UnreadableFile(f"{clip_value(path, 200)} is a folder, not a file")
     if not stat.S_ISREG(info.st_mode):
-        raise UnreadableFile(f"{clip(path, 200)} is not a regular file (a pipe, socket or device)")
+        raise UnreadableFile(f"{clip_value(path, 200)} is not a regular file (a pipe, socket or device)")
     if info.st_size > limit:
-        raise UnreadableFile(f"{clip(path, 200)} is {info.st_size:,} bytes, over the {limit:,}-byte limit for this file")
+        raise UnreadableFile(f"{clip_value(path, 200)} is {info.st_size:,} bytes, over the {limit:,}-byte limit for this file")
     with open(path, "rb") as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:  # grew while being read
-        raise UnreadableFile(f"{clip(path, 200)} is over the {limit:,}-byte limit for this file")
+        raise UnreadableFile(f"{clip_value(path, 200)} is over the {limit:,}-byte limit for this file")
     return data.decode("utf-8")

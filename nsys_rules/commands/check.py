@@ -8,7 +8,7 @@ import sys
 from ..engine import Report, run_check
 from ..errors import PluginError, UsageError
 from ..isolation import call_plugin
-from ..textsafe import TERMINAL_FORMATS, clip, terminal_safe
+from ..textsafe import TERMINAL_FORMATS, clip_value, terminal_safe
 from ..inputs import expand_inputs, open_trace
 from ..parallel import default_jobs, run_many
 from .common import FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for
@@ -75,5 +75,5 @@ def failure_lines(report: Report) -> list[str]:
         who = (f"rule {rule}" + (f" (plugin {plugin_of[rule]})" if plugin_of.get(rule) else "") if rule
                else f"plugin {e.get('plugin')}" if e.get("plugin") else "trace")
         where = f" on {e['trace']}" if e.get("trace") else ""
-        lines.append(f"nsys-rules: {clip(who, 120)} failed{clip(where, 200)}: {clip(e['error'], 300)}")
+        lines.append(f"nsys-rules: {clip_value(who, 120)} failed{clip_value(where, 200)}: {clip_value(e['error'], 300)}")
     return lines

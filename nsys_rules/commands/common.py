@@ -10,7 +10,7 @@ from ..config import (FAIL_ON, Settings, find_config, load_config, parse_seconds
                       resolve_rule_name)
 from ..errors import UsageError
 from ..loaders.sqlite import MAX_STRING
-from ..textsafe import clip
+from ..textsafe import clip_value
 from ..plugins import Registry, build_registry
 
 
@@ -69,7 +69,7 @@ def filter_value(args: argparse.Namespace, key: str, what: str) -> str | None:
     if not value.strip():
         raise UsageError(f"{flag} needs {what}, not an empty value")
     if len(value) > MAX_STRING:  # no name the loader keeps is longer: it cannot match anything
-        raise UsageError(f"{flag} {clip(value, 60)!r} is longer than any name a trace can hold ({MAX_STRING:,} characters)")
+        raise UsageError(f"{flag} {clip_value(value, 60)!r} is longer than any name a trace can hold ({MAX_STRING:,} characters)")
     return value
 
 

@@ -24,6 +24,15 @@ AUDITED: dict[str, dict[str, str]] = {
         "select": "built from the constant column names of TARGET_INFO_GPU / TARGET_INFO_CUDA_GPU, each only "
                   "after it was found in PRAGMA table_info; never a value",
         "table": "_meta_rows is called with the constants META_DATA_CAPTURE, META_DATA_EXPORT, EXPORT_META_DATA",
+        "_cut_name(select)": "the select list above with its second item wrapped in substr(..., 1, 256)",
+    },
+    "nsys_rules/stored_bytes.py": {
+        "marks": "a run of '?' placeholders (the sampled rowids are bound)",
+        "test": "typeof() tests of _quote()d source columns picked from the allow-list (stored_bytes.source_columns)",
+        "' + '.join(typed)": "the same typeof() tests, one per allow-listed column",
+        "' + '.join(sizes)": "length() of each _quote()d allow-listed column, in CASE on its typeof()",
+        "' + '.join(chars)": "the same, without the CAST",
+        "largest": "max() of the sizes above",
     },
     "nsys_rules/testing.py": {
         "table": "TraceBuilder writes tests' files; table names are keys of the constant _DDL",

@@ -51,7 +51,7 @@ RUN_FACTOR = 1.5
 FIXED_BYTES = 16 * 1024**2
 #: Text is worked on harder than numbers: names are copied per row (``nvtx_sum`` builds a
 #: "domain:name" string per range), hashed into categories and compared. Measured on traces
-#: holding 150 MB of NVTX text or of text in a kernel column (``tests/cli/test_memory_bound.py``):
+#: holding 10-150 MB of NVTX text or of text in a kernel column (``benchmarks/hostile_memory.py``):
 #: peaks of 1.3x-4.5x the text's memory; planned as 4.5x.
 TEXT_RUN_FACTOR = 4.5
 #: What one distinct name costs a ``stats`` report beyond its read: its output row (a dict of ten
@@ -111,13 +111,14 @@ def column_bytes(table: str, column: str) -> int:
     return NAME_COLUMN_BYTES if kind in ("string", "text", "nvtx_name") else INT_COLUMN_BYTES
 
 
-def estimate(trace: "Trace", needs: Mapping[str, Iterable[str]], limit: int | None = None, *,
-             price_text: bool = False) -> MemoryEstimate:
+def estimate(trace: "Trace", needs: Mapping[str, Iterable[str]], limit: int | None = None,
+             per_text_value: int = 0) -> MemoryEstimate:
     """Estimate the memory to load ``needs`` (canonical table -> columns) from ``trace``.
 
     Nothing is loaded: row counts price the values as numbers; when ``limit`` is given and the
-    stored bytes could hold enough text to pass it (or ``price_text`` asks), the text is priced
+    stored bytes could hold enough text to pass it, the text is priced
     too (see :mod:`nsys_rules.stored_bytes`; only a table suspected of holding text is scanned).
+    ``per_text_value``: what the consumer adds per text value (see :class:`ReadGuard`).
     """
     costs: list[TableCost] = []
     for table, cols in needs.items():
@@ -126,15 +127,13 @@ def estimate(trace: "Trace", needs: Mapping[str, Iterable[str]], limit: int | No
         per_row = sum(column_bytes(table, c) for c in columns)
         costs.append(TableCost(table, rows, len(columns), rows * per_row))
     cost = MemoryEstimate(tuple(costs), _strings_bytes(trace) if needs else 0)
-    if price_text:
-        return _with_text(trace, needs, cost, None)
     if limit is None or cost.total > limit:
         return cost
-    return _with_text(trace, needs, cost, limit - cost.total)
+    return _with_text(trace, needs, cost, limit - cost.total, per_text_value)
 
 
-def _with_text(trace: "Trace", needs: Mapping[str, Iterable[str]], cost: MemoryEstimate,
-               room: int | None) -> MemoryEstimate:
+def _with_text(trace: "Trace", needs: Mapping[str, Iterable[str]], cost: MemoryEstimate, room: int,
+               per_text_value: int) -> MemoryEstimate:
     export = getattr(trace, "export", None)
     if export is None or not hasattr(export, "query") or not hasattr(export, "source_of"):
         return cost  # a plugin loader's trace: no SQL file to measure
@@ -144,19 +143,21 @@ def _with_text(trace: "Trace", needs: Mapping[str, Iterable[str]], cost: MemoryE
         if source is None or not columns or not item.rows:
             continue
         storage = table_storage(export, source)
-        looks.append((item, source, columns, storage, worst_text_bytes(storage, item.rows, len(columns))))
+        bound = worst_text_bytes(storage, item.rows, len(columns))
+        looks.append((item, source, columns, storage, None if bound is None else
+                      int(bound * TEXT_RUN_FACTOR) + item.rows * len(columns) * per_text_value))
     worst = [w for *_, w in looks]
-    if room is not None and None not in worst and sum(worst) * TEXT_RUN_FACTOR <= room:  # type: ignore[arg-type]
+    if None not in worst and sum(worst) <= room:  # type: ignore[arg-type]
         return cost  # even if every stored byte were text, the read fits
     suspects = [look for look in looks if holds_more_than_numbers(look[3], look[0].rows, len(export.columns_of(look[1])))
                 or sample_has_text(export, look[1], look[2], look[0].rows)]
     bounds = [w for *_, w in suspects]
     # The suspects' worst case is their price when it fits (no scan); else each is scanned for the exact bytes.
-    scan = room is None or None in bounds or sum(bounds) * TEXT_RUN_FACTOR > room  # type: ignore[arg-type]
+    scan = None in bounds or sum(bounds) > room  # type: ignore[arg-type]
     priced = {}
-    for item, source, columns, _storage, worst in suspects:
+    for item, source, columns, _storage, bound in suspects:
         use = measure_text(export, source, columns) if scan else None
-        text = use.memory if use is not None else int(worst or 0)
+        text = use.memory if use is not None else int((bound or 0) / TEXT_RUN_FACTOR)
         values = use.values if use is not None else item.rows * len(columns)
         priced[item.table] = replace(item, bytes=item.bytes + text, text=text, text_values=values)
     return MemoryEstimate(tuple(priced.get(t.table, t) for t in cost.tables), cost.strings_bytes)
@@ -292,7 +293,7 @@ class ReadGuard:
                 return
             all_columns = wanted | (previous[0] if previous else frozenset())
             room = self.limit - self._used + (previous[1] if previous else 0)
-            cost = estimate(trace, {table: all_columns}, max(room, 0) + FIXED_BYTES)
+            cost = estimate(trace, {table: all_columns}, max(room, 0) + FIXED_BYTES, self.per_text_value)
             strings = 0 if self._strings_paid else int(cost.strings_bytes * RUN_FACTOR)
             need = sum(_run_bytes(t) + t.text_values * self.per_text_value for t in cost.tables) + strings
             if need > room:

@@ -16,6 +16,8 @@ from typing import Any
 from . import __version__
 from .engine import Report
 from .errors import UsageError
+from .outpaths import write_atomic
+from .userfiles import read_small_text
 
 BASELINE_FORMAT = "nsys-rules-baseline"
 BASELINE_VERSION = 1
@@ -39,19 +41,13 @@ def baseline_document(report: Report) -> dict[str, Any]:
 
 def write_baseline(report: Report, path: Path) -> None:
     """Write the baseline of ``report`` to ``path`` (whole file or nothing)."""
-    text = json.dumps(baseline_document(report), indent=2) + "\n"
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except OSError as exc:
-        raise UsageError(f"cannot write baseline {path}: {exc.strerror or exc}") from None
+    write_atomic(path, json.dumps(baseline_document(report), indent=2) + "\n", "baseline")
 
 
 def read_baseline(path: Path) -> set[str]:
     """Fingerprints in a baseline file or a ``check --format json`` output; one clear line when unusable."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_small_text(path))
     except FileNotFoundError:
         raise UsageError(f"baseline {path} does not exist (create it with --write-baseline {path})") from None
     except (OSError, UnicodeDecodeError) as exc:

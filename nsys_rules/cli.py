@@ -2,6 +2,10 @@
 
 Every error the user can cause ends as one line on stderr and a documented exit code
 (2 usage/config, 3 unreadable input); ``--debug`` shows the traceback instead.
+
+This module imports only the standard library at load time: the commands (pandas, pyarrow)
+are imported inside :func:`main`, so a Ctrl-C while they load ends as "interrupted" (exit
+130), not as a traceback from the import machinery.
 """
 
 from __future__ import annotations
@@ -14,12 +18,12 @@ import traceback
 from typing import Sequence
 
 from . import __version__
-from .commands import check, diff, doctor, explain, profile, rules_cmd, schema, stats
 from .errors import ExitCode, NsysRulesError
-from .malloc_tune import tune_malloc
 
-#: Subcommand modules, in help order. Each has add_parser(subparsers) and run(args).
-COMMANDS = [check, diff, stats, profile, doctor, rules_cmd, explain, schema]
+#: Subcommand modules of :mod:`nsys_rules.commands`, in help order. Each has add_parser(subparsers) and run(args).
+COMMAND_MODULES = ("check", "diff", "stats", "profile", "doctor", "rules_cmd", "explain", "schema")
+#: Longest error line printed; a value from the command line or a file can be any length.
+MAX_ERROR_LINE = 1000
 
 EXIT_CODES = """exit codes:
   0  nothing at or above --fail-on      1  findings at or above --fail-on
@@ -42,22 +46,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for command in COMMANDS:
-        command.add_parser(sub)
+    import importlib
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(f".commands.{name}", __package__).add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns (and, as a console script, exits with) the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    tune_malloc()  # big traces: freed column buffers go back to the system (see nsys_rules/malloc_tune.py)
     # `--debug` anywhere but after `--`, where it belongs to the program that `profile` runs.
     ours = args_list[: args_list.index("--")] if "--" in args_list else args_list
     debug = "--debug" in ours
     if debug:
         args_list.remove("--debug")
-    parser = build_parser()
     try:
+        from .malloc_tune import tune_malloc
+
+        tune_malloc()  # big traces: freed column buffers go back to the system (see nsys_rules/malloc_tune.py)
+        parser = build_parser()
         if sys.stdout is None:  # started with stdout closed (`>&-`): output could only be lost
             raise OSError(errno.EBADF, "standard output is closed")
         args = parser.parse_args(args_list)
@@ -80,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if sys.stdout is not None and exc.errno not in _OUTPUT_ERRNOS:
             if debug:
                 traceback.print_exc()
-            sys.stderr.write(f"nsys-rules: internal error: {type(exc).__name__}: {exc} "
+            sys.stderr.write(f"nsys-rules: internal error: {type(exc).__name__}: {one_line(str(exc))} "
                              "(rerun with --debug and report it)\n")
             return int(ExitCode.INCOMPLETE)
         _silence_stdout()
@@ -89,13 +97,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - a bug must still end in one line, not a traceback
         if debug:
             traceback.print_exc()
-        sys.stderr.write(f"nsys-rules: internal error: {type(exc).__name__}: {exc} (rerun with --debug and report it)\n")
+        sys.stderr.write(f"nsys-rules: internal error: {type(exc).__name__}: {one_line(str(exc))} "
+                         "(rerun with --debug and report it)\n")
         return int(ExitCode.INCOMPLETE)
 
 
 def one_line(text: str) -> str:
-    """``text`` with control characters (newlines from SQLite messages, from the file) made visible."""
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    """``text`` with control characters (newlines from SQLite messages, from the file) made visible, and cut
+    to :data:`MAX_ERROR_LINE` characters."""
+    line = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return line if len(line) <= MAX_ERROR_LINE else f"{line[:MAX_ERROR_LINE]}... ({len(line):,} characters)"
 
 
 #: errno values that mean "stdout cannot take the output" (disk full, closed or bad descriptor).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import sys
 import typing
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from typing import Any, Mapping
 from .errors import UsageError
 from .findings import Severity
 from .rule import Rule
+from .textsafe import clip_value
+from .userfiles import read_small_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -24,7 +27,10 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 FAIL_ON = ("info", "warning", "error", "never")
-TOP_KEYS = ("select", "ignore", "fail-on", "severity", "rules", "steady-ranges", "max-memory", "noise-floor")
+TOP_KEYS = ("select", "ignore", "fail-on", "severity", "rules", "steady-ranges", "max-memory", "rule-timeout",
+            "noise-floor")
+#: Seconds one rule may run (``--rule-timeout``, ``rule-timeout``): generous, it only stops a rule that hangs.
+DEFAULT_RULE_TIMEOUT = 300.0
 
 
 @dataclass
@@ -38,6 +44,7 @@ class Settings:
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     steady_ranges: list[str] = field(default_factory=list)
     max_memory: int | None = None
+    rule_timeout: float = DEFAULT_RULE_TIMEOUT
     filter_time: str | None = None
     filter_nvtx: str | None = None
     export_format: str = "sqlite"  # what a .nsys-rep is exported to first (--export-format)
@@ -62,7 +69,7 @@ def find_config(start: Path) -> Path | None:
         project = folder / "pyproject.toml"
         if project.is_file():
             try:
-                data = tomllib.loads(project.read_text(encoding="utf-8"))
+                data = tomllib.loads(read_small_text(project))
             except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
                 continue
             if "nsys-rules" in data.get("tool", {}):
@@ -76,11 +83,11 @@ def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Map
     if path is None:
         return settings
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_small_text(path))
     except FileNotFoundError:
         raise UsageError(f"config file {path} not found") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"config file {path}: cannot read ({exc})") from None
+        raise UsageError(f"config file {clip_value(path, 200)}: cannot read ({clip_value(exc, 300)})") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"config file {path}: invalid TOML ({exc})") from None
     table = data.get("tool", {}).get("nsys-rules", {}) if path.name == "pyproject.toml" else data
@@ -102,6 +109,8 @@ def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Map
             settings.max_memory = parse_size(str(value))
         elif key == "noise-floor":
             settings.noise_floor_pct = parse_percent(value, f"{path}: noise-floor")
+        elif key == "rule-timeout":
+            settings.rule_timeout = parse_seconds(value, f"{path}: rule-timeout")
         elif key == "severity":
             if not isinstance(value, dict):
                 raise UsageError(f"{path}: severity must be a table of rule = \"info|warning|error\"")
@@ -144,25 +153,35 @@ def coerce_option(rule: type[Rule], option: str, raw: Any, where: str) -> Any:
         f.default_factory() if f.default_factory is not dataclasses.MISSING else None)  # type: ignore[misc]
     kind = type(default)
     try:
-        if isinstance(raw, str) and kind is not str:
-            if kind is bool:
-                if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ValueError(raw)
-                return raw.lower() in ("true", "1", "yes")
-            if kind in (tuple, list):
-                return tuple(p.strip() for p in raw.split(",") if p.strip())
-            if default is None:
-                return _number_or_text(raw)
-            return kind(float(raw)) if kind is int and "e" in raw.lower() else kind(raw)
-        if kind in (tuple, list) and isinstance(raw, list):
-            return tuple(raw)
-        if kind is float and isinstance(raw, int) and not isinstance(raw, bool):
-            return float(raw)
-        if default is not None and not isinstance(raw, kind):
-            raise ValueError(raw)
-        return raw
-    except (TypeError, ValueError):
-        raise UsageError(f"{where}: {rule.name}.{option} expects {kind.__name__}, got {raw!r}") from None
+        value = _coerce(raw, kind, default)
+    except (TypeError, ValueError, OverflowError):
+        raise UsageError(f"{where}: {rule.name}.{option} expects {kind.__name__}, got {clip_value(raw, 60)!r}") from None
+    if (isinstance(value, float) and not math.isfinite(value)) or (isinstance(value, int) and abs(value) >= 2**63):
+        # NaN and infinity compare false with everything: a threshold of nan silently turns a rule off,
+        # and JSON/SARIF have no way to write them.
+        raise UsageError(f"{where}: {rule.name}.{option} must be a finite number, not {clip_value(raw, 60)!r}")
+    return value
+
+
+def _coerce(raw: Any, kind: type, default: Any) -> Any:
+    """``raw`` (TOML value or CLI text) as ``kind``; TypeError/ValueError when it is not one."""
+    if isinstance(raw, str) and kind is not str:
+        if kind is bool:
+            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(raw)
+            return raw.lower() in ("true", "1", "yes")
+        if kind in (tuple, list):
+            return tuple(p.strip() for p in raw.split(",") if p.strip())
+        if default is None:
+            return _number_or_text(raw)
+        return kind(float(raw)) if kind is int and "e" in raw.lower() else kind(raw)
+    if kind in (tuple, list) and isinstance(raw, list):
+        return tuple(raw)
+    if kind is float and isinstance(raw, int) and not isinstance(raw, bool):
+        return float(raw)
+    if default is not None and not isinstance(raw, kind):
+        raise ValueError(raw)
+    return raw
 
 
 def _number_or_text(raw: str) -> Any:
@@ -191,17 +210,28 @@ def parse_percent(value: Any, where: str) -> float:
 
 
 def parse_size(text: str) -> int:
-    """``512MB``, ``2G``, ``1048576`` -> bytes."""
-    raw = text.strip().lower().replace("ib", "b")
+    """``512MB``, ``2G``, ``1048576`` -> bytes; at least one byte, finite, at most 2**62."""
+    raw = str(text).strip().lower().replace("ib", "b")
     num = raw.rstrip("kmgtb")
     unit = raw[len(num):]
     try:
-        value = float(num)
-    except ValueError:
-        raise UsageError(f"bad size {text!r}: use a number with K, M, G or T (e.g. 2G)") from None
-    if unit not in _SIZE or value <= 0:
-        raise UsageError(f"bad size {text!r}: use a number with K, M, G or T (e.g. 2G)")
-    return int(value * _SIZE[unit])
+        value = float(num) * _SIZE[unit]
+    except (ValueError, KeyError):
+        value = math.nan
+    if not math.isfinite(value) or value < 1 or value > 2**62:
+        raise UsageError(f"bad size {clip_value(text, 40)!r}: use a number of bytes with K, M, G or T (e.g. 2G)")
+    return int(value)
+
+
+def parse_seconds(value: object, where: str = "--rule-timeout") -> float:
+    """A positive, finite number of seconds (``300``, ``2.5``); UsageError otherwise."""
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(value, bool) or not math.isfinite(seconds) or seconds <= 0 or seconds > 10**7:
+        raise UsageError(f"{where}: expected a number of seconds above 0 (e.g. 300), not {clip_value(value, 40)!r}")
+    return seconds
 
 
 def parse_set(items: list[str], rules: Mapping[str, type[Rule]], aliases: Mapping[str, str]) -> dict[str, dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,14 +13,15 @@ from typing import Any, Callable
 from . import __version__
 from .config import Settings, resolve_rule_name
 from .compat import missing_table
-from .errors import ExitCode, InputError, MissingData, UsageError
+from .errors import ExitCode, UsageError
 from .findings import Finding, Severity, rank_key
+from .isolation import run_rule
 from .memory_limit import enforce_limit as enforce_memory_limit
 from .plugins import Registry
 from .rule import Rule, RuleContext
 from .textsafe import clip
 from .trace import Trace
-from .analysis.budget import step_budget
+from .analysis.budget import Budget, step_budget
 from .analysis.steps import StepModel, model_needs, restrict
 from .answer import finalize
 from .windows import FULL, SteadyOptions, Window, steady_state_window, user_window
@@ -104,7 +106,7 @@ def effective_options(rule: type[Rule], settings: Settings) -> Any:
     overrides = settings.rule_options.get(rule.name, {})
     try:
         return rule.Options(**overrides)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, ArithmeticError) as exc:
         raise UsageError(f"options of {rule.name}: {exc}") from None
 
 
@@ -163,28 +165,18 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
     trace.preload(needs)
     steady = windows.get("steady")
     model = windows.model()
-    budget = step_budget(trace, model) if model is not None and model.count else None
+    steps = model if model is not None and model.count else None
+    budget = step_budget(trace, steps) if steps is not None else None
     for rule, options in runnable:
         if progress:
             progress(rule.name)
-        try:
-            window = windows.get(rule_window_kind(rule, options))
-            ctx = RuleContext(trace, rule(), options, window, model if model is not None and model.count else None,
-                              budget)
-            findings = list(rule().check(ctx))
-            override = settings.severity.get(rule.name)
-            for f in findings:
-                if not isinstance(f, Finding):
-                    raise TypeError(f"check() yielded {type(f).__name__}, not Finding")
-            result.findings.extend(dataclasses.replace(f, severity=override) if override else f for f in findings)
-        except MissingData as gap:
-            result.skipped.append({"rule": rule.name, "trace": trace.label, "reason": gap.reason, "fix": gap.fix})
-        except (UsageError, InputError):
-            raise  # bad flags or a damaged file found mid-read end the run (exit 2 / 3), not one rule
-        except Exception as exc:  # noqa: BLE001 - one rule failing must not hide the others
-            result.errors.append({"rule": rule.name, "trace": trace.label,
-                                  "error": f"{type(exc).__name__}: {exc}",
-                                  "traceback": "".join(traceback.format_exception(exc))[-4000:]})
+        # Isolated and time-limited (nsys_rules.isolation): a failing, hanging or lying rule is an error entry.
+        outcome = run_rule(rule, functools.partial(_context, trace, rule, options, windows, steps, budget),
+                           trace.label, settings.rule_timeout)
+        override = settings.severity.get(rule.name)
+        result.findings.extend(dataclasses.replace(f, severity=override) if override else f for f in outcome.findings)
+        result.skipped.extend([outcome.skipped] if outcome.skipped else [])
+        result.errors.extend(outcome.errors)
     span = (steady.start, steady.end) if steady.intervals else None
     judged = steady.duration_ns(_capture_span(trace)) if budget is None else 0
     result.findings = finalize(result.findings, budget, span, settings.noise_floor_pct, judged)  # type: ignore[arg-type]
@@ -206,6 +198,10 @@ def _capture_span(trace: Trace) -> tuple[int, int]:
 
     ops = gpu_ops(trace)
     return (int(ops.start.min()), int(ops.end.max())) if len(ops) else (0, 0)
+def _context(trace: Trace, rule: type[Rule], options: Any, windows: "_Windows", steps: StepModel | None,
+             budget: Budget | None) -> RuleContext:
+    """What ``rule.check`` gets (built inside the rule's boundary: a window that cannot be cut is a skip)."""
+    return RuleContext(trace, rule(), options, windows.get(rule_window_kind(rule, options)), steps, budget)
 
 
 def _add_profile(trace: Trace, result: TraceResult, windows: "_Windows") -> None:

@@ -36,6 +36,12 @@ class InputError(NsysRulesError):
     exit_code = ExitCode.BAD_INPUT
 
 
+class PluginError(NsysRulesError):
+    """Plugin code (a formatter, a loader) failed where the run cannot go on without it: exit 4."""
+
+    exit_code = ExitCode.INCOMPLETE
+
+
 class MissingData(Exception):
     """Raised inside a rule when the trace lacks what the rule needs.
 

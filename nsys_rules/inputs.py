@@ -8,7 +8,6 @@ user's file; suffixes claimed by a plugin loader go to that loader.
 
 from __future__ import annotations
 
-import shlex
 import shutil
 import subprocess
 import tempfile
@@ -19,6 +18,7 @@ from .errors import InputError
 from .loaders.arrowdir import ArrowDirExport, folder_kind
 from .loaders.sqlite import SqliteExport
 from .nsys_locate import locate_nsys, missing_message
+from .textsafe import shell_word
 from .trace import Trace
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
@@ -57,6 +57,8 @@ def open_trace(path: Path, loaders: Mapping[str, Callable[..., Any]] | None = No
             trace = loaders[suffix](path)
         except InputError:
             raise
+        except SystemExit as exc:
+            raise InputError(f"{path}: the plugin loader for {suffix} called sys.exit({exc.code!r})") from None
         except Exception as exc:  # noqa: BLE001 - a plugin's bug on this file: say whose, one line
             raise InputError(f"{path}: the plugin loader for {suffix} failed: {type(exc).__name__}: {exc}") from exc
         if not isinstance(trace, Trace):
@@ -76,32 +78,31 @@ def _open_report(path: Path, export_format: str = "sqlite") -> Trace:
     location = locate_nsys()
     if location.path is None:
         raise InputError(f"{path}: a .nsys-rep needs nsys to export it: {missing_message(location)}; or run "
-                         f"`nsys export --type=sqlite {shlex.quote(str(path))}` where nsys is installed and pass the .sqlite")
+                         f"`nsys export --type=sqlite {shell_word(path)}` where nsys is installed and pass the .sqlite")
     nsys = str(location.path)
     if export_format not in EXPORT_FORMATS:
         raise InputError(f"--export-format {export_format!r}: choose from {', '.join(EXPORT_FORMATS)}")
     folder = Path(tempfile.mkdtemp(prefix="nsys-rules-"))
     target = folder / (path.stem + "." + export_format)
     try:
-        proc = subprocess.run([nsys, "export", f"--type={export_format}", "--force-overwrite=true", "-o", str(target),
-                               str(path)], capture_output=True, text=True, timeout=3600)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise InputError(f"{path}: `nsys export` failed ({exc})") from None
-    if export_format != "sqlite" and not target.exists():
-        # Where nsys puts a folder export when -o names one differently: the one folder it wrote.
-        made = [p for p in folder.iterdir() if p.is_dir()]
-        target = made[0] if len(made) == 1 else target
-    if proc.returncode != 0 or not target.exists():
-        shutil.rmtree(folder, ignore_errors=True)
-        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise InputError(f"{path}: `nsys export` failed: {last[0]}")
-    try:
+        # Whatever ends the export (a failure, Ctrl-C, a damaged result), the folder goes with it.
+        try:
+            proc = subprocess.run([nsys, "export", f"--type={export_format}", "--force-overwrite=true", "-o",
+                                   str(target), str(path)], capture_output=True, text=True, timeout=3600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise InputError(f"{path}: `nsys export` failed ({exc})") from None
+        if export_format != "sqlite" and not target.exists():
+            # Where nsys puts a folder export when -o names one differently: the one folder it wrote.
+            made = [p for p in folder.iterdir() if p.is_dir()]
+            target = made[0] if len(made) == 1 else target
+        if proc.returncode != 0 or not target.exists():
+            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise InputError(f"{path}: `nsys export` failed: {last[0]}")
         export = SqliteExport(target) if export_format == "sqlite" else ArrowDirExport(
             target, "parquet" if export_format == "parquetdir" else "arrow")
-    except InputError:
+        trace = Trace(export, label=str(path))
+    except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    trace = Trace(export, label=str(path))
     trace.cleanup_dir = folder
     return trace

@@ -1,9 +1,15 @@
 """How much memory a run will take, and the ``--max-memory`` guard (``nsys_rules.memory`` tunes malloc).
 
 The engine knows, before it reads a row, which tables and columns the selected rules need
-and how many rows each table has (``count(*)`` on the file). That is enough for an honest
-upper estimate, so a run that would take the machine down stops first, with exit 3 and a
-line that says how much it needs and how to need less.
+and how many rows each table has (``count(*)`` on the file). For numbers that is enough for
+an honest upper estimate; text is priced from the bytes the file stores
+(:mod:`nsys_rules.stored_bytes`: cheap bounds first, an exact scan of a table only when it
+may hold enough text to matter). A run that would take the machine down stops first, with
+exit 3 and a line that says how much it needs and how to need less.
+
+Reads the engine did not plan (``stats``, ``diff``, a rule asking for more columns) go
+through the same prices: :class:`ReadGuard`, installed on the trace, admits each read before
+it happens and stops the one that would pass the limit.
 
 The per-column costs follow the loader (:mod:`nsys_rules.loaders.sqlite`): an integer column
 ends as an int64 array (8 B a row) and, while it is read, may exist twice (the streamed
@@ -15,12 +21,15 @@ becomes Python strings (object header plus text).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from .errors import InputError
 from .loaders.tables import TABLES
+from .stored_bytes import (holds_more_than_numbers, measure_text, sample_has_text, source_columns, table_storage,
+                           worst_text_bytes)
 
 if TYPE_CHECKING:
     from .trace import Trace
@@ -40,16 +49,31 @@ STRING_ROW_BYTES = 80
 #: (ratios 0.68-0.8).
 RUN_FACTOR = 1.5
 FIXED_BYTES = 16 * 1024**2
+#: Text is worked on harder than numbers: names are copied per row (``nvtx_sum`` builds a
+#: "domain:name" string per range), hashed into categories and compared. Measured on traces
+#: holding 10-150 MB of NVTX text or of text in a kernel column (``benchmarks/hostile_memory.py``):
+#: peaks of 1.3x-4.5x the text's memory; planned as 4.5x.
+TEXT_RUN_FACTOR = 4.5
+#: What one distinct name costs a ``stats`` report beyond its read: its output row (a dict of ten
+#: values), the formatted cells and the printed line; measured 1.9 kB a range on 150k distinct NVTX names.
+STATS_BYTES_PER_NAME = 2048
 
 
 @dataclass(frozen=True)
 class TableCost:
-    """Estimated peak bytes of loading one canonical table."""
+    """Estimated peak bytes of loading one canonical table (``text``: the part that is text or blob values)."""
 
     table: str
     rows: int
     columns: int
     bytes: int
+    text: int = 0
+    text_values: int = 0  # how many values are text (an upper bound when not scanned)
+
+    def describe(self) -> str:
+        """``kernels 3,584 rows x 14 columns 798.0 KB`` (and how much of it is text)."""
+        text = f" ({human(self.text)} of it text)" if self.text else ""
+        return f"{self.table} {self.rows:,} rows x {self.columns} columns {human(self.bytes)}{text}"
 
 
 @dataclass(frozen=True)
@@ -65,9 +89,16 @@ class MemoryEstimate:
         return sum(t.bytes for t in self.tables) + self.strings_bytes
 
     @property
+    def text(self) -> int:
+        """The part of :attr:`load` that is text or blob values in the tables (not the string table)."""
+        return sum(t.text for t in self.tables)
+
+    @property
     def total(self) -> int:
         """Peak bytes of the whole run: the load plus the rules' working copies and fixed state."""
-        return int(self.load * RUN_FACTOR) + FIXED_BYTES if self.tables else 0
+        if not self.tables:
+            return 0
+        return int((self.load - self.text) * RUN_FACTOR + self.text * TEXT_RUN_FACTOR) + FIXED_BYTES
 
     def biggest(self, n: int = 3) -> list[TableCost]:
         """The ``n`` most expensive tables, largest first."""
@@ -80,10 +111,14 @@ def column_bytes(table: str, column: str) -> int:
     return NAME_COLUMN_BYTES if kind in ("string", "text", "nvtx_name") else INT_COLUMN_BYTES
 
 
-def estimate(trace: "Trace", needs: Mapping[str, Iterable[str]]) -> MemoryEstimate:
+def estimate(trace: "Trace", needs: Mapping[str, Iterable[str]], limit: int | None = None,
+             per_text_value: int = 0) -> MemoryEstimate:
     """Estimate the memory to load ``needs`` (canonical table -> columns) from ``trace``.
 
-    Only ``row_count`` and the export's string-table size are used, so nothing is loaded.
+    Nothing is loaded: row counts price the values as numbers; when ``limit`` is given and the
+    stored bytes could hold enough text to pass it, the text is priced
+    too (see :mod:`nsys_rules.stored_bytes`; only a table suspected of holding text is scanned).
+    ``per_text_value``: what the consumer adds per text value (see :class:`ReadGuard`).
     """
     costs: list[TableCost] = []
     for table, cols in needs.items():
@@ -91,7 +126,41 @@ def estimate(trace: "Trace", needs: Mapping[str, Iterable[str]]) -> MemoryEstima
         rows = int(trace.row_count(table))
         per_row = sum(column_bytes(table, c) for c in columns)
         costs.append(TableCost(table, rows, len(columns), rows * per_row))
-    return MemoryEstimate(tuple(costs), _strings_bytes(trace) if needs else 0)
+    cost = MemoryEstimate(tuple(costs), _strings_bytes(trace) if needs else 0)
+    if limit is None or cost.total > limit:
+        return cost
+    return _with_text(trace, needs, cost, limit - cost.total, per_text_value)
+
+
+def _with_text(trace: "Trace", needs: Mapping[str, Iterable[str]], cost: MemoryEstimate, room: int,
+               per_text_value: int) -> MemoryEstimate:
+    export = getattr(trace, "export", None)
+    if export is None or not hasattr(export, "query") or not hasattr(export, "source_of"):
+        return cost  # a plugin loader's trace: no SQL file to measure
+    looks = []
+    for item in cost.tables:
+        source, columns = source_columns(export, item.table, needs[item.table])
+        if source is None or not columns or not item.rows:
+            continue
+        storage = table_storage(export, source)
+        bound = worst_text_bytes(storage, item.rows, len(columns))
+        looks.append((item, source, columns, storage, None if bound is None else
+                      int(bound * TEXT_RUN_FACTOR) + item.rows * len(columns) * per_text_value))
+    worst = [w for *_, w in looks]
+    if None not in worst and sum(worst) <= room:  # type: ignore[arg-type]
+        return cost  # even if every stored byte were text, the read fits
+    suspects = [look for look in looks if holds_more_than_numbers(look[3], look[0].rows, len(export.columns_of(look[1])))
+                or sample_has_text(export, look[1], look[2], look[0].rows)]
+    bounds = [w for *_, w in suspects]
+    # The suspects' worst case is their price when it fits (no scan); else each is scanned for the exact bytes.
+    scan = None in bounds or sum(bounds) > room  # type: ignore[arg-type]
+    priced = {}
+    for item, source, columns, _storage, bound in suspects:
+        use = measure_text(export, source, columns) if scan else None
+        text = use.memory if use is not None else int((bound or 0) / TEXT_RUN_FACTOR)
+        values = use.values if use is not None else item.rows * len(columns)
+        priced[item.table] = replace(item, bytes=item.bytes + text, text=text, text_values=values)
+    return MemoryEstimate(tuple(priced.get(t.table, t) for t in cost.tables), cost.strings_bytes)
 
 
 def _strings_bytes(trace: "Trace") -> int:
@@ -163,12 +232,90 @@ def enforce_limit(trace: "Trace", needs: Mapping[str, Iterable[str]], max_memory
     """
     explicit = max_memory is not None
     limit = max_memory if explicit else default_limit()
-    cost = estimate(trace, needs)
-    if limit is None or cost.total <= limit:
-        return cost
-    label = getattr(trace, "label", "trace")
-    parts = ", ".join(f"{t.table} {t.rows:,} rows x {t.columns} columns {human(t.bytes)}" for t in cost.biggest())
-    where = "--max-memory" if explicit else "80 % of the available memory (set --max-memory to change it)"
-    raise InputError(f"{label}: the run needs about {human(cost.total)} (it loads {parts}) but the limit is {human(limit)} "
-                     f"({where}); read less with --select (fewer rules read fewer tables and columns), "
-                     "or run on a machine with more memory")
+    cost = estimate(trace, needs, limit)
+    if limit is not None and cost.total > limit:
+        label = getattr(trace, "label", "trace")
+        parts = ", ".join(t.describe() for t in cost.biggest())
+        raise InputError(f"{label}: the run needs about {human(cost.total)} (it loads {parts}) but the limit is "
+                         f"{human(limit)} ({_where(explicit)}); read less with --select (fewer rules read fewer tables "
+                         "and columns), or run on a machine with more memory")
+    guard = install_read_guard(trace, max_memory)
+    guard.charge(cost, needs)
+    return cost
+
+
+def _where(explicit: bool) -> str:
+    return "--max-memory" if explicit else "80 % of the available memory (set --max-memory to change it)"
+
+
+class ReadGuard:
+    """Admits each table read of one trace against the memory limit, before the read (thread-safe).
+
+    The first read also pays for the string table and the fixed working state; a table read
+    again with more columns pays the difference.
+    """
+
+    def __init__(self, limit: int | None, explicit: bool, per_text_value: int = 0) -> None:
+        self.limit = limit
+        self.explicit = explicit
+        self.per_text_value = per_text_value
+        self._charged: dict[str, tuple[frozenset[str], int]] = {}
+        self._used = FIXED_BYTES
+        self._strings_paid = False
+        self._lock = threading.Lock()
+
+    def charge(self, cost: MemoryEstimate, needs: Mapping[str, Iterable[str]]) -> None:
+        """Record reads already priced by :func:`enforce_limit` (the engine's planned load)."""
+        with self._lock:
+            for item in cost.tables:
+                self._record(item.table, frozenset(needs[item.table]), _run_bytes(item))
+            if cost.tables:
+                self._used += int(cost.strings_bytes * RUN_FACTOR)
+                self._strings_paid = True
+
+    def _record(self, table: str, columns: frozenset[str], nbytes: int) -> None:
+        previous = self._charged.get(table)
+        self._used += nbytes - (previous[1] if previous else 0)
+        self._charged[table] = (columns | (previous[0] if previous else frozenset()), nbytes)
+
+    def admit(self, trace: "Trace", table: str, columns: Iterable[str]) -> None:
+        """Raise :class:`InputError` (exit 3) when reading ``columns`` of ``table`` would pass the limit."""
+        wanted = frozenset(columns)
+        with self._lock:
+            previous = self._charged.get(table)
+            if previous is not None and wanted <= previous[0]:
+                return
+            if self.limit is None:
+                return
+            all_columns = wanted | (previous[0] if previous else frozenset())
+            room = self.limit - self._used + (previous[1] if previous else 0)
+            cost = estimate(trace, {table: all_columns}, max(room, 0) + FIXED_BYTES, self.per_text_value)
+            strings = 0 if self._strings_paid else int(cost.strings_bytes * RUN_FACTOR)
+            need = sum(_run_bytes(t) + t.text_values * self.per_text_value for t in cost.tables) + strings
+            if need > room:
+                (item,) = cost.tables
+                raise InputError(f"{getattr(trace, 'label', 'trace')}: reading {item.describe()} needs about "
+                                 f"{human(need)} more, {human(max(room, 0))} is left of the {human(self.limit)} limit "
+                                 f"({_where(self.explicit)}); read less (check: --select; stats: --filter-time, another "
+                                 "report), or run on a machine with more memory")
+            self._record(table, all_columns, need - strings)
+            self._used += strings
+            self._strings_paid = True
+
+
+def _run_bytes(item: TableCost) -> int:
+    return int((item.bytes - item.text) * RUN_FACTOR + item.text * TEXT_RUN_FACTOR)
+
+
+def install_read_guard(trace: "Trace", max_memory: int | None, per_text_value: int = 0) -> ReadGuard:
+    """Put a :class:`ReadGuard` on ``trace`` (``--max-memory`` in bytes; None: 80 % of the available memory).
+
+    ``per_text_value``: bytes each text value costs beyond its read, for a consumer whose output
+    grows with the names (``stats`` prints one row per distinct name: :data:`STATS_BYTES_PER_NAME`).
+    """
+    guard = getattr(trace, "read_guard", None)
+    if guard is None:
+        explicit = max_memory is not None
+        guard = ReadGuard(max_memory if explicit else default_limit(), explicit, per_text_value)
+        trace.read_guard = guard
+    return guard

@@ -15,8 +15,10 @@ per trace with the trace where it is slowest: where one rank loses time to the o
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import multiprocessing
 import os
+import signal
 import statistics
 import sys
 import time
@@ -152,18 +154,32 @@ def _pool_context() -> Any:
     return multiprocessing.get_context("fork" if "fork" in methods and sys.platform.startswith("linux") else "spawn")
 
 
+def _ignore_interrupt() -> None:
+    # Ctrl-C reaches the whole process group: the parent stops the pool; a worker printing its own
+    # KeyboardInterrupt traceback would only add noise.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _run_pool(jobs: list[Job], workers: int, on_done: Callable[[JobResult], None]) -> list[JobResult]:
     results: dict[int, JobResult] = {}
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context(), initializer=_ignore_interrupt)
+    try:
         futures = {pool.submit(analyze_job, job): i for i, job in enumerate(jobs)}
         for future in cf.as_completed(futures):
             i = futures[future]
             try:
                 results[i] = future.result()
-            except Exception as exc:  # noqa: BLE001 - a dead worker (killed, out of memory) is one trace's error
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a dead worker (killed, out of memory) is one trace's error
                 results[i] = JobResult(jobs[i].path, error=f"{jobs[i].path}: worker failed ({type(exc).__name__}: {exc})",
                                        exit_code=int(ExitCode.INCOMPLETE))
             on_done(results[i])
+    except BaseException:
+        # Interrupted (or failing): stop the workers now rather than wait for their traces to finish.
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return [results[i] for i in range(len(jobs))]
 
 
@@ -218,6 +234,14 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
     report = run_check([], registry, settings, lambda p: None)  # type: ignore[arg-type,return-value]
     # In-process and forked workers reuse this registry (plugins load once); spawned ones build their own.
     _REGISTRIES[autoload_plugins] = registry
+    workers = min(jobs, len(paths)) if not (dask or dask_client is not None) else 1
+    if workers > 1:
+        # Workers run at once on this machine: they share the memory limit (given or 80 % of the free memory).
+        from .memory_limit import default_limit
+
+        total = settings.max_memory if settings.max_memory is not None else default_limit()
+        if total is not None:
+            settings = dataclasses.replace(settings, max_memory=max(total // workers, 1))
     job_list = [Job(str(p), settings, autoload_plugins, len(paths) > 1, len(paths) > 1) for p in paths]
     bar = progress if progress is not None else Progress(len(job_list) if len(job_list) > 1 else 0)
 
@@ -308,14 +332,16 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     from tabulate import tabulate
 
     from .formatters.table import human_ns
+    from .textsafe import terminal_safe
 
     slow = summary["slowest"]
     ratio = slow.get("ratio_to_median")
-    lines = [f"across {len(summary['traces'])} traces: slowest {slow['path']} with {human_ns(slow['kernel_ns'])} "
-             f"of kernel time" + (f", {ratio:.2f}x the median ({human_ns(slow['median_kernel_ns'])})" if ratio else "")]
+    lines = [f"across {len(summary['traces'])} traces: slowest {terminal_safe(slow['path'], newlines=False)} with "
+             f"{human_ns(slow['kernel_ns'])} of kernel time"
+             + (f", {ratio:.2f}x the median ({human_ns(slow['median_kernel_ns'])})" if ratio else "")]
     rows = [[_short(k["kernel"]), human_ns(k["median_ns"]), human_ns(k["max_ns"]),
              f"{k['max_over_median']:.2f}" if k["max_over_median"] else "", human_ns(k["excess_ns"]),
-             Path(k["slowest"]).name] for k in summary["kernels"]]
+             terminal_safe(Path(k["slowest"]).name, newlines=False)] for k in summary["kernels"]]
     if rows:
         lines.append(tabulate(rows, headers=["kernel (shared)", "median", "max", "max/median", "excess", "slowest trace"],
                               tablefmt="simple"))
@@ -323,6 +349,9 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def _short(name: str, width: int = 60) -> str:
+    from .textsafe import terminal_safe
+
+    name = terminal_safe(name, newlines=False)
     return name if len(name) <= width else name[: width - 3] + "..."
 
 

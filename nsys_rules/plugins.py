@@ -1,8 +1,11 @@
 """The plugin manager: built-in rules first, then entry-point plugins.
 
-A plugin that fails to import, or whose hook raises or returns something unusable,
-is recorded in :attr:`Registry.errors` (the run then ends with exit 4) and the rest
-still loads.
+A plugin that fails to import (also by calling ``sys.exit()`` or hanging past the time
+limit), or whose hook raises or returns something unusable, is recorded in
+:attr:`Registry.errors` (the run then ends with exit 4) and the rest still loads. Rules are
+checked when registered (name, tables, columns, options that build); a name, format or file
+suffix that is already taken, by the built-ins or an earlier plugin, is refused, never
+silently replaced.
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ from typing import Any, Callable
 import pluggy
 
 from . import hooks
+from .config import DEFAULT_RULE_TIMEOUT
+from .isolation import RuleTimeout, limited
 from .rule import Rule
+from .textsafe import clip_value
 
 ENTRY_POINT_GROUP = "nsys_rules"
 #: Set to a non-empty value (not "0") to skip entry-point plugins, like pytest's PYTEST_DISABLE_PLUGIN_AUTOLOAD.
@@ -64,10 +70,10 @@ def build_registry(autoload: bool = True, extra: tuple[tuple[str, object], ...] 
     if autoload and not autoload_disabled():
         for ep in sorted(_entry_points(), key=lambda e: e.name):
             try:
-                plugin = ep.load()
+                plugin = limited(ep.load, DEFAULT_RULE_TIMEOUT)
                 pm.register(plugin, name=ep.name)
-            except Exception as exc:  # noqa: BLE001 - a broken plugin must not stop the others
-                registry.errors.append({"plugin": ep.name, "error": f"failed to load: {type(exc).__name__}: {exc}"})
+            except (Exception, SystemExit, RuleTimeout) as exc:  # noqa: BLE001 - a broken plugin must not stop the others
+                registry.errors.append({"plugin": ep.name, "error": f"failed to load: {failure(exc)}"})
                 continue
             registry.plugins.append({"name": ep.name, "version": _dist_version(ep)})
     try:
@@ -95,15 +101,17 @@ def unknown_hooks(pm: pluggy.PluginManager) -> list[tuple[str, str]]:
 
 
 def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:
-    # Registration order (built-ins first): a plugin cannot shadow a built-in rule or format,
-    # and `nsys-rules rules` lists the built-in pack before plugins.
-    # Each plugin's trace rules, then its job rules, plugin by plugin.
+    # Registration order (built-ins first): a plugin cannot shadow a built-in rule, format or
+    # loader, and `nsys-rules rules` lists the built-in pack before plugins. Each plugin's trace
+    # rules, then its job rules, plugin by plugin.
+    from .inputs import TRACE_SUFFIXES
+
     order = {p["name"]: i for i, p in enumerate(registry.plugins)}
     rule_hooks = [(impl, "trace") for impl in pm.hook.register_rules.get_hookimpls()]
     rule_hooks += [(impl, "job") for impl in pm.hook.register_job_rules.get_hookimpls()]
     rule_hooks.sort(key=lambda hook: order.get(hook[0].plugin_name, len(order)))  # stable: trace before job
     for impl, scope in rule_hooks:
-        for rule in _call(impl, registry) or []:
+        for rule in _call(impl, registry, (list, tuple)) or []:
             problem = validate_rule(rule, scope)
             if problem is None and rule.name in registry.rules:
                 problem = f"rule name {rule.name!r} is already registered by {registry.rule_plugin[rule.name]}"
@@ -113,41 +121,94 @@ def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:
             registry.rules[rule.name] = rule
             registry.rule_plugin[rule.name] = impl.plugin_name
     for impl in pm.hook.register_formatters.get_hookimpls():
-        for fmt, func in (_call(impl, registry) or {}).items():
-            if fmt in registry.formatters or not callable(func):
-                registry.errors.append({"plugin": impl.plugin_name, "error": f"formatter {fmt!r} is taken or not callable"})
+        for fmt, func in (_call(impl, registry, dict) or {}).items():
+            if not isinstance(fmt, str) or fmt in registry.formatters or not callable(func):
+                registry.errors.append({"plugin": impl.plugin_name,
+                                        "error": f"formatter {clip_value(fmt, 60)!r} is taken or not callable"})
                 continue
             registry.formatters[fmt] = func
-    for impl in reversed(pm.hook.register_loaders.get_hookimpls()):
-        for suffix, func in (_call(impl, registry) or {}).items():
-            registry.loaders[str(suffix).lower()] = func
+    for impl in pm.hook.register_loaders.get_hookimpls():
+        for suffix, func in (_call(impl, registry, dict) or {}).items():
+            key = str(suffix).lower()
+            if not key.startswith(".") or key in TRACE_SUFFIXES or key in registry.loaders or not callable(func):
+                # The built-in readers (.sqlite, .nsys-rep) and an earlier plugin's suffix are never taken over.
+                registry.errors.append({"plugin": impl.plugin_name,
+                                        "error": f"loader for {clip_value(suffix, 60)!r} is taken, not a '.suffix' "
+                                                 "or not callable"})
+                continue
+            registry.loaders[key] = func
 
 
-def _call(impl: Any, registry: Registry) -> Any:
+def _call(impl: Any, registry: Registry, kind: type | tuple[type, ...]) -> Any:
+    """Call one hook implementation; its failure or a return value of the wrong kind is the plugin's error."""
+    name = getattr(impl.function, "__name__", "hook")
     try:
-        return impl.function()
-    except Exception as exc:  # noqa: BLE001 - isolate the plugin
-        registry.errors.append({"plugin": impl.plugin_name,
-                                "error": f"{impl.function.__name__} raised {type(exc).__name__}: {exc}"})
+        value = limited(impl.function, DEFAULT_RULE_TIMEOUT)
+    except (Exception, SystemExit, RuleTimeout) as exc:  # noqa: BLE001 - isolate the plugin
+        registry.errors.append({"plugin": impl.plugin_name, "error": f"{name} failed: {failure(exc)}"})
         return None
+    if value is not None and not isinstance(value, kind):
+        wanted = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        registry.errors.append({"plugin": impl.plugin_name,
+                                "error": f"{name} returned {type(value).__name__}, not a {wanted}"})
+        return None
+    return value
+
+
+def failure(exc: BaseException) -> str:
+    """One line saying what plugin code did: raised, called sys.exit(), or ran out of time."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r})"
+    if isinstance(exc, RuleTimeout):
+        return f"did not return within {DEFAULT_RULE_TIMEOUT:g} s"
+    return f"{type(exc).__name__}: {clip_value(exc, 300)}"
 
 
 def validate_rule(rule: object, scope: str = "trace") -> str | None:
     """Why ``rule`` cannot be registered (by the hook for ``scope`` rules), or None when it can."""
-    if not isinstance(rule, type) or not issubclass(rule, Rule):
-        return f"{rule!r} is not a Rule subclass"
-    if rule.scope != scope:
-        hook = "register_job_rules" if rule.scope == "job" else "register_rules"
-        return f"rule {rule.name or rule.__name__} is a {rule.scope} rule: register it with {hook}"
-    if not _KEBAB.match(rule.name or ""):
-        return f"rule {rule.__name__}: name {rule.name!r} is not kebab-case"
-    if not dataclasses.is_dataclass(rule.Options) or not rule.Options.__dataclass_params__.frozen:  # type: ignore[attr-defined]
-        return f"rule {rule.name}: Options must be a frozen dataclass"
+    try:
+        return _rule_problem(rule, scope)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a class attribute that blows up when read
+        return f"{clip_value(rule, 80)}: cannot be checked ({failure(exc)})"
+
+
+def _rule_problem(rule: object, scope: str) -> str | None:
+    from .findings import Severity
     from .loaders.tables import TABLES
 
+    if not isinstance(rule, type) or not issubclass(rule, Rule):
+        return f"{clip_value(rule, 80)} is not a Rule subclass"
+    if rule.scope != scope:
+        hook = "register_job_rules" if rule.scope == "job" else "register_rules"
+        return (f"rule {clip_value(rule.name or rule.__name__, 60)} is a {clip_value(rule.scope, 20)} rule: "
+                f"register it with {hook}")
+    if not isinstance(rule.name, str) or not _KEBAB.match(rule.name):
+        return f"rule {rule.__name__}: name {clip_value(rule.name, 60)!r} is not kebab-case"
+    if not isinstance(rule.title, str) or not isinstance(rule.default_severity, Severity):
+        return f"rule {rule.name}: title must be text and default_severity a Severity"
+    if rule.window not in ("steady", "full"):
+        return f"rule {rule.name}: window must be 'steady' or 'full', not {clip_value(rule.window, 40)!r}"
+    for attr in ("requires", "optional", "aliases"):
+        value = getattr(rule, attr)
+        if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
+            return f"rule {rule.name}: {attr} must be a tuple of names, not {clip_value(value, 60)!r}"
+    if not dataclasses.is_dataclass(rule.Options) or not rule.Options.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        return f"rule {rule.name}: Options must be a frozen dataclass"
     unknown = [t for t in (*rule.requires, *rule.optional) if t not in TABLES]
     if unknown:
         return f"rule {rule.name}: unknown tables {unknown} (known: {sorted(TABLES)})"
+    if not hasattr(rule.columns, "items"):
+        return f"rule {rule.name}: columns must be a mapping of table to column names"
+    for table, cols in rule.needs().items():
+        bad = [c for c in cols if not isinstance(c, str) or c not in TABLES[table].column_names]
+        if isinstance(cols, str) or bad:
+            return f"rule {rule.name}: unknown columns of {table}: {clip_value(bad or cols, 120)}"
+    try:
+        dataclasses.asdict(rule.Options())
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the plugin's defaults, not the user's settings
+        return f"rule {rule.name}: its default Options cannot be built ({failure(exc)})"
+    if not callable(getattr(rule, "check", None)) or rule.check is Rule.check:
+        return f"rule {rule.name}: has no check() method"
     return None
 
 

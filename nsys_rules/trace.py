@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -22,6 +21,7 @@ from .errors import InputError
 from .loaders.export import Export
 from .loaders.tables import TABLES
 from .malloc_tune import release_free_memory
+from .textsafe import shell_join
 
 #: Row count of the second-biggest table from which preload reads tables in parallel threads.
 PARALLEL_LOAD_ROWS = 200_000
@@ -59,8 +59,8 @@ class CaptureInfo:
 
     @property
     def command_line(self) -> str:
-        """The profiled command as one shell-quoted line."""
-        return " ".join(shlex.quote(a) for a in self.command)
+        """The profiled command as one shell-quoted line (every word quoted: the file chose them)."""
+        return shell_join(self.command)
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,8 @@ class Trace:
         self._frames: dict[str, pd.DataFrame] = {}
         # A temporary folder this trace was exported into (.nsys-rep input), removed on close.
         self.cleanup_dir: Path | None = None
+        # Admits each table read against the memory limit (nsys_rules.memory_limit.ReadGuard); None: no limit.
+        self.read_guard: Any = None
         self.gpus: dict[int, GpuInfo] = _read_gpus(export)
         self.capture: CaptureInfo = _read_capture(export)
         self.export_info: ExportInfo = _read_export_info(export)
@@ -121,7 +123,10 @@ class Trace:
         if cached is not None and all(c in cached.columns for c in wanted):
             return cached
         have = list(cached.columns) if cached is not None else []
-        frame = self.export.read(table, list(dict.fromkeys(have + wanted)))
+        columns = list(dict.fromkeys(have + wanted))
+        if self.read_guard is not None:
+            self.read_guard.admit(self, name, columns)  # exit 3 before a read that cannot fit
+        frame = self.export.read(table, columns)
         self._frames[name] = frame
         return frame
 
@@ -192,20 +197,27 @@ def _read_gpus(export: Export) -> dict[int, GpuInfo]:
                                                    "totalMemory"]):
             gid = _int_or_none(row[0])
             if gid is not None:
-                gpus[gid] = _gpu(gid, row)
+                gpus[gid] = _gpu(export, "TARGET_INFO_GPU", gid, row)
     if not gpus and "deviceId" in export.columns_of("TARGET_INFO_CUDA_GPU"):
         # 2020-2021 exports: the GPU table had other names and bandwidth in bytes/s.
         for row in export.rows("TARGET_INFO_CUDA_GPU", ["deviceId", "name", "numMultiprocessors",
                                                         "globalMemoryBandwidth", "coreClockRate", "globalMemorySize"]):
             gid = _int_or_none(row[0])
             if gid is not None:
-                gpus[gid] = _gpu(gid, row)
+                gpus[gid] = _gpu(export, "TARGET_INFO_CUDA_GPU", gid, row)
     return gpus
 
 
-def _gpu(gid: int, row: tuple[object, ...]) -> GpuInfo:
-    return GpuInfo(gid, str(row[1] or "unknown GPU"), _int_or_none(row[2]), _int_or_none(row[3]),
-                   _int_or_none(row[4]), _int_or_none(row[5]))
+def _gpu(export: Export, table: str, gid: int, row: tuple[object, ...]) -> GpuInfo:
+    """One GPU; a spec that is not a positive number is unknown (and noted as damage), never used as a number."""
+    specs = []
+    for label, raw in zip(("SM count", "memory bandwidth", "clock rate", "memory size"), row[2:6], strict=True):
+        value = _int_or_none(raw)
+        if value is not None and value <= 0:
+            export.damage.append(f"{table}: GPU {gid} {label} {value} is not a positive number; treated as unknown")
+            value = None
+        specs.append(value)
+    return GpuInfo(gid, str(row[1] or "unknown GPU")[:256], *specs)
 
 
 def _meta_rows(export: Export, table: str) -> list[tuple[str, str]]:

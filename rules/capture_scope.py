@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -12,6 +11,7 @@ import numpy as np
 
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.textsafe import shell_word
 from nsys_rules.windows import PROFILER_START_APIS
 
 HTOD = 1
@@ -126,7 +126,7 @@ class CaptureScope(Rule):
         size = f"{htod_bytes / 1e6:.1f} MB" if htod_bytes >= 100_000 else f"{htod_bytes} B"
         loads = f"; {size} were copied host-to-device in {htod_copies} copies before it" if htod_bytes else ""
         program = trace.capture.command_line or "<your program>"
-        name = shlex.quote(Path(trace.label).stem or "report")
+        name = shell_word(Path(trace.label).stem or "report")
         yield ctx.finding(
             f"The steady state ({window.source}) runs {steady_start / 1e9:.3f}-{steady_end / 1e9:.3f} s, "
             f"{(steady_end - steady_start) / 1e6:.1f} ms of a {hi / 1e9:.3f} s capture: {scope.before / 1e9:.3f} s "
@@ -137,7 +137,7 @@ class CaptureScope(Rule):
             f"--cuda-graph-trace=node --export=sqlite -o {name} {program}` with cudaProfilerStart/Stop around the "
             f"steps ({_how_to_mark(trace)}); or `--delay={delay_s} --duration={duration_s}`; or keep "
             f"this trace and judge the steady part with `nsys-rules check --filter-time "
-            f"{steady_start / 1e6:.0f}ms/{steady_end / 1e6:.0f}ms {shlex.quote(trace.label)}`.",
+            f"{steady_start / 1e6:.0f}ms/{steady_end / 1e6:.0f}ms {shell_word(trace.label)}`.",
             metrics={"time_before_steady_state": metric(scope.before, "ns"),
                      "time_after_steady_state": metric(scope.after, "ns"),
                      "outside_share": metric(100 * scope.outside_share, "%"),

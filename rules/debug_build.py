@@ -13,6 +13,7 @@ import numpy as np
 from nsys_rules.errors import MissingData
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.textsafe import shell_join, shell_word
 
 from ._common import pct, recapture_command
 from .gemv_dominance import config_weight_bytes, device_shares, gemv_mask, measure_bandwidth, weight_bytes_value
@@ -69,6 +70,7 @@ class CommandEvidence:
     release_command: str
     build_step: str  # the command that builds the release binary first ("" when the run command builds it)
     kind: str  # "cargo" or "cmake": device code is built with -G only in some setups
+    binary: str = ""  # the cargo --bin target, unquoted ("" unless the program is a target/debug binary)
 
 
 # -- command line --------------------------------------------------------------------------
@@ -87,13 +89,17 @@ def split_args(command: Iterable[str]) -> list[list[str]]:
 
 
 def _join(parts: list[list[str]], original: list[str]) -> str:
-    """Shell-quoted command line; an argument that held a whole shell command stays one argument."""
+    """Shell-quoted command line; an argument that held a whole shell command stays one argument.
+
+    Every word comes from the trace, so every word goes through :func:`shell_word`; an argument
+    left unchanged is quoted as recorded, not re-split and re-joined.
+    """
     words = []
     for tokens, arg in zip(parts, original, strict=True):
         if any(ch.isspace() for ch in arg):
-            words.append(shlex.quote(shlex.join(tokens)))
+            words.append(shell_word(arg if [tokens] == split_args([arg]) else shell_join(tokens)))
         else:
-            words.extend(shlex.quote(t) for t in tokens)  # tokens inserted next to a plain argument
+            words.extend(shell_word(t) for t in tokens)  # tokens inserted next to a plain argument
     return " ".join(words)
 
 
@@ -133,31 +139,33 @@ def command_evidence(command: tuple[str, ...], environment: Mapping[str, str] | 
                 exe = m.group("exe")
                 if exe.lower().endswith(".exe"):
                     exe = exe[:-4]
-                triple = f" --target {m.group('triple')}" if m.group("triple") else ""
-                what = "--example " + exe if "/examples/" in token else ("--tests" if "/deps/" in token else
-                                                                         "--bin " + exe)
+                triple = f" --target {shell_word(m.group('triple'))}" if m.group("triple") else ""
+                binary = "" if "/examples/" in token or "/deps/" in token else exe
+                what = "--example " + shell_word(exe) if "/examples/" in token else (
+                    "--tests" if "/deps/" in token else "--bin " + shell_word(exe))
                 new_parts = [list(t) for t in parts]
                 new_parts[i][j] = fixed
-                return CommandEvidence(f"the program `{token}` is a cargo dev-profile (debug) binary",
-                                       _join(new_parts, original), f"cargo build --release {what}{triple}", "cargo")
+                return CommandEvidence(f"the program `{shell_word(token)}` is a cargo dev-profile (debug) binary",
+                                       _join(new_parts, original), f"cargo build --release {what}{triple}", "cargo",
+                                       binary)
             m = _CMAKE_DEBUG_DIR.search(token)
             if m:
                 folder = token[: m.end("dir")]
                 release_folder = re.sub(r"debug$", "release", folder)
                 new_parts = [list(t) for t in parts]
                 new_parts[i][j] = token.replace(folder, release_folder, 1)
-                return CommandEvidence(f"the program `{token}` lives in the debug build folder `{folder}/`",
-                                       _join(new_parts, original),
-                                       f"cmake -S . -B {release_folder} -DCMAKE_BUILD_TYPE=Release && "
-                                       f"cmake --build {release_folder}", "cmake")
+                return CommandEvidence(f"the program `{shell_word(token)}` lives in the debug build folder "
+                                       f"`{shell_word(folder + '/')}`", _join(new_parts, original),
+                                       f"cmake -S . -B {shell_word(release_folder)} -DCMAKE_BUILD_TYPE=Release && "
+                                       f"cmake --build {shell_word(release_folder)}", "cmake")
             m = _MULTI_CONFIG_DEBUG.search(token)
             if m and i == 0 and j == 0:  # only the program itself: "Debug/" is too common a word elsewhere
                 build_dir = token[: m.start()] or "."
                 new_parts = [list(t) for t in parts]
                 new_parts[i][j] = re.sub(r"(^|/)Debug/(?=[^/]+$)", r"\1Release/", token)
-                return CommandEvidence(f"the program `{token}` is in the Debug configuration folder of a "
-                                       "multi-config build", _join(new_parts, original),
-                                       f"cmake --build {build_dir} --config Release", "cmake")
+                return CommandEvidence(f"the program `{shell_word(token)}` is in the Debug configuration folder "
+                                       "of a multi-config build", _join(new_parts, original),
+                                       f"cmake --build {shell_word(build_dir)} --config Release", "cmake")
     return None
 
 
@@ -179,7 +187,7 @@ def _tool_evidence(parts: list[list[str]], original: list[str], flat: list[tuple
         new_parts = [list(t) for t in parts]
         i, j, token = flat[0]
         new_parts[i][j] = token[: len(token) - len(first)] + m.group(1)
-        return CommandEvidence(f"`{first}` is a debug build of the Python interpreter (unoptimized, with extra "
+        return CommandEvidence(f"`{shell_word(first)}` is a debug build of the Python interpreter (unoptimized, with extra "
                                "checks): host time per launch is several times that of a release interpreter",
                                _join(new_parts, original), "", "python")
     if first.removesuffix(".exe") in _SANITIZERS:
@@ -189,8 +197,8 @@ def _tool_evidence(parts: list[list[str]], original: list[str], flat: list[tuple
             takes_value = "=" not in tokens[k] and k + 1 < len(tokens) and (
                 tokens[k] in _SANITIZER_VALUED or tokens[k + 1].lower() in _SANITIZER_WORDS)
             k += 2 if takes_value else 1
-        program = shlex.join(tokens[k:]) if k < len(tokens) else "<your program>"
-        return CommandEvidence(f"the program runs under `{first}`, which instruments every memory access and "
+        program = shell_join(tokens[k:]) if k < len(tokens) else "<your program>"
+        return CommandEvidence(f"the program runs under `{shell_word(first)}`, which instruments every memory access and "
                                "API call: kernels run 10x-100x slower and host gaps are the tool's", program, "",
                                "tool")
     return None
@@ -302,10 +310,10 @@ class DebugBuild(Rule):
             recapture = recapture_command(ctx.trace, command=evidence.release_command)
             build = f"`{evidence.build_step}`, then " if evidence.build_step else ""
             alternative = ""
-            if evidence.kind == "cargo" and evidence.build_step.startswith("cargo build --release --bin "):
-                binary = evidence.build_step.split("--bin ", 1)[1].split()[0]
-                program_args = self._program_args(capture.command)
-                cargo_run = f"cargo run -r --bin {binary}" + (f" -- {program_args}" if program_args else "")
+            if evidence.kind == "cargo" and evidence.binary:
+                program_args = shell_join(capture.command[1:])
+                cargo_run = f"cargo run -r --bin {shell_word(evidence.binary)}" + (
+                    f" -- {program_args}" if program_args else "")
                 alternative = (f" (or in one step: `{recapture_command(ctx.trace, command=cargo_run)}`)")
             recommendation = (f"Profile the release build: {build}re-capture with `{recapture}`{alternative}. "
                               "Do not optimize from this trace.")
@@ -322,10 +330,6 @@ class DebugBuild(Rule):
         yield ctx.finding(message, recommendation, severity=Severity.WARNING, metrics=metrics,
                           title="GEMV kernels at a few percent of peak bandwidth (device debug build?)",
                           location=Location(device=kernel["device"]), key="kernels")
-
-    @staticmethod
-    def _program_args(command: tuple[str, ...]) -> str:
-        return " ".join(shlex.quote(a) for a in command[1:])
 
     def _kernel_evidence(self, ctx: RuleContext) -> dict | None:
         opts = ctx.options

@@ -127,10 +127,11 @@ def weights_read_per_step(config: dict, dtype_bytes: float = 0.0) -> tuple[int, 
 def config_weight_bytes(path: str, dtype_bytes: float = 0.0) -> tuple[int, str]:
     """:func:`weights_read_per_step` of the config.json at ``path``; ``ValueError`` with the reason otherwise."""
     import json
-    from pathlib import Path
+
+    from nsys_rules.userfiles import read_small_text
 
     try:
-        config = json.loads(Path(path).read_text(encoding="utf-8"))
+        config = json.loads(read_small_text(path))  # refuses a FIFO or /dev/zero before reading
     except (OSError, ValueError) as exc:
         raise ValueError(f"model_config {path!r} is not a readable JSON file: {exc}") from None
     if not isinstance(config, dict):
@@ -350,7 +351,10 @@ class GemvDominance(Rule):
         if kernels.empty:
             hint = (" (CUDA graph replays traced in graph mode hide their kernels)"
                     if ctx.trace.has("graph_trace") else "")
-            raise MissingData(f"no kernel ran in the window ({ctx.window.source}){hint}",
+            total = ctx.trace.row_count("kernels")
+            what = (f"none of the trace's {total:,} kernels was launched in the window" if total else
+                    "no kernel ran in the window")  # kernels ran: the window (or their launch calls) left them out
+            raise MissingData(f"{what} ({ctx.window.source}){hint}",
                               "re-capture with `--cuda-graph-trace=node`, or widen --filter-time/--filter-nvtx")
         is_gemv = gemv_mask(kernels["name"], opts.extra_gemv_patterns)
         for device, row in device_shares(kernels, is_gemv).iterrows():

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..engine import run_check
-from ..errors import UsageError
-from ..textsafe import TERMINAL_FORMATS, terminal_safe
+from ..engine import Report, run_check
+from ..errors import PluginError, UsageError
+from ..isolation import call_plugin
+from ..textsafe import TERMINAL_FORMATS, clip_value, terminal_safe
 from ..inputs import EXPORT_FORMATS, expand_inputs, open_trace
 from ..parallel import default_jobs, run_many
 from .common import FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for
@@ -36,8 +37,10 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--noise-floor", metavar="PCT",
                    help="findings (not errors) saving less than PCT %% of the steady state are listed as minor "
                         "(default 0.5)")
+    p.add_argument("--rule-timeout", metavar="SECONDS",
+                   help="stop a rule that runs longer and report it as failed (exit 4); default 300")
     p.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
-                   help="analyze up to N traces at once in worker processes (0: one per CPU)")
+                   help="analyze up to N traces at once in worker processes (0: one per CPU); they share --max-memory")
     p.add_argument("--dask", metavar="SCHEDULER", help="run the per-trace work on Dask distributed: a scheduler "
                    "address (tcp://host:8786) or 'local' for a local cluster of --jobs workers (pip install 'nsys-rules[dask]')")
     p.add_argument("--export-format", choices=EXPORT_FORMATS, default="sqlite",
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format not in registry.formatters:
         raise UsageError(f"unknown --format {args.format!r}; choose from {', '.join(sorted(registry.formatters))}")
     paths = expand_inputs(args.traces, tuple(registry.loaders))
-    baseline = prepare(args, registry, settings)
+    baseline = prepare(args, registry, settings, paths)
     if len(paths) > 1 or args.jobs != 1 or args.dask:
         # Several traces: per-trace tasks (pool, Dask or in turn) and the cross-trace summary.
         jobs = default_jobs() if args.jobs == 0 else args.jobs
@@ -63,10 +66,27 @@ def run(args: argparse.Namespace) -> int:
     else:
         report = run_check(paths, registry, settings, lambda p: open_trace(p, registry.loaders, settings.export_format))
     finish(args, report, registry, baseline)
-    text = registry.formatters[args.format](report)
+    text = call_plugin(registry.formatters[args.format], f"the {args.format!r} format", report)
+    if not isinstance(text, str):
+        raise PluginError(f"the {args.format!r} format returned {type(text).__name__}, not text")
     if args.format in TERMINAL_FORMATS:
         text = terminal_safe(text)  # names from the file must not drive the terminal
     # Written in one call so that output is complete or absent.
     sys.stdout.write(text)
     sys.stdout.flush()
+    for line in failure_lines(report):
+        sys.stderr.write(line + "\n")
     return int(report.exit_code)
+
+
+def failure_lines(report: Report) -> list[str]:
+    """One stderr line per failed rule or plugin (exit 4), naming it: the report itself may be JSON on stdout."""
+    plugin_of = {r["name"]: r.get("plugin", "") for r in report.rules}
+    lines = []
+    for e in report.all_errors:
+        rule = e.get("rule")
+        who = (f"rule {rule}" + (f" (plugin {plugin_of[rule]})" if plugin_of.get(rule) else "") if rule
+               else f"plugin {e.get('plugin')}" if e.get("plugin") else "trace")
+        where = f" on {e['trace']}" if e.get("trace") else ""
+        lines.append(f"nsys-rules: {clip_value(who, 120)} failed{clip_value(where, 200)}: {clip_value(e['error'], 300)}")
+    return lines

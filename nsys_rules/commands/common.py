@@ -6,7 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..config import FAIL_ON, Settings, find_config, load_config, parse_percent, parse_set, parse_size
+from ..config import (FAIL_ON, Settings, find_config, load_config, parse_percent, parse_seconds, parse_set,
+                      parse_size, resolve_rule_name)
+from ..errors import UsageError
+from ..loaders.sqlite import MAX_STRING
+from ..textsafe import clip_value
 from ..plugins import Registry, build_registry
 
 
@@ -36,8 +40,13 @@ def settings_for(args: argparse.Namespace, registry: Registry) -> Settings:
     settings = load_config(config_path, registry.rules, aliases)
     if getattr(args, "select", None):
         settings.select = _split(args.select)
+        if not settings.select:
+            raise UsageError("--select needs at least one rule name (or ALL)")
     if getattr(args, "ignore", None):
         settings.ignore = _split(args.ignore)
+    for name in settings.select:  # with ALL too: `--select ALL,kernel-tial` is a typo, not "all rules"
+        if name.upper() != "ALL":
+            resolve_rule_name(name, registry.rules, aliases, "--select")
     if getattr(args, "fail_on", None):
         settings.fail_on = args.fail_on
     for rule, opts in parse_set(getattr(args, "set", None) or [], registry.rules, aliases).items():
@@ -46,10 +55,25 @@ def settings_for(args: argparse.Namespace, registry: Registry) -> Settings:
         settings.noise_floor_pct = parse_percent(args.noise_floor, "--noise-floor")
     if getattr(args, "max_memory", None):
         settings.max_memory = parse_size(args.max_memory)
-    settings.filter_time = getattr(args, "filter_time", None)
-    settings.filter_nvtx = getattr(args, "filter_nvtx", None)
+    if getattr(args, "rule_timeout", None) is not None:
+        settings.rule_timeout = parse_seconds(args.rule_timeout)
+    settings.filter_time = filter_value(args, "filter_time", "START/END, e.g. 5s/7s")
+    settings.filter_nvtx = filter_value(args, "filter_nvtx", "an NVTX range name")
     settings.export_format = getattr(args, "export_format", None) or "sqlite"
     return settings
+
+
+def filter_value(args: argparse.Namespace, key: str, what: str) -> str | None:
+    """A ``--filter-*`` value: None when not given; an empty or impossibly long one is a usage error."""
+    value = getattr(args, key, None)
+    flag = "--" + key.replace("_", "-")
+    if value is None:
+        return None
+    if not value.strip():
+        raise UsageError(f"{flag} needs {what}, not an empty value")
+    if len(value) > MAX_STRING:  # no name the loader keeps is longer: it cannot match anything
+        raise UsageError(f"{flag} {clip_value(value, 60)!r} is longer than any name a trace can hold ({MAX_STRING:,} characters)")
+    return value
 
 
 def _split(items: list[str]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -12,7 +13,9 @@ from tabulate import tabulate
 from ..diff import DEFAULT_GATE_PCT, DiffResult, compare, side_summary
 from ..errors import ExitCode, UsageError
 from ..inputs import open_trace
+from ..memory_limit import install_read_guard
 from ..windows import SteadyOptions
+from ..textsafe import markdown_code, markdown_safe, terminal_safe
 from .common import add_plugin_flags, registry_for, settings_for
 
 FORMATS = ("table", "json", "markdown")
@@ -35,8 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.gate < 0:
-        raise UsageError("--gate must be a percentage >= 0")
+    if not math.isfinite(args.gate) or args.gate < 0:
+        raise UsageError(f"--gate must be a percentage >= 0, not {args.gate!r}")
     if args.top < 1:
         raise UsageError("--top must be at least 1")
     registry = registry_for(args)
@@ -46,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     for path in (args.base, args.new):
         trace = open_trace(Path(path), registry.loaders)
         try:
+            install_read_guard(trace, settings.max_memory)
             sides.append(side_summary(trace, steady))
         finally:
             trace.close()
@@ -56,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
         text = render_markdown(result, args.top)
     else:
         text = render_table(result, args.top)
+    if args.format != "json":
+        text = terminal_safe(text)  # names from the files must not drive the terminal (json escapes itself)
     sys.stdout.write(text)
     sys.stdout.flush()
     return int(ExitCode.FINDINGS if result.regressed else ExitCode.OK)
@@ -90,22 +96,32 @@ def _totals(result: DiffResult) -> list[list[str]]:
     return rows
 
 
+def _t(text: object) -> str:
+    return terminal_safe(str(text), newlines=False)
+
+
 def render_table(result: DiffResult, top: int = 10) -> str:
-    """Plain-text report."""
+    """Plain-text report; every name from the traces shown as one visible line."""
     b, n = result.base, result.new
-    out = [f"BASE {b['path']}: {b['window']} ({b['steps']} steps)",
-           f"NEW  {n['path']}: {n['window']} ({n['steps']} steps)", ""]
+    out = [f"BASE {_t(b['path'])}: {_t(b['window'])} ({b['steps']} steps)",
+           f"NEW  {_t(n['path'])}: {_t(n['window'])} ({n['steps']} steps)", ""]
     out.append(tabulate(_totals(result), headers=["per step", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
     out += ["", "by kernel class:"]
-    out.append(tabulate([[c.name, _ns(c.base_ns), _ns(c.new_ns), _ns(c.delta_ns, True), _pct(c.pct)]
+    out.append(tabulate([[_t(c.name), _ns(c.base_ns), _ns(c.new_ns), _ns(c.delta_ns, True), _pct(c.pct)]
                          for c in result.classes], headers=["class", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
     out += ["", f"biggest movers (top {top}):"]
-    out.append(tabulate([[c.name[:70], c.kernel_class, _ns(c.base_ns), _ns(c.new_ns), _ns(c.delta_ns, True), _pct(c.pct)]
+    out.append(tabulate([[_t(c.name)[:70], _t(c.kernel_class), _ns(c.base_ns), _ns(c.new_ns), _ns(c.delta_ns, True),
+                          _pct(c.pct)]
                          for c in result.movers[:top]],
                         headers=["kernel", "class", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
-    out += ["", f"verdict: {result.verdict['text']}", _gate_line(result)]
-    out += [f"note: {note}" for note in result.notes]
+    out += ["", f"verdict: {_t(result.verdict['text'])}", _gate_line(result)]
+    out += [f"note: {_t(note)}" for note in result.notes]
     return "\n".join(out) + "\n"
+
+
+def _md(text: object, code: bool = False) -> str:
+    """A table cell or line of text from the traces, made safe for GitHub (pipes escaped for tables)."""
+    return (markdown_code(str(text)) if code else markdown_safe(str(text))).replace("|", "\\|")
 
 
 def render_markdown(result: DiffResult, top: int = 10) -> str:
@@ -113,16 +129,17 @@ def render_markdown(result: DiffResult, top: int = 10) -> str:
     icon = "❌" if result.regressed else "✅"
     b, n = result.base, result.new
     out = [f"## nsys-rules diff {icon} GPU time per step {_pct(result.gpu_change_pct)} (gate {result.gate_pct:g} %)", "",
-           f"**Verdict:** {result.verdict['text']}", "",
-           f"BASE `{b['path']}` ({b['steps']} steps) → NEW `{n['path']}` ({n['steps']} steps)", "",
+           f"**Verdict:** {_md(result.verdict['text'])}", "",
+           f"BASE {_md(b['path'], code=True)} ({b['steps']} steps) → NEW {_md(n['path'], code=True)} ({n['steps']} steps)",
+           "",
            "| per step | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
     out += [f"| {' | '.join(r)} |" for r in _totals(result)]
     out += ["", "| class | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
-    out += [f"| {c.name} | {_ns(c.base_ns)} | {_ns(c.new_ns)} | {_ns(c.delta_ns, True)} | {_pct(c.pct)} |"
+    out += [f"| {_md(c.name)} | {_ns(c.base_ns)} | {_ns(c.new_ns)} | {_ns(c.delta_ns, True)} | {_pct(c.pct)} |"
             for c in result.classes]
     out += ["", "**Biggest movers**", "", "| kernel | class | BASE | NEW | delta | change |",
             "|---|---|---:|---:|---:|---:|"]
-    out += [f"| `{c.name[:70].replace('|', '/')}` | {c.kernel_class} | {_ns(c.base_ns)} | {_ns(c.new_ns)} | "
+    out += [f"| {_md(c.name[:70], code=True)} | {_md(c.kernel_class)} | {_ns(c.base_ns)} | {_ns(c.new_ns)} | "
             f"{_ns(c.delta_ns, True)} | {_pct(c.pct)} |" for c in result.movers[:top]]
-    out += [""] + [f"> note: {note}" for note in result.notes]
+    out += [""] + [f"> note: {_md(note)}" for note in result.notes]
     return "\n".join(out).rstrip() + "\n"

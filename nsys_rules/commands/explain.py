@@ -9,6 +9,7 @@ from pathlib import Path
 from ..config import resolve_rule_name
 from ..docs import rule_markdown, write_rule_docs
 from ..errors import UsageError
+from ..outpaths import guard_output_folder
 from .common import add_plugin_flags, registry_for
 
 
@@ -31,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
         name = resolve_rule_name(args.rule, registry.rules, registry.aliases(), "explain")
         rules = {name: registry.rules[name]}
     if args.output:
+        guard_output_folder("--output", Path(args.output))  # never a file (a trace, a config), never an export
         for path in write_rule_docs(rules, registry.rule_plugin, Path(args.output)):
             sys.stdout.write(f"{path}\n")
     else:

@@ -12,12 +12,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from ..baseline import apply_baseline, read_baseline, write_baseline
 from ..config import Settings
 from ..engine import Report
 from ..errors import UsageError
+from ..isolation import call_plugin
+from ..outpaths import append_atomic, guard_outputs, write_atomic
 from ..plugins import Registry
 
 
@@ -31,8 +33,15 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
                    help="append the markdown summary to $GITHUB_STEP_SUMMARY when that variable is set")
 
 
-def prepare(args: argparse.Namespace, registry: Registry, settings: Settings) -> set[str] | None:
-    """Before the run: turn on the profile when an output draws it; read the baseline early (fail fast)."""
+def prepare(args: argparse.Namespace, registry: Registry, settings: Settings,
+            inputs: Iterable[Path] = ()) -> set[str] | None:
+    """Before the run: refuse an output that would overwrite an input or an export; turn on the
+    profile when an output draws it; read the baseline early (fail fast)."""
+    guard_outputs({"--html": getattr(args, "html", None), "--write-baseline": getattr(args, "write_baseline", None),
+                   "$GITHUB_STEP_SUMMARY": _summary_path(args)},
+                  [*inputs, *([Path(settings.source)] if settings.source else []),
+                   *([Path(args.baseline)] if getattr(args, "baseline", None) else [])],
+                  may_replace={"--write-baseline": getattr(args, "baseline", None)})
     wanted = [registry.formatters.get(args.format)]
     if getattr(args, "html", None):
         wanted.append(registry.formatters.get("html"))
@@ -54,24 +63,21 @@ def finish(args: argparse.Namespace, report: Report, registry: Registry, baselin
         sys.stderr.write(f"nsys-rules: {dropped} finding(s) already in the baseline {args.baseline} not shown\n")
     if getattr(args, "html", None):
         _write(Path(args.html), _render(registry, "html", report), "HTML report")
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if getattr(args, "github_summary", False) and summary:
-        try:
-            with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(_render(registry, "markdown", report) + "\n")
-        except OSError as exc:
-            raise UsageError(f"cannot append to $GITHUB_STEP_SUMMARY ({summary}): {exc.strerror or exc}") from None
+    summary = _summary_path(args)
+    if summary:
+        append_atomic(Path(summary), _render(registry, "markdown", report) + "\n", "$GITHUB_STEP_SUMMARY")
+
+
+def _summary_path(args: argparse.Namespace) -> str | None:
+    return os.environ.get("GITHUB_STEP_SUMMARY") or None if getattr(args, "github_summary", False) else None
 
 
 def _render(registry: Registry, name: str, report: Report) -> str:
     formatter: Any = registry.formatters.get(name)
     if formatter is None:
         raise UsageError(f"the {name} format is not available")
-    return str(formatter(report))
+    return str(call_plugin(formatter, f"the {name!r} format", report))
 
 
 def _write(path: Path, text: str, what: str) -> None:
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+    write_atomic(path, text, what)

@@ -11,14 +11,16 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..config import parse_size
 from ..errors import UsageError
 from ..inputs import EXPORT_FORMATS, open_trace
 from ..loaders.arrowdir import folder_kind
+from ..memory_limit import STATS_BYTES_PER_NAME, install_read_guard
 from ..stats import REPORTS, parse_report
 from ..stats.filters import stats_window
 from ..stats.output import FORMATS, render
 from ..textsafe import terminal_safe
-from .common import add_filter_flags
+from .common import add_filter_flags, filter_value
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -31,6 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--report", required=True, metavar="NAME[:VARIANT]", help=f"the report: {names}")
     p.add_argument("--format", default="table", choices=FORMATS, help="table (default), csv, or json (nsys's array)")
     p.add_argument("--percentiles", action="store_true", help="add p95 and p99 columns (beyond nsys)")
+    p.add_argument("--max-memory", metavar="SIZE",
+                   help="stop with exit 3 before a read that would need more (e.g. 2G; default 80 %% of the free memory)")
     p.add_argument("--export-format", choices=EXPORT_FORMATS, default="sqlite",
                    help="what a .nsys-rep is exported to first with nsys (default sqlite)")
     add_filter_flags(p)
@@ -44,9 +48,12 @@ def run(args: argparse.Namespace) -> int:
     if path.is_dir() and folder_kind(path) is None:
         raise UsageError(f"{path}: stats takes one trace (a file or a parquetdir/arrowdir export folder), not a "
                          "folder of them")
+    limit = parse_size(args.max_memory) if args.max_memory else None
     trace = open_trace(path, export_format=args.export_format)
     try:
-        window = stats_window(trace, args.filter_time, args.filter_nvtx)
+        install_read_guard(trace, limit, STATS_BYTES_PER_NAME)  # every table read is priced first, as check does
+        window = stats_window(trace, filter_value(args, "filter_time", "START/END, e.g. 5s/7s"),
+                              filter_value(args, "filter_nvtx", "an NVTX range name"))
         result = module.build(trace, window, variant, args.percentiles)
     finally:
         trace.close()

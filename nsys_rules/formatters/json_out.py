@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -31,7 +32,19 @@ def envelope(report: Report) -> dict[str, Any]:
 
 def format_json(report: Report) -> str:
     """Deterministic, indented JSON of the envelope."""
-    return json.dumps(envelope(report), indent=2, sort_keys=False, default=_default, allow_nan=False) + "\n"
+    return json.dumps(finite(envelope(report)), indent=2, sort_keys=False, default=_default, allow_nan=False) + "\n"
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None: JSON has neither, so the output stays valid
+    whatever a plugin rule's options or a metric hold."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 def _default(value: Any) -> Any:

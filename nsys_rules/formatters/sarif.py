@@ -5,11 +5,17 @@ full description, help from its docstring, default level), each finding becomes 
 whose physical location is the trace file and whose logical locations are the kernel, API
 call and NVTX range it points at. The finding's stable fingerprint goes into
 ``partialFingerprints`` so that code scanning tracks the same problem across runs.
+
+Text from the trace is escaped for where it is shown: ``message.text`` with
+:func:`~nsys_rules.textsafe.sarif_text` (SARIF reads ``[text](target)`` as a link) and
+``message.markdown`` with :func:`~nsys_rules.textsafe.markdown_safe`. Numbers that are not
+finite are left out (JSON has no NaN or Infinity).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote
@@ -18,6 +24,8 @@ from ..docs import doc_sections, rule_markdown
 from ..engine import Report, tool_info
 from ..findings import Finding, Severity
 from ..plugins import BUILTIN
+from .json_out import finite
+from ..textsafe import markdown_safe, sarif_text
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 SARIF_VERSION = "2.1.0"
@@ -70,13 +78,13 @@ def sarif_log(report: Report) -> dict[str, Any]:
     if skipped:
         invocation["toolConfigurationNotifications"] = [
             {"level": "note", "descriptor": {"id": s["rule"]},
-             "message": {"text": f"{s['rule']} skipped on {s.get('trace', '?')}: {s['reason']}"
-                         + (f"; fix: {s['fix']}" if s.get("fix") else "")}} for s in skipped]
+             "message": {"text": sarif_text(f"{s['rule']} skipped on {s.get('trace', '?')}: {s['reason']}"
+                                            + (f"; fix: {s['fix']}" if s.get("fix") else ""))}} for s in skipped]
     notifications = [
-        {"level": "error", "message": {"text": f"{e.get('rule') or e.get('plugin') or '?'}: {e['error']}"}}
+        {"level": "error", "message": {"text": sarif_text(f"{e.get('rule') or e.get('plugin') or '?'}: {e['error']}")}}
         for e in report.all_errors]
     # Damage the loader repaired: the results cover less than the file holds.
-    notifications += [{"level": "warning", "message": {"text": f"damaged export {r.info['path']}: {note}"}}
+    notifications += [{"level": "warning", "message": {"text": sarif_text(f"damaged export {r.info['path']}: {note}")}}
                       for r in report.results for note in r.info.get("damage", [])]
     if notifications:
         invocation["toolExecutionNotifications"] = notifications
@@ -88,7 +96,7 @@ def sarif_log(report: Report) -> dict[str, Any]:
 
 def format_sarif(report: Report) -> str:
     """The report as an indented SARIF 2.1.0 document."""
-    return json.dumps(sarif_log(report), indent=2, default=_plain) + "\n"
+    return json.dumps(finite(sarif_log(report)), indent=2, default=_plain, allow_nan=False) + "\n"
 
 
 def _plain(value: Any) -> Any:
@@ -144,12 +152,13 @@ def _result(rank: int, f: Finding, index: dict[str, int], art_index: dict[str, i
         text = f"{f.message} Next: {f.recommendation}"
     props: dict[str, Any] = {"rank": rank, "severity": f.severity.value, "title": f.title,
                              "recommendation": f.recommendation,
-                             "metrics": {k: m.to_json() for k, m in f.metrics.items()},
+                             "metrics": {k: m.to_json() for k, m in f.metrics.items() if math.isfinite(m.value)},
                              "location": loc.to_json()}
     if f.estimated_savings_ns is not None:
         props["estimatedSavingsNs"] = int(f.estimated_savings_ns)
     out: dict[str, Any] = {"ruleId": f.rule, "level": sarif_level(f.severity),
-                           "message": {"text": text, "markdown": f"{f.message}\n\n**Next:** {f.recommendation}"},
+                           "message": {"text": sarif_text(text),
+                                       "markdown": f"{markdown_safe(f.message)}\n\n**Next:** {markdown_safe(f.recommendation)}"},
                            "locations": [location], "partialFingerprints": {FINGERPRINT_KEY: f.fingerprint},
                            "properties": props}
     if f.rule in index:

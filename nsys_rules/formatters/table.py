@@ -9,6 +9,7 @@ from tabulate import tabulate
 
 from ..engine import Report
 from ..textsafe import NAME_CHARS, clip
+from ..textsafe import terminal_safe
 
 
 def human_ns(ns: float | int | None) -> str:
@@ -22,6 +23,11 @@ def human_ns(ns: float | int | None) -> str:
     return f"{ns:.0f} ns"
 
 
+def _t(text: object) -> str:
+    """One value from the trace (or a message about it) as one visible line: no control character acts."""
+    return terminal_safe(str(text), newlines=False)
+
+
 def format_table(report: Report) -> str:
     """A ranked table per run, then skipped rules and errors."""
     lines: list[str] = []
@@ -32,18 +38,18 @@ def format_table(report: Report) -> str:
         # Exports before nsys 2022.1 name no version: say so, with what the export's shapes suggest.
         version = info.get("nsys_version") or "unknown" + (
             f", inferred {info['nsys_version_inferred']}" if info.get("nsys_version_inferred") else "")
-        lines.append(f"{info['path']}  (nsys {version}, {gpus})")
+        lines.append(_t(f"{info['path']}  (nsys {version}, {gpus})"))
         if steady:
-            lines.append(f"steady state: {steady}")
+            lines.append(f"steady state: {_t(steady)}")
         # What the loader dropped or patched: the numbers below cover less than the file.
-        lines.extend(f"damaged export: {note}" for note in info.get("damage", []))
+        lines.extend(f"damaged export: {_t(note)}" for note in info.get("damage", []))
     rows = []
     several = len(report.results) > 1  # many traces: say which one each finding is about
     for i, f in enumerate(report.findings, 1):
-        rule = f"{f.rule}\n({os.path.basename(f.location.trace or '')})" if several and f.location.trace else f.rule
+        rule = f"{f.rule}\n({_t(os.path.basename(f.location.trace or ''))})" if several and f.location.trace else f.rule
         # Finding texts are bounded (findings.Finding): wrapping a recorded 4 MB command took 83 s.
         rows.append([i, f.severity.value, rule, human_ns(f.estimated_savings_ns),
-                     textwrap.fill(clip(f.message), 70), textwrap.fill(clip(f.recommendation), 60)])
+                     textwrap.fill(_t(clip(f.message)), 70), textwrap.fill(_t(clip(f.recommendation)), 60)])
     if rows:
         lines.append(tabulate(rows, headers=["#", "severity", "rule", "saves", "finding", "next optimization"],
                               tablefmt="simple_grid"))
@@ -52,9 +58,10 @@ def format_table(report: Report) -> str:
     skipped = report.all_skipped
     if skipped:
         lines.append("skipped:")
-        lines.extend(f"  {s['rule']}: {s['reason']}" + (f"; fix: {s['fix']}" if s.get("fix") else "") for s in skipped)
+        lines.extend(_t(f"  {s['rule']}: {s['reason']}" + (f"; fix: {s['fix']}" if s.get("fix") else ""))
+                     for s in skipped)
     for e in report.all_errors:
-        lines.append(f"error: {e.get('rule') or e.get('plugin')}: {e['error']}")
+        lines.append(_t(f"error: {e.get('rule') or e.get('plugin')}: {e['error']}"))
     if getattr(report, "cross_trace", None):
         from ..parallel import summary_lines
 

@@ -24,7 +24,7 @@ from ..errors import InputError
 from ..malloc_tune import release_free_memory
 from . import damage as damage_fix
 from .batches import fill_columns
-from .export import MAX_STRING, NULL_INT, ColumnarExport, has_nsys_tables
+from .export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, has_nsys_tables
 
 #: Folder kinds by the file suffix nsys gives each table.
 SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
@@ -129,16 +129,18 @@ class ArrowDirExport(ColumnarExport):
         return self._counts[table]
 
     # -- metadata ------------------------------------------------------------------------
-    def rows(self, table: str, columns: Sequence[str]) -> list[tuple[Any, ...]]:
-        """Every row of a small source table in ``columns`` order; a column the table lacks reads as None."""
+    def rows(self, table: str, columns: Sequence[str], limit: int = MAX_META_ROWS) -> list[tuple[Any, ...]]:
+        """The first ``limit`` rows of a small source table in ``columns`` order, text cut to MAX_STRING."""
         present = self.columns_of(table)
         if not present:
             return []
         picked = [c for c in dict.fromkeys(columns) if c in present]
         with self._reading(table):
             data = self._table(table, picked)
-            values = {c: data.column(c).to_pylist() for c in picked}
-        n = self.count(table)
+            data = data.slice(0, limit)
+            values = {c: [v[:MAX_STRING] if isinstance(v, str) else v for v in data.column(c).to_pylist()]
+                      for c in picked}
+        n = min(self.count(table), limit)
         return [tuple(values[c][i] if c in values else None for c in columns) for i in range(n)]
 
     def strings_size(self) -> tuple[int, int]:

@@ -25,6 +25,8 @@ from .tables import Column, Table
 
 #: Longest string kept from ``StringIds``; kernel names (deep C++ templates) stay far below it.
 MAX_STRING = 65536
+#: Metadata rows read per table: real exports write a few hundred (one per environment variable).
+MAX_META_ROWS = 100_000
 
 #: Value stored for a NULL in an optional integer column (ids are never negative in nsys).
 NULL_INT = -1
@@ -71,8 +73,10 @@ class Export(Protocol):
         """Canonical ``columns`` of ``table`` as typed pandas columns."""
         ...
 
-    def rows(self, table: str, columns: Sequence[str]) -> list[tuple[Any, ...]]:
-        """Every row of a small source table (metadata), as Python values in ``columns`` order.
+    def rows(self, table: str, columns: Sequence[str], limit: int = MAX_META_ROWS) -> list[tuple[Any, ...]]:
+        """The rows (at most ``limit``) of a small source table (metadata), as Python values in ``columns`` order.
+
+        Text values are cut to :data:`MAX_STRING` characters before they reach Python where the format allows.
 
         A column the table lacks reads as None; an absent table gives no rows.
         """
@@ -136,6 +140,9 @@ class ColumnarExport(ABC):
                 lacking = [c.sources[0] for c in table.columns if c.required and not any(s in present for s in c.sources)]
                 damage_fix.note(self.damage, f"{source}: lacks column(s) {', '.join(lacking)}; the table is ignored "
                                              f"(rules that need {table.name} are skipped)")
+            elif source in self.table_names:  # listed, but its columns cannot be read: say so, not an empty "see damage"
+                damage_fix.note(self.damage, f"{source}: its columns cannot be read (damaged schema); the table is "
+                                             f"ignored (rules that need {table.name} are skipped)")
         return None
 
     # -- strings -------------------------------------------------------------------------

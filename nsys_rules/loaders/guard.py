@@ -10,7 +10,9 @@ Two jobs:
   and SQLite then ignores those sidecars: the rows they hold would silently be missing, a
   wrong number presented as fact. So when one holds data, the export and the sidecar are
   copied into a private temporary folder and SQLite applies them there; the user's files
-  are never touched.
+  are never touched. Before copying, :func:`check_copy_room` refuses (exit 3, with the
+  reason) a sidecar that is sparse (a few kB on disk that would be copied as gigabytes) or a
+  copy the temporary folder has no room for.
 """
 
 from __future__ import annotations
@@ -79,8 +81,14 @@ def declared_size(header: bytes) -> int | None:
     return page_size * pages
 
 
+#: First bytes of a write-ahead log (either checksum byte order) and of a rollback journal: a sidecar without
+#: them holds nothing SQLite would apply, so it is not worth a copy.
+WAL_MAGICS = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
+JOURNAL_MAGIC = b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7"
+
+
 def pending_sidecar(path: Path) -> Path | None:
-    """A non-empty ``-wal`` or ``-journal`` file beside ``path``: rows SQLite has not merged yet."""
+    """A ``-wal`` or hot ``-journal`` file beside ``path`` (non-empty, with SQLite's header): rows not merged yet."""
     try:
         with open(path, "rb") as fh:
             wal_mode = fh.read(20)[18:19] == b"\x02"  # header byte 18: 2 = WAL, 1 = rollback journal
@@ -92,10 +100,79 @@ def pending_sidecar(path: Path) -> Path | None:
         side = path.with_name(path.name + suffix)
         try:
             if side.is_file() and side.stat().st_size > 0:
-                return side
+                with open(side, "rb") as fh:
+                    head = fh.read(8)
+                if (head[:4] in WAL_MAGICS) if suffix == "-wal" else (head == JOURNAL_MAGIC):
+                    return side
         except OSError:
             continue
     return None
+
+
+#: A sidecar whose data (not holes) covers less than this share of its size is sparse.
+SPARSE_SHARE = 0.5
+#: Sizes below this are never called sparse (tiny files are cheap to copy whatever they hold).
+SPARSE_MIN_BYTES = 1024 * 1024
+#: Free space kept in the temporary folder beyond the copy itself.
+SPARE_BYTES = 64 * 1024 * 1024
+#: Data extents walked at most when looking for holes.
+MAX_EXTENTS = 100_000
+
+
+def data_bytes(file: Path, size: int) -> int | None:
+    """Bytes of ``file`` that are data, not holes (``SEEK_DATA``/``SEEK_HOLE``); None where the system cannot say.
+
+    Holes are what makes a file sparse; a compressing file system stores fewer blocks
+    than the size without any hole, so block counts alone would wrongly call it sparse.
+    """
+    if not hasattr(os, "SEEK_DATA"):
+        return None
+    total, offset = 0, 0
+    try:
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        for _ in range(MAX_EXTENTS):
+            try:
+                start = os.lseek(fd, offset, os.SEEK_DATA)
+            except OSError:  # ENXIO: no data after offset
+                break
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+            total += end - start
+            offset = end
+            if offset >= size:
+                break
+        else:
+            return None  # too fragmented to tell: let the free-space check decide
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return total
+
+
+def check_copy_room(path: Path, sidecar: Path, folder: Path) -> None:
+    """Raise :class:`InputError` when copying ``path`` and ``sidecar`` into ``folder`` is unsafe.
+
+    A sparse sidecar (mostly holes: gigabytes of apparent size, kilobytes on disk) is refused:
+    SQLite writes a WAL or journal page by page, and copying one would fill the temporary
+    folder with zeros. Then the apparent sizes of both files must fit the folder's free space.
+    """
+    side_size = sidecar.stat().st_size
+    data = data_bytes(sidecar, side_size) if side_size >= SPARSE_MIN_BYTES else None
+    if data is not None and data < side_size * SPARSE_SHARE:
+        raise InputError(f"{path}: {sidecar.name} beside it is a sparse file ({side_size:,} bytes, {data:,} of them "
+                         "data), not a log SQLite wrote; remove it (or copy the export alone) and run again")
+    need = path.stat().st_size + side_size
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return
+    if need + SPARE_BYTES > free:
+        raise InputError(f"{path}: merging {sidecar.name} needs a {need:,}-byte private copy but the temporary folder "
+                         f"{folder} has {free:,} bytes free; set TMPDIR to a folder with room, or remove "
+                         f"{sidecar.name} if its writer is gone and its rows do not matter")
 
 
 def private_copy(path: Path, sidecar: Path) -> tuple[Path, Path]:
@@ -104,6 +181,10 @@ def private_copy(path: Path, sidecar: Path) -> tuple[Path, Path]:
     Returns ``(copy, folder)``; the caller removes ``folder`` when done. The merge
     (checkpoint of a WAL, rollback of a hot journal) happens on the copy only.
     """
+    try:
+        check_copy_room(path, sidecar, Path(tempfile.gettempdir()))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot inspect {sidecar.name} beside it ({exc.strerror or exc})") from None
     folder = Path(tempfile.mkdtemp(prefix="nsys-rules-"))
     copy = folder / "export.sqlite"
     try:
@@ -122,6 +203,9 @@ def private_copy(path: Path, sidecar: Path) -> tuple[Path, Path]:
         shutil.rmtree(folder, ignore_errors=True)
         raise InputError(f"{path}: cannot merge {sidecar.name} beside it ({exc}); "
                          "close the program that writes it, or re-export the report") from None
+    except BaseException:  # Ctrl-C during the copy: leave nothing behind
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     return copy, folder
 
 

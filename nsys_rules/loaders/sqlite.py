@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import InputError
 from . import damage as damage_fix
 from .batches import fill_columns
-from .export import MAX_STRING, NULL_INT, ColumnarExport, _dense_codes, has_nsys_tables
+from .export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, _dense_codes, has_nsys_tables
 from .guard import SQLITE_MAGIC, check_file, pending_sidecar, private_copy, remove_folder
 from .tables import TABLES
 
@@ -121,19 +121,26 @@ class SqliteExport(ColumnarExport):
         return self._counts[table]
 
     # -- metadata ------------------------------------------------------------------------
-    def rows(self, table: str, columns: Sequence[str]) -> list[tuple[Any, ...]]:
-        """Every row of a small source table in ``columns`` order; a column the table lacks reads as None."""
+    def rows(self, table: str, columns: Sequence[str], limit: int = MAX_META_ROWS) -> list[tuple[Any, ...]]:
+        """The rows of a small source table in ``columns`` order; a column the table lacks reads as None.
+
+        Text is cut to MAX_STRING characters and at most ``limit`` rows are read, in SQL: a planted
+        600 MB metadata value or a million-row GPU table must not reach Python before any memory check.
+        """
         present = self.columns_of(table)
         if not present:
             return []
-        select = ", ".join(_quote(c) if c in present else "NULL" for c in columns)
-        return self.query(f"SELECT {select} FROM {_quote(table)}")
+        select = ", ".join(f"CASE WHEN typeof({_quote(c)}) = 'text' THEN substr({_quote(c)}, 1, {MAX_STRING}) "
+                           f"ELSE {_quote(c)} END" if c in present else "NULL" for c in columns)
+        return self.query(f"SELECT {select} FROM {_quote(table)} LIMIT ?", (int(limit),))
 
     def strings_size(self) -> tuple[int, int]:
         """(rows, characters of text) of ``StringIds``."""
         if "value" not in self.columns_of("StringIds"):
             return 0, 0
-        count, text = self.query('SELECT count(*), coalesce(sum(length("value")), 0) FROM "StringIds"')[0]
+        # The loader cuts each string at MAX_STRING characters: count no more than it keeps.
+        count, text = self.query('SELECT count(*), coalesce(sum(min(length("value"), ?)), 0) FROM "StringIds"',
+                                 (MAX_STRING,))[0]
         return int(count or 0), int(text or 0)
 
     def _load_strings(self) -> tuple[np.ndarray, np.ndarray]:

@@ -7,6 +7,7 @@ import io
 import json
 from typing import Any
 
+from ..textsafe import csv_cell, terminal_safe
 from .common import StatsResult
 
 FORMATS = ("table", "csv", "json")
@@ -28,11 +29,12 @@ def _csv(result: StatsResult) -> str:
     if not result.rows:
         return ""
     out = io.StringIO()
-    # Like nsys: plain header and numbers, quotes only where a name needs them (commas, quotes).
+    # Like nsys: plain header and numbers, quotes only where a name needs them (commas, quotes); a name
+    # a spreadsheet would run as a formula, or with control characters, is made inert (csv_cell).
     writer = csv.writer(out, quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
     writer.writerow(result.columns)
     for row in result.rows:
-        writer.writerow([row[c] for c in result.columns])
+        writer.writerow([csv_cell(row[c]) for c in result.columns])
     return out.getvalue()
 
 
@@ -44,7 +46,7 @@ def _cell(value: Any, column: str) -> str:
     if isinstance(value, float):
         digits = 3 if "(MB)" in column else 1
         return f"{value:,.{digits}f}"
-    text = str(value)
+    text = terminal_safe(str(value), newlines=False)  # a name holding a newline must not start a fake row
     return text if len(text) <= TABLE_NAME_WIDTH else text[:TABLE_NAME_WIDTH - 1] + "…"
 
 

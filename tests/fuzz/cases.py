@@ -14,6 +14,8 @@ Families:
 * ``built``: a small random but well-formed trace from ``TraceBuilder`` (zero to a few dozen
   kernels, copies, syncs, NVTX steps, graphs, GPUs with missing specs), sometimes with SQL
   damage, run through **every** rule: this is where rule code meets odd data.
+* ``names``: a trace whose command line, environment, kernel, range and file names are hostile
+  text (:mod:`tests.fuzz.hostile_text`): outputs escaped, pasted suggestions inert.
 
 Some cases also render the other formats (table, markdown, html, sarif) and an ``nsys stats``
 report, under the same contract.
@@ -33,7 +35,7 @@ from tests.conftest import EXAMPLE
 from tests.fuzz.harness import check_run, digest, folder_listing, run_cli_inprocess, strict_json
 from tests.fuzz.mutations import byte_damage, sql_damage, tables_of
 
-FAMILIES = ("bytes", "sql", "built")
+FAMILIES = ("bytes", "sql", "built", "names")
 #: Rules the ``bytes``/``sql`` families run: cheap ones that still read api, kernels and nvtx
 #: (full runs cost ~0.3 s each in pandas overhead; the ``built`` family runs them all).
 CHEAP_SELECT = "graph-trace-hidden"
@@ -164,6 +166,11 @@ def run_case(family: str, seed: int, workdir: Path | None = None) -> CaseResult:
     file or a file left beside it.
     """
     rng = random.Random(f"{family}:{seed}")
+    if family == "names":
+        from tests.fuzz.hostile_text import run_names_case
+
+        with tempfile.TemporaryDirectory(prefix="nsys-rules-fuzz-", dir=workdir) as tmp:
+            return CaseResult(family, seed, "names", run_names_case(seed, Path(tmp)))
     with tempfile.TemporaryDirectory(prefix="nsys-rules-fuzz-", dir=workdir) as tmp:
         folder = Path(tmp)
         path = folder / "case.sqlite"

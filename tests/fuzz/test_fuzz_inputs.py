@@ -21,8 +21,8 @@ from tests.fuzz.cases import run_case
 
 SCALE = float(os.environ.get("NSYS_RULES_FUZZ_SCALE", "1"))
 
-#: Examples per family at scale 1 (2,160 inputs).
-COUNTS = {"bytes": 1800, "sql": 300, "built": 60}
+#: Examples per family at scale 1 (2,220 inputs).
+COUNTS = {"bytes": 1800, "sql": 300, "built": 60, "names": 60}
 
 
 def _settings(family: str) -> settings:
@@ -49,3 +49,9 @@ def test_fuzz_sql_damage(seed):
 @given(seed=SEEDS)
 def test_fuzz_odd_traces_through_every_rule(seed):
     run_case("built", seed)
+
+
+@_settings("names")
+@given(seed=SEEDS)
+def test_fuzz_hostile_names_stay_inert(seed):
+    run_case("names", seed)

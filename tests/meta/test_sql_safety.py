@@ -20,6 +20,14 @@ SQL = re.compile(r"\b(SELECT|PRAGMA|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|ATTAC
 
 #: file -> interpolated expressions reviewed by hand, and why each cannot carry input.
 AUDITED: dict[str, dict[str, str]] = {
+    "nsys_rules/stored_bytes.py": {
+        "marks": "a run of '?' placeholders (the sampled rowids are bound)",
+        "test": "typeof() tests of _quote()d source columns picked from the allow-list (stored_bytes.source_columns)",
+        "' + '.join(typed)": "the same typeof() tests, one per allow-listed column",
+        "' + '.join(sizes)": "length() of each _quote()d allow-listed column, in CASE on its typeof()",
+        "' + '.join(chars)": "the same, without the CAST",
+        "largest": "max() of the sizes above",
+    },
     "nsys_rules/testing.py": {
         "table": "TraceBuilder writes tests' files; table names are keys of the constant _DDL",
         "_DDL['StringIds']": "constant DDL",

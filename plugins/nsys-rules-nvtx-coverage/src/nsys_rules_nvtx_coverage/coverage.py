@@ -277,4 +277,7 @@ class NvtxCoverage(Rule):
 
 
 def _short(name: str, limit: int = 80) -> str:
+    # Shown between backticks: a backtick in a kernel name would close the span early and turn the
+    # rest of the name into what reads as a command to copy.
+    name = name.replace("`", "'")
     return name if len(name) <= limit else name[: limit - 3] + "..."

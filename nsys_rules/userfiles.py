@@ -1,0 +1,41 @@
+"""Reading the small text files a user points at: ``--config``, ``--baseline``, a model's config.json.
+
+``open()`` on a FIFO blocks until a writer comes, and ``/dev/zero`` or a multi-GB file is read
+until memory runs out. Each of these files is small by nature, so anything that is not a
+regular file, or is larger than :data:`TEXT_LIMIT`, is refused with one line before it is read.
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from .textsafe import clip_value
+
+#: Largest config, baseline or model config read (real ones are a few kB; a baseline of 100k findings ~15 MB).
+TEXT_LIMIT = 64 * 1024**2
+
+
+class UnreadableFile(OSError):
+    """The path is not a regular file, or is too large: the message says which."""
+
+
+def read_small_text(path: Path, limit: int | None = None) -> str:
+    """The UTF-8 text of ``path``; :class:`UnreadableFile` (an ``OSError``) when it is not a small regular file.
+
+    ``FileNotFoundError`` and other ``OSError`` from the system pass through, so callers keep
+    their own "does not exist" wording.
+    """
+    limit = TEXT_LIMIT if limit is None else limit
+    info = Path(path).stat()
+    if stat.S_ISDIR(info.st_mode):
+        raise UnreadableFile(f"{clip_value(path, 200)} is a folder, not a file")
+    if not stat.S_ISREG(info.st_mode):
+        raise UnreadableFile(f"{clip_value(path, 200)} is not a regular file (a pipe, socket or device)")
+    if info.st_size > limit:
+        raise UnreadableFile(f"{clip_value(path, 200)} is {info.st_size:,} bytes, over the {limit:,}-byte limit for this file")
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:  # grew while being read
+        raise UnreadableFile(f"{clip_value(path, 200)} is over the {limit:,}-byte limit for this file")
+    return data.decode("utf-8")

@@ -14,13 +14,13 @@ from . import kernel_tail
 from . import debug_build
 from . import sync_stall, alloc_churn
 from . import pageable_memcpy, sync_memcpy, sync_memset, gpu_idle_gaps, gpu_low_utilization  # nsys analyze parity
-from . import launch_bound, launch_blocking, queue_delay, capture_scope, step_outliers, module_loading
+from . import launch_bound, launch_blocking, queue_delay, capture_scope, step_outliers, module_loading, fusion_candidate
 from . import rank_straggler, exposed_comm, rank_imbalance  # job rules: all ranks together
 
 #: Built-in rule modules, one rule each; order is the order of ``nsys-rules rules``.
 MODULES = [graph_trace_hidden, gemv_dominance, kernel_tail, debug_build, sync_stall, alloc_churn]
 MODULES += [pageable_memcpy, sync_memcpy, sync_memset, gpu_idle_gaps, gpu_low_utilization, launch_bound,
-            launch_blocking, queue_delay, capture_scope, step_outliers, module_loading]
+            launch_blocking, queue_delay, capture_scope, step_outliers, module_loading, fusion_candidate]
 
 
 #: Built-in job rule modules (over all ranks of a job), in ``nsys-rules rules`` order after the others.

@@ -77,6 +77,9 @@ class GpuIdleGaps(Rule):
     100 us or more is a host-side stall (synchronization, allocation, Python work, I/O), not
     launch latency (a few us, see `launch-bound`).
     Evidence: gap count, total and longest gaps with their start times, share of the judged time.
+    Idle gaps are a symptom: the report folds this finding into the finding that explains the same
+    idle time (sync-stall, launch-bound, alloc-churn, step-outliers; capture-scope for start-up),
+    and the saving belongs to that cause. Graph replays traced in graph mode count as GPU work.
     Next optimizations: find what the host did in the longest gap (the launching thread's API
     calls and NVTX ranges at that time); remove the synchronization or move host work off the
     critical path (overlap it with the GPU by launching ahead); start-up gaps belong to loading:

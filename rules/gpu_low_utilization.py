@@ -110,7 +110,7 @@ class GpuLowUtilization(Rule):
                     f"in all ({in_use:.1f} % in use on average)")
             phase = "reaching into the steady state" if reaches_steady else "before the steady state (start-up)"
             rec = ("The steady state leaves the GPU idle: see launch-bound, sync-stall and gpu-idle-gaps for the "
-                   "cause (CUDA graphs for launch-bound decode, removing host syncs, launching ahead)."
+                   "cause (CUDA graphs for a launch-bound loop, removing host syncs, launching ahead)."
                    if reaches_steady else
                    "This is start-up time: leave it out of the capture (see capture-scope) or judge with "
                    "`--set gpu-low-utilization.window=steady`.")

@@ -634,8 +634,8 @@ class KernelTail(Rule):
             return ("Collective tail: the slow invocations wait for the slowest rank (rank skew). Compare the ranks' "
                     "traces at the listed timestamps and balance the work before the collective. " + gain)
         if kind == "systematic tail":
-            return ("A steady fraction of invocations run slow: variable work per call (sequence length, token "
-                    "counts) or another stream competing for SMs or memory bandwidth. Check what overlaps the listed "
+            return ("A steady fraction of invocations run slow: variable work per call (input sizes, sequence "
+                    "lengths) or another stream competing for SMs or memory bandwidth. Check what overlaps the listed "
                     "instances in the timeline; if it is another stream, give this stream higher priority "
                     "(`cudaStreamCreateWithPriority`) or serialize the competing work; if the work varies, bucket "
                     "the shapes. " + gain)

@@ -99,10 +99,13 @@ def launch_profile(kernels: pd.DataFrame, api_end: np.ndarray, lo: int, hi: int,
 class LaunchBound(Rule):
     """The GPU idles between small kernels while the host launches them one by one.
 
-    What it detects: in the steady state, kernels keep the GPU busy less than `max_busy_share`
-    of the time, the median kernel is short (<= `max_median_kernel_ns`), and the GPU repeatedly
-    runs dry before the next launch call returns: the host's per-kernel launch cost (framework
-    overhead plus the launch API) sets the pace, not the GPU.
+    What it detects: in the steady state, the loop keeps the GPU busy less than `max_busy_share`
+    of the time, the median kernel launched one by one is short (<= `max_median_kernel_ns`), and
+    the GPU repeatedly runs dry before the next launch call returns: the host's per-kernel launch
+    cost (framework overhead plus the launch API) sets the pace, not the GPU. Kernels replayed
+    from CUDA graphs are not judged; a loop that already replays graphs is at most information
+    (what is left between its replays is host work, not launches). The savings come from the
+    budget's launch-wait part, whose split into CUDA-call and host-code time the message gives.
     Why it hurts: every kernel pays the host's launch cost (5-20 us in eager PyTorch) while
     it runs for 1-5 us; at batch-1 decode the GPU is 7-30 % busy and step time is host time.
     Evidence: GPU busy share of the steady state, kernel count and median duration, launch
@@ -195,6 +198,10 @@ class LaunchBound(Rule):
             detail = budget.part("launch_wait").detail
             split = (f" While the GPU waited, the host was inside CUDA calls {detail.get('launch_api_ns', 0) / 1e6:.1f} "
                      f"ms and in its own code (Python, framework, scheduling) {detail.get('host_ns', 0) / 1e6:.1f} ms.")
+            host = budget.evidence.get("host")
+            if host:
+                split += (f" Per step the launching thread spends {host['outside_cuda_ns_p50'] / 1e3:.0f} us outside "
+                          f"any CUDA call ({100 * host['outside_share_p50']:.0f} % of the step, p50).")
         share = pct(savings, judged)
         message = (f"The loop's streams kept GPU {dev} busy {100 * busy_share:.1f} % of the steady state "
                    f"({judged / 1e6:.1f} ms, {ctx.window.source}): {prof.kernels} kernels launched one by one"

@@ -26,7 +26,7 @@ class Options:
 
     window: str = field(default="full", metadata={"help": "'full' (whole capture, as nsys analyze) or 'steady'"})
     report: str = field(default="group", metadata={
-        "help": "'all': one finding per flagged copy; 'group': one per API, direction and stream; "
+        "help": "'all': one finding per flagged copy; 'group': one per direction; "
                 "'auto': per copy while a group has at most max_findings copies"})
     max_findings: int = field(default=5, metadata={"help": "copies per group reported one by one in 'auto' mode"})
     min_bytes: int = field(default=0, metadata={"help": "ignore copies smaller than this (nsys: 0)"})
@@ -56,7 +56,9 @@ class PageableMemcpy(Rule):
     "async" call blocks the host until the copy is staged and cannot overlap with kernels;
     in a decode loop every such copy is a hidden host stall.
     Evidence: count, bytes, GPU copy time and host time of the flagged calls per API,
-    direction and stream; the time range of the flagged copies.
+    direction (one finding per direction, the main stream and API named); the time range of the flagged
+    copies. Savings count only for copies launched inside the steady steps; loading copies shorten
+    start-up, not the step.
     Next optimizations: allocate the host buffer pinned (`cudaMallocHost`/`cudaHostAlloc`,
     `torch.empty(..., pin_memory=True)` / `tensor.pin_memory()`, or `cudaHostRegister` an
     existing buffer) and keep the copy async; for per-step inputs reuse one pinned staging buffer.

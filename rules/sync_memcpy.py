@@ -27,7 +27,7 @@ class Options:
 
     window: str = field(default="full", metadata={"help": "'full' (whole capture, as nsys analyze) or 'steady'"})
     report: str = field(default="group", metadata={
-        "help": "'all': one finding per flagged copy; 'group': one per API, direction and stream; "
+        "help": "'all': one finding per flagged copy; 'group': one per direction; "
                 "'auto': per copy while a group has at most max_findings copies"})
     max_findings: int = field(default=5, metadata={"help": "copies per group reported one by one in 'auto' mode"})
     max_small_htod_bytes: int = field(default=64_000, metadata={
@@ -64,7 +64,7 @@ class SyncMemcpy(Rule):
     one device and host-to-device copies of at most 64,000 bytes, as nsys's `cuda_memcpy_sync`.
     Why it hurts: the call returns only when the stream has drained up to and including the
     copy, so the host cannot queue the next work and the GPU idles while it restarts.
-    Evidence: count, bytes, host time blocked and GPU copy time per API, direction and stream;
+    Evidence: count, bytes, host time blocked and GPU copy time per direction (the main API and stream named);
     the time range of the flagged copies.
     Next optimizations: use `cudaMemcpyAsync` on the work stream with pinned host memory and
     synchronize only where the value is consumed (an event); keep results on the GPU when the

@@ -101,16 +101,17 @@ class SyncStall(Rule):
     Evidence: calls per step, host time blocked (total, per call p50/max, share of the steady
     state, busiest thread), the bubble after each sync (GPU idle from the sync's end to the next
     GPU activity), steady-state GPU idle time, how many calls the SYNCHRONIZATION table confirms.
-    Severity follows the host time blocked, the stall itself (warning at `warn_share` percent of
-    the steady state); `estimated_savings_ns` is what overlap can give back to the step time:
-    the blocked time, but no more than the GPU idle time of the steady state (a GPU-bound loop
-    only gains its idle gaps), so the "what next" ranking is not inflated by waiting that the
-    GPU spends working.
+    `estimated_savings_ns` is what removing the round trip gives back to the step: the GPU's idle
+    stretch after each sync returned (the bubble), no more than the budget's after-sync idle part;
+    the range runs up to that part. Severity follows that GPU time (warning at `warn_share` percent
+    of the steady state), with one exception said in the message: a sync in every step that
+    parks the launching thread for `structural_block_pct` percent of the steady state or more is a
+    warning, since all host work of the loop then runs in series with the GPU.
     Next optimizations: read results back asynchronously (copy into pinned memory with
     `non_blocking=True`/`cudaMemcpyAsync`, record an event, consume the value one step later);
     sample on the GPU and overlap it with the next step; replace device-wide syncs with an event
     wait on the one stream that matters; keep the decode loop inside a CUDA graph.
-    Options: `min_calls`, `warn_share`.
+    Options: `min_calls`, `warn_share`, `structural_block_pct`.
     Requires: The API table; kernel, memcpy, memset and graph-trace rows for the loop, the
     bubble and the idle time; the SYNCHRONIZATION table (optional) to cross-check.
     False positives: a loop that must hand every result to the host before it can continue (an

@@ -31,6 +31,7 @@ from ..trace import Trace
 from .activity import BUSY_CLASSES, GpuOps, api_calls_at, gpu_ops
 from .budget_host import HostTimeline, host_timelines
 from .intervals import Coverage, complement, merge_intervals
+from .evidence import evidence
 from .steps import StepModel
 
 #: Busy classes in the order that wins an instant where the loop's own operations overlap.
@@ -190,8 +191,11 @@ def _budget(trace: Trace, model: StepModel) -> Budget | None:
             detail = {"launch_api_ns": int(idle["_launch_api"].sum()), "host_ns": int(idle["_launch_host"].sum())}
         parts.append(Part(name, kind, total, total / len(steps), int(values[median_step]), detail))
     per_step = {k: v for k, v in per_step.items() if not k.startswith("_")}
-    return Budget(len(steps), int(durations.sum()), durations, tuple(p for p in parts if p.ns or p.kind == "idle"),
-                  per_step, model.device, model.pid, streams, median_step)
+    kept = tuple(p for p in parts if p.ns or p.kind == "idle")
+    busy = sum(p.ns for p in kept if p.kind == "busy" and p.name != "contention")
+    facts = evidence(trace, model, {p.name: p.ns for p in kept}, busy)
+    return Budget(len(steps), int(durations.sum()), durations, kept, per_step, model.device, model.pid, streams,
+                  median_step, facts)
 
 
 def _serial(starts: np.ndarray, ends: np.ndarray) -> bool:

@@ -17,23 +17,29 @@ MIN_MATMUL_SHARE = 0.3
 
 
 def looks_like_model(trace: Trace, budget: Budget | None) -> bool:
-    """Whether the loop's GPU work looks like a neural network's forward pass.
+    """Whether the loop's GPU work looks like a language model's forward pass (tokens, decode steps).
 
-    Matrix products (GEMV or GEMM) take at least :data:`MIN_MATMUL_SHARE` of the kernel time and
-    attention or normalization kernels run too. The steady steps' budget decides when there is
-    one and it shows kernels; else every kernel of the trace (graph-mode steps hide theirs, but the
-    eager warm-up before the capture of a graph runs the same kernels).
+    Matrix products (GEMV or GEMM) take at least :data:`MIN_MATMUL_SHARE` of the kernel time,
+    normalization or attention kernels run too, and the model is a transformer: attention kernels,
+    or matrix-vector products (batch-1 decode) over a third of the kernel time. A convolutional
+    network (GEMM-class convolutions with batch norm, no attention) is a model but not one that
+    decodes tokens. The steady steps' budget decides when it shows kernels; else every kernel of
+    the trace (graph-mode steps hide theirs, but the eager warm-up before a graph's capture runs
+    the same kernels).
     """
+    names = [c.replace(" ", "_") for c in BUSY_CLASSES]
     if budget is not None and budget.ns("gemv", "gemm", "attention", "norm", "elementwise", "reduce") > 0:
-        mm = budget.ns("gemv", "gemm")
-        kernels = sum(budget.ns(c.replace(" ", "_")) for c in BUSY_CLASSES if c not in ("copy", "graph replay"))
-        return kernels > 0 and mm >= MIN_MATMUL_SHARE * kernels and budget.ns("attention", "norm") > 0
-    ops = gpu_ops(trace)
-    mask = ops.kind == KERNEL
-    if not mask.any():
+        by_class = {name: budget.ns(name) for name in names}
+    else:
+        ops = gpu_ops(trace)
+        mask = ops.kind == KERNEL
+        if not mask.any():
+            return False
+        sums = np.bincount(ops.cls[mask], weights=ops.duration[mask], minlength=len(BUSY_CLASSES))
+        by_class = dict(zip(names, sums.tolist(), strict=True))
+    kernels = sum(v for k, v in by_class.items() if k not in ("copy", "graph_replay"))
+    if kernels <= 0:
         return False
-    by_class = np.bincount(ops.cls[mask], weights=ops.duration[mask], minlength=len(BUSY_CLASSES))
-    total = by_class.sum()
-    index = {c: i for i, c in enumerate(BUSY_CLASSES)}
-    mm = by_class[index["gemv"]] + by_class[index["gemm"]]
-    return bool(total > 0 and mm >= MIN_MATMUL_SHARE * total and by_class[index["attention"]] + by_class[index["norm"]] > 0)
+    mm = by_class["gemv"] + by_class["gemm"]
+    transformer = by_class["attention"] > 0 or by_class["gemv"] >= MIN_MATMUL_SHARE * kernels
+    return bool(mm >= MIN_MATMUL_SHARE * kernels and by_class["attention"] + by_class["norm"] > 0 and transformer)

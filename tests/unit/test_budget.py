@@ -174,3 +174,39 @@ def test_library_ranges_are_never_steps(tmp_path, name):
         b.kernel("k", start=s + 10_000, duration=800_000, launch_at=s + 1_000)
     model, _ = budget_of(b.write(tmp_path / "t.sqlite"))
     assert model.source != "nvtx" and "library" in model.reason
+
+
+def test_evidence_host_time_outside_cuda_calls(tmp_path):
+    b = TraceBuilder(launch_duration=3_000)
+    for i in range(6):
+        s = T0 + i * 1_000_000
+        b.nvtx("step", s, s + 900_000)
+        for j in range(10):  # 10 launches of 3 us each: 30 us inside CUDA calls per 900 us step
+            b.kernel("k", start=s + j * 80_000 + 10_000, duration=5_000, launch_at=s + j * 80_000)
+    _, budget = budget_of(b.write(tmp_path / "t.sqlite"))
+    host = budget.evidence["host"]
+    assert host["inside_cuda_ns_p50"] == 30_000 and host["outside_cuda_ns_p50"] == 870_000
+
+
+def test_evidence_prefill_and_decode_phases(tmp_path):
+    b = TraceBuilder()
+    t = T0
+    for _request in range(3):
+        start = t
+        b.nvtx("prefill", t, t + 500_000)
+        b.kernel("cutlass_gemm_kernel", start=t + 10_000, duration=400_000, launch_at=t + 1_000)
+        t += 500_000
+        b.nvtx("decode", t, t + 8 * 100_000)
+        for token in range(8):
+            k = t + token * 100_000
+            b.kernel("gemv_kernel", start=k + 5_000, duration=40_000, launch_at=k + 1_000)
+            b.kernel("argmax_kernel", start=k + 50_000, duration=10_000, launch_at=k + 2_000)
+        t += 8 * 100_000
+        b.nvtx("request", start, t)
+        t += 10_000
+    _, budget = budget_of(b.write(tmp_path / "t.sqlite"))
+    phases = budget.evidence["phases"]
+    assert phases["tokens_per_decode_range_p50"] == 8
+    assert phases["time_to_first_token_ns_p50"] == 400_000
+    # From the first token's GEMV to the last token's argmax, over 8 tokens.
+    assert phases["time_per_output_token_ns_p50"] == (7 * 100_000 + 60_000 - 5_000) // 8

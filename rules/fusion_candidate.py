@@ -1,0 +1,80 @@
+"""fusion-candidate: GEMM-heavy steps that spend much of their GPU time in elementwise and reduction kernels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from nsys_rules.errors import MissingData
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Rule, RuleContext, metric
+
+from ._common import pct
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of fusion-candidate."""
+
+    min_share: float = field(default=15.0, metadata={
+        "help": "percent of the steps' busy GPU time in elementwise and reduction kernels that makes them a fusion "
+                "candidate (the budget's evidence uses the same threshold)"})
+    kept_fraction: float = field(default=0.5, metadata={
+        "help": "fraction of that time a fused epilogue or a compiled graph typically removes (the point estimate; "
+                "the range runs from half to one and a half times it)"})
+
+
+class FusionCandidate(Rule):
+    """Matrix-product steps whose elementwise and reduction kernels could be fused away.
+
+    What it detects: steady steps whose largest busy part is GEMM (prefill, training, batched
+    inference) and where elementwise and reduction kernels (activations, residual adds, casts,
+    softmax, norms' reductions) take at least `min_share` percent of the busy GPU time.
+    Why it hurts: each of these kernels reads and writes whole activations from memory; fused into
+    the GEMM's epilogue or into one generated kernel, the round trips disappear.
+    Evidence: the share and time of elementwise and reduction kernels against the steps' busy time.
+    Next optimizations: `torch.compile` (inductor fuses pointwise chains and GEMM epilogues), fused
+    kernels for the common pairs (bias + activation, residual + norm), or a runtime with fusion
+    (TensorRT-LLM, vLLM's fused ops).
+    Options: `min_share`, `kept_fraction`.
+    Requires: a step model with its budget (steady steps).
+    False positives: elementwise work that is the algorithm itself (sampling, a scan) fuses little;
+    the range of the saving says how uncertain the estimate is.
+    """
+
+    name = "fusion-candidate"
+    title = "Elementwise and reduction kernels in GEMM-heavy steps: a fusion candidate"
+    default_severity = Severity.INFO
+    requires = ()
+    optional = ()
+    window = "steady"
+    Options = Options
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opts = ctx.options
+        budget = ctx.budget
+        if budget is None:
+            raise MissingData("no steady steps to judge", "mark the loop's steps with an NVTX range")
+        kernels = {p.name: p.ns for p in budget.parts if p.kind == "busy" and p.name not in ("contention", "copy")}
+        if not kernels or max(kernels, key=kernels.get) != "gemm":
+            return
+        small = budget.ns("elementwise", "reduce")
+        busy = budget.busy_ns
+        share = pct(small, busy)
+        if share < opts.min_share:
+            return
+        saving = opts.kept_fraction * small
+        yield ctx.finding(
+            f"GEMM kernels take the largest part of the steady steps, and elementwise and reduction kernels take "
+            f"{small / 1e6:.2f} ms ({share:.1f} % of the {busy / 1e6:.1f} ms busy GPU time, "
+            f"{small / budget.steps / 1e3:.0f} us per step): memory round trips a fused kernel would not make.",
+            "Fuse them: `torch.compile` (inductor fuses pointwise chains and GEMM epilogues), fused kernels for "
+            "bias + activation and residual + norm, or a runtime that fuses (TensorRT-LLM, vLLM's fused ops).",
+            severity=Severity.INFO, budget_part="elementwise+reduce", estimated_savings_ns=saving,
+            savings_range=(0.5 * saving, min(1.5 * saving, small)),
+            metrics={"elementwise_reduce_time": metric(small, "ns"), "share_of_busy_time": metric(share, "%"),
+                     "busy_time": metric(busy, "ns")},
+            location=Location(device=budget.device))
+
+
+RULE = FusionCandidate

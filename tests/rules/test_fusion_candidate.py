@@ -1,0 +1,50 @@
+"""fusion-candidate: elementwise and reduction kernels in GEMM-heavy steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from nsys_rules.testing import TraceBuilder, run_rule
+from nsys_rules.testing import metric_values as values
+
+T0 = 100_000_000
+
+
+def gemm_steps(b: TraceBuilder, *, gemm_ns: int = 600_000, pointwise_ns: int = 200_000, steps: int = 6) -> None:
+    """Steps of one GEMM and a chain of pointwise kernels after it."""
+    for i in range(steps):
+        s = T0 + i * 1_000_000
+        b.nvtx("prefill_step", s, s + 990_000)
+        b.kernel("cutlass_80_tensorop_gemm_kernel", start=s + 10_000, duration=gemm_ns, launch_at=s + 1_000)
+        for j in range(4):
+            b.kernel("vectorized_elementwise_kernel", start=s + 10_000 + gemm_ns + j * pointwise_ns // 4,
+                     duration=pointwise_ns // 4, launch_at=s + 2_000 + j)
+
+
+def test_pointwise_chain_after_gemms_is_a_candidate(tmp_path):
+    b = TraceBuilder()
+    gemm_steps(b)
+    [f] = run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite"))
+    m = values(f)
+    assert f.severity.value == "info" and f.budget_part == "elementwise+reduce"
+    assert m["elementwise_reduce_time"] == 6 * 200_000 and m["share_of_busy_time"] == pytest.approx(25.0)
+    assert f.estimated_savings_ns == 600_000 and f.savings_range == (300_000, 900_000)
+    assert "torch.compile" in f.recommendation
+
+
+@pytest.mark.parametrize("share,fires", [(14.0, True), (16.0, False)])
+def test_min_share_boundary(tmp_path, share, fires):
+    b = TraceBuilder()
+    gemm_steps(b, gemm_ns=850_000, pointwise_ns=150_000)  # 15 %
+    found = run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite"), options={"min_share": share})
+    assert bool(found) is fires
+
+
+def test_gemv_steps_are_not_judged(tmp_path):
+    b = TraceBuilder()
+    for i in range(6):
+        s = T0 + i * 1_000_000
+        b.nvtx("decode_step", s, s + 990_000)
+        b.kernel("gemv_bf16_kernel", start=s + 10_000, duration=600_000, launch_at=s + 1_000)
+        b.kernel("vectorized_elementwise_kernel", start=s + 610_000, duration=300_000, launch_at=s + 2_000)
+    assert run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite")) == []

@@ -60,9 +60,18 @@ def _withhold(findings: list[Finding]) -> list[Finding]:
     note = (f"withheld: {', '.join(misleading)} says this trace's timings mislead; re-capture first "
             "(see that finding)")
     # A timing judgement on a misleading trace is at most information: its cause may be the capture.
-    return [dataclasses.replace(f, estimated_savings_ns=None, savings_range=None, savings_note=note, minor=True,
-                                severity=min(f.severity, Severity.INFO, key=lambda s: s.rank))
-            if f.estimated_savings_ns is not None and f.rule not in MISLEADING_RULES else f for f in findings]
+    out = []
+    for f in findings:
+        if f.rule in MISLEADING_RULES:
+            out.append(f)
+        elif f.estimated_savings_ns is not None:
+            out.append(dataclasses.replace(f, estimated_savings_ns=None, savings_range=None, savings_note=note,
+                                           minor=True, severity=min(f.severity, Severity.INFO, key=lambda s: s.rank)))
+        elif f.rule in SYMPTOM_RULES and f.severity is not Severity.INFO:
+            out.append(dataclasses.replace(f, severity=Severity.INFO, savings_note=note))
+        else:
+            out.append(f)
+    return out
 
 
 def _claim_order(f: Finding) -> tuple[int, int, str]:

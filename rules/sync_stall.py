@@ -171,12 +171,17 @@ class SyncStall(Rule):
         (pid, tid), thread_blocked = per_thread.idxmax(), int(per_thread.max())
         share = pct(thread_blocked, steady_ns)
         bubbles = idle_after(calls["end"].to_numpy(np.int64), union, hi)
+        # Several syncs can fall in one idle stretch: each call's bubble runs to the same next GPU work,
+        # so the stretch counts once (their union), inside the steady state.
+        ends = calls["end"].to_numpy(np.int64)
+        bubble_union = merge_intervals(np.clip(ends, lo, hi), np.clip(ends + bubbles, lo, hi))
+        bubble_total = int((bubble_union[1] - bubble_union[0]).sum())
         gpu_idle = budget.idle_ns if budget is not None else (
             max(0, steady_ns - busy_within(union, lo, hi)) if len(union[0]) else steady_ns)
         # What removing the sync gives back: the GPU's idle stretch after each sync returned (the
         # bubble), up to the budget's after-sync idle, which also counts the wake-up before the return.
         after_sync = budget.ns("after_sync") if budget is not None else gpu_idle
-        savings = min(int(bubbles.sum()), after_sync)
+        savings = min(bubble_total, after_sync)
         p50, longest = per_call_stats(durations)
         steps = ctx.steps.count if ctx.steps is not None else len(ctx.window.steps)
         by_api = calls.assign(d=durations).groupby("api", observed=True)["d"].agg(["size", "sum"]).sort_values(
@@ -192,7 +197,7 @@ class SyncStall(Rule):
             "blocked_share_of_steady_time": metric(share, "%"),
             "per_call_p50": metric(p50, "ns"),
             "per_call_max": metric(longest, "ns"),
-            "bubble_time": metric(int(bubbles.sum()), "ns"),
+            "bubble_time": metric(bubble_total, "ns"),
             "bubble_p50": metric(float(np.median(bubbles)), "ns"),
             "bubble_max": metric(int(bubbles.max()), "ns"),
             "after_sync_idle": metric(after_sync, "ns"),
@@ -228,7 +233,7 @@ class SyncStall(Rule):
             f"{len(calls)} blocking calls in the steady state{rate}: {apis}. The host waits {blocked / 1e6:.2f} ms "
             f"in total ({share:.1f} % of the {steady_ns / 1e6:.1f} ms steady state on the busiest thread), "
             f"p50 {p50 / 1e3:.1f} us and max {longest / 1e3:.1f} us per call.{readback} After each sync the GPU idles "
-            f"{np.median(bubbles) / 1e3:.1f} us (p50; {bubbles.sum() / 1e6:.2f} ms in total) before new work arrives: "
+            f"{np.median(bubbles) / 1e3:.1f} us (p50; {bubble_total / 1e6:.2f} ms in total) before new work arrives: "
             f"removing the round trip saves about {savings / 1e6:.2f} ms ({pct(savings, steady_ns):.1f} % of the "
             f"steady state).{why}{check}"
             + (f" {dropped} set-up or final sync call(s) outside the loop were left out." if dropped else ""))

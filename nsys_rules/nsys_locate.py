@@ -132,10 +132,15 @@ def nsys_version(nsys: Path, timeout: float = 60) -> str:
 
 
 def importer_path(nsys: Path) -> Path | None:
-    """The QdstrmImporter that turns nsys's raw recording into a report, found beside the nsys install."""
+    """The QdstrmImporter that turns nsys's raw recording into a report, found beside the nsys install.
+
+    Installs differ in the host folder's name: ``host-linux-x64`` beside ``target-linux-x64`` in
+    Nsight Systems, ``linux-desktop-glibc_2_11_3-x64`` beside it in the copy Nsight Compute ships;
+    so every sibling folder of the nsys binary and of its parents is looked at.
+    """
     real = nsys.resolve()
     for folder in (real.parent, *real.parents[:3]):
-        for candidate in [folder / "QdstrmImporter", *sorted(folder.glob("host-linux-*/QdstrmImporter"))]:
+        for candidate in [folder / "QdstrmImporter", *sorted(folder.glob("*/QdstrmImporter"))]:
             if candidate.is_file():
                 return candidate
     return None

@@ -101,17 +101,20 @@ def test_nvidia_smi_that_cannot_reach_the_driver_fails(fake, capsys):
     assert "verdict: profiling cannot work here (GPU): exit 3" in out
 
 
-def test_importer_missing_libdw_fails_and_profile_warns(fake, capsys, tmp_path):
-    # An install laid out as nsys ships: target-linux-x64/nsys beside host-linux-x64/QdstrmImporter.
+@pytest.mark.parametrize("host_folder", ["host-linux-x64", "linux-desktop-glibc_2_11_3-x64"])
+def test_importer_missing_libdw_fails_and_profile_warns(fake, capsys, tmp_path, host_folder):
+    # Installs laid out as nsys ships (target-linux-x64/nsys beside host-linux-x64/QdstrmImporter)
+    # and as the copy inside Nsight Compute (host/target-linux-x64/nsys beside
+    # host/linux-desktop-glibc_2_11_3-x64/QdstrmImporter), where a real H200 machine missed libdw.
     root = tmp_path / "nsight"
     nsys = fake.install_nsys(root / "target-linux-x64")
-    fake.add_script("QdstrmImporter", "pass\n", root / "host-linux-x64")
+    fake.add_script("QdstrmImporter", "pass\n", root / host_folder)
     fake.add_script("ldd", "import sys\nprint('\\tlinux-vdso.so.1 (0x00007ffc)')\n"
                            "print('\\tlibdw.so.1 => not found')\nprint('\\tlibc.so.6 => /lib/libc.so.6 (0x7f)')\n")
     rc = main(["doctor", "--nsys", str(nsys)])
     out = capsys.readouterr().out
     assert rc == 3
-    importer = root / "host-linux-x64" / "QdstrmImporter"
+    importer = root / host_folder / "QdstrmImporter"
     assert flat(f"FAIL importer nsys's importer {importer} cannot load libdw.so.1") in flat(out)
     assert "sudo apt-get install libdw1 libelf1" in flat(out) and "LD_LIBRARY_PATH" in out
     assert flat(f"ok    nsys        {nsys} (from --nsys)") in flat(out)

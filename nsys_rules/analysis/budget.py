@@ -30,7 +30,7 @@ from ..errors import MissingData
 from ..trace import Trace
 from .activity import BUSY_CLASSES, GpuOps, api_calls_at, gpu_ops
 from .budget_host import HostTimeline, host_timelines
-from .intervals import Coverage, complement, merge_intervals
+from .intervals import Coverage, complement, merge_intervals, point_in
 from .evidence import evidence
 from .steps import StepModel
 
@@ -290,12 +290,26 @@ def _idle_batch(trace: Trace, ops: GpuOps, gap_s: np.ndarray, gap_e: np.ndarray,
             after = np.zeros(len(gap_s), bool)
             after[gaps] = timeline.sync_ended_in(gap_s[gaps], gap_e[gaps])
             sel = gaps[owner]
-            _attribute(out, timeline, piece_s[sel], piece_e[sel], step[sel], after[owner][sel])
+            _attribute(out, timeline, piece_s[sel], piece_e[sel], step[sel], after[owner][sel],
+                       compiles=not _loads_recur(timeline.load_starts, steps))
+
+
+def _loads_recur(load_starts: np.ndarray, steps: np.ndarray) -> bool:
+    """Whether the thread loads modules in most steps: then a load is the loop's own pattern, not compilation."""
+    if not len(load_starts):
+        return False
+    held = point_in(load_starts, steps[:, 0], steps[:, 1])
+    return len(np.unique(held[held >= 0])) > len(steps) / 2
 
 
 def _attribute(out: dict[str, np.ndarray], timeline: HostTimeline, a: np.ndarray, b: np.ndarray,
-               step: np.ndarray, after: np.ndarray) -> None:
-    """Split host-bound idle time by what the launching thread was doing (``after``: a sync opened the gap)."""
+               step: np.ndarray, after: np.ndarray, *, compiles: bool) -> None:
+    """Split host-bound idle time by what the launching thread was doing (``after``: a sync opened the gap).
+
+    ``compiles``: whether host time before a module load is compilation (see below); not when the
+    thread loads a module in most steps (a per-step ``cuLibraryLoadData`` of a few microseconds in an
+    eager loop), where the time before it is the loop's own host work.
+    """
     alloc = timeline.alloc.within(a, b)
     with_module = timeline.alloc_module.within(a, b)
     with_sync = timeline.alloc_module_sync.within(a, b)
@@ -305,7 +319,7 @@ def _attribute(out: dict[str, np.ndarray], timeline: HostTimeline, a: np.ndarray
     # Host time just before a module load, in the middle of a step, is spent preparing that module
     # (cuDNN building a runtime-fused kernel, NVRTC or Triton compiling): compilation, not the loop's
     # own host work. After a sync the host's work is the bubble's (sampling, the next step's set-up).
-    compiling = np.where(after, 0, timeline.outside_before_load(a, b))
+    compiling = np.where(after | (not compiles), 0, timeline.outside_before_load(a, b))
     module = module + compiling
     outside = outside - compiling
     ones = np.ones(len(a), bool)

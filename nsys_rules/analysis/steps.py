@@ -315,8 +315,10 @@ def _warmup(trace: Trace, found: Found, host: np.ndarray, options: SteadyOptions
     cost = _time_per_step(starts[costly], ends[costly], host)
     typical = float(np.median(host[:, 1] - host[:, 0]))
     early = max(2, n // 10)
-    heavy = np.flatnonzero(cost[:early] >= 0.1 * typical)
-    if len(heavy) and (cost > 0).mean() <= 0.5:  # loading in most steps is the loop's own pattern
+    # A load in most steps is the loop's own pattern: only a cost well above the usual step's
+    # counts as one-time (a first decode step loading 37 modules among steps that load one small one).
+    heavy = np.flatnonzero(cost[:early] >= max(0.1 * typical, 10 * float(np.median(cost))))
+    if len(heavy):
         votes.append((int(heavy[-1]) + 1, "module loading or first allocations"))
     sync = mine & in_set(names, SYNC_APIS)
     barrier = _barrier(starts[sync], ends[sync], host, found.source)

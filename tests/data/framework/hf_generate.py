@@ -5,7 +5,10 @@ host-to-device copies. Greedy, batch 1, min_new_tokens == max_new_tokens: every 
 --tokens new tokens. The decode iterations of the measured generate() are counted by a logits
 processor (called once per loop iteration, outside any compiled region) and printed.
 """
-import argparse, json, os, sys, time
+import argparse
+import json
+import sys
+import time
 
 p = argparse.ArgumentParser()
 p.add_argument("--cache", choices=["static", "dynamic"], default="dynamic")

@@ -5,7 +5,10 @@ SwiGLU MLP, LM head, argmax) is called from a Python loop that reads each token 
 (int(tok)), like a greedy sampler. Weights are made with numpy on the host and moved with
 jax.device_put, so the weight load is in the trace. A warm-up of --warmup steps compiles the step first.
 """
-import argparse, json, os, time
+import argparse
+import json
+import os
+import time
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=64, help="measured decode iterations")

@@ -38,6 +38,16 @@ class TraceResult:
     # The steady-state profile (nsys_rules.overview) for formats that draw it; None unless asked for.
     profile: dict[str, Any] | None = None
 
+    @property
+    def has_cuda(self) -> bool:
+        """Whether the trace recorded any CUDA API call or GPU operation (else no rule has anything to judge)."""
+        tables = self.info.get("tables", {})
+        return any(tables.get(t) for t in CUDA_TABLES)
+
+
+#: Tables whose rows mean the program used CUDA (runtime or driver calls, or GPU work).
+CUDA_TABLES = ("api", "kernels", "memcpy", "memset", "graph_trace")
+
 
 @dataclass
 class Report:
@@ -51,6 +61,7 @@ class Report:
     registry: Registry | None = None
     cross_trace: dict[str, Any] | None = None  # set by nsys_rules.parallel when several traces ran
     job: Any = None  # nsys_rules.job.run.JobOutcome when the traces held a multi-rank job
+    verbose: bool = False  # human formats list skipped rules one by one (check -v)
 
     @property
     def findings(self) -> list[Finding]:
@@ -70,9 +81,12 @@ class Report:
 
     @property
     def exit_code(self) -> ExitCode:
-        """4 when anything failed, else 1 when a finding reaches ``fail_on``, else 0."""
+        """4 when anything failed; 3 when no trace recorded CUDA activity (nothing could be judged);
+        else 1 when a finding reaches ``fail_on``, else 0."""
         if self.all_errors:
             return ExitCode.INCOMPLETE
+        if self.results and not any(r.has_cuda for r in self.results) and not self.findings:
+            return ExitCode.BAD_INPUT  # no trace recorded any CUDA activity: nothing at all could be judged
         if self.fail_on != "never":
             floor = Severity(self.fail_on).rank
             if any(f.severity.rank >= floor for f in self.findings):

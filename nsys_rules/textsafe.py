@@ -14,7 +14,7 @@ import re
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 #: Formats whose text is meant for a terminal or a text log.
-TERMINAL_FORMATS = frozenset({"table", "markdown"})
+TERMINAL_FORMATS = frozenset({"table", "compact", "markdown"})
 
 
 def terminal_safe(text: str) -> str:

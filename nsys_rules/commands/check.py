@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..engine import run_check
-from ..errors import UsageError
+from ..errors import ExitCode, UsageError
 from ..textsafe import TERMINAL_FORMATS, terminal_safe
 from ..inputs import EXPORT_FORMATS, expand_inputs, open_trace
 from ..parallel import default_jobs, run_many
@@ -26,7 +26,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def add_check_options(p: argparse.ArgumentParser) -> None:
     """Every ``check`` flag (all but the traces); ``profile`` takes the same ones for the check it runs."""
-    p.add_argument("--format", default="table", help="table (default), json, sarif, markdown, html, or a plugin's format")
+    p.add_argument("--format", default="table",
+                   help="table (default; the compact layout below 120 columns), compact, json, sarif, markdown, html, "
+                        "or a plugin's format")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="list every skipped rule with its reason (the JSON always has them)")
     p.add_argument("--select", action="append", metavar="RULES", help="only these rules (comma-separated; NVIDIA names work)")
     p.add_argument("--ignore", action="append", metavar="RULES", help="skip these rules (comma-separated)")
     p.add_argument("--fail-on", choices=FAIL_CHOICES, help="exit 1 when a finding reaches this severity (default error)")
@@ -62,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
                           autoload_plugins=not getattr(args, "no_plugins", False))
     else:
         report = run_check(paths, registry, settings, lambda p: open_trace(p, registry.loaders, settings.export_format))
+    report.verbose = bool(getattr(args, "verbose", False))
     finish(args, report, registry, baseline)
     text = registry.formatters[args.format](report)
     if args.format in TERMINAL_FORMATS:
@@ -69,4 +74,8 @@ def run(args: argparse.Namespace) -> int:
     # Written in one call so that output is complete or absent.
     sys.stdout.write(text)
     sys.stdout.flush()
+    if report.exit_code == ExitCode.BAD_INPUT and args.format not in TERMINAL_FORMATS:
+        # The human formats say so in the report; for a machine format, the one line goes to stderr.
+        sys.stderr.write("nsys-rules: no CUDA activity in the input (no CUDA API call, kernel, copy or memset): "
+                         "nothing to judge; capture with `nsys profile --trace=cuda`\n")
     return int(report.exit_code)

@@ -97,7 +97,10 @@ def test_markdown_has_ranked_findings_and_kernel_table(tmp_path):
     assert text.startswith("## nsys-rules: ")
     assert "### GPU time per step" in text
     assert "| `gemv_bf16(" in text and "100 us" in text  # the GEMV: 100 us per step
-    assert "6 × `step`" in text
+    # The step budget comes first: 6 steps of 195 us (GEMV 100 us, norm 10 us, 85 us idle waiting for launches).
+    assert "**Step time** 6 steps: p50 195 us" in text
+    assert "| GEMV kernels | 0.100 ms | 51.3 % |" in text and "| idle: waiting for launches | 0.085 ms | 43.6 % |" in text
+    assert text.index("**Step time**") < text.index("### What to optimize next")
 
 
 def test_github_summary_appends_markdown(tmp_path):

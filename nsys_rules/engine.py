@@ -22,7 +22,7 @@ from .trace import Trace
 from .analysis.budget import step_budget
 from .analysis.steps import StepModel, model_needs, restrict
 from .answer import finalize
-from .windows import FULL, SteadyOptions, Window, steady_state_window, user_window
+from .windows import FULL, SteadyOptions, Window, require_activity, steady_state_window, user_window
 
 SCHEMA_VERSION = "1.1"
 
@@ -256,6 +256,9 @@ class _Windows:
             return steady_state_window(self.trace, SteadyOptions(tuple(self.settings.steady_ranges)))
         window = user_window(self.trace, self.settings.filter_time, self.settings.filter_nvtx)
         assert window is not None
+        require_activity(self.trace, window, " and ".join(
+            f"--filter-{kind} {spec}" for kind, spec in (("time", self.settings.filter_time),
+                                                         ("nvtx", self.settings.filter_nvtx)) if spec))
         steady = steady_state_window(self.trace, SteadyOptions(tuple(self.settings.steady_ranges)))
         model = steady.model
         if model is None or not model.count:

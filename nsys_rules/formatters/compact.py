@@ -50,7 +50,8 @@ def block(entry: Entry, width: int, several: bool = False) -> list[str]:
     if saves:
         share = savings_share(entry)
         head.append(f"saves {saves}" + (f" ({share})" if share else ""))
-    out = wrap("  ".join(head), width, "", INDENT)
+    # Each piece of the header stays whole on a line (no-break spaces inside it while wrapping).
+    out = [line.replace("\xa0", " ") for line in wrap("  ".join(p.replace(" ", "\xa0") for p in head), width, "", INDENT)]
     out += wrap(one_line(clip(f.message)), width, INDENT)
     note = savings_note(f)
     if note:

@@ -11,6 +11,7 @@ it is; this module only selects and orders what the engine computed, it measures
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -80,11 +81,17 @@ def shorten(text: str, limit: int) -> str:
         return text
     cut = text[: max(1, limit - 1)]
     if text[len(cut)] != " " and " " in cut:
-        # Back up to the word's start (a number is never cut in two), unless that loses a third of the room:
-        # then the word is a long name, and cutting inside it shows more of it.
-        head = cut.rsplit(" ", 1)[0]
-        cut = head if len(head) >= 2 * limit // 3 else cut
+        # Back up to the word's start: a number is never cut in two; another word only when that
+        # keeps two thirds of the room (a long kernel name shows more when cut inside).
+        head, word = cut.rsplit(" ", 1)
+        word += text[len(cut):].split(" ", 1)[0]
+        if _NUMBER.fullmatch(word.strip("()[]{},;:'\"")) or len(head) >= 2 * limit // 3:
+            cut = head
     return cut.rstrip(" ,;:") + "…"
+
+
+#: A number as messages write it: ``123.456``, ``1,234``, ``65%``, ``4.5ms``, ``2x``.
+_NUMBER = re.compile(r"[-+]?\d[\d.,]*[%a-zA-Z]{0,3}")
 
 
 def human_ns(ns: float | int | None) -> str:

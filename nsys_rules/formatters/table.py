@@ -9,15 +9,17 @@ asks for that layout at any width.
 
 from __future__ import annotations
 
+import os
 import textwrap
+from typing import Any
 
 from tabulate import tabulate
 
 from ..engine import Report
 from ..textsafe import clip
 from .layout import (COMPACT_BELOW, FILE_WIDTH, NO_CUDA, Answer, answer, budget_lines, explains_line, fit, gpu_names,
-                     human_ns, one_line, savings_note, savings_share, savings_text, skipped_lines, terminal_width,
-                     trace_name)
+                     human_ns, one_line, savings_note, savings_share, savings_text, shorten, skipped_lines,
+                     terminal_width, trace_name)
 
 __all__ = ["format_table", "human_ns", "header_lines", "tail_lines"]
 
@@ -72,9 +74,7 @@ def tail_lines(report: Report, ranked: Answer, width: int) -> list[str]:
     for e in report.all_errors:
         lines.append(one_line(f"error: {e.get('rule') or e.get('plugin')}: {e['error']}"))
     if report.cross_trace:
-        from ..parallel import summary_lines
-
-        lines.extend(summary_lines(report.cross_trace))
+        lines.extend(cross_trace_lines(report.cross_trace, width))
     if report.job is not None:
         from ..job.run import summary_lines as job_lines
 
@@ -82,6 +82,22 @@ def tail_lines(report: Report, ranked: Answer, width: int) -> list[str]:
     s = report.summary()["by_severity"]
     lines.append(f"{s['error']} error(s), {s['warning']} warning(s), {s['info']} info")
     return lines
+
+
+def cross_trace_lines(summary: dict[str, Any], width: int) -> list[str]:
+    """The cross-trace summary; its kernel table as one short block per kernel when the table is too wide."""
+    from ..parallel import summary_lines
+
+    lines = summary_lines(summary)
+    if all(len(line) <= width for text in lines for line in text.split("\n")):
+        return lines
+    out = lines[:1] + ["kernels shared by the traces, by the slowest trace's excess over the median:"]
+    for k in summary["kernels"]:
+        ratio = f" ({k['max_over_median']:.2f}x)" if k.get("max_over_median") else ""
+        out.append(f"  {shorten(one_line(k['kernel']), max(20, width - 4))}")
+        out.append(f"    median {human_ns(k['median_ns'])}, max {human_ns(k['max_ns'])}{ratio}, excess "
+                   f"{human_ns(k['excess_ns'])} in {one_line(os.path.basename(str(k['slowest'])))}")
+    return out
 
 
 def findings_table(ranked: Answer, width: int, several: bool = False) -> str:

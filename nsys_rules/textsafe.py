@@ -1,25 +1,93 @@
-"""Text from a trace made safe to print on a terminal.
+"""Text from a trace made safe for where it goes: a shell, a terminal, Markdown, CSV, HTML, SARIF.
 
-Kernel, API and NVTX names come from the file, and a hostile file can put terminal control
-sequences in them (``ESC ] 0 ; title BEL`` renames the window, ``ESC [ 2 J`` clears the screen,
-a carriage return overwrites the line that says what is wrong). Human-readable formats show
-such characters escaped (``\\x1b``); JSON escapes them itself.
+Kernel, API and NVTX names, the recorded command line, environment values and file names all
+come from the file, and a hostile file chooses them. Each output kind has one function here,
+and every place that puts such text into an output goes through it:
+
+* :func:`shell_word` / :func:`shell_join`: a value that becomes part of a suggested command is
+  one quoted shell word. Printable text is single-quoted (``shlex.quote``); text holding a
+  backtick, a control character, a newline or an invisible/bidi character is written as a
+  bash ``$'...'`` word with those characters as escapes, so a suggestion is one printable line
+  that can be cut out of its backticks and pasted without running anything.
+* :func:`terminal_safe`: control characters (``ESC ] 0 ; title BEL`` renames the window, ``CR``
+  overwrites the line that says what is wrong, ``LF`` inside a name prints a fake report line)
+  and bidi overrides (``U+202E`` shows text reversed) are shown as escapes (``\\x1b``, ``\\u202e``).
+* :func:`markdown_safe` / :func:`markdown_code`: GitHub renders PR comments, so nothing from a
+  trace may become a link, an image, HTML, a mention or an issue reference.
+* :func:`csv_cell`: a cell a spreadsheet would run as a formula (``=``, ``+``, ``-``, ``@``, tab,
+  CR first) is prefixed with ``'``.
+* :func:`html_safe`: ``html.escape`` plus the invisible characters of :func:`terminal_safe`.
+* :func:`sarif_text`: SARIF message text reads ``[text](target)`` as a link; brackets are escaped.
+
+JSON needs none of this (the encoder escapes), and keeps the exact names.
 """
 
 from __future__ import annotations
 
+import html
 import re
+import shlex
+from typing import Any, Iterable
 
-# C0 controls except tab and newline, DEL, and the C1 controls (8-bit CSI etc.).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: C0 controls, DEL, C1 controls, and the invisible "format" characters that reorder or hide
+#: text: soft hyphen, Arabic letter mark, zero-width and direction marks, the bidi embeddings,
+#: overrides and isolates (U+202A-E, U+2066-9), line/paragraph separators, BOM, tag characters.
+_INVISIBLE = ("\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb"
+              "\U000e0000-\U000e007f")
+_CONTROL_KEEP_LAYOUT = re.compile(f"[\x00-\x08\x0b-\x1f{_INVISIBLE}]")
+_CONTROL_ALL = re.compile(f"[\x00-\x1f{_INVISIBLE}]")
 
 #: Formats whose text is meant for a terminal or a text log.
 TERMINAL_FORMATS = frozenset({"table", "compact", "markdown"})
 
+#: Longest value quoted in an error line (a 100 kB --filter-nvtx name must not become a 100 kB line).
+MESSAGE_VALUE_LIMIT = 120
 
-def terminal_safe(text: str) -> str:
-    """``text`` with every control character but tab and newline shown as an escape."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+def _escape_char(ch: str, byte_limit: int = 0x100) -> str:
+    # bash's $'\xHH' is a raw byte: above 0x7f a shell word needs \u00HH to stay UTF-8.
+    code = ord(ch)
+    if code < byte_limit:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+# -- shell ----------------------------------------------------------------------------------
+_SHELL_PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+
+
+def shell_word(value: object) -> str:
+    """``value`` as exactly one shell word that expands to nothing else (see the module docstring)."""
+    text = str(value)
+    if _SHELL_PLAIN.fullmatch(text):
+        return text
+    if "`" not in text and text.isprintable():
+        return shlex.quote(text)
+    out = []
+    for ch in text:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif ch == "`" or not ch.isprintable():
+            out.append(_escape_char(ch, 0x80))
+        else:
+            out.append(ch)
+    return "$'" + "".join(out) + "'"
+
+
+def shell_join(words: Iterable[object]) -> str:
+    """Words as one command line, each quoted by :func:`shell_word`."""
+    return " ".join(shell_word(w) for w in words)
+
+
+# -- terminal -------------------------------------------------------------------------------
+def terminal_safe(text: str, *, newlines: bool = True) -> str:
+    """``text`` with control and invisible characters shown as escapes.
+
+    ``newlines=True`` keeps tab and newline (a whole rendered output, whose layout they are);
+    ``newlines=False`` escapes them too (one value from the trace: a name, a message).
+    """
+    pattern = _CONTROL_KEEP_LAYOUT if newlines else _CONTROL_ALL
+    return pattern.sub(lambda m: _escape_char(m.group()), text)
 
 
 #: Longest finding message or recommendation, and recorded command, any output carries. Real ones
@@ -36,3 +104,74 @@ def clip(text: str, limit: int = TEXT_CHARS) -> str:
         return text
     marker = f" … [{len(text)} characters, cut]"
     return text[:max(0, limit - len(marker))] + marker
+
+
+def clip_value(value: object, limit: int = MESSAGE_VALUE_LIMIT) -> str:
+    """``value`` as one visible line of at most ``limit`` characters (for error messages)."""
+    text = terminal_safe(str(value), newlines=False)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+# -- markdown (as GitHub renders it) --------------------------------------------------------
+# Words GitHub may turn into a link by itself (URLs, www., e-mail addresses, @mentions, issue refs),
+# whatever stands before them: the whole word becomes code.
+_AUTOLINK = re.compile(r"(?i)\S*(?:://|www\.|@|#\d|mailto:|xmpp:|javascript:|data:)\S*")
+# Backslash escapes for the characters that start markup: links and images ([ ] !), HTML and
+# autolinks (< >), entities (&), emphasis (* _ ~), math ($), headings (#), code (`), escapes (\).
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>!&~$#])")
+
+
+def markdown_code(text: str) -> str:
+    """``text`` as one inline code span (GitHub renders its content literally: no link, no HTML)."""
+    value = " ".join(str(text).split())
+    if not value:
+        return "` `"
+    longest = max((len(run) for run in re.findall("`+", value)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if value.startswith("`") or value.endswith("`") else ""
+    return f"{fence}{pad}{value}{pad}{fence}"
+
+
+def _markdown_prose(text: str) -> str:
+    out, last = [], 0
+    for m in _AUTOLINK.finditer(text):
+        out.append(_MD_SPECIAL.sub(r"\\\1", text[last:m.start()]))
+        out.append(markdown_code(m.group()))
+        last = m.end()
+    out.append(_MD_SPECIAL.sub(r"\\\1", text[last:]))
+    return "".join(out)
+
+
+def markdown_safe(text: str) -> str:
+    """A message for Markdown: its `code spans` stay code, everything else is escaped text.
+
+    Rules write messages with commands and names in backticks. Whatever the text holds,
+    each part either renders literally inside a code span or is escaped prose, so no link,
+    image, HTML, mention or issue reference can come out of it. One line (whitespace folded).
+    """
+    parts = " ".join(str(text).split()).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: the tail is prose
+        parts[-2:] = ["`".join(parts[-2:])]
+    return "".join(_markdown_prose(p) if i % 2 == 0 else markdown_code(p) for i, p in enumerate(parts))
+
+
+# -- csv, html, sarif -----------------------------------------------------------------------
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A text cell made inert for spreadsheets and terminals; numbers pass unchanged."""
+    if not isinstance(value, str):
+        return value
+    text = terminal_safe(value, newlines=False)
+    return "'" + text if value.startswith(_FORMULA_START) else text
+
+
+def html_safe(text: object) -> str:
+    """``text`` for HTML content or a quoted attribute, control and invisible characters shown as escapes."""
+    return html.escape(terminal_safe(str(text)), quote=True)
+
+
+def sarif_text(text: str) -> str:
+    """Plain SARIF message text: ``\\``, ``[`` and ``]`` escaped so no embedded link is formed."""
+    return re.sub(r"([\\\[\]])", r"\\\1", text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from ..diff import DEFAULT_GATE_PCT, DiffResult, compare, side_summary
 from ..errors import ExitCode, UsageError
 from ..inputs import open_trace
 from ..formatters.layout import FILE_WIDTH, fit, one_line, shorten, terminal_width
-from ..formatters.markdown import cell
+from ..formatters.markdown import cell, code_cell
+from ..textsafe import terminal_safe
 from ..windows import SteadyOptions
 from .common import add_plugin_flags, registry_for, settings_for
 
@@ -40,8 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.gate < 0:
-        raise UsageError("--gate must be a percentage >= 0")
+    if not math.isfinite(args.gate) or args.gate < 0:
+        raise UsageError(f"--gate must be a percentage >= 0, not {args.gate!r}")
     if args.top < 1:
         raise UsageError("--top must be at least 1")
     registry = registry_for(args)
@@ -61,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
         text = render_markdown(result, args.top)
     else:
         text = render_table(result, args.top, terminal_width() or FILE_WIDTH)
+    if args.format != "json":
+        text = terminal_safe(text)  # names from the files must not drive the terminal (json escapes itself)
     sys.stdout.write(text)
     sys.stdout.flush()
     return int(ExitCode.FINDINGS if result.regressed else ExitCode.OK)
@@ -135,7 +139,7 @@ def render_markdown(result: DiffResult, top: int = 10) -> str:
     b, n = result.base, result.new
     out = [f"## nsys-rules diff {icon} time per step {_pct(result.step_change_pct)} (gate {result.gate_pct:g} %)",
            "", f"**Verdict:** {cell(result.verdict['text'], 1000)}", "",
-           f"BASE `{cell(b['path'], 300)}` ({b['steps']} steps) → NEW `{cell(n['path'], 300)}` ({n['steps']} steps)",
+           f"BASE {code_cell(b['path'], 300)} ({b['steps']} steps) → NEW {code_cell(n['path'], 300)} ({n['steps']} steps)",
            "", "| per step | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
     out += [f"| {' | '.join(r)} |" for r in _totals(result)]
     out += ["", "| part of the step | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
@@ -146,7 +150,7 @@ def render_markdown(result: DiffResult, top: int = 10) -> str:
             for c in result.classes]
     out += ["", "**Biggest movers**", "", "| kernel | class | BASE | NEW | delta | change |",
             "|---|---|---:|---:|---:|---:|"]
-    out += [f"| `{cell(c.name, 70).replace('`', '')}` | {cell(c.kernel_class)} | {_ns(c.base_ns)} | {_ns(c.new_ns)} | "
+    out += [f"| {code_cell(c.name, 70)} | {cell(c.kernel_class)} | {_ns(c.base_ns)} | {_ns(c.new_ns)} | "
             f"{_ns(c.delta_ns, True)} | {_pct(c.pct)} |" for c in result.movers[:top]]
     out += [""] + [f"> note: {cell(note, 1000)}" for note in result.notes]
     return "\n".join(out).rstrip() + "\n"

@@ -9,7 +9,6 @@ engine's steady-state profile (:mod:`nsys_rules.overview`); this module only dra
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any, Iterable
 
 from .. import __version__
@@ -18,7 +17,7 @@ from ..findings import Finding, Metric, rank_key
 from .layout import NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, ms, savings_note, savings_share, \
     savings_text
 from ..textsafe import NAME_CHARS as LONG_NAME
-from ..textsafe import clip
+from ..textsafe import clip, html_safe
 from .table import human_ns
 
 #: Colour of each kernel class (taxonomy classes plus copy-engine work).
@@ -72,7 +71,7 @@ def format_html(report: Report) -> str:
     """The report as one HTML document."""
     s = report.summary()["by_severity"]
     names = ", ".join(r.info["path"].rsplit("/", 1)[-1] for r in report.results) or "no trace"
-    body = [f"<header><h1>nsys-rules report</h1><p>{escape(names)} · {s['error']} error(s), {s['warning']} warning(s), "
+    body = [f"<header><h1>nsys-rules report</h1><p>{html_safe(names)} · {s['error']} error(s), {s['warning']} warning(s), "
             f"{s['info']} info</p></header><main>"]
     for result in report.results:
         body.append(_trace_section(result, report, len(report.results) > 1))
@@ -83,11 +82,12 @@ def format_html(report: Report) -> str:
     plugin_errors = list(report.errors)
     if plugin_errors:
         body.append("<section><h2>Plugin errors</h2><ul>" + "".join(
-            f"<li>{escape(str(e.get('plugin') or '?'))}: {escape(e['error'])}</li>" for e in plugin_errors) + "</ul></section>")
-    body.append(f"<footer>nsys-rules {escape(__version__)} · self-contained report: no scripts, no network</footer></main>")
+            f"<li>{html_safe(str(e.get('plugin') or '?'))}: {html_safe(e['error'])}</li>" for e in plugin_errors)
+            + "</ul></section>")
+    body.append(f"<footer>nsys-rules {html_safe(__version__)} · self-contained report: no scripts, no network</footer></main>")
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<title>nsys-rules: {escape(names)}</title><style>{CSS}</style></head><body>"
+            f"<title>nsys-rules: {html_safe(names)}</title><style>{CSS}</style></head><body>"
             + "".join(body) + "</body></html>\n")
 
 
@@ -97,13 +97,13 @@ format_html.needs_profile = True  # type: ignore[attr-defined]
 
 def _trace_section(result: TraceResult, report: Report, many: bool) -> str:
     info, p = result.info, result.profile
-    out = [f"<h2 class='trace'>{escape(info['path'])}</h2>",
-           f"<p class='sub'>nsys {escape(str(info.get('nsys_version') or '?'))} · {escape(gpu_names(info))}"
-           + (f" · steady state: {escape(p['window'])}" if p else "") + "</p>"]
+    out = [f"<h2 class='trace'>{html_safe(info['path'])}</h2>",
+           f"<p class='sub'>nsys {html_safe(str(info.get('nsys_version') or '?'))} · {html_safe(gpu_names(info))}"
+           + (f" · steady state: {html_safe(p['window'])}" if p else "") + "</p>"]
     # What the loader dropped or patched: the numbers cover less than the file.
-    out += [f"<p class='sub'>⚠ damaged export: {escape(note)}</p>" for note in info.get("damage", [])]
+    out += [f"<p class='sub'>⚠ damaged export: {html_safe(note)}</p>" for note in info.get("damage", [])]
     if not result.has_cuda:
-        return "".join(out) + f"<section><p class='empty'>{escape(NO_CUDA)}</p></section>"
+        return "".join(out) + f"<section><p class='empty'>{html_safe(NO_CUDA)}</p></section>"
     out.append(_budget_section(info))
     ranked = answer(report).only(result.findings)
     findings = [e.finding for e in ranked.entries]
@@ -115,19 +115,19 @@ def _trace_section(result: TraceResult, report: Report, many: bool) -> str:
     else:
         out.append("<p class='empty'>No findings: nothing the rules flag in this trace.</p>")
     if ranked.minor_line():
-        out.append(f"<p class='sub'>{escape(ranked.minor_line() or '')}</p>")
+        out.append(f"<p class='sub'>{html_safe(ranked.minor_line() or '')}</p>")
     if result.skipped and not report.verbose:
         names = ", ".join(dict.fromkeys(str(x["rule"]) for x in result.skipped))
-        out.append(f"<p class='sub'>{len(result.skipped)} rule(s) had nothing to judge ({escape(names)}); "
+        out.append(f"<p class='sub'>{len(result.skipped)} rule(s) had nothing to judge ({html_safe(names)}); "
                    "<code>check -v</code> lists why.</p>")
     elif result.skipped:
         out.append(f"<details><summary>{len(result.skipped)} rule(s) skipped</summary><ul>" + "".join(
-            f"<li><span class='rule'>{escape(x['rule'])}</span> {escape(x['reason'])}"
-            + (f" — fix: {escape(x['fix'])}" if x.get("fix") else "") + "</li>" for x in result.skipped)
+            f"<li><span class='rule'>{html_safe(x['rule'])}</span> {html_safe(x['reason'])}"
+            + (f" — fix: {html_safe(x['fix'])}" if x.get("fix") else "") + "</li>" for x in result.skipped)
             + "</ul></details>")
     if result.errors:
         out.append("<h3>Errors</h3><ul>" + "".join(
-            f"<li><span class='rule'>{escape(str(e.get('rule')))}</span> {escape(e['error'])}</li>" for e in result.errors)
+            f"<li><span class='rule'>{html_safe(str(e.get('rule')))}</span> {html_safe(e['error'])}</li>" for e in result.errors)
             + "</ul>")
     out.append("</section>")
     if p:
@@ -167,7 +167,7 @@ def _budget_section(info: dict[str, Any]) -> str:
     view = budget_view(info)
     if view is None:
         reason = info.get("budget_reason")
-        return (f"<section><h2>Step budget</h2><p class='empty'>No step budget: {escape(str(reason))}</p></section>"
+        return (f"<section><h2>Step budget</h2><p class='empty'>No step budget: {html_safe(str(reason))}</p></section>"
                 if reason else "")
     width, height, x = 1080, 30, 0.0
     rects, rows = [], []
@@ -176,23 +176,23 @@ def _budget_section(info: dict[str, Any]) -> str:
         if not row.depth:
             w = width * row.share
             rects.append(f"<rect x='{x:.2f}' y='0' width='{max(w, 0.5):.2f}' height='{height}' fill='{color}'>"
-                         f"<title>{escape(row.label)}: {ms(row.median_ns)} ({100 * row.share:.1f} %)</title></rect>")
+                         f"<title>{html_safe(row.label)}: {ms(row.median_ns)} ({100 * row.share:.1f} %)</title></rect>")
             x += w
         swatch = "" if row.depth else (f"<i style='display:inline-block;width:9px;height:9px;border-radius:2px;"
                                         f"background:{color};margin-right:6px'></i>")
-        label = ("&nbsp;&nbsp;↳ " if row.depth else "") + escape(row.label)
+        label = ("&nbsp;&nbsp;↳ " if row.depth else "") + html_safe(row.label)
         rows.append(f"<tr><td>{swatch}{label}</td><td class='n'>{ms(row.median_ns)}</td>"
                     f"<td class='n'>{100 * row.share:.1f} %</td><td class='n'>{ms(row.mean_ns)}</td></tr>")
     svg = (f"<svg viewBox='0 0 {width} {height}' width='100%' role='img' aria-label='the median step by part' "
            f"style='border-radius:8px;overflow:hidden'>{''.join(rects)}</svg>")
-    return (f"<section><h2>Step budget</h2><p class='sub'>{escape(view.headline())}; the median step "
+    return (f"<section><h2>Step budget</h2><p class='sub'>{html_safe(view.headline())}; the median step "
             f"({ms(view.median_step_ns)}) by part:</p>{svg}<table><tr><th>part</th><th class='n'>median step</th>"
             f"<th class='n'>share</th><th class='n'>mean/step</th></tr>{''.join(rows)}</table></section>")
 
 
 def _card(key: str, value: str, sub: str) -> str:
-    return f"<div class='card'><div class='k'>{escape(key)}</div><div class='v'>{escape(value)}</div>" \
-           f"<div class='s'>{escape(sub)}</div></div>"
+    return f"<div class='card'><div class='k'>{html_safe(key)}</div><div class='v'>{html_safe(value)}</div>" \
+           f"<div class='s'>{html_safe(sub)}</div></div>"
 
 
 def _metric_text(m: Metric) -> str:
@@ -223,11 +223,11 @@ def _job_section(report: Report) -> str:
     job = report.job
     findings = sorted(job.findings, key=rank_key)
     out = ["<h2 class='trace'>Job: all ranks together</h2>"]
-    out += [f"<p class='sub'>{escape(line)}</p>" for line in summary_lines(job.info)]
+    out += [f"<p class='sub'>{html_safe(line)}</p>" for line in summary_lines(job.info)]
     top = max([f.estimated_savings_ns or 0 for f in findings], default=0) or 1
     out += [_finding(i, f, top) for i, f in enumerate(findings, 1)]
     if job.skipped:
-        out.append("<ul>" + "".join(f"<li><span class='rule'>{escape(x['rule'])}</span> {escape(x['reason'])}</li>"
+        out.append("<ul>" + "".join(f"<li><span class='rule'>{html_safe(x['rule'])}</span> {html_safe(x['reason'])}</li>"
                                     for x in job.skipped) + "</ul>")
     return "<section>" + "".join(out) + "</section>"
 
@@ -238,7 +238,7 @@ def _finding(i: int, f: Finding, top_savings: int, entry: Entry | None = None) -
     if f.estimated_savings_ns:
         width = max(2.0, 100.0 * f.estimated_savings_ns / top_savings)
         share = savings_share(entry) if entry is not None else ""
-        save = (f"<span class='save'>saves ≈ {escape(savings_text(f))}{escape(f', {share}' if share else '')}</span>"
+        save = (f"<span class='save'>saves ≈ {html_safe(savings_text(f))}{html_safe(f', {share}' if share else '')}</span>"
                 f"<div class='bar' style='width:160px' title='estimated savings'><span style='width:{width:.1f}%;"
                 f"background:{color}'></span></div>")
     loc = f.location
@@ -249,18 +249,18 @@ def _finding(i: int, f: Finding, top_savings: int, entry: Entry | None = None) -
                          f"rank {loc.rank}" if loc.rank is not None else "",
                          f"device {loc.device}" if loc.device is not None else "",
                          f"stream {loc.stream}" if loc.stream is not None else "") if x]
-    evidence = "".join(f"<tr><td>{escape(k.replace('_', ' '))}</td><td class='n'>{escape(_metric_text(m))}</td></tr>"
+    evidence = "".join(f"<tr><td>{html_safe(k.replace('_', ' '))}</td><td class='n'>{html_safe(_metric_text(m))}</td></tr>"
                        for k, m in f.metrics.items())
     return (f"<div class='finding' style='--sev:{color}'><div class='top'><b>#{i}</b>"
-            f"<span class='badge'>{escape(f.severity.value)}</span><span class='rule'>{escape(f.rule)}</span>"
-            f"<span class='title'>{escape(f.title)}</span>{save}</div>"
-            f"<div class='msg'>{escape(f.message)}</div>"
-            + (f"<div class='where'>savings: {escape(savings_note(f) or '')}</div>" if savings_note(f) else "")
-            + "".join(f"<div class='where'>{escape(explains_line(s))}</div>" for s in (entry.explains if entry else ()))
-            + (f"<div class='where'>{escape(' · '.join(where))}</div>" if where else "")
+            f"<span class='badge'>{html_safe(f.severity.value)}</span><span class='rule'>{html_safe(f.rule)}</span>"
+            f"<span class='title'>{html_safe(f.title)}</span>{save}</div>"
+            f"<div class='msg'>{html_safe(f.message)}</div>"
+            + (f"<div class='where'>savings: {html_safe(savings_note(f) or '')}</div>" if savings_note(f) else "")
+            + "".join(f"<div class='where'>{html_safe(explains_line(s))}</div>" for s in (entry.explains if entry else ()))
+            + (f"<div class='where'>{html_safe(' · '.join(where))}</div>" if where else "")
             + (f"<details><summary>evidence ({len(f.metrics)} numbers)</summary><table class='ev'>{evidence}</table>"
                "</details>" if evidence else "")
-            + f"<div class='next'><b>Next:</b> {escape(f.recommendation)}</div></div>")
+            + f"<div class='next'><b>Next:</b> {html_safe(f.recommendation)}</div></div>")
 
 
 def _classes_section(p: dict[str, Any]) -> str:
@@ -273,22 +273,22 @@ def _classes_section(p: dict[str, Any]) -> str:
         w = width * c["share"]
         color = CLASS_COLORS.get(c["class"], "#cbd5e1")
         rects.append(f"<rect x='{x:.2f}' y='0' width='{max(w, 0.5):.2f}' height='{height}' fill='{color}'>"
-                     f"<title>{escape(c['class'])}: {human_ns(c['per_step_ns'])} per step "
+                     f"<title>{html_safe(c['class'])}: {human_ns(c['per_step_ns'])} per step "
                      f"({100 * c['share']:.1f} %)</title></rect>")
         if w > 70:
-            rects.append(f"<text x='{x + 8:.1f}' y='21' style='fill:#fff;font-weight:600'>{escape(c['class'])} "
+            rects.append(f"<text x='{x + 8:.1f}' y='21' style='fill:#fff;font-weight:600'>{html_safe(c['class'])} "
                          f"{100 * c['share']:.0f}%</text>")
         x += w
-    legend = "".join(f"<span><i style='background:{CLASS_COLORS.get(c['class'], '#cbd5e1')}'></i>{escape(c['class'])} "
+    legend = "".join(f"<span><i style='background:{CLASS_COLORS.get(c['class'], '#cbd5e1')}'></i>{html_safe(c['class'])} "
                      f"{human_ns(c['per_step_ns'])}/step · {100 * c['share']:.1f} %</span>" for c in classes)
     svg = (f"<svg viewBox='0 0 {width} {height}' width='100%' role='img' aria-label='GPU time by kernel class' "
            f"style='border-radius:8px;overflow:hidden'>{''.join(rects)}</svg>")
     top = max(k["share"] for k in p["kernels"]) if p["kernels"] else 1.0
     rows = "".join(
-        f"<tr><td class='mono' title='{escape(clip(k['name'], LONG_NAME))}'>{escape(_short(k['name']))}</td>"
+        f"<tr><td class='mono' title='{html_safe(clip(k['name'], LONG_NAME))}'>{html_safe(_short(k['name']))}</td>"
         f"<td class='c'><i style='display:inline-block;width:9px;height:9px;"
         f"border-radius:2px;background:{CLASS_COLORS.get(k['class'], '#cbd5e1')};margin-right:5px'></i>"
-        f"{escape(k['class'])}</td><td class='n'>{human_ns(k['per_step_ns'])}</td><td class='n'>{k['count']:,}</td>"
+        f"{html_safe(k['class'])}</td><td class='n'>{human_ns(k['per_step_ns'])}</td><td class='n'>{k['count']:,}</td>"
         f"<td class='n'>{human_ns(k['median_ns'])}</td><td class='n'>{human_ns(k['max_ns'])}</td>"
         f"<td><div class='bar'><span style='width:{100 * k['share'] / (top or 1):.1f}%;"
         f"background:{CLASS_COLORS.get(k['class'], '#cbd5e1')}'></span></div>"
@@ -321,7 +321,7 @@ def _timeline_section(p: dict[str, Any]) -> str:
         base = 12 + plot_h
         tip = (f"step {r['step']}: wall {human_ns(r['wall_ns'])}, busy {human_ns(r['busy_ns'])}, "
                f"idle {human_ns(r['idle_ns'])}")
-        parts.append(f"<g><title>{escape(tip)}</title>"
+        parts.append(f"<g><title>{html_safe(tip)}</title>"
                      f"<rect x='{x:.2f}' y='{base - busy_h:.2f}' width='{bar:.2f}' height='{busy_h:.2f}' fill='var(--busy)'/>"
                      f"<rect x='{x:.2f}' y='{base - busy_h - idle_h:.2f}' width='{bar:.2f}' height='{idle_h:.2f}' "
                      f"fill='var(--idle)'/></g>")
@@ -334,7 +334,7 @@ def _timeline_section(p: dict[str, Any]) -> str:
     note = "" if p["timeline"]["complete"] else f" (every step is not drawn: {len(rows)} of {p['steps']} evenly spread)"
     svg += _step_strip(p["timeline"].get("typical"))
     return (f"<section><h2>Steady-state timeline: busy vs idle per step</h2><p class='sub'>{p['steps']} steps of "
-            f"{escape(str(p['step_range']))}, wall time on the GPU clock{note}; GPU busy "
+            f"{html_safe(str(p['step_range']))}, wall time on the GPU clock{note}; GPU busy "
             f"{100.0 * p['busy_share']:.0f} % of the step</p>{svg}"
             "<div class='legend'><span><i style='background:var(--busy)'></i>GPU busy</span>"
             "<span><i style='background:var(--idle)'></i>GPU idle (gaps: host, launches, syncs)</span></div></section>")
@@ -353,7 +353,7 @@ def _step_strip(detail: dict[str, Any] | None) -> str:
         if x > width - 10:
             break
         parts.append(f"<rect x='{x:.2f}' y='8' width='{max(dur * scale, 0.6):.2f}' height='{lane}' "
-                     f"fill='{CLASS_COLORS.get(cls, '#cbd5e1')}'><title>{escape(cls)} {human_ns(dur)} at "
+                     f"fill='{CLASS_COLORS.get(cls, '#cbd5e1')}'><title>{html_safe(cls)} {human_ns(dur)} at "
                      f"+{human_ns(offset)}</title></rect>")
     for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
         x = left + (width - left - 10) * tick
@@ -398,7 +398,7 @@ def _histogram(d: dict[str, Any], width: int = 520) -> str:
     parts.append(f"<text x='{pad}' y='{height - 10}'>{human_ns(edges[0])}</text>"
                  f"<text x='{width - pad}' y='{height - 10}' text-anchor='end'>{human_ns(edges[-1])}</text>")
     svg = f"<svg viewBox='0 0 {width} {height}' width='100%' role='img' aria-label='duration histogram'>{''.join(parts)}</svg>"
-    return (f"<div class='dist'><div class='mono'>{escape(clip(d['kernel'], LONG_NAME))}</div>"
+    return (f"<div class='dist'><div class='mono'>{html_safe(clip(d['kernel'], LONG_NAME))}</div>"
             f"<div class='s'>{d['count']:,} launches · "
             f"p50 {human_ns(d['p50_ns'])} · p90 {human_ns(d['p90_ns'])} · p99 {human_ns(d['p99_ns'])} · "
             f"max {human_ns(d['max_ns'])}</div>{svg}</div>")

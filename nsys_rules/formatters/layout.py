@@ -52,7 +52,7 @@ def terminal_width() -> int | None:
 
 def one_line(text: object) -> str:
     """A value from the trace as one visible line: control characters and newlines shown escaped."""
-    return terminal_safe(str(text).replace("\n", "\\n"))
+    return terminal_safe(str(text), newlines=False)
 
 
 def wrap(text: str, width: int, first: str = "", rest: str | None = None) -> list[str]:

@@ -5,6 +5,11 @@ by part, see :mod:`.layout`); the findings ranked (errors, then warnings by savi
 the "what to optimize next" list) with the symptoms each explains, the findings under the noise
 floor in one line; and a small table of where GPU time goes per step. Every number comes from
 the report (findings, the engine's budget and profile); nothing is computed here.
+
+GitHub renders the result, so every text from the trace goes through
+:func:`~nsys_rules.textsafe.markdown_safe` (messages: their code spans stay code, the rest is
+escaped) or :func:`~nsys_rules.textsafe.markdown_code` (a name as inline code): no kernel or
+range name can become a link, an image, HTML or a mention.
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ from typing import Any
 
 from ..engine import Report, TraceResult
 from ..findings import Finding
-from .layout import NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, human_ns, ms, savings_note, savings_share, \
-    savings_text, shorten
+from ..textsafe import markdown_code, markdown_safe
+from .layout import NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, human_ns, ms, savings_note, \
+    savings_share, savings_text, shorten
 
 #: Findings listed in full; the rest are counted.
 TOP_FINDINGS = 10
@@ -25,8 +31,13 @@ _ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
 
 
 def cell(text: object, limit: int = 160) -> str:
-    """One table cell: pipes escaped, newlines flattened, cut at a word to ``limit`` characters."""
-    return shorten(str(text), limit).replace("|", "\\|")
+    """One table cell of message text: cut at a word to ``limit`` characters, made safe, pipes escaped."""
+    return markdown_safe(shorten(str(text), limit)).replace("|", "\\|")
+
+
+def code_cell(text: object, limit: int = 160) -> str:
+    """A name as inline code in a table cell: cut to ``limit`` characters, pipes escaped."""
+    return markdown_code(shorten(str(text), limit)).replace("|", "\\|")
 
 
 def format_markdown(report: Report) -> str:
@@ -55,15 +66,15 @@ def format_markdown(report: Report) -> str:
     skipped = [x for r in report.results if r.has_cuda or report.verbose for x in r.skipped]
     skipped += report.job.skipped if report.job is not None else []
     if skipped and not report.verbose:
-        names = ", ".join(f"`{name}`" for name in dict.fromkeys(str(x["rule"]) for x in skipped))
-        lines += [f"{len(skipped)} rule run(s) had nothing to judge ({cell(names, 400)}); `check -v` lists why.", ""]
+        names = ", ".join(code_cell(name) for name in dict.fromkeys(str(x["rule"]) for x in skipped))
+        lines += [f"{len(skipped)} rule run(s) had nothing to judge ({names}); `check -v` lists why.", ""]
     elif skipped:
         lines += [f"<details><summary>{len(skipped)} rule(s) skipped</summary>", ""]
-        lines += [f"- `{x['rule']}`: {cell(x['reason'], 300)}" + (f" (fix: {cell(x['fix'], 300)})" if x.get("fix") else "")
-                  for x in skipped]
+        lines += [f"- {code_cell(x['rule'])}: {cell(x['reason'], 300)}"
+                  + (f" (fix: {cell(x['fix'], 300)})" if x.get("fix") else "") for x in skipped]
         lines += ["", "</details>", ""]
     for e in report.all_errors:
-        lines.append(f"> **error** in `{e.get('rule') or e.get('plugin')}`: {cell(e['error'], 300)}")
+        lines.append(f"> **error** in {code_cell(e.get('rule') or e.get('plugin'))}: {cell(e['error'], 300)}")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -73,7 +84,7 @@ format_markdown.needs_profile = True  # type: ignore[attr-defined]
 
 def _trace_block(result: TraceResult) -> list[str]:
     info = result.info
-    head = f"**`{info['path']}`** · nsys {info.get('nsys_version') or '?'} · {gpu_names(info)}"
+    head = f"**{code_cell(info['path'], 300)}** · nsys {cell(info.get('nsys_version') or '?')} · {cell(gpu_names(info))}"
     out = [head, ""]
     # What the loader dropped or patched: the numbers cover less than the file.
     out.extend(f"⚠ damaged export: {cell(note)}" for note in info.get("damage", []))
@@ -102,9 +113,9 @@ def _budget_table(info: dict[str, Any]) -> list[str]:
 def _finding_row(entry: Entry, many: bool) -> str:
     f = entry.finding
     where = _where(f)
-    text = cell(f.message, 400) + (f" — `{cell(where, 80)}`" if where else "")
+    text = cell(f.message, 400) + (f" — {code_cell(where, 80)}" if where else "")
     if many and f.location.trace:
-        text += f" ({cell(f.location.trace.rsplit('/', 1)[-1], 120)})"
+        text += f" ({cell(f.location.trace.rsplit('/', 1)[-1])})"
     note = savings_note(f)
     if note:
         text += f"<br>savings: {cell(note, 200)}"
@@ -112,7 +123,7 @@ def _finding_row(entry: Entry, many: bool) -> str:
     saves = savings_text(f)
     share = savings_share(entry)
     saves = (saves + (f"<br>{share}" if share else "")) if saves else "–"
-    return (f"| {entry.number} | {_ICON.get(f.severity.value, '')} {f.severity.value} | `{f.rule}` | "
+    return (f"| {entry.number} | {_ICON.get(f.severity.value, '')} {f.severity.value} | {code_cell(f.rule)} | "
             f"{saves} | {text} | {cell(f.recommendation, 300)} |")
 
 
@@ -131,13 +142,13 @@ def _kernel_table(result: TraceResult, many: bool) -> list[str]:
     p: dict[str, Any] | None = result.profile
     if not p or not p.get("kernels"):
         return []
-    title = "### GPU time per step" + (f" — `{result.info['path'].rsplit('/', 1)[-1]}`" if many else "")
+    title = "### GPU time per step" + (f" — {code_cell(result.info['path'].rsplit('/', 1)[-1])}" if many else "")
     out = [title, ""]
-    classes = " · ".join(f"{c['class']} {100.0 * c['share']:.0f} %" for c in p["classes"] if c["share"] >= 0.005)
+    classes = " · ".join(f"{cell(c['class'])} {100.0 * c['share']:.0f} %" for c in p["classes"] if c["share"] >= 0.005)
     if classes:
         out += [f"by class: {classes}", ""]
     out += ["| kernel | class | per step | share | calls | median |", "|---|---|---:|---:|---:|---:|"]
     for k in p["kernels"][:TOP_KERNELS]:
-        out.append(f"| `{cell(k['name'], 70)}` | {k['class']} | {human_ns(k['per_step_ns'])} | "
+        out.append(f"| {code_cell(k['name'], 70)} | {cell(k['class'])} | {human_ns(k['per_step_ns'])} | "
                    f"{100.0 * k['share']:.1f} % | {k['count']} | {human_ns(k['median_ns'])} |")
     return out + [""]

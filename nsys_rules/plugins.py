@@ -8,11 +8,12 @@ still loads.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.metadata as metadata
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import pluggy
 
@@ -147,8 +148,23 @@ def validate_rule(rule: object, scope: str = "trace") -> str | None:
 
     unknown = [t for t in (*rule.requires, *rule.optional) if t not in TABLES]
     if unknown:
-        return f"rule {rule.name}: unknown tables {unknown} (known: {sorted(TABLES)})"
+        return f"rule {rule.name}: unknown tables {unknown}{_did_you_mean(unknown[0], TABLES)} (known: {sorted(TABLES)})"
+    listed = (*rule.requires, *rule.optional)
+    for table, cols in rule.columns.items():
+        if table not in listed:
+            return (f"rule {rule.name}: columns given for {table!r}, which is not in requires or optional"
+                    f"{_did_you_mean(table, listed)}")
+        known = TABLES[table].column_names
+        bad = [c for c in ([cols] if isinstance(cols, str) else cols) if c not in known]
+        if isinstance(cols, str) or bad:
+            hint = _did_you_mean(bad[0], known) if bad else " (give a tuple of names)"
+            return f"rule {rule.name}: unknown columns of {table}: {bad or [cols]}{hint} (known: {list(known)})"
     return None
+
+
+def _did_you_mean(name: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _entry_points() -> list[metadata.EntryPoint]:

@@ -150,7 +150,7 @@ def random_trace(rng: random.Random, path: Path) -> Path:
     if rng.random() < 0.2:
         b.profiler_start(rng.randrange(0, max(t, 1)))
     if rng.random() < 0.2:
-        b.overhead(0, rng.choice([0, 100, t]))
+        b.overhead("CUDA profiling data flush", 0, rng.choice([0, 100, t]))
     if rng.random() < 0.1:
         b.nvtx("mark", t, None)
     return b.write(path)

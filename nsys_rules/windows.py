@@ -205,12 +205,13 @@ def require_activity(trace: Trace, window: Window, what: str) -> None:
     for table in ("api", "nvtx"):
         if trace.has(table):
             starts.append(trace.frame(table, ["start"])["start"].to_numpy())
-    times = np.concatenate([np.asarray(t, np.int64) for t in starts]) if starts else np.array([], np.int64)
-    if window.mask(times).any():
+    starts = [np.asarray(t, np.int64) for t in starts if len(t)]
+    if any(window.mask(t).any() for t in starts):
         return
-    if not len(times):
+    if not starts:
         raise UsageError(f"{what} selects nothing: the trace holds no CUDA API call, GPU work or NVTX range")
-    lo, hi = int(times.min()) - SESSION_ORIGIN_NS, int(times.max()) - SESSION_ORIGIN_NS
+    lo = min(int(t.min()) for t in starts) - SESSION_ORIGIN_NS
+    hi = max(int(t.max()) for t in starts) - SESSION_ORIGIN_NS
     raise UsageError(f"{what} selects nothing: the trace's activity runs from {lo / 1e9:.3f} s to {hi / 1e9:.3f} s "
                      f"after the session start (the origin of --filter-time); --filter-time "
                      f"{lo // 1_000_000}ms/{-(-hi // 1_000_000)}ms covers all of it")

@@ -212,9 +212,11 @@ def require_activity(trace: Trace, window: Window, what: str) -> None:
         raise UsageError(f"{what} selects nothing: the trace holds no CUDA API call, GPU work or NVTX range")
     lo = min(int(t.min()) for t in starts) - SESSION_ORIGIN_NS
     hi = max(int(t.max()) for t in starts) - SESSION_ORIGIN_NS
-    raise UsageError(f"{what} selects nothing: the trace's activity runs from {lo / 1e9:.3f} s to {hi / 1e9:.3f} s "
-                     f"after the session start (the origin of --filter-time); --filter-time "
-                     f"{lo // 1_000_000}ms/{-(-hi // 1_000_000)}ms covers all of it")
+    # Activity can start a hair before the session's origin; the filter syntax has no negative times.
+    first = f"{lo // 1_000_000}ms" if lo >= 0 else ""
+    raise UsageError(f"{what} selects nothing: the trace's activity runs from {max(lo, 0) / 1e9:.3f} s to "
+                     f"{max(hi, 0) / 1e9:.3f} s after the session start (the origin of --filter-time); --filter-time "
+                     f"{first}/{max(-(-hi // 1_000_000), 1)}ms covers all of it")
 
 
 #: nsys exports store times relative to the session start, so ``--filter-time 5s/7s`` starts at 5e9.

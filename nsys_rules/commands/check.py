@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..engine import run_check
-from ..errors import ExitCode, UsageError
-from ..textsafe import TERMINAL_FORMATS, terminal_safe
+from ..errors import ExitCode, InputError, UsageError
+from ..textsafe import TERMINAL_FORMATS, clip, terminal_safe
 from ..inputs import EXPORT_FORMATS, expand_inputs, open_trace
 from ..parallel import default_jobs, run_many
 from .common import FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for
@@ -67,6 +68,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         report = run_check(paths, registry, settings, lambda p: open_trace(p, registry.loaders, settings.export_format))
     report.verbose = bool(getattr(args, "verbose", False))
+    if report.exit_code == ExitCode.BAD_INPUT:
+        # No trace recorded any CUDA activity: nothing at all was judged. Exit 3 is one line, as for
+        # an unreadable input (a mixed run reports such a trace in its own line instead).
+        names = ", ".join(clip(os.path.basename(r.info["path"]), 120) for r in report.results[:5])
+        raise InputError(f"{names}{', ...' if len(report.results) > 5 else ''}: no CUDA activity (no CUDA API "
+                         "call, kernel, copy or memset was recorded), so there is nothing to judge; capture with "
+                         "`nsys profile --trace=cuda` and check that the program uses the GPU")
     finish(args, report, registry, baseline)
     text = registry.formatters[args.format](report)
     if args.format in TERMINAL_FORMATS:
@@ -74,8 +82,4 @@ def run(args: argparse.Namespace) -> int:
     # Written in one call so that output is complete or absent.
     sys.stdout.write(text)
     sys.stdout.flush()
-    if report.exit_code == ExitCode.BAD_INPUT and args.format not in TERMINAL_FORMATS:
-        # The human formats say so in the report; for a machine format, the one line goes to stderr.
-        sys.stderr.write("nsys-rules: no CUDA activity in the input (no CUDA API call, kernel, copy or memset): "
-                         "nothing to judge; capture with `nsys profile --trace=cuda`\n")
     return int(report.exit_code)

@@ -142,13 +142,15 @@ def test_trace_without_cuda_says_so_in_one_line_and_exits_3(tmp_path):
     b = TraceBuilder()
     b.nvtx("step", 0, 1_000_000)  # NVTX only: the capture ran without --trace=cuda
     path = b.write(tmp_path / "nocuda.sqlite")
-    proc = run_cli("check", str(path), env={"COLUMNS": "100"})
-    assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert proc.stdout.count("no CUDA activity") == 1 and "skipped" not in proc.stdout
-    js = run_cli("check", "--format", "json", str(path))
-    assert js.returncode == 3 and '"exit_code": 3' in js.stdout
-    assert js.stderr.startswith("nsys-rules: no CUDA activity in the input")
-    # With a CUDA trace beside it, the run judges that one: its own exit code.
+    for fmt in ("table", "json"):
+        proc = run_cli("check", "--format", fmt, str(path), env={"COLUMNS": "100"})
+        assert proc.returncode == 3 and proc.stdout == "", (fmt, proc.stdout, proc.stderr)
+        assert proc.stderr.count("\n") == 1
+        assert proc.stderr.startswith("nsys-rules: nocuda.sqlite: no CUDA activity (no CUDA API call, kernel, copy or "
+                                      "memset was recorded), so there is nothing to judge")
+    # With a CUDA trace beside it, the run judges that one (its own exit code); the other gets one line.
     cuda = stepped_trace(tmp_path / "steps.sqlite")
     both = run_cli("check", "--fail-on", "never", str(path), str(cuda), env={"COLUMNS": "100"})
-    assert both.returncode == 0 and "no CUDA activity" in both.stdout
+    assert both.returncode == 0, both.stderr
+    assert both.stdout.count("no CUDA activity: the trace holds no CUDA API call") == 1
+    assert "skipped: " in both.stdout and "pageable-memcpy, sync-memcpy, sync-memset)" in both.stdout

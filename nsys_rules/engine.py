@@ -24,7 +24,7 @@ from .trace import Trace
 from .analysis.budget import Budget, step_budget
 from .analysis.steps import StepModel, model_needs, restrict
 from .answer import finalize
-from .windows import FULL, SteadyOptions, Window, steady_state_window, user_window
+from .windows import FULL, SteadyOptions, Window, require_activity, steady_state_window, user_window
 
 SCHEMA_VERSION = "1.1"
 
@@ -40,6 +40,16 @@ class TraceResult:
     # The steady-state profile (nsys_rules.overview) for formats that draw it; None unless asked for.
     profile: dict[str, Any] | None = None
 
+    @property
+    def has_cuda(self) -> bool:
+        """Whether the trace recorded any CUDA API call or GPU operation (else no rule has anything to judge)."""
+        tables = self.info.get("tables", {})
+        return any(tables.get(t) for t in CUDA_TABLES)
+
+
+#: Tables whose rows mean the program used CUDA (runtime or driver calls, or GPU work).
+CUDA_TABLES = ("api", "kernels", "memcpy", "memset", "graph_trace")
+
 
 @dataclass
 class Report:
@@ -53,6 +63,7 @@ class Report:
     registry: Registry | None = None
     cross_trace: dict[str, Any] | None = None  # set by nsys_rules.parallel when several traces ran
     job: Any = None  # nsys_rules.job.run.JobOutcome when the traces held a multi-rank job
+    verbose: bool = False  # human formats list skipped rules one by one (check -v)
 
     @property
     def findings(self) -> list[Finding]:
@@ -72,9 +83,12 @@ class Report:
 
     @property
     def exit_code(self) -> ExitCode:
-        """4 when anything failed, else 1 when a finding reaches ``fail_on``, else 0."""
+        """4 when anything failed; 3 when no trace recorded CUDA activity (nothing could be judged);
+        else 1 when a finding reaches ``fail_on``, else 0."""
         if self.all_errors:
             return ExitCode.INCOMPLETE
+        if self.results and not any(r.has_cuda for r in self.results) and not self.findings:
+            return ExitCode.BAD_INPUT  # no trace recorded any CUDA activity: nothing at all could be judged
         if self.fail_on != "never":
             floor = Severity(self.fail_on).rank
             if any(f.severity.rank >= floor for f in self.findings):
@@ -238,6 +252,9 @@ class _Windows:
             return steady_state_window(self.trace, SteadyOptions(tuple(self.settings.steady_ranges)))
         window = user_window(self.trace, self.settings.filter_time, self.settings.filter_nvtx)
         assert window is not None
+        require_activity(self.trace, window, " and ".join(
+            f"--filter-{kind} {spec}" for kind, spec in (("time", self.settings.filter_time),
+                                                         ("nvtx", self.settings.filter_nvtx)) if spec))
         steady = steady_state_window(self.trace, SteadyOptions(tuple(self.settings.steady_ranges)))
         model = steady.model
         if model is None or not model.count:

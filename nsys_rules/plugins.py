@@ -11,11 +11,12 @@ silently replaced.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.metadata as metadata
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import pluggy
 
@@ -196,13 +197,20 @@ def _rule_problem(rule: object, scope: str) -> str | None:
         return f"rule {rule.name}: Options must be a frozen dataclass"
     unknown = [t for t in (*rule.requires, *rule.optional) if t not in TABLES]
     if unknown:
-        return f"rule {rule.name}: unknown tables {unknown} (known: {sorted(TABLES)})"
+        return f"rule {rule.name}: unknown tables {unknown}{_did_you_mean(unknown[0], TABLES)} (known: {sorted(TABLES)})"
     if not hasattr(rule.columns, "items"):
         return f"rule {rule.name}: columns must be a mapping of table to column names"
-    for table, cols in rule.needs().items():
-        bad = [c for c in cols if not isinstance(c, str) or c not in TABLES[table].column_names]
+    listed = (*rule.requires, *rule.optional)
+    for table, cols in rule.columns.items():
+        if table not in listed:
+            return (f"rule {rule.name}: columns given for {clip_value(table, 60)!r}, which is not in requires or "
+                    f"optional{_did_you_mean(str(table), listed)}")
+        known = TABLES[table].column_names
+        bad = [c for c in ([cols] if isinstance(cols, str) else cols) if not isinstance(c, str) or c not in known]
         if isinstance(cols, str) or bad:
-            return f"rule {rule.name}: unknown columns of {table}: {clip_value(bad or cols, 120)}"
+            hint = _did_you_mean(str(bad[0]), known) if bad else " (give a tuple of names)"
+            return (f"rule {rule.name}: unknown columns of {table}: {clip_value(bad or [cols], 120)}{hint} "
+                    f"(known: {list(known)})")
     try:
         dataclasses.asdict(rule.Options())
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - the plugin's defaults, not the user's settings
@@ -210,6 +218,11 @@ def _rule_problem(rule: object, scope: str) -> str | None:
     if not callable(getattr(rule, "check", None)) or rule.check is Rule.check:
         return f"rule {rule.name}: has no check() method"
     return None
+
+
+def _did_you_mean(name: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _entry_points() -> list[metadata.EntryPoint]:

@@ -10,8 +10,11 @@ exact scenario it needs and runs the same code path as a real trace::
         b.kernel("gemv_kernel", start=step * 1_000_000 + 10_000, duration=50_000)
     findings = run_rule("kernel-tail", b.write(tmp_path / "t.sqlite"))
 
-:func:`run_rule` fails the test when the rule was skipped or raised; :func:`skip_reason` is its
-opposite; :func:`only_finding` and :func:`metric_values` keep asserts short. Older exports:
+:func:`run_rule` fails the test when the rule was skipped or raised, or when the engine would
+refuse to register it (with the very message users would see); :func:`skip_reason` is its
+opposite; :func:`only_finding` and :func:`metric_values` keep asserts short. Every row method
+takes its arguments in one order: the name (when the row has one), the start, then the duration
+(ns); an NVTX range takes its end instead, since a mark (``end=None``) has none. Older exports:
 ``TraceBuilder(legacy_metadata=True)`` (nsys 2022.1-2023.2 metadata) or ``write_metadata=False``
 (before 2022.1). This module is public API for plugin authors (see docs/plugins.md).
 """
@@ -159,13 +162,19 @@ class TraceBuilder:
                                                   self.string(name), return_value, None))
         return corr
 
-    def nvtx(self, name: str, start: int, end: int | None, *, tid: int = MAIN_TID, pid: int = PID,
-             registered: bool = False, domain: int = 0, process_wide: bool = False) -> None:
-        """An NVTX push/pop range (``end`` None: a mark). ``registered`` stores the name in StringIds.
+    def nvtx(self, name: str, start: int, end: int | None = None, *, duration: int | None = None,
+             tid: int = MAIN_TID, pid: int = PID, registered: bool = False, domain: int = 0,
+             process_wide: bool = False) -> None:
+        """An NVTX push/pop range from ``start`` to ``end`` (or ``start + duration``); neither: a mark.
 
-        ``process_wide`` writes a start/end range (``nvtxRangeStartA``/``nvtxRangeEnd``, eventType 60)
-        instead: not bound to the thread that opened it.
+        ``registered`` stores the name in StringIds. ``process_wide`` writes a start/end range
+        (``nvtxRangeStartA``/``nvtxRangeEnd``, eventType 60) instead: not bound to the thread that
+        opened it.
         """
+        if duration is not None:
+            if end is not None:
+                raise TypeError("nvtx(): give end or duration, not both")
+            end = start + duration
         text, text_id = (None, self.string(name)) if registered else (name, None)
         event_type = 34 if end is None else (60 if process_wide else 59)
         end_tid = self.global_tid(tid, pid) if process_wide and end is not None else None
@@ -243,9 +252,11 @@ class TraceBuilder:
         self._add("CUDA_GPU_MEMORY_USAGE_EVENTS", (start, self.global_pid(pid), device, 1, address, 0, nbytes, 2,
                                                    0 if allocate else 1, None, 0, None))
 
-    def overhead(self, start: int, end: int, name: str = "CUDA profiling data flush", *, tid: int = MAIN_TID) -> None:
-        """A profiler-overhead interval."""
-        self._add("PROFILER_OVERHEAD", (start, end, self.global_tid(tid), self.string(name), 0))
+    def overhead(self, name: str, start: int, duration: int, *, tid: int = MAIN_TID) -> None:
+        """A profiler-overhead interval (``name`` as nsys writes it, e.g. ``CUDA profiling data flush``)."""
+        if not isinstance(name, str):
+            raise TypeError("overhead(name, start, duration): the name comes first, as in every TraceBuilder row")
+        self._add("PROFILER_OVERHEAD", (start, start + duration, self.global_tid(tid), self.string(name), 0))
 
     # -- output ------------------------------------------------------------------------------
     def _metadata(self) -> None:
@@ -296,14 +307,16 @@ class TraceBuilder:
 
 
 def run_rule(rule: str | type, trace_path: str | Path, *, options: Mapping[str, Any] | None = None,
-             filter_time: str | None = None, filter_nvtx: str | None = None) -> list[Any]:
+             filter_time: str | None = None, filter_nvtx: str | None = None, window: str | None = None) -> list[Any]:
     """Run one registered rule (by name, or a Rule class) on a trace file; returns its findings.
 
-    Raises ``AssertionError`` when the rule was skipped or raised, with the reason, so a test
-    of a firing case cannot pass by accident.
+    Raises ``AssertionError`` when the engine would refuse to register the rule (the message users
+    would see), or when the rule was skipped or raised, with the reason, so a test of a firing
+    case cannot pass by accident. ``window="full"`` judges the whole capture instead of the rule's
+    window (the default ``steady`` one keeps only the steady steps: see docs/plugins.md).
     """
     result = run_rules([rule], trace_path, options={_name(rule): dict(options or {})},
-                       filter_time=filter_time, filter_nvtx=filter_nvtx)
+                       filter_time=filter_time, filter_nvtx=filter_nvtx, window=window)
     if result.errors:
         raise AssertionError(f"rule raised: {result.errors[0]['error']}\n{result.errors[0].get('traceback', '')}")
     if result.skipped:
@@ -312,21 +325,35 @@ def run_rule(rule: str | type, trace_path: str | Path, *, options: Mapping[str, 
 
 
 def run_rules(rules: Iterable[str | type], trace_path: str | Path, *, options: Mapping[str, Mapping[str, Any]] | None = None,
-              filter_time: str | None = None, filter_nvtx: str | None = None) -> Any:
-    """Run several rules on a trace; returns the :class:`nsys_rules.engine.TraceResult`."""
+              filter_time: str | None = None, filter_nvtx: str | None = None, window: str | None = None) -> Any:
+    """Run several rules on a trace; returns the :class:`nsys_rules.engine.TraceResult`.
+
+    Each rule passes the engine's registration checks first (:func:`nsys_rules.plugins.validate_rule`):
+    a rule the engine would refuse fails here with the same message (``AssertionError``).
+    """
     from .config import Settings
     from .engine import analyze_trace
     from .inputs import open_trace
-    from .plugins import build_registry
-    from .rule import Rule
+    from .plugins import build_registry, validate_rule
 
     registry = build_registry(autoload=True)
     classes = []
     for rule in rules:
-        if isinstance(rule, type) and issubclass(rule, Rule):
+        if isinstance(rule, type):
+            problem = validate_rule(rule, getattr(rule, "scope", "trace"))
+            if problem:
+                raise AssertionError(f"the engine refuses this rule: {problem}")
             classes.append(rule)
-        else:
+        elif str(rule) in registry.rules:
             classes.append(registry.rules[str(rule)])
+        else:
+            refused = "; ".join(f"{e.get('plugin')}: {e['error']}" for e in registry.errors)
+            raise AssertionError(f"no rule {rule!r} is registered" + (f" (plugin errors: {refused})" if refused
+                                                                      else " (is its plugin installed?)"))
+    if window is not None:
+        if window not in ("steady", "full"):
+            raise ValueError(f"window must be 'steady' or 'full', not {window!r}")
+        classes = [type(c.__name__, (c,), {"window": window, "__doc__": c.__doc__}) for c in classes]
     settings = Settings(rule_options={k: dict(v) for k, v in (options or {}).items()},
                         filter_time=filter_time, filter_nvtx=filter_nvtx)
     trace = open_trace(Path(trace_path))

@@ -38,7 +38,7 @@ _CONTROL_KEEP_LAYOUT = re.compile(f"[\x00-\x08\x0b-\x1f{_INVISIBLE}]")
 _CONTROL_ALL = re.compile(f"[\x00-\x1f{_INVISIBLE}]")
 
 #: Formats whose text is meant for a terminal or a text log.
-TERMINAL_FORMATS = frozenset({"table", "markdown"})
+TERMINAL_FORMATS = frozenset({"table", "compact", "markdown"})
 
 #: Longest value quoted in an error line (a 100 kB --filter-nvtx name must not become a 100 kB line).
 MESSAGE_VALUE_LIMIT = 120

@@ -11,11 +11,13 @@ GPU work belongs to a window by the time of the API call that launched it (see
 
 from __future__ import annotations
 
+import difflib
 import re
 import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from .analysis.launches import api_key_index, launch_times, launching_rows  # noqa: F401 - re-exported
 from .analysis.steps import DEFAULT_STEADY, SteadyOptions, StepModel, capture_end, step_model
@@ -161,12 +163,60 @@ def nvtx_filter_window(trace: Trace, spec: str) -> Window:
     rows = rows.sort_values("start", kind="stable")
     if rows.empty:
         where = f" in domain {domain!r}" if domain is not None else ""
-        raise UsageError(f"--filter-nvtx {spec}: no NVTX range named {name!r}{where} in the trace")
+        raise UsageError(f"--filter-nvtx {spec}: no NVTX range named {name!r}{where} in the trace; "
+                         + _range_names_hint(nvtx, name))
     if index is not None:
         if index >= len(rows):
             raise UsageError(f"--filter-nvtx {spec}: the range has {len(rows)} instance(s), index {index} is out of range")
         rows = rows.iloc[[index]]
     return Window(_merge(rows["start"].to_numpy(), rows["end"].to_numpy()), f"--filter-nvtx {spec}")
+
+
+def _range_names_hint(nvtx: pd.DataFrame, name: str, shown: int = 5) -> str:
+    """The range names the trace has that come closest to ``name``, else its most frequent ones.
+
+    Names come from the file: each is shown as a quoted, escaped and bounded literal.
+    """
+    ranges = nvtx.loc[(nvtx["end"] > nvtx["start"]) & nvtx["name"].notna(), "name"].astype(str)
+    counts = ranges.value_counts()
+    if counts.empty:
+        return "the trace has no named NVTX ranges"
+    close = difflib.get_close_matches(name, [str(n) for n in counts.index[:10_000]], n=3, cutoff=0.6)
+    if close:
+        return "closest: " + ", ".join(_quoted(n) for n in close)
+    common = ", ".join(_quoted(n) for n in counts.index[:shown])
+    return f"the trace has {len(counts)} range name(s), most frequent: {common}"
+
+
+def _quoted(name: str, limit: int = 80) -> str:
+    return repr(name if len(name) <= limit else name[: limit - 1] + "…")
+
+
+def require_activity(trace: Trace, window: Window, what: str) -> None:
+    """Raise :class:`UsageError` when a user's window holds no activity at all, naming the trace's span.
+
+    Activity is what the rules judge: CUDA API calls and NVTX ranges by their start, GPU work by
+    the start of its launching call (the windows' rule). A filter past the end of a short trace
+    would otherwise report "no findings" as if the program had been judged and found clean.
+    """
+    from .analysis.activity import gpu_ops
+
+    starts = [gpu_ops(trace).launch]
+    for table in ("api", "nvtx"):
+        if trace.has(table):
+            starts.append(trace.frame(table, ["start"])["start"].to_numpy())
+    starts = [np.asarray(t, np.int64) for t in starts if len(t)]
+    if any(window.mask(t).any() for t in starts):
+        return
+    if not starts:
+        raise UsageError(f"{what} selects nothing: the trace holds no CUDA API call, GPU work or NVTX range")
+    lo = min(int(t.min()) for t in starts) - SESSION_ORIGIN_NS
+    hi = max(int(t.max()) for t in starts) - SESSION_ORIGIN_NS
+    # Activity can start a hair before the session's origin; the filter syntax has no negative times.
+    first = f"{lo // 1_000_000}ms" if lo >= 0 else ""
+    raise UsageError(f"{what} selects nothing: the trace's activity runs from {max(lo, 0) / 1e9:.3f} s to "
+                     f"{max(hi, 0) / 1e9:.3f} s after the session start (the origin of --filter-time); --filter-time "
+                     f"{first}/{max(-(-hi // 1_000_000), 1)}ms covers all of it")
 
 
 #: nsys exports store times relative to the session start, so ``--filter-time 5s/7s`` starts at 5e9.

@@ -188,7 +188,11 @@ def _budget(trace: Trace, model: StepModel) -> Budget | None:
         total = int(values.sum())
         detail = {}
         if name == "launch_wait":
-            detail = {"launch_api_ns": int(idle["_launch_api"].sum()), "host_ns": int(idle["_launch_host"].sum())}
+            # The median step's own split too: reports show the median step, and a proportion of the
+            # totals would be a guess where steps differ.
+            detail = {"launch_api_ns": int(idle["_launch_api"].sum()), "host_ns": int(idle["_launch_host"].sum()),
+                      "median_step_launch_api_ns": int(idle["_launch_api"][median_step]),
+                      "median_step_host_ns": int(idle["_launch_host"][median_step])}
         parts.append(Part(name, kind, total, total / len(steps), int(values[median_step]), detail))
     per_step = {k: v for k, v in per_step.items() if not k.startswith("_")}
     kept = tuple(p for p in parts if p.ns or p.kind == "idle")

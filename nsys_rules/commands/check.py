@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..engine import Report, run_check
-from ..errors import PluginError, UsageError
+from ..errors import ExitCode, InputError, PluginError, UsageError
 from ..isolation import call_plugin
 from ..textsafe import TERMINAL_FORMATS, clip_value, terminal_safe
 from ..inputs import EXPORT_FORMATS, expand_inputs, open_trace
@@ -27,7 +28,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def add_check_options(p: argparse.ArgumentParser) -> None:
     """Every ``check`` flag (all but the traces); ``profile`` takes the same ones for the check it runs."""
-    p.add_argument("--format", default="table", help="table (default), json, sarif, markdown, html, or a plugin's format")
+    p.add_argument("--format", default="table",
+                   help="table (default; the compact layout below 120 columns), compact, json, sarif, markdown, html, "
+                        "or a plugin's format")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="list every skipped rule with its reason (the JSON always has them)")
     p.add_argument("--select", action="append", metavar="RULES", help="only these rules (comma-separated; NVIDIA names work)")
     p.add_argument("--ignore", action="append", metavar="RULES", help="skip these rules (comma-separated)")
     p.add_argument("--fail-on", choices=FAIL_CHOICES, help="exit 1 when a finding reaches this severity (default error)")
@@ -65,6 +70,14 @@ def run(args: argparse.Namespace) -> int:
                           autoload_plugins=not getattr(args, "no_plugins", False))
     else:
         report = run_check(paths, registry, settings, lambda p: open_trace(p, registry.loaders, settings.export_format))
+    report.verbose = bool(getattr(args, "verbose", False))
+    if report.exit_code == ExitCode.BAD_INPUT:
+        # No trace recorded any CUDA activity: nothing at all was judged. Exit 3 is one line, as for
+        # an unreadable input (a mixed run reports such a trace in its own line instead).
+        names = ", ".join(clip_value(os.path.basename(r.info["path"]), 120) for r in report.results[:5])
+        raise InputError(f"{names}{', ...' if len(report.results) > 5 else ''}: no CUDA activity (no CUDA API "
+                         "call, kernel, copy or memset was recorded), so there is nothing to judge; capture with "
+                         "`nsys profile --trace=cuda` and check that the program uses the GPU")
     finish(args, report, registry, baseline)
     text = call_plugin(registry.formatters[args.format], f"the {args.format!r} format", report)
     if not isinstance(text, str):

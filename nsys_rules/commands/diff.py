@@ -1,4 +1,4 @@
-"""``nsys-rules diff BASE NEW``: per-step GPU time before and after, the biggest movers, a verdict and a gate."""
+"""``nsys-rules diff BASE NEW``: time per step before and after, why it moved, the biggest movers, and a gate."""
 
 from __future__ import annotations
 
@@ -12,25 +12,30 @@ from tabulate import tabulate
 
 from ..diff import DEFAULT_GATE_PCT, DiffResult, compare, side_summary
 from ..errors import ExitCode, UsageError
+from ..formatters.layout import FILE_WIDTH, fit, one_line, shorten, terminal_width
+from ..formatters.markdown import cell, code_cell
 from ..inputs import open_trace
 from ..memory_limit import install_read_guard
+from ..textsafe import terminal_safe
 from ..windows import SteadyOptions
-from ..textsafe import markdown_code, markdown_safe, terminal_safe
 from .common import add_plugin_flags, registry_for, settings_for
 
 FORMATS = ("table", "json", "markdown")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("diff", help="compare two traces per step: what moved, and whether it regressed",
-                       description="Compare the steady state of two traces (BASE, then NEW) per step: GPU time per "
-                                   "kernel class and kernel, the biggest movers, whether kernel time or only the gaps "
-                                   "changed. Exit 1 when total GPU time per step grew by more than --gate percent.")
+    p = sub.add_parser("diff", help="compare two traces per step: did the step get slower, and why",
+                       description="Compare the steady steps of two traces (BASE, then NEW): the time per step on the "
+                                   "loop's GPU, explained by GPU kernel time and idle time (gaps) per step, the step "
+                                   "budget's parts, kernel classes and the biggest movers. Exit 1 when the time per "
+                                   "step grew by more than --gate percent; exit 2 when either trace has no steps to "
+                                   "compare.")
     p.add_argument("base", metavar="BASE", help="the reference trace (.sqlite export or parquetdir/arrowdir folder)")
     p.add_argument("new", metavar="NEW", help="the trace to judge")
     p.add_argument("--format", default="table", choices=FORMATS, help="table (default), json or markdown")
     p.add_argument("--gate", type=float, default=DEFAULT_GATE_PCT, metavar="PCT",
-                   help=f"fail (exit 1) when GPU time per step regresses by more than PCT percent (default {DEFAULT_GATE_PCT:g})")
+                   help=f"fail (exit 1) when the time per step grows by more than PCT percent "
+                        f"(default {DEFAULT_GATE_PCT:g})")
     p.add_argument("--top", type=int, default=10, metavar="N", help="movers to list (default 10)")
     p.add_argument("--config", metavar="FILE", help="config file (steady-ranges is used)")
     add_plugin_flags(p)
@@ -59,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "markdown":
         text = render_markdown(result, args.top)
     else:
-        text = render_table(result, args.top)
+        text = render_table(result, args.top, terminal_width() or FILE_WIDTH)
     if args.format != "json":
         text = terminal_safe(text)  # names from the files must not drive the terminal (json escapes itself)
     sys.stdout.write(text)
@@ -82,64 +87,72 @@ def _pct(value: float | None) -> str:
 
 def _gate_line(result: DiffResult) -> str:
     status = "FAIL" if result.regressed else "pass"
-    return (f"gate: {status}: GPU time per step {_pct(result.gpu_change_pct)} "
-            f"({_ns(result.base['gpu_time_per_step_ns'])} -> {_ns(result.new['gpu_time_per_step_ns'])}), "
-            f"gate {result.gate_pct:g} %")
+    return (f"gate: {status}: time per step {_pct(result.step_change_pct)} "
+            f"({_ns(result.base['step_time_ns'])} -> {_ns(result.new['step_time_ns'])}), gate {result.gate_pct:g} %")
+
+
+#: The per-step totals: the step (what the gate judges), then what explains it.
+TOTALS = (("step_time_ns", "time per step"), ("busy_per_step_ns", "GPU kernel time"),
+          ("idle_per_step_ns", "GPU idle (gaps)"), ("contention_per_step_ns", "other work on the GPU"),
+          ("gpu_time_per_step_ns", "kernel time, all streams"))
 
 
 def _totals(result: DiffResult) -> list[list[str]]:
     rows = []
-    for key, label in (("step_time_ns", "step time"), ("gpu_time_per_step_ns", "GPU time / step"),
-                       ("busy_per_step_ns", "GPU busy / step"), ("idle_per_step_ns", "GPU idle / step")):
+    for key, label in TOTALS:
         b, n = result.base[key], result.new[key]
+        if key == "contention_per_step_ns" and not (b or n):
+            continue
         rows.append([label, _ns(b), _ns(n), _ns(n - b, signed=True), _pct(100.0 * (n - b) / b if b else None)])
+    rows.append(["steps", str(result.base["steps"]), str(result.new["steps"]),
+                 f"{result.new['steps'] - result.base['steps']:+d}", ""])
     return rows
 
 
-def _t(text: object) -> str:
-    return terminal_safe(str(text), newlines=False)
+def _side(label: str, side: dict[str, object]) -> str:
+    return f"{label} {one_line(side['path'])}: {one_line(side['window'])}"
 
 
-def render_table(result: DiffResult, top: int = 10) -> str:
-    """Plain-text report; every name from the traces shown as one visible line."""
-    b, n = result.base, result.new
-    out = [f"BASE {_t(b['path'])}: {_t(b['window'])} ({b['steps']} steps)",
-           f"NEW  {_t(n['path'])}: {_t(n['window'])} ({n['steps']} steps)", ""]
+def render_table(result: DiffResult, top: int = 10, width: int = FILE_WIDTH) -> str:
+    """Plain-text report, ``width`` columns wide (kernel names are cut to fit)."""
+    name_w = max(20, min(70, width - 62))
+    out = fit([_side("BASE", result.base), _side("NEW ", result.new)], width) + [""]
     out.append(tabulate(_totals(result), headers=["per step", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
-    out += ["", "by kernel class:"]
-    out.append(tabulate([[_t(c.name), _ns(c.base_ns), _ns(c.new_ns), _ns(c.delta_ns, True), _pct(c.pct)]
-                         for c in result.classes], headers=["class", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
+    out += ["", "the step by part (mean per step):"]
+    out.append(tabulate([[shorten(c.kernel_class, name_w), _ns(c.base_ns), _ns(c.new_ns), _ns(c.delta_ns, True),
+                          _pct(c.pct)] for c in result.parts if c.base_ns or c.new_ns],
+                        headers=["part", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
+    out += ["", "GPU time by kernel class:"]
+    out.append(tabulate([[one_line(c.name), _ns(c.base_ns), _ns(c.new_ns), _ns(c.delta_ns, True), _pct(c.pct)]
+                         for c in result.classes], headers=["class", "BASE", "NEW", "delta", "change"],
+                        tablefmt="simple"))
     out += ["", f"biggest movers (top {top}):"]
-    out.append(tabulate([[_t(c.name)[:70], _t(c.kernel_class), _ns(c.base_ns), _ns(c.new_ns), _ns(c.delta_ns, True),
-                          _pct(c.pct)]
-                         for c in result.movers[:top]],
+    out.append(tabulate([[shorten(one_line(c.name), name_w), one_line(c.kernel_class), _ns(c.base_ns), _ns(c.new_ns),
+                          _ns(c.delta_ns, True), _pct(c.pct)] for c in result.movers[:top]],
                         headers=["kernel", "class", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
-    out += ["", f"verdict: {_t(result.verdict['text'])}", _gate_line(result)]
-    out += [f"note: {_t(note)}" for note in result.notes]
+    out += [""] + fit([f"verdict: {result.verdict['text']}", _gate_line(result)]
+                      + [f"note: {one_line(note)}" for note in result.notes], width)
     return "\n".join(out) + "\n"
-
-
-def _md(text: object, code: bool = False) -> str:
-    """A table cell or line of text from the traces, made safe for GitHub (pipes escaped for tables)."""
-    return (markdown_code(str(text)) if code else markdown_safe(str(text))).replace("|", "\\|")
 
 
 def render_markdown(result: DiffResult, top: int = 10) -> str:
     """PR-comment Markdown."""
     icon = "❌" if result.regressed else "✅"
     b, n = result.base, result.new
-    out = [f"## nsys-rules diff {icon} GPU time per step {_pct(result.gpu_change_pct)} (gate {result.gate_pct:g} %)", "",
-           f"**Verdict:** {_md(result.verdict['text'])}", "",
-           f"BASE {_md(b['path'], code=True)} ({b['steps']} steps) → NEW {_md(n['path'], code=True)} ({n['steps']} steps)",
-           "",
-           "| per step | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
+    out = [f"## nsys-rules diff {icon} time per step {_pct(result.step_change_pct)} (gate {result.gate_pct:g} %)",
+           "", f"**Verdict:** {cell(result.verdict['text'], 1000)}", "",
+           f"BASE {code_cell(b['path'], 300)} ({b['steps']} steps) → NEW {code_cell(n['path'], 300)} ({n['steps']} steps)",
+           "", "| per step | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
     out += [f"| {' | '.join(r)} |" for r in _totals(result)]
-    out += ["", "| class | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
-    out += [f"| {_md(c.name)} | {_ns(c.base_ns)} | {_ns(c.new_ns)} | {_ns(c.delta_ns, True)} | {_pct(c.pct)} |"
+    out += ["", "| part of the step | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
+    out += [f"| {cell(c.kernel_class)} | {_ns(c.base_ns)} | {_ns(c.new_ns)} | {_ns(c.delta_ns, True)} | {_pct(c.pct)} |"
+            for c in result.parts if c.base_ns or c.new_ns]
+    out += ["", "| kernel class | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
+    out += [f"| {cell(c.name)} | {_ns(c.base_ns)} | {_ns(c.new_ns)} | {_ns(c.delta_ns, True)} | {_pct(c.pct)} |"
             for c in result.classes]
     out += ["", "**Biggest movers**", "", "| kernel | class | BASE | NEW | delta | change |",
             "|---|---|---:|---:|---:|---:|"]
-    out += [f"| {_md(c.name[:70], code=True)} | {_md(c.kernel_class)} | {_ns(c.base_ns)} | {_ns(c.new_ns)} | "
+    out += [f"| {code_cell(c.name, 70)} | {cell(c.kernel_class)} | {_ns(c.base_ns)} | {_ns(c.new_ns)} | "
             f"{_ns(c.delta_ns, True)} | {_pct(c.pct)} |" for c in result.movers[:top]]
-    out += [""] + [f"> note: {_md(note)}" for note in result.notes]
+    out += [""] + [f"> note: {cell(note, 1000)}" for note in result.notes]
     return "\n".join(out).rstrip() + "\n"

@@ -14,6 +14,8 @@ from typing import Any, Iterable
 from .. import __version__
 from ..engine import Report, TraceResult
 from ..findings import Finding, Metric, rank_key
+from .layout import NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, ms, savings_note, savings_share, \
+    savings_text
 from ..textsafe import NAME_CHARS as LONG_NAME
 from ..textsafe import clip, html_safe
 from .table import human_ns
@@ -95,21 +97,30 @@ format_html.needs_profile = True  # type: ignore[attr-defined]
 
 def _trace_section(result: TraceResult, report: Report, many: bool) -> str:
     info, p = result.info, result.profile
-    gpus = ", ".join(g["name"] for g in info.get("gpus", [])) or "GPU unknown"
     out = [f"<h2 class='trace'>{html_safe(info['path'])}</h2>",
-           f"<p class='sub'>nsys {html_safe(str(info.get('nsys_version') or '?'))} · {html_safe(gpus)}"
+           f"<p class='sub'>nsys {html_safe(str(info.get('nsys_version') or '?'))} · {html_safe(gpu_names(info))}"
            + (f" · steady state: {html_safe(p['window'])}" if p else "") + "</p>"]
     # What the loader dropped or patched: the numbers cover less than the file.
     out += [f"<p class='sub'>⚠ damaged export: {html_safe(note)}</p>" for note in info.get("damage", [])]
-    findings = sorted(result.findings, key=rank_key)
+    if not result.has_cuda:
+        return "".join(out) + f"<section><p class='empty'>{html_safe(NO_CUDA)}</p></section>"
+    out.append(_budget_section(info))
+    ranked = answer(report).only(result.findings)
+    findings = [e.finding for e in ranked.entries]
     out.append(_cards(result, p, findings))
     out.append("<section><h2>What to optimize next</h2>")
-    if findings:
+    if ranked.entries:
         top = max((f.estimated_savings_ns or 0) for f in findings) or 1
-        out += [_finding(i, f, top) for i, f in enumerate(findings, 1)]
+        out += [_finding(e.number, e.finding, top, e) for e in ranked.entries]
     else:
         out.append("<p class='empty'>No findings: nothing the rules flag in this trace.</p>")
-    if result.skipped:
+    if ranked.minor_line():
+        out.append(f"<p class='sub'>{html_safe(ranked.minor_line() or '')}</p>")
+    if result.skipped and not report.verbose:
+        names = ", ".join(dict.fromkeys(str(x["rule"]) for x in result.skipped))
+        out.append(f"<p class='sub'>{len(result.skipped)} rule(s) had nothing to judge ({html_safe(names)}); "
+                   "<code>check -v</code> lists why.</p>")
+    elif result.skipped:
         out.append(f"<details><summary>{len(result.skipped)} rule(s) skipped</summary><ul>" + "".join(
             f"<li><span class='rule'>{html_safe(x['rule'])}</span> {html_safe(x['reason'])}"
             + (f" — fix: {html_safe(x['fix'])}" if x.get("fix") else "") + "</li>" for x in result.skipped)
@@ -143,6 +154,40 @@ def _cards(result: TraceResult, p: dict[str, Any] | None, findings: list[Finding
     if best is not None and best.estimated_savings_ns:
         cards.append(_card("Top saving", human_ns(best.estimated_savings_ns), best.rule))
     return "<div class='cards'>" + "".join(cards) + "</div>"
+
+
+#: Colours of the budget's idle parts (busy parts take their kernel class's colour).
+IDLE_COLORS = {"launch_wait": "#ef4444", "after_sync": "#f97316", "allocation": "#eab308", "module_loading": "#a16207",
+               "graph_internal": "#fda4af", "idle_other": "#fca5a5", "contention": "#94a3b8",
+               "graph_replay": CLASS_COLORS["cuda-graph"], "copy": CLASS_COLORS["memcpy"]}
+
+
+def _budget_section(info: dict[str, Any]) -> str:
+    """The step budget first: the median step drawn as one bar of its parts, then the parts as a table."""
+    view = budget_view(info)
+    if view is None:
+        reason = info.get("budget_reason")
+        return (f"<section><h2>Step budget</h2><p class='empty'>No step budget: {html_safe(str(reason))}</p></section>"
+                if reason else "")
+    width, height, x = 1080, 30, 0.0
+    rects, rows = [], []
+    for row in view.rows:
+        color = IDLE_COLORS.get(row.name) or CLASS_COLORS.get(row.name, "#cbd5e1")
+        if not row.depth:
+            w = width * row.share
+            rects.append(f"<rect x='{x:.2f}' y='0' width='{max(w, 0.5):.2f}' height='{height}' fill='{color}'>"
+                         f"<title>{html_safe(row.label)}: {ms(row.median_ns)} ({100 * row.share:.1f} %)</title></rect>")
+            x += w
+        swatch = "" if row.depth else (f"<i style='display:inline-block;width:9px;height:9px;border-radius:2px;"
+                                        f"background:{color};margin-right:6px'></i>")
+        label = ("&nbsp;&nbsp;↳ " if row.depth else "") + html_safe(row.label)
+        rows.append(f"<tr><td>{swatch}{label}</td><td class='n'>{ms(row.median_ns)}</td>"
+                    f"<td class='n'>{100 * row.share:.1f} %</td><td class='n'>{ms(row.mean_ns)}</td></tr>")
+    svg = (f"<svg viewBox='0 0 {width} {height}' width='100%' role='img' aria-label='the median step by part' "
+           f"style='border-radius:8px;overflow:hidden'>{''.join(rects)}</svg>")
+    return (f"<section><h2>Step budget</h2><p class='sub'>{html_safe(view.headline())}; the median step "
+            f"({ms(view.median_step_ns)}) by part:</p>{svg}<table><tr><th>part</th><th class='n'>median step</th>"
+            f"<th class='n'>share</th><th class='n'>mean/step</th></tr>{''.join(rows)}</table></section>")
 
 
 def _card(key: str, value: str, sub: str) -> str:
@@ -187,12 +232,13 @@ def _job_section(report: Report) -> str:
     return "<section>" + "".join(out) + "</section>"
 
 
-def _finding(i: int, f: Finding, top_savings: int) -> str:
+def _finding(i: int, f: Finding, top_savings: int, entry: Entry | None = None) -> str:
     color = SEVERITY_COLORS.get(f.severity.value, "#64748b")
     save = ""
     if f.estimated_savings_ns:
         width = max(2.0, 100.0 * f.estimated_savings_ns / top_savings)
-        save = (f"<span class='save'>saves ≈ {html_safe(human_ns(f.estimated_savings_ns))}</span>"
+        share = savings_share(entry) if entry is not None else ""
+        save = (f"<span class='save'>saves ≈ {html_safe(savings_text(f))}{html_safe(f', {share}' if share else '')}</span>"
                 f"<div class='bar' style='width:160px' title='estimated savings'><span style='width:{width:.1f}%;"
                 f"background:{color}'></span></div>")
     loc = f.location
@@ -209,6 +255,8 @@ def _finding(i: int, f: Finding, top_savings: int) -> str:
             f"<span class='badge'>{html_safe(f.severity.value)}</span><span class='rule'>{html_safe(f.rule)}</span>"
             f"<span class='title'>{html_safe(f.title)}</span>{save}</div>"
             f"<div class='msg'>{html_safe(f.message)}</div>"
+            + (f"<div class='where'>savings: {html_safe(savings_note(f) or '')}</div>" if savings_note(f) else "")
+            + "".join(f"<div class='where'>{html_safe(explains_line(s))}</div>" for s in (entry.explains if entry else ()))
             + (f"<div class='where'>{html_safe(' · '.join(where))}</div>" if where else "")
             + (f"<details><summary>evidence ({len(f.metrics)} numbers)</summary><table class='ev'>{evidence}</table>"
                "</details>" if evidence else "")

@@ -1,9 +1,10 @@
 """Markdown for pull-request comments and GitHub job summaries.
 
-A headline with the counts, per trace one line on the steady state (step time, GPU busy and
-idle), the findings ranked by estimated savings (the "what to optimize next" list), and a
-small table of where GPU time goes per step. Every number comes from the report (findings
-and the engine's profile); nothing is computed here.
+A headline with the counts; per trace its steady state and step budget (the median step's time
+by part, see :mod:`.layout`); the findings ranked (errors, then warnings by savings, then infos:
+the "what to optimize next" list) with the symptoms each explains, the findings under the noise
+floor in one line; and a small table of where GPU time goes per step. Every number comes from
+the report (findings, the engine's budget and profile); nothing is computed here.
 
 GitHub renders the result, so every text from the trace goes through
 :func:`~nsys_rules.textsafe.markdown_safe` (messages: their code spans stay code, the rest is
@@ -18,7 +19,8 @@ from typing import Any
 from ..engine import Report, TraceResult
 from ..findings import Finding
 from ..textsafe import markdown_code, markdown_safe
-from .table import human_ns
+from .layout import NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, human_ns, ms, savings_note, \
+    savings_share, savings_text, shorten
 
 #: Findings listed in full; the rest are counted.
 TOP_FINDINGS = 10
@@ -29,17 +31,13 @@ _ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
 
 
 def cell(text: object, limit: int = 160) -> str:
-    """One table cell of message text: cut to ``limit`` characters, made safe, pipes escaped."""
-    value = " ".join(str(text).split())
-    value = value if len(value) <= limit else value[: limit - 1] + "…"
-    return markdown_safe(value).replace("|", "\\|")
+    """One table cell of message text: cut at a word to ``limit`` characters, made safe, pipes escaped."""
+    return markdown_safe(shorten(str(text), limit)).replace("|", "\\|")
 
 
 def code_cell(text: object, limit: int = 160) -> str:
     """A name as inline code in a table cell: cut to ``limit`` characters, pipes escaped."""
-    value = " ".join(str(text).split())
-    value = value if len(value) <= limit else value[: limit - 1] + "…"
-    return markdown_code(value).replace("|", "\\|")
+    return markdown_code(shorten(str(text), limit)).replace("|", "\\|")
 
 
 def format_markdown(report: Report) -> str:
@@ -48,22 +46,29 @@ def format_markdown(report: Report) -> str:
     lines = [f"## nsys-rules: {s['error']} error(s), {s['warning']} warning(s), {s['info']} info", ""]
     for result in report.results:
         lines += _trace_block(result)
-    findings = report.findings
-    if findings:
+    ranked = answer(report)
+    if ranked.entries:
         lines += ["### What to optimize next", "",
                   "| # | | rule | saves | finding | next optimization |", "|---:|---|---|---:|---|---|"]
-        for i, f in enumerate(findings[:TOP_FINDINGS], 1):
-            lines.append(_finding_row(i, f, len(report.results) > 1))
-        if len(findings) > TOP_FINDINGS:
+        for entry in ranked.entries[:TOP_FINDINGS]:
+            lines.append(_finding_row(entry, len(report.results) > 1))
+        if len(ranked.entries) > TOP_FINDINGS:
             lines.append("")
-            lines.append(f"…and {len(findings) - TOP_FINDINGS} more (see `--format json`).")
+            lines.append(f"…and {len(ranked.entries) - TOP_FINDINGS} more (see `--format json`).")
         lines.append("")
     else:
         lines += ["No findings.", ""]
+    minor = ranked.minor_line()
+    if minor:
+        lines += [cell(minor, 600), ""]
     for result in report.results:
         lines += _kernel_table(result, len(report.results) > 1)
-    skipped = report.all_skipped
-    if skipped:
+    skipped = [x for r in report.results if r.has_cuda or report.verbose for x in r.skipped]
+    skipped += report.job.skipped if report.job is not None else []
+    if skipped and not report.verbose:
+        names = ", ".join(code_cell(name) for name in dict.fromkeys(str(x["rule"]) for x in skipped))
+        lines += [f"{len(skipped)} rule run(s) had nothing to judge ({names}); `check -v` lists why.", ""]
+    elif skipped:
         lines += [f"<details><summary>{len(skipped)} rule(s) skipped</summary>", ""]
         lines += [f"- {code_cell(x['rule'])}: {cell(x['reason'], 300)}"
                   + (f" (fix: {cell(x['fix'], 300)})" if x.get("fix") else "") for x in skipped]
@@ -79,33 +84,47 @@ format_markdown.needs_profile = True  # type: ignore[attr-defined]
 
 def _trace_block(result: TraceResult) -> list[str]:
     info = result.info
-    gpus = ", ".join(g["name"] for g in info.get("gpus", [])) or "GPU unknown"
-    head = f"**{code_cell(info['path'], 300)}** · nsys {cell(info.get('nsys_version') or '?')} · {cell(gpus)}"
-    out = [head]
-    p = result.profile
-    if p:
-        steps = f"{p['steps']} × {code_cell(p['step_range'], 80)}" if p.get("steps") else "no step range"
-        step = p["step_time_ns"]
-        busy = p["busy_per_step_ns"]
-        share = f" ({100.0 * busy / step:.0f} %)" if step else ""
-        out.append(f"steady state: {cell(p['window'])} ({steps}) · per step: wall {human_ns(step)}, "
-                   f"GPU busy {human_ns(busy)}{share}, idle {human_ns(p['idle_per_step_ns'])}")
-    else:
-        steady = info.get("window", {}).get("steady", {}).get("source")
-        if steady:
-            out.append(f"steady state: {cell(steady)}")
+    head = f"**{code_cell(info['path'], 300)}** · nsys {cell(info.get('nsys_version') or '?')} · {cell(gpu_names(info))}"
+    out = [head, ""]
     # What the loader dropped or patched: the numbers cover less than the file.
     out.extend(f"⚠ damaged export: {cell(note)}" for note in info.get("damage", []))
+    if not result.has_cuda:
+        return out + [cell(NO_CUDA, 400), ""]
+    steady = info.get("window", {}).get("steady", {}).get("source")
+    if steady:
+        out += [f"steady state: {cell(steady)}", ""]
+    return out + _budget_table(info)
+
+
+def _budget_table(info: dict[str, Any]) -> list[str]:
+    """The step budget: the headline, then the median step's parts (the launch wait split in two)."""
+    view = budget_view(info)
+    if view is None:
+        reason = info.get("budget_reason")
+        return [f"step budget: none ({cell(reason, 300)})", ""] if reason else []
+    out = [f"**Step time** {view.headline()}", "",
+           "| the median step by part | median step | share | mean/step |", "|---|---:|---:|---:|"]
+    for row in view.rows:
+        label = ("↳ " if row.depth else "") + cell(row.label, 80)
+        out.append(f"| {label} | {ms(row.median_ns)} | {100 * row.share:.1f} % | {ms(row.mean_ns)} |")
     return out + [""]
 
 
-def _finding_row(i: int, f: Finding, many: bool) -> str:
+def _finding_row(entry: Entry, many: bool) -> str:
+    f = entry.finding
     where = _where(f)
     text = cell(f.message, 400) + (f" — {code_cell(where, 80)}" if where else "")
     if many and f.location.trace:
         text += f" ({cell(f.location.trace.rsplit('/', 1)[-1])})"
-    return (f"| {i} | {_ICON.get(f.severity.value, '')} {f.severity.value} | {code_cell(f.rule)} | "
-            f"{human_ns(f.estimated_savings_ns) or '–'} | {text} | {cell(f.recommendation, 300)} |")
+    note = savings_note(f)
+    if note:
+        text += f"<br>savings: {cell(note, 200)}"
+    text += "".join(f"<br>{cell(explains_line(s, 120), 160)}" for s in entry.explains)
+    saves = savings_text(f)
+    share = savings_share(entry)
+    saves = (saves + (f"<br>{share}" if share else "")) if saves else "–"
+    return (f"| {entry.number} | {_ICON.get(f.severity.value, '')} {f.severity.value} | {code_cell(f.rule)} | "
+            f"{saves} | {text} | {cell(f.recommendation, 300)} |")
 
 
 def _where(f: Finding) -> str:

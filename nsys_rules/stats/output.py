@@ -12,6 +12,31 @@ from .common import StatsResult
 
 FORMATS = ("table", "csv", "json")
 
+#: ``--timeunit`` names nsys accepts, and the unit's suffix and size in ns.
+TIME_UNITS = {"nsec": ("ns", 1), "nanoseconds": ("ns", 1), "usec": ("us", 1_000), "microseconds": ("us", 1_000),
+              "msec": ("ms", 1_000_000), "milliseconds": ("ms", 1_000_000), "sec": ("s", 1_000_000_000),
+              "seconds": ("s", 1_000_000_000)}
+#: File name extension of each format for ``-o``.
+EXTENSIONS = {"table": "txt", "csv": "csv", "json": "json"}
+
+
+def in_time_unit(result: StatsResult, unit: str) -> StatsResult:
+    """The report with its ``(ns)`` columns in ``unit`` (renamed ``(us)``, ``(ms)``, ``(s)``); ns stays as is.
+
+    Values are divided, not rounded again: a microsecond column keeps the nanoseconds as its
+    three decimals.
+    """
+    suffix, scale = TIME_UNITS[unit]
+    if scale == 1:
+        return result
+    renamed = {c: c.replace("(ns)", f"({suffix})") for c in result.columns if c.endswith("(ns)")}
+
+    def convert(value: Any) -> Any:
+        return value / scale if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+    rows = [{renamed.get(c, c): (convert(v) if c in renamed else v) for c, v in row.items()} for row in result.rows]
+    return StatsResult([renamed.get(c, c) for c in result.columns], rows, result.reason, result.text_columns)
+
 #: nsys shortens long names in its table (not in csv/json) to this many characters, ending in "…".
 TABLE_NAME_WIDTH = 100
 
@@ -44,7 +69,8 @@ def _cell(value: Any, column: str) -> str:
     if isinstance(value, int):
         return f"{value:,}" if _grouped(column) else str(value)
     if isinstance(value, float):
-        digits = 3 if "(MB)" in column else 1
+        # One decimal as nsys prints ns; MB to the byte; a larger time unit to the nanosecond.
+        digits = 3 if "(MB)" in column else {"(us)": 3, "(ms)": 6, "(s)": 9}.get(column[column.rfind("("):], 1)
         return f"{value:,.{digits}f}"
     text = terminal_safe(str(value), newlines=False)  # a name holding a newline must not start a fake row
     return text if len(text) <= TABLE_NAME_WIDTH else text[:TABLE_NAME_WIDTH - 1] + "…"

@@ -1,7 +1,7 @@
 """The example plugin (plugins/nsys-rules-nvtx-coverage) seen from the core's CLI.
 
-CI installs the plugin next to the core; a fresh clone that only installed the core skips
-these tests with the reason.
+The README's test setup installs the plugin next to the core (so does CI); a checkout that only
+installed the core skips these tests with the reason.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ except metadata.PackageNotFoundError:
     INSTALLED = False
 
 pytestmark = pytest.mark.skipif(not INSTALLED, reason=f"{DIST} is not installed "
-                                "(`pip install -e plugins/nsys-rules-nvtx-coverage`; .ci/run does)")
+                                "(`pip install -e plugins/nsys-rules-nvtx-coverage`; the README's test setup does)")
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 
 import pytest
 
+from nsys_rules.cli import main
 from nsys_rules.testing import TraceBuilder
 from tests.unit._stats_helpers import add_nvtx_rows, run_stats
 
@@ -131,3 +133,69 @@ def test_filter_nvtx_domain_by_name(capsys, tmp_path):
     assert sorted(r["Name"] for r in rows) == ["in_default_init", "in_nccl_init"]
     code, _, err = run_stats(capsys, path, "cuda_gpu_kern_sum", "--filter-nvtx", "init@NOPE")
     assert code == 2 and "domain 'NOPE'" in err
+
+
+# -- nsys stats habits: -r lists, the default set, --timeunit, -o ---------------------------------
+def _main(capsys, *args):
+    code = main(["stats", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_reports_repeated_or_comma_separated_print_one_section_each(capsys, worker_trace):
+    code, text, _ = _main(capsys, "-r", "cuda_gpu_kern_sum,cuda_api_sum", "-r", "nvtx_sum", worker_trace)
+    assert code == 0
+    heads = [line for line in text.splitlines() if line.startswith(" ** ")]
+    assert heads == [" ** CUDA GPU Kernel Summary (cuda_gpu_kern_sum):", " ** CUDA API Summary (cuda_api_sum):",
+                     " ** NVTX Range Summary (nvtx_sum):"]
+    kern = text[text.index("(cuda_gpu_kern_sum)"):text.index("(cuda_api_sum)")]
+    assert "11,000" in kern and "gemv" in kern  # gemv: 3 runs of 1 + 3 + 7 us
+    # One report alone keeps nsys's bare output (the array for json), no heading.
+    code, one, _ = _main(capsys, "-r", "cuda_gpu_kern_sum", "-f", "json", worker_trace)
+    assert json.loads(one)[0]["Name"] == "gemv"
+
+
+def test_no_report_runs_the_nsys_default_set(capsys, worker_trace):
+    code, text, err = _main(capsys, worker_trace)
+    assert code == 0
+    heads = [line.split("(")[-1].rstrip("):") for line in text.splitlines() if line.startswith(" ** ")]
+    # No copies in this trace: both memory reports are empty (said on stderr, as nsys skips them).
+    assert heads == ["nvtx_sum", "cuda_api_sum", "cuda_gpu_kern_sum"]
+    assert "cuda_gpu_mem_time_sum: no data" in err and "cuda_gpu_mem_size_sum: no data" in err
+
+
+def test_timeunit_converts_the_time_columns(capsys, worker_trace):
+    _, ns, _ = _main(capsys, "-r", "cuda_gpu_kern_sum", "-f", "json", worker_trace)
+    _, us, _ = _main(capsys, "-r", "cuda_gpu_kern_sum", "-f", "json", "--timeunit", "usec", worker_trace)
+    _, ms, _ = _main(capsys, "-r", "cuda_gpu_kern_sum", "-f", "json", "--timeunit", "msec", worker_trace)
+    gemv_ns, gemv_us, gemv_ms = (next(r for r in json.loads(t) if r["Name"] == "gemv") for t in (ns, us, ms))
+    assert gemv_ns["Total Time (ns)"] == 11_000 and gemv_us["Total Time (us)"] == 11.0
+    assert gemv_ms["Med (ms)"] == 0.003 and gemv_ms["Time (%)"] == gemv_ns["Time (%)"]
+    assert "Avg (ns)" not in gemv_us
+    _, table, _ = _main(capsys, "-r", "cuda_gpu_kern_sum", "--timeunit", "usec", worker_trace)
+    assert "Total Time (us)" in table and "11.000" in table
+
+
+def test_output_files_one_per_report_never_over_an_input(capsys, worker_trace, tmp_path):
+    base = tmp_path / "out"
+    code, text, err = _main(capsys, "-r", "cuda_gpu_kern_sum,cuda_api_sum", "-f", "csv", "-o", base, worker_trace)
+    assert code == 0 and text == ""
+    kern = (tmp_path / "out_cuda_gpu_kern_sum.csv").read_text()
+    assert kern.startswith("Time (%),Total Time (ns),Instances,")
+    assert (tmp_path / "out_cuda_api_sum.csv").read_text().splitlines()[1].endswith(",cudaLaunchKernel")
+    # nsys's rule: an existing file is replaced only when asked.
+    code, _, err = _main(capsys, "-r", "cuda_gpu_kern_sum", "-f", "csv", "-o", base, worker_trace)
+    assert code == 2 and "exists; use --force-overwrite true" in err
+    code, _, _ = _main(capsys, "-r", "cuda_gpu_kern_sum", "-f", "csv", "-o", base, "--force-overwrite", "true", worker_trace)
+    assert code == 0
+    # '.' names the files after the trace, beside it.
+    code, _, _ = _main(capsys, "-r", "nvtx_sum", "-f", "json", "-o", ".", worker_trace)
+    assert json.loads((worker_trace.parent / "worker_nvtx_sum.json").read_text())[0]["Range"] == ":serve"
+    # A report file that would be the trace itself is refused before anything is read or written.
+    trace = tmp_path / "t_cuda_gpu_kern_sum.json"
+    trace.write_bytes(worker_trace.read_bytes())
+    before = trace.read_bytes()
+    code, _, err = _main(capsys, "-r", "cuda_gpu_kern_sum", "-f", "json", "-o", tmp_path / "t", "--force-overwrite",
+                         "true", trace)
+    assert code == 2 and "is an input" in err and err.count("\n") == 1
+    assert trace.read_bytes() == before

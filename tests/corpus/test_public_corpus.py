@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from nsys_rules import cli
+from nsys_rules.engine import CUDA_TABLES
+from nsys_rules.inputs import open_trace
 from tests.conftest import CORPUS, validate_report
 
 PEAK_RSS_LIMIT = 350 * 2**20
@@ -72,6 +74,16 @@ def test_check_json_is_clean(path, capsys):
     code = cli.main(["check", "--format", "json", str(path)])
     out, err = capsys.readouterr()
     assert "Traceback" not in err and "internal error" not in err, err
+    if code == 3:
+        # A capture without any CUDA activity has nothing to judge: exit 3 and one stderr line, as the
+        # trace's own tables confirm.
+        assert out == "" and err.count("\n") == 1 and "no CUDA activity" in err, err
+        trace = open_trace(path)
+        try:
+            assert not any(trace.row_count(t) for t in CUDA_TABLES if trace.has(t))
+        finally:
+            trace.close()
+        return
     assert code in (0, 1), f"{path.name}: exit {code}: {err.strip()[:500]}"
     report = validate_report(out)
     assert report["summary"]["exit_code"] == code

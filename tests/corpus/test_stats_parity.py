@@ -101,3 +101,21 @@ def test_csv_is_byte_identical_to_nsys(corpus, report):
         code = main(["stats", "--report", report, "--format", "csv", str(corpus / f"{stem}.sqlite")])
     assert code == 0
     assert out.getvalue() == expected
+
+
+@pytest.mark.parametrize("args", [[], ["-r", "cuda_gpu_kern_sum,cuda_api_sum"], ["-r", "cuda_kern_exec_sum",
+                                                                              "--report", "nvtx_sum"]])
+def test_nsys_habits_give_nsys_numbers(h200, tmp_path, args):
+    """`stats TRACE` (nsys's default set) and `-r` lists, written with `-o`, each file equal to NVIDIA's output."""
+    tool = _parity_tool()
+    path = h200 / "decode_eager.sqlite"
+    code = main(["stats", *args, "-f", "json", "-o", str(tmp_path / "out"), str(path)])
+    assert code == 0
+    written = sorted(p.name for p in tmp_path.iterdir())
+    reports = [r for a in args[1::2] for r in a.split(",")] or ["nvtx_sum", "cuda_api_sum", "cuda_gpu_kern_sum",
+                                                                 "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum"]
+    assert written == sorted(f"out_{r}.json" for r in reports)
+    for report in reports:
+        text = (h200 / "ref" / f"decode_eager_{report}.json").read_text().strip()
+        mine = json.loads((tmp_path / f"out_{report}.json").read_text())
+        assert tool.compare(report, mine, json.loads(text) if text else []) == [], report

@@ -76,11 +76,11 @@ def test_gap_under_profiler_overhead_is_dropped_but_not_under_dlopen(tmp_path):
     b = TraceBuilder()
     end = busy_steps(b, 2, gap=1_000_000)
     gap_start = end - 1_000_000 - 900_000 - 1_000_000
-    b.overhead(gap_start + 10, gap_start + 20, "CUPTI Buffer flush")
+    b.overhead("CUPTI Buffer flush", gap_start + 10, 10)
     assert run_rule("gpu-idle-gaps", b.write(tmp_path / "t.sqlite")) == []
     b2 = TraceBuilder()
     busy_steps(b2, 2, gap=1_000_000)
-    b2.overhead(gap_start + 10, gap_start + 20, "dlopen(libcudnn.so.9)")
+    b2.overhead("dlopen(libcudnn.so.9)", gap_start + 10, 10)
     assert len(run_rule("gpu-idle-gaps", b2.write(tmp_path / "u.sqlite"))) == 1
 
 

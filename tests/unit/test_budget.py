@@ -109,6 +109,9 @@ def test_launch_wait_splits_api_and_host_time(tmp_path):
     # the kernel took to start after the call returned... measured exactly:
     assert wait.detail["launch_api_ns"] + wait.detail["host_ns"] == wait.ns
     assert wait.detail["host_ns"] > wait.detail["launch_api_ns"] > 0
+    # The median step's split adds up to the median step's wait (what the reports show).
+    assert wait.detail["median_step_launch_api_ns"] + wait.detail["median_step_host_ns"] == wait.median_step_ns
+    assert wait.detail["median_step_host_ns"] > wait.detail["median_step_launch_api_ns"] > 0
     assert_adds_up(budget)
 
 

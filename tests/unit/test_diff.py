@@ -1,12 +1,14 @@
-"""``diff``: per-step comparison, verdict on direction, the regression gate."""
+"""``diff``: the gate on time per step, the verdict (kernels, gaps, step count), refusals without steps."""
 
 from __future__ import annotations
 
 import pytest
 
 from nsys_rules.diff import compare, side_summary
+from nsys_rules.errors import UsageError
 from nsys_rules.inputs import open_trace
-from tests.unit.test_overview import GEMV, stepped_trace
+from nsys_rules.testing import TraceBuilder
+from tests.unit.test_overview import GEMV, NORM, stepped_trace
 
 
 def side(path):
@@ -20,10 +22,43 @@ def side(path):
 def test_same_trace_passes_with_no_change(tmp_path):
     s = side(stepped_trace(tmp_path / "a.sqlite"))
     result = compare(s, s)
-    assert result.gpu_change_pct == 0
+    assert result.step_change_pct == 0 and result.gpu_change_pct == 0
     assert not result.regressed
-    assert result.verdict["kind"] == "none"
+    assert result.verdict["kind"] == "none" and result.verdict["changed"] == []
     assert result.movers == []
+
+
+def program(path, *, scale: float = 1.0, steps: int = 12):
+    """A decode-like loop: per step 3 kernels with launch gaps between them; ``scale`` stretches it all."""
+    b = TraceBuilder()
+    t = 1_000_000
+    for _ in range(steps):
+        start = t
+        for name, dur in ((GEMV, 100_000), (NORM, 10_000), ("silu_kernel", 20_000)):
+            t += int(15_000 * scale)
+            b.kernel(name, t, int(dur * scale))
+            t += int(dur * scale)
+        t += int(30_000 * scale)
+        b.nvtx("step", start, t)
+    return b.write(path)
+
+
+def test_a_20_percent_slower_run_of_the_same_program_fails_the_gate(tmp_path):
+    base, new = side(program(tmp_path / "a.sqlite")), side(program(tmp_path / "b.sqlite", scale=1.2))
+    result = compare(base, new)
+    # A step (first kernel to the next step's first): 3 launch gaps of 15 us, 130 us of kernels, 30 us of host
+    # work; everything 1.2x longer in NEW: the step too.
+    assert (result.base["step_time_ns"], result.new["step_time_ns"]) == (205_000, 246_000)
+    assert result.step_change_pct == pytest.approx(20.0)
+    assert result.regressed
+    assert result.verdict["kind"] == "kernel-time"  # 26 us more of kernels, 15 us more of gaps per step
+    assert result.verdict["changed"] == ["kernels", "gaps"]
+    assert (result.verdict["gpu_delta_per_step_ns"], result.verdict["idle_delta_per_step_ns"]) == (26_000, 15_000)
+    assert "step time +20.0 % (205 us -> 246 us per step): GPU kernel time per step grew by 26 us" \
+        in result.verdict["text"]
+    # Faster passes whatever the gate; a gate above the change lets it pass.
+    assert not compare(new, base, gate_pct=0).regressed
+    assert not compare(base, new, gate_pct=25).regressed
 
 
 def test_slower_kernels_fail_the_gate_and_blame_kernel_time(tmp_path):
@@ -31,38 +66,42 @@ def test_slower_kernels_fail_the_gate_and_blame_kernel_time(tmp_path):
     new = side(stepped_trace(tmp_path / "b.sqlite", gemv_ns=130_000, steps=9))
     result = compare(base, new, gate_pct=5)
     assert result.gpu_change_pct == pytest.approx(100 * 30_000 / 110_000)
+    assert result.step_change_pct == pytest.approx(100 * 30_000 / 195_000)
     assert result.regressed
     assert result.verdict["kind"] == "kernel-time"
+    assert result.verdict["changed"] == ["kernels", "step count"]
+    assert "the step count changed (6 -> 9 steps" in result.verdict["text"]
     top = result.movers[0]
     assert top.name == GEMV and top.delta_ns == pytest.approx(30_000) and top.pct == pytest.approx(30.0)
     gemv = next(c for c in result.classes if c.name == "gemv")
     assert gemv.base_ns == pytest.approx(100_000) and gemv.new_ns == pytest.approx(130_000)
-    # A generous gate lets the same change pass.
-    assert not compare(base, new, gate_pct=50).regressed
+    part = next(c for c in result.parts if c.name == "gemv")
+    assert part.kernel_class == "GEMV kernels" and part.delta_ns == pytest.approx(30_000)
 
 
-def test_longer_gaps_only_pass_the_gate_and_blame_the_host(tmp_path):
+def test_longer_gaps_fail_the_gate_and_blame_the_gaps(tmp_path):
+    # The user waits for the step: host gaps that grow are a regression even with the same kernels.
     base = side(stepped_trace(tmp_path / "a.sqlite", host_gap_ns=50_000))
     new = side(stepped_trace(tmp_path / "b.sqlite", host_gap_ns=400_000, gap_ns=60_000))
     result = compare(base, new)
     assert abs(result.gpu_change_pct) < 0.01
-    assert not result.regressed
-    assert result.verdict["kind"] == "gaps-only"
-    assert result.verdict["idle_delta_per_step_ns"] > 300_000
+    assert result.regressed
+    assert result.verdict["kind"] == "gaps" and result.verdict["changed"] == ["gaps"]
+    # Idle per step: 20 us launch gap + 5 + 50 us host + 10 us to the next GEMV (85 us), then 60 + 5 + 400 + 10.
+    assert result.verdict["idle_delta_per_step_ns"] == 475_000 - 85_000
+    assert result.step_change_pct == pytest.approx(100 * 390_000 / 195_000)
 
 
 def test_faster_kernels_never_fail(tmp_path):
     base = side(stepped_trace(tmp_path / "a.sqlite", gemv_ns=200_000))
     new = side(stepped_trace(tmp_path / "b.sqlite", gemv_ns=100_000))
     result = compare(base, new, gate_pct=0)
-    assert result.gpu_change_pct < -40
+    assert result.step_change_pct < -30
     assert not result.regressed
-    assert "faster" in result.verdict["text"]
+    assert "GPU kernel time per step shrank by 100 us" in result.verdict["text"]
 
 
 def test_new_kernel_appears_as_new(tmp_path):
-    from nsys_rules.testing import TraceBuilder
-
     base_path = stepped_trace(tmp_path / "a.sqlite")
     b = TraceBuilder()
     t = 1_000_000
@@ -76,3 +115,29 @@ def test_new_kernel_appears_as_new(tmp_path):
     assert extra.base_ns == 0 and extra.pct is None and extra.new_ns == pytest.approx(50_000)
     assert result.movers[0] == extra  # +50 us beats the removed 10 us RMSNorm
     assert result.to_json()["movers"][0]["change_pct"] is None
+
+
+def test_a_trace_without_steps_is_refused(tmp_path):
+    b = TraceBuilder()
+    b.kernel(GEMV, 1_000_000, 100_000)  # one kernel: no loop, no step
+    lone = side(b.write(tmp_path / "lone.sqlite"))
+    assert lone[0]["steps"] == 0 and lone[0]["reason"]
+    good = side(stepped_trace(tmp_path / "a.sqlite"))
+    with pytest.raises(UsageError, match=r"NEW .*lone\.sqlite has no steps to compare: no step model fits"):
+        compare(good, lone)
+    with pytest.raises(UsageError, match="BASE"):
+        compare(lone, good)
+
+
+def test_library_ranges_are_never_steps_to_compare(tmp_path):
+    # The only repeating ranges are NCCL's: they are not the program's steps, so there is nothing per step.
+    b = TraceBuilder()
+    t = 1_000_000
+    for _ in range(8):
+        b.nvtx("ncclAllReduce", t, t + 2_000)
+        b.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096>)", t + 5_000, 50_000)
+        t += 400_000
+    nccl = side(b.write(tmp_path / "nccl.sqlite"))
+    assert nccl[0]["steps"] == 0
+    with pytest.raises(UsageError, match="has no steps to compare"):
+        compare(nccl, nccl)

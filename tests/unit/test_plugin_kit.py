@@ -1,0 +1,129 @@
+"""The plugin author kit: a rule written from docs/plugins.md alone, tested the way its author would."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import re
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from nsys_rules.findings import Severity
+from nsys_rules.loaders.tables import TABLES
+from nsys_rules.plugins import build_registry
+from nsys_rules.testing import TraceBuilder, metric_values, only_finding, run_rule, run_rules
+from tests.conftest import ROOT
+
+DOC = ROOT / "docs" / "plugins.md"
+
+
+def doc_example() -> str:
+    """The first Python block of docs/plugins.md's "Writing a rule" section, as a reader copies it."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("## Writing a rule"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+_LOADED = itertools.count()
+
+
+def load_plugin(source: str, folder: Path) -> types.ModuleType:
+    """The source saved as the author's module and imported, as an installed plugin's module is."""
+    name = f"authors_plugin_{next(_LOADED)}"
+    path = folder / f"{name}.py"
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look the module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def dominated_trace(path):
+    b = TraceBuilder()
+    for i in range(4):  # one GEMM of 900 us and a 100 us norm, four times: the GEMM is 90 % of GPU time
+        b.kernel("gemm_kernel", start=i * 2_000_000, duration=900_000)
+        b.kernel("norm_kernel", start=i * 2_000_000 + 1_000_000, duration=100_000)
+    return b.write(path)
+
+
+def test_the_documented_rule_works_as_written(tmp_path):
+    plugin = load_plugin(doc_example(), tmp_path)
+    finding = only_finding(run_rule(plugin.BigKernels, dominated_trace(tmp_path / "t.sqlite")))
+    assert finding.rule == "big-kernels" and finding.severity is Severity.WARNING
+    assert metric_values(finding) == {"share": 0.9, "kernel_time": 3_600_000}
+    assert finding.estimated_savings_ns == 1_800_000
+    # The same class registered through the documented hook, as an installed plugin would be.
+    registry = build_registry(autoload=False, extra=(("authors-plugin", plugin),))
+    assert registry.errors == [] and registry.rules["big-kernels"] is plugin.BigKernels
+
+
+@pytest.mark.parametrize("mistake, expected", [
+    (('requires = ("kernels",)', 'requires = ("kernel",)'),
+     "rule big-kernels: unknown tables ['kernel'] (did you mean 'kernels'?)"),
+    (('"start", "end", "name")', '"start", "end", "nmae")'),
+     "rule big-kernels: unknown columns of kernels: ['nmae'] (did you mean 'name'?)"),
+    (('@dataclass(frozen=True)', '@dataclass'), "rule big-kernels: Options must be a frozen dataclass"),
+    (('name = "big-kernels"', 'name = "BigKernels"'), "rule BigKernels: name 'BigKernels' is not kebab-case"),
+])
+def test_a_mistake_fails_the_authors_test_with_the_users_message(tmp_path, mistake, expected):
+    old, new = mistake
+    source = doc_example()
+    assert old in source
+    plugin = load_plugin(source.replace(old, new, 1), tmp_path)
+    # What users get when the plugin is installed: the rule refused, the plugin named, exit 4.
+    registry = build_registry(autoload=False, extra=(("authors-plugin", plugin),))
+    (error,) = registry.errors
+    assert error["plugin"] == "authors-plugin" and error["error"].startswith(expected)
+    # What the author's own test gets: the same line, before any trace is read.
+    with pytest.raises(AssertionError) as failed:
+        run_rule(plugin.BigKernels, dominated_trace(tmp_path / "t.sqlite"))
+    assert str(failed.value) == f"the engine refuses this rule: {error['error']}"
+
+
+def test_an_unregistered_name_says_why(tmp_path):
+    with pytest.raises(AssertionError, match="no rule 'big-kernel' is registered"):
+        run_rule("big-kernel", dominated_trace(tmp_path / "t.sqlite"))
+
+
+def test_window_full_judges_what_the_steady_window_leaves_out(tmp_path):
+    # Four model-init kernels, then three kernels of a loop without step markers: the steady state is the
+    # loop (the init kernels never recur), so a steady rule sees 3 kernels, a full one all 7.
+    b = TraceBuilder()
+    for i in range(4):
+        b.kernel(f"init_kernel_{i}", start=i * 1_000_000, duration=500_000)
+    for i in range(24):
+        b.kernel("loop_kernel", start=10_000_000 + i * 1_000_000, duration=100_000)
+    path = b.write(tmp_path / "t.sqlite")
+    plugin = load_plugin(doc_example().replace('window = "full"', 'window = "steady"'), tmp_path)
+    steady = run_rules([plugin.BigKernels], path, options={"big-kernels": {"min_share": 0.0}})
+    full = run_rules([plugin.BigKernels], path, options={"big-kernels": {"min_share": 0.0}}, window="full")
+    (s,), (f,) = steady.findings, full.findings
+    assert metric_values(s)["share"] == 1.0  # only the loop
+    assert metric_values(f)["kernel_time"] == 2_400_000 and metric_values(f)["share"] == pytest.approx(2.4 / 4.4)
+
+
+def test_the_documented_columns_are_the_loaders_columns():
+    text = DOC.read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(\w+)` \| (`[a-z_]+`(?:, `[a-z_]+`)*) \|$", text, re.M))
+    assert {t: tuple(re.findall(r"`(\w+)`", cols)) for t, cols in rows.items()} == \
+        {name: table.column_names for name, table in TABLES.items()}
+
+
+def test_trace_builder_rows_take_name_start_duration(tmp_path):
+    b = TraceBuilder()
+    b.overhead("CUDA profiling data flush", 1_000, 500)
+    b.nvtx("step", 0, duration=2_000)
+    with pytest.raises(TypeError, match="the name comes first"):
+        b.overhead(1_000, 1_500, "dlopen")  # type: ignore[arg-type]  # the old (start, end, name) order
+    with pytest.raises(TypeError, match="end or duration"):
+        b.nvtx("step", 0, 10, duration=10)
+    import sqlite3
+
+    db = sqlite3.connect(b.write(tmp_path / "t.sqlite"))
+    assert db.execute("SELECT start, end FROM PROFILER_OVERHEAD").fetchall() == [(1_000, 1_500)]
+    assert db.execute("SELECT start, end FROM NVTX_EVENTS").fetchall() == [(0, 2_000)]

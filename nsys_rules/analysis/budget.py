@@ -130,8 +130,8 @@ class Budget:
         return sum(p.ns for p in self.parts if p.kind == "idle")
 
     def quantile(self, q: float) -> int:
-        """A quantile of the step time (nearest rank)."""
-        return int(np.quantile(self.step_ns, q, method="nearest")) if len(self.step_ns) else 0
+        """A quantile of the step time: a step's own time (the lower of two middles, so p50 is the median step's)."""
+        return int(np.quantile(self.step_ns, q, method="lower")) if len(self.step_ns) else 0
 
     def to_json(self) -> dict[str, Any]:
         """``traces[i].budget`` of the JSON envelope."""

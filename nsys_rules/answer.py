@@ -9,8 +9,8 @@ Rules estimate what fixing their finding would save and name the budget part it 
    first, so the savings of a trace add up to at most its steady-state time.
 3. Symptoms (GPU idle gaps, low utilization, queue delay) whose idle time a root-cause finding
    explains are folded into it (``folded_into``); start-up symptoms fold into capture-scope.
-4. Findings that are not errors and save less than the noise floor are marked ``minor``, and so are
-   timing findings whose savings were withheld: they wait for a re-capture.
+4. Findings that are not errors and save less than the noise floor are marked ``minor`` and shown
+   as info at most, and so are timing findings whose savings were withheld: they wait for a re-capture.
 """
 
 from __future__ import annotations
@@ -50,7 +50,12 @@ def finalize(findings: Iterable[Finding], budget: Budget | None, steady: tuple[i
     out = _cap(out, budget)
     out = _fold(out, steady)
     floor = noise_floor_pct / 100.0 * (budget.total_ns if budget is not None else judged_ns)
-    return [dataclasses.replace(f, minor=True) if _is_minor(f, floor) else f for f in out]
+    return [_as_minor(f) if _is_minor(f, floor) else f for f in out]
+
+
+def _as_minor(f: Finding) -> Finding:
+    """A finding under the noise floor: minor, and never above info (it must not fail a CI gate)."""
+    return dataclasses.replace(f, minor=True, severity=min(f.severity, Severity.INFO, key=lambda s: s.rank))
 
 
 def _withhold(findings: list[Finding]) -> list[Finding]:

@@ -13,6 +13,7 @@ NULLs and damage into notes). A format only supplies raw numpy columns (``_fetch
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
@@ -155,6 +156,14 @@ class ColumnarExport(ABC):
                 if len(out) >= limit:
                     break
         return out
+
+    def any_string_matches(self, pattern: re.Pattern[str]) -> bool:
+        """Whether any ``StringIds`` value matches ``pattern`` (``search``): a name no row can carry otherwise.
+
+        Optional beyond :class:`Export` (callers fall back when a loader lacks it): it answers
+        "could any kernel be called like this" from the string table the reads already hold.
+        """
+        return any(pattern.search(value) for value in self._string_table()[1])
 
     def resolve_strings(self, ids: np.ndarray, what: str) -> pd.Categorical:
         """Turn ``StringIds`` references into a categorical of names.

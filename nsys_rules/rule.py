@@ -14,7 +14,9 @@ from .errors import MissingData
 from .findings import Finding, Location, Metric, Severity
 from .loaders.tables import TABLES
 from .trace import Trace
+from .analysis.activity import frame_api_rows
 from .analysis.budget import Budget
+from .analysis.launches import launch_api_rows
 from .analysis.steps import StepModel
 from .analysis.workload import looks_like_model
 from .windows import Window, launch_times
@@ -89,6 +91,8 @@ class RuleContext:
     #: Where the steady steps' time goes (None without steps).
     budget: Budget | None = None
     _cache: dict[str, pd.DataFrame] = field(default_factory=dict)
+    #: table -> (rows of the trace's frame, contiguous span or None, window mask) behind ``frame(table)``
+    _rows: dict[str, tuple[int, tuple[int, int] | None, np.ndarray]] = field(default_factory=dict)
 
     def frame(self, name: str, columns: Iterable[str] | None = None) -> pd.DataFrame:
         """Canonical frame ``name`` restricted to the window (a ``launch_start`` column is added to GPU frames)."""
@@ -104,6 +108,7 @@ class RuleContext:
                 # No .copy(): pandas copy-on-write already keeps the trace's cached frame safe
                 # from a rule that writes, and a copy per rule cost 100+ MB on a 1M-kernel trace.
                 span = _contiguous(mask)
+                self._rows[name] = (len(full), span, mask)
                 sub = full[cols] if span is None else (full[cols].iloc[span[0]:span[1]] if span[0] >= 0
                                                       else full.loc[mask, cols])
                 shared = _launch_series(self.trace, full, launch)
@@ -120,6 +125,19 @@ class RuleContext:
                                                       else full.loc[mask, cols])
             self._cache[key] = sub.reset_index(drop=True)
         return self._cache[key]
+
+    def launch_calls(self, name: str, names: bool = True) -> pd.DataFrame:
+        """:func:`~nsys_rules.analysis.launches.launch_api_rows` of ``frame(name)``, from the trace's shared
+        launch join (the GPU activity table) instead of a join per rule."""
+        gpu = self.frame(name, ["start", "pid", "correlation_id"])
+        rows = frame_api_rows(self.trace, name)
+        picked = self._rows.get(name)
+        if rows is None or picked is None or picked[0] != len(rows):
+            return launch_api_rows(self.trace, gpu, names)
+        _, span, mask = picked
+        if span is not None:
+            rows = rows[span[0]:span[1]] if span[0] >= 0 else rows[mask]
+        return launch_api_rows(self.trace, gpu, names, api_rows=rows)
 
     def api_base_names(self) -> pd.Series:
         """Base API names (``_v<digits>`` removed) aligned with ``frame("api")``."""

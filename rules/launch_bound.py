@@ -14,7 +14,6 @@ from nsys_rules.rule import Rule, RuleContext, metric
 
 from ._common import pct
 from nsys_rules.analysis.intervals import busy_ns
-from nsys_rules.analysis.launches import launch_api_rows
 from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS
 
 
@@ -132,7 +131,7 @@ class LaunchBound(Rule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
         kernels = ctx.frame("kernels")
-        api = launch_api_rows(ctx.trace, kernels, names=True)
+        api = ctx.launch_calls("kernels", names=True)
         # Kernels replayed from a CUDA graph are already launched as one: only kernels launched one
         # by one can be launch-bound, and a graph replay loop is never told to use CUDA graphs.
         by_graph = api["api_name"].isin(list(GRAPH_LAUNCH_APIS)).to_numpy()

@@ -209,6 +209,25 @@ def _part(trace: Trace, kind: int, frame: pd.DataFrame) -> dict[str, np.ndarray]
     }
 
 
+def frame_api_rows(trace: Trace, table: str) -> np.ndarray | None:
+    """The launching API row of each row of the trace's ``table`` frame (-1: none), from the shared join.
+
+    None when the table is not among the activity's (or its frame no longer lines up with it).
+    The operations keep their frame row (``table_row``), so this is a scatter, not a second join.
+    """
+    kind = next((k for k, name in KIND_TABLES.items() if name == table), None)
+    if kind is None or not trace.has(table):
+        return None
+    ops = gpu_ops(trace)
+    mine = ops.kind == kind
+    n = len(trace.frame(table, ["start"]))
+    if int(mine.sum()) != n:
+        return None
+    out = np.full(n, -1, np.int32 if len(ops.api_row) and ops.api_row.dtype == np.int32 else np.int64)
+    out[ops.table_row[mine]] = ops.api_row[mine]
+    return out
+
+
 def launch_ends(trace: Trace, ops: GpuOps) -> np.ndarray:
     """End of each operation's launching API call (-1 where the API was not traced)."""
     if not trace.has("api") or not len(ops):

@@ -218,7 +218,11 @@ def _busy_parts(ops: GpuOps, own: np.ndarray, a: np.ndarray, b: np.ndarray) -> t
     covered_before = np.zeros(len(a), np.int64)
     grown = np.zeros(len(ops), bool)
     for cls in BUSY_PRIORITY:
-        grown |= own & (ops.cls == BUSY_CLASSES.index(cls))
+        mine = own & (ops.cls == BUSY_CLASSES.index(cls))
+        if not mine.any():  # nothing added: the union, and so what it covers, stays as it was
+            parts[_CLASS_PART[cls]] = np.zeros(len(a), np.int64)
+            continue
+        grown |= mine
         cover = Coverage(*merge_intervals(ops.start[grown], ops.end[grown])).within(a, b)
         parts[_CLASS_PART[cls]] = cover - covered_before
         covered_before = cover
@@ -292,9 +296,9 @@ def _idle_batch(trace: Trace, ops: GpuOps, gap_s: np.ndarray, gap_e: np.ndarray,
 def _attribute(out: dict[str, np.ndarray], timeline: HostTimeline, a: np.ndarray, b: np.ndarray,
                step: np.ndarray, after: np.ndarray) -> None:
     """Split host-bound idle time by what the launching thread was doing (``after``: a sync opened the gap)."""
-    alloc = timeline.alloc.within(a, b)
-    with_module = timeline.alloc_module.within(a, b)
-    with_sync = timeline.alloc_module_sync.within(a, b)
+    alloc = timeline.alloc.within_disjoint(a, b)
+    with_module = timeline.alloc_module.within_disjoint(a, b)
+    with_sync = timeline.alloc_module_sync.within_disjoint(a, b)
     in_api = timeline.any_call.within(a, b)
     module, sync_call, api = with_module - alloc, with_sync - with_module, in_api - with_sync
     outside = (b - a) - in_api

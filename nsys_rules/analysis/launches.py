@@ -126,12 +126,15 @@ def _key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
     return (pid.astype(np.int64) << 32) | (corr.astype(np.int64) & 0xFFFFFFFF)
 
 
-def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True) -> pd.DataFrame:
+def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True, api_rows: np.ndarray | None = None
+                    ) -> pd.DataFrame:
     """For each GPU row (with ``pid`` and ``correlation_id``), its launching API call.
 
     Columns ``api_start``, ``api_end`` (-1 where the call is not in the trace) and, with
     ``names``, ``api_name`` (base name, ``_v<digits>`` removed; missing where the call is
     not in the trace) and ``api_raw`` (as nsys stores it), both categorical, aligned with ``gpu``.
+    ``api_rows``, when the join is already known (the shared GPU activity table), gives each
+    row's API row (-1: none) and skips it.
     """
     n = len(gpu)
     api = trace.frame("api", ["start", "end", "correlation_id", "pid", "name"]) if n and trace.has("api") else None
@@ -140,8 +143,12 @@ def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True) -> pd.D
         if names:
             cols.update({"api_name": np.full(n, None, object), "api_raw": np.full(n, None, object)})
         return pd.DataFrame(cols)
-    # The same join as launch_times (sorted keys shared per trace, or none needed for one process).
-    rows, found = launching_rows(trace, gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
+    if api_rows is not None:
+        found = api_rows >= 0
+        rows = np.maximum(api_rows, 0)
+    else:
+        # The same join as launch_times (sorted keys shared per trace, or none needed for one process).
+        rows, found = launching_rows(trace, gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
     out: dict[str, object] = {"api_start": np.where(found, api["start"].to_numpy()[rows], -1),
                               "api_end": np.where(found, api["end"].to_numpy()[rows], -1)}
     if names:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..loaders.export import one_value
 from ..taxonomy import CLASSES, classify
 from ..trace import Trace
 from .launches import launching_rows
@@ -127,9 +128,10 @@ def _build(trace: Trace) -> GpuOps:
         parts.append(_part(trace, kind, frame))
     if not parts:
         return GpuOps(**{name: np.empty(0, bool if name == "by_graph" else np.int64) for name in _FIELDS})
-    merged = _merge(parts)
+    merged = {name: one_value(values) for name, values in _merge(parts).items()}
     for values in merged.values():
-        values.flags.writeable = False  # shared by every rule of the trace
+        if values.flags.writeable:
+            values.flags.writeable = False  # shared by every rule of the trace
     return GpuOps(**merged)
 
 

@@ -70,8 +70,9 @@ class Coverage:
         self.starts = np.asarray(starts, np.int64)
         self.ends = np.asarray(ends, np.int64)
         self._prefix = np.zeros(len(self.starts) + 1, np.int64)
-        if len(self.starts):
-            np.cumsum(self.ends - self.starts, out=self._prefix[1:])
+        if len(self.starts):  # in place: no lengths array beside the prefix (18 MB for 2.2M host calls)
+            np.subtract(self.ends, self.starts, out=self._prefix[1:])
+            np.cumsum(self._prefix[1:], out=self._prefix[1:])
 
     @property
     def total(self) -> int:
@@ -142,12 +143,40 @@ def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.nda
 
 
 def complement(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """The parts of [lo, hi] that no interval of a disjoint set covers."""
-    s, e = clip(starts, ends, lo, hi)
-    gap_s = np.concatenate([[lo], e])
-    gap_e = np.concatenate([s, [hi]])
+    """The parts of [lo, hi] that no interval of a disjoint set covers.
+
+    Built straight into the two output arrays (a million busy periods make each array 8 MB):
+    the intervals reaching into [lo, hi] are one run of the sorted set, and only its first and
+    last can stick out of it.
+    """
+    starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    first = int(np.searchsorted(ends, lo, side="right"))  # the first interval ending after lo
+    stop = int(np.searchsorted(starts, hi, side="left"))  # intervals starting before hi
+    if stop < first:
+        stop = first
+    s, e = starts[first:stop], ends[first:stop]
+    if len(s):
+        # Clipped to [lo, hi], an empty interval (a zero-length operation) covers nothing: no gap edge.
+        positive = e > s
+        positive[0] = min(int(e[0]), hi) > max(int(s[0]), lo)
+        positive[-1] = min(int(e[-1]), hi) > max(int(s[-1]), lo)
+        if not positive.all():
+            s, e = s[positive], e[positive]
+        del positive
+    gap_s = np.empty(len(s) + 1, np.int64)
+    gap_e = np.empty(len(s) + 1, np.int64)
+    gap_s[0], gap_e[-1] = lo, hi
+    gap_s[1:] = e
+    gap_e[:-1] = s
+    if len(s):
+        gap_e[0] = max(int(s[0]), lo)
+        gap_s[-1] = min(int(e[-1]), hi)
     keep = gap_e > gap_s
-    return gap_s[keep].astype(np.int64), gap_e[keep].astype(np.int64)
+    # Usually only the edges are empty (the first busy period starts at lo): a slice, not a copy.
+    a, b = int(not keep[0]), len(keep) - int(not keep[-1])
+    if a < b and keep[a:b].all():
+        return gap_s[a:b], gap_e[a:b]
+    return gap_s[keep], gap_e[keep]
 
 
 def point_in(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -144,3 +144,42 @@ def test_constant_ids_load_as_one_value_and_rules_see_the_same_numbers(tmp_path)
         assert kernels["name"].cat.codes.dtype == np.int8
     finally:
         trace.close()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_blocking_calls_of_one_in_order_thread_equal_the_thread_sorted_path(seed, monkeypatch):
+    from nsys_rules.analysis import host
+
+    rng = np.random.default_rng(seed)
+    names = ["cudaLaunchKernel", "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaMemcpy", "cuMemcpyDtoHAsync",
+             "cudaDeviceSynchronize", "cudaEventSynchronize"]
+    n = 3000
+    start = np.cumsum(rng.integers(1, 50, n))
+    api = pd.DataFrame({"start": start, "end": start + rng.integers(0, 40, n), "pid": np.full(n, 7, np.int32),
+                        "tid": np.full(n, 9, np.int32), "correlation_id": np.arange(1, n + 1, dtype=np.int32)})
+    base = pd.Series(pd.Categorical.from_codes(rng.integers(-1, len(names), n), categories=names))
+    copies = pd.DataFrame({"copy_kind": rng.choice([-1, 1, 2], n), "bytes": rng.integers(0, 1 << 20, n)})
+    for c in (None, copies):
+        fast = host.blocking_calls(api, base, c)
+        monkeypatch.setattr(host, "_one_thread_in_order", lambda *a: False)
+        sorted_path = host.blocking_calls(api, base, c)
+        monkeypatch.undo()
+        assert len(fast) and fast.equals(sorted_path)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_positional_tail_of_some_groups_equals_their_rows_of_the_whole(seed):
+    from nsys_rules.rules import kernel_tail as kt
+
+    rng = np.random.default_rng(seed)
+    n, groups = 4000, 12
+    group = rng.integers(0, groups, n).astype(np.int32)
+    step = np.sort(rng.integers(-1, 40, n)).astype(np.int32)
+    durations = rng.integers(1, 5000, n).astype(np.int64)
+    order = rng.permutation(n) if seed % 2 else None
+    p50 = kt.tail_table(group, durations)["p50"].to_numpy()
+    whole = kt.positional_tail(group, step, order, durations, p50)
+    chosen = np.array([1, 4, 7])
+    rows = np.flatnonzero(np.isin(group, chosen))
+    part = kt.positional_tail(group[rows], step[rows], None if order is None else order[rows], durations[rows], p50)
+    assert part.loc[chosen].equals(whole.loc[chosen])

@@ -242,9 +242,11 @@ def _own_work(ops: GpuOps, model: StepModel) -> tuple[np.ndarray, tuple[int, ...
     return mine & np.isin(ops.stream, streams), streams
 
 
-#: Idle gaps judged per batch: a 1M-kernel eager trace has a gap between nearly every two kernels, and
-#: each per-gap temporary is 8 bytes a gap; batches keep them small whatever the trace's size.
-GAP_BATCH = 131_072
+#: Idle gaps judged per batch: a 1M-kernel eager trace has a gap between nearly every two kernels.
+#: Batches this small keep each per-gap temporary (8 bytes a gap) under malloc's mmap threshold
+#: (nsys_rules.malloc_tune), so batches reuse heap memory instead of faulting in fresh pages each
+#: time (with 131k-gap batches the page faults cost as much as the work).
+GAP_BATCH = 8192
 
 
 def _idle_parts(trace: Trace, ops: GpuOps, gaps: tuple[np.ndarray, np.ndarray], steps: np.ndarray

@@ -158,9 +158,14 @@ class LaunchBound(Rule):
         api_end = api["api_end"].to_numpy()
         del api
         budget = ctx.budget
-        for dev, idx in kernels.groupby("device_id", sort=True).groups.items():
-            sel = np.asarray(idx)
-            if len(sel) == len(kernels):  # one device (the usual case): the frame itself, no copy of every column
+        device = kernels["device_id"].to_numpy()
+        if len(device) and device.dtype.kind in "iu" and int(device.min()) == int(device.max()):
+            by_device = {int(device[0]): None}  # one device (the usual case): no row index of every kernel
+        else:
+            by_device = kernels.groupby("device_id", sort=True).groups
+        for dev, idx in by_device.items():
+            sel = np.asarray(idx) if idx is not None else slice(None)
+            if not isinstance(sel, slice) and len(sel) == len(kernels):  # one device: the frame itself, no copies
                 sel = slice(None)  # type: ignore[assignment]
             sub = kernels.iloc[sel]
             launching = first_of_call[sel]

@@ -38,7 +38,7 @@ REPLAY_CLASS = BUSY_CLASSES.index("graph replay")
 #: Tables (and their columns) the activity table reads.
 COLUMNS: dict[str, tuple[str, ...]] = {
     "kernels": ("start", "end", "device_id", "stream_id", "pid", "correlation_id", "name", "grid_x", "grid_y",
-                "grid_z", "block_x", "block_y", "block_z", "graph_node_id"),
+                "grid_z", "block_x", "block_y", "block_z"),
     "memcpy": ("start", "end", "device_id", "stream_id", "pid", "correlation_id", "copy_kind", "bytes"),
     "memset": ("start", "end", "device_id", "stream_id", "pid", "correlation_id", "bytes"),
     "graph_trace": ("start", "end", "device_id", "stream_id", "pid", "correlation_id", "graph_id"),

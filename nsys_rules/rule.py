@@ -14,7 +14,9 @@ from .errors import MissingData
 from .findings import Finding, Location, Metric, Severity
 from .loaders.tables import TABLES
 from .trace import Trace
+from .analysis.activity import frame_api_rows
 from .analysis.budget import Budget
+from .analysis.launches import launch_api_rows
 from .analysis.steps import StepModel
 from .analysis.workload import looks_like_model
 from .windows import Window, launch_times
@@ -98,14 +100,13 @@ class RuleContext:
         key = name + "|" + ",".join(cols)
         if key not in self._cache:
             full = self.trace.frame(name, cols)
+            span, mask = self._selection(name, full)
+            # No .copy(): pandas copy-on-write already keeps the trace's cached frame safe
+            # from a rule that writes, and a copy per rule cost 100+ MB on a 1M-kernel trace.
+            sub = full[cols] if span is None else (full[cols].iloc[span[0]:span[1]] if span[0] >= 0
+                                                  else full.loc[mask, cols])
             if name in GPU_TABLES:
                 launch = launch_times(self.trace, full)
-                mask = self.window.mask(launch)
-                # No .copy(): pandas copy-on-write already keeps the trace's cached frame safe
-                # from a rule that writes, and a copy per rule cost 100+ MB on a 1M-kernel trace.
-                span = _contiguous(mask)
-                sub = full[cols] if span is None else (full[cols].iloc[span[0]:span[1]] if span[0] >= 0
-                                                      else full.loc[mask, cols])
                 shared = _launch_series(self.trace, full, launch)
                 if shared is not None and span is not None and span[0] < 0:
                     sub["launch_start"] = launch[mask]
@@ -113,13 +114,38 @@ class RuleContext:
                     sub["launch_start"] = shared if span is None else shared.iloc[span[0]:span[1]]
                 else:
                     sub["launch_start"] = launch.copy() if span is None else launch[mask]
-            else:
-                mask = self.window.mask(full["start"].to_numpy())
-                span = _contiguous(mask)
-                sub = full[cols] if span is None else (full[cols].iloc[span[0]:span[1]] if span[0] >= 0
-                                                      else full.loc[mask, cols])
             self._cache[key] = sub.reset_index(drop=True)
         return self._cache[key]
+
+    def launch_calls(self, name: str, names: bool = True) -> pd.DataFrame:
+        """:func:`~nsys_rules.analysis.launches.launch_api_rows` of ``frame(name)``, from the trace's shared
+        launch join (the GPU activity table) instead of a join per rule."""
+        gpu = self.frame(name, ["start", "pid", "correlation_id"])
+        rows = frame_api_rows(self.trace, name)
+        full = self.trace.frame(name, ["start", "pid", "correlation_id"])
+        if rows is None or len(rows) != len(full):
+            return launch_api_rows(self.trace, gpu, names)
+        span, mask = self._selection(name, full)
+        if span is not None:
+            rows = rows[span[0]:span[1]] if span[0] >= 0 else rows[mask]
+        return launch_api_rows(self.trace, gpu, names, api_rows=rows)
+
+    def _selection(self, name: str, full: pd.DataFrame) -> tuple[tuple[int, int] | None, np.ndarray | None]:
+        """The window's rows of the trace's frame ``name`` as :func:`_contiguous` says (and the mask when
+        they are not one block): GPU rows by their launch time, host rows by their start.
+
+        Computed once per table and window and shared by every rule (a million-row test each time).
+        """
+        cache = self.trace.__dict__.setdefault("_window_rows", {})
+        hit = cache.get((name, self.window))
+        if hit is not None and hit[0] == len(full):
+            return hit[1], hit[2]
+        times = launch_times(self.trace, full) if name in GPU_TABLES else full["start"].to_numpy()
+        mask = self.window.mask(times)
+        span = _contiguous(mask)
+        picked = mask if span is not None and span[0] < 0 else None
+        cache[(name, self.window)] = (len(full), span, picked)
+        return span, picked
 
     def api_base_names(self) -> pd.Series:
         """Base API names (``_v<digits>`` removed) aligned with ``frame("api")``."""
@@ -211,13 +237,15 @@ def _contiguous(mask: np.ndarray) -> tuple[int, int] | None:
     Rows are in time order in nsys exports, so a one-interval window is usually one block of
     rows: a row slice is a view (copy-on-write), where a boolean mask copies every column.
     """
-    inside = np.flatnonzero(mask)
-    if len(inside) == len(mask):
+    if not len(mask):
         return None
-    if not len(inside):
+    first = int(np.argmax(mask))  # no row-number array (8 bytes a row): the ends, then one test
+    if not mask[first]:
         return (0, 0)
-    first, last = int(inside[0]), int(inside[-1])
-    return (first, last + 1) if last - first + 1 == len(inside) else (-1, -1)
+    last = len(mask) - 1 - int(np.argmax(mask[::-1]))
+    if first == 0 and last == len(mask) - 1 and mask.all():
+        return None
+    return (first, last + 1) if mask[first:last + 1].all() else (-1, -1)
 
 
 def metric(value: float | int, unit: str) -> Metric:

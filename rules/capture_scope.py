@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Iterable
 
 import numpy as np
+import pandas as pd
 
+from nsys_rules.analysis.names import in_set
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 from nsys_rules.textsafe import shell_word
@@ -54,8 +56,10 @@ class Scope:
         return (self.before + self.after) / self.capture_end if self.capture_end else 0.0
 
 
-def has_profiler_range(api_base_names: np.ndarray) -> bool:
+def has_profiler_range(api_base_names: np.ndarray | pd.Series) -> bool:
     """A cudaProfilerStart/cuProfilerStart call: the capture was already limited (`-c cudaProfilerApi`)."""
+    if isinstance(api_base_names, pd.Series):  # judged per distinct name, not per API row
+        return bool(in_set(api_base_names, frozenset(PROFILER_START_APIS)).any())
     return bool(np.isin(api_base_names, sorted(PROFILER_START_APIS)).any())
 
 
@@ -96,7 +100,7 @@ class CaptureScope(Rule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
         trace = ctx.trace
-        if has_profiler_range(trace.api_names().astype(object).to_numpy()):
+        if has_profiler_range(trace.api_names()):
             return
         window = ctx.window
         if window.intervals is None:

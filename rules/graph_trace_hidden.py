@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 import numpy as np
+import pandas as pd
 
+from nsys_rules.analysis.names import in_set
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 from nsys_rules.windows import PROFILER_START_APIS
@@ -23,24 +25,31 @@ class Options:
     min_launches: int = field(default=1, metadata={"help": "graph launches needed before the capture mode matters"})
 
 
-def graph_activity(base_names: np.ndarray, graph_rows: int) -> int:
+def _among(base_names: np.ndarray | pd.Series, members: Iterable[str]) -> np.ndarray:
+    """Which names are ``members``: judged per distinct name for a categorical (millions of API rows)."""
+    if isinstance(base_names, pd.Series):
+        return in_set(base_names, frozenset(members))
+    return np.isin(base_names, list(members))
+
+
+def graph_activity(base_names: np.ndarray | pd.Series, graph_rows: int) -> int:
     """Graph replays seen: launch API calls, or graph-trace rows when the API was not traced."""
-    launches = int(np.isin(base_names, GRAPH_LAUNCH_APIS).sum())
+    launches = int(_among(base_names, GRAPH_LAUNCH_APIS).sum())
     return max(launches, graph_rows)
 
 
-def launch_api(base_names: np.ndarray) -> str:
+def launch_api(base_names: np.ndarray | pd.Series) -> str:
     """The graph launch API the program called most (runtime or driver); ``cudaGraphLaunch`` when none."""
-    launches = base_names[np.isin(base_names, GRAPH_LAUNCH_APIS)]
+    launches = np.asarray(base_names[_among(base_names, GRAPH_LAUNCH_APIS)], dtype=object)
     if not len(launches):
         return GRAPH_LAUNCH_APIS[0]
     names, counts = np.unique(launches.astype(str), return_counts=True)
     return str(names[np.argmax(counts)])
 
 
-def launch_call_p50(base_names: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> float:
+def launch_call_p50(base_names: np.ndarray | pd.Series, starts: np.ndarray, ends: np.ndarray) -> float:
     """Median host time of one graph launch call (0 when none): node tracing makes it grow with the node count."""
-    mask = np.isin(base_names, GRAPH_LAUNCH_APIS)
+    mask = _among(base_names, GRAPH_LAUNCH_APIS)
     return float(np.median(ends[mask] - starts[mask])) if mask.any() else 0.0
 
 
@@ -77,7 +86,7 @@ class GraphTraceHidden(Rule):
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         trace = ctx.trace
-        names = np.asarray(ctx.api_base_names(), dtype=object) if trace.has("api") else np.empty(0, object)
+        names = ctx.api_base_names() if trace.has("api") else np.empty(0, object)
         graph = ctx.frame("graph_trace") if trace.has("graph_trace") else None
         graph_rows = 0 if graph is None else len(graph)
         launches = graph_activity(names, graph_rows)
@@ -120,10 +129,10 @@ class GraphTraceHidden(Rule):
                 estimated_savings_ns=0)  # a caveat about the capture, nothing to gain: under the noise floor
 
 
-def _flags(base_names: np.ndarray) -> str:
+def _flags(base_names: np.ndarray | pd.Series) -> str:
     """Recapture flags: node tracing, and the profiler-API capture range when the trace was captured with one."""
     flags = "--cuda-graph-trace=node"
-    if np.isin(base_names, sorted(PROFILER_START_APIS)).any():
+    if _among(base_names, PROFILER_START_APIS).any():
         flags += " --capture-range=cudaProfilerApi --capture-range-end=stop"
     return flags
 

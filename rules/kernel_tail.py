@@ -500,8 +500,6 @@ class KernelTail(Rule):
             sequence[np.lexsort((start, launch))] = np.arange(len(launch))
         table = tail_table(group, durations)
         steps = ctx.window.steps
-        pos = positional_tail(group, step_index(launch, steps), sequence, durations, table["p50"].to_numpy())
-        table = table.join(pos)
         device = kernels["device_id"].to_numpy()
         if device.dtype.kind in "iu" and device.min() == device.max():  # one GPU: a sum, not a 1M-row group-by
             device_time = pd.Series([durations.sum()], index=pd.Index(device[:1]))
@@ -518,6 +516,14 @@ class KernelTail(Rule):
         table["share"] = table["tail_cost"] / table["gpu_time"]
         gated = ((table["max_p50"] > opts.outlier_ratio) | (table["p99_p50"] > opts.tail_ratio)) & \
             (table["count"] >= opts.min_count) & (table["share"] >= opts.min_share)
+        # The position tests judge only the groups that can be reported: each group's numbers come
+        # from its own invocations, so the others' rows are left out of the sort.
+        chosen = np.zeros(len(table) + 1, bool)
+        chosen[np.flatnonzero(gated.to_numpy())] = True
+        rows = np.flatnonzero(chosen[group]) if gated.any() else np.zeros(0, np.int64)
+        pos = positional_tail(group[rows], step_index(launch[rows], steps), None if sequence is None else sequence[rows],
+                              durations[rows], table["p50"].to_numpy())
+        table = table.join(pos)
         candidates = table[gated].sort_values("tail_cost", ascending=False, kind="stable")
         reported = 0
         for gid, row in candidates.iterrows():
@@ -684,11 +690,23 @@ class KernelTail(Rule):
             return
         # Only the judged calls, as int64 ns (exact; tail_table's sums and quantiles come out the
         # same as from float64) and int32 group ids: 2.2M calls make each temporary 9-18 MB.
-        group, first = pd.factorize(codes[sub])  # first: the name code of each group
-        group = group.astype(np.int32)
         durations = api["end"].to_numpy()[sub]
         durations -= api["start"].to_numpy()[sub]
+        picked = codes[sub]
         del sub
+        # Names whose calls add up to less than the share a tail must reach (a tail is at most the
+        # calls' whole time), or too few calls, cannot be reported: left out before the sort.
+        reportable = (np.bincount(picked, weights=durations, minlength=len(uniques)) / window_ns >= opts.api_min_share
+                      ) & (np.bincount(picked, minlength=len(uniques)) >= opts.min_count)
+        if not reportable.any():
+            return
+        if not reportable[picked].all():
+            keep = reportable[picked]
+            durations, picked = durations[keep], picked[keep]
+            del keep
+        group, first = pd.factorize(picked)  # first: the name code of each group
+        group = group.astype(np.int32)
+        del picked
         table = tail_table(group, durations)
         del group, durations
         table["api"] = [str(uniques[c]) for c in first]

@@ -12,7 +12,7 @@ from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 
 from ._common import recapture_command
-from ._gpu_activity import KERNEL_LAUNCH_APIS, launch_api_rows
+from ._gpu_activity import KERNEL_LAUNCH_APIS
 
 ENV_VAR = "CUDA_LAUNCH_BLOCKING"
 
@@ -112,7 +112,7 @@ class LaunchBlocking(Rule):
         first_ns = last_ns = None
         if ctx.trace.has("kernels") and ctx.trace.has("api"):
             kernels = ctx.frame("kernels")
-            api = launch_api_rows(ctx.trace, kernels)
+            api = ctx.launch_calls("kernels")
             # One row per launch call: a graph launch or a multi-kernel call is not a single launch.
             rows = api["api_name"].isin(KERNEL_LAUNCH_APIS).to_numpy()
             # Every kernel launched one by one (the usual eager trace): views, not six gathered copies.

@@ -14,7 +14,6 @@ from nsys_rules.rule import Rule, RuleContext, metric
 
 from ._common import pct
 from nsys_rules.analysis.intervals import busy_ns
-from nsys_rules.analysis.launches import launch_api_rows
 from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS
 
 
@@ -135,7 +134,7 @@ class LaunchBound(Rule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
         kernels = ctx.frame("kernels")
-        api = launch_api_rows(ctx.trace, kernels, names=True)
+        api = ctx.launch_calls("kernels", names=True)
         # Kernels replayed from a CUDA graph are already launched as one: only kernels launched one
         # by one can be launch-bound, and a graph replay loop is never told to use CUDA graphs.
         by_graph = api["api_name"].isin(list(GRAPH_LAUNCH_APIS)).to_numpy()
@@ -162,9 +161,14 @@ class LaunchBound(Rule):
         api_end = api["api_end"].to_numpy()
         del api
         budget = ctx.budget
-        for dev, idx in kernels.groupby("device_id", sort=True).groups.items():
-            sel = np.asarray(idx)
-            if len(sel) == len(kernels):  # one device (the usual case): the frame itself, no copy of every column
+        device = kernels["device_id"].to_numpy()
+        if len(device) and device.dtype.kind in "iu" and int(device.min()) == int(device.max()):
+            by_device = {int(device[0]): None}  # one device (the usual case): no row index of every kernel
+        else:
+            by_device = kernels.groupby("device_id", sort=True).groups
+        for dev, idx in by_device.items():
+            sel = np.asarray(idx) if idx is not None else slice(None)
+            if not isinstance(sel, slice) and len(sel) == len(kernels):  # one device: the frame itself, no copies
                 sel = slice(None)  # type: ignore[assignment]
             sub = kernels.iloc[sel]
             launching = first_of_call[sel]

@@ -13,7 +13,6 @@ from nsys_rules.findings import Finding, Severity
 from nsys_rules.rule import Rule, RuleContext
 
 from ._copies import copy_groups
-from ._gpu_activity import launch_api_rows
 
 PAGEABLE = 0
 #: nsys matches `cudaMemcpy%Async%`; the driver API's `cuMemcpy*Async` copies behave the same.
@@ -83,7 +82,7 @@ class PageableMemcpy(Rule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
         copies = ctx.frame("memcpy")
-        api = launch_api_rows(ctx.trace, copies)
+        api = ctx.launch_calls("memcpy")
         mask = flag_pageable_async(copies, api["api_raw"].to_numpy(), min_bytes=opts.min_bytes,
                                    include_driver_api=opts.include_driver_api)
         if not mask.any():

@@ -12,7 +12,7 @@ from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 
 from ._common import pct
-from ._gpu_activity import launch_api_rows, merge_intervals
+from ._gpu_activity import merge_intervals
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ class QueueDelay(Rule):
         if kernels.empty:
             return
         # Only the launch call's end is used: keep that column, not the whole frame (memory on 1M kernels).
-        api_end = launch_api_rows(ctx.trace, kernels, names=False)["api_end"].to_numpy()
+        api_end = ctx.launch_calls("kernels", names=False)["api_end"].to_numpy()
         start = kernels["start"].to_numpy()
         end = kernels["end"].to_numpy()
         # Damaged exports can lack ids (NULL or dropped columns): -1 keeps them one group, not a crash.

@@ -240,13 +240,17 @@ def _host_calls(ctx: RuleContext, slow: np.ndarray) -> dict[str, tuple[int, int]
     api = ctx.trace.frame("api", ["start", "end", "name", "pid", "tid"])
     names = ctx.trace.api_names()
     mine = api["pid"].to_numpy() == model.pid if model.pid is not None else np.ones(len(api), bool)
-    start, end = api["start"].to_numpy(np.int64), api["end"].to_numpy(np.int64)
+    kinds = {key: mine & in_set(names, members)
+             for key, members in (("module", MODULE_LOADS), ("alloc", ALLOC_APIS), ("sync", SYNC_APIS))}
+    # Only the calls of these kinds are placed in steps (a few among millions of API rows).
+    rows = np.flatnonzero(kinds["module"] | kinds["alloc"] | kinds["sync"])
+    start, end = api["start"].to_numpy(np.int64)[rows], api["end"].to_numpy(np.int64)[rows]
     hosts = model.host[slow]
-    inside = mine & (point_in(start, hosts[:, 0], hosts[:, 1]) >= 0)
+    inside = point_in(start, hosts[:, 0], hosts[:, 1]) >= 0
     out = {}
-    for key, members in (("module", MODULE_LOADS), ("alloc", ALLOC_APIS), ("sync", SYNC_APIS)):
-        rows = inside & in_set(names, members)
-        out[key] = (int(rows.sum()), int((end[rows] - start[rows]).sum()))
+    for key, of_kind in kinds.items():
+        sel = inside & of_kind[rows]
+        out[key] = (int(sel.sum()), int((end[sel] - start[sel]).sum()))
     return out
 
 
@@ -264,19 +268,21 @@ def _first_seen(ctx: RuleContext, slow: np.ndarray, limit: int = 3) -> str:
     if not held.any():
         return ""
     symbols, steps_of = kernel_symbols(ctx.trace)[held], step[held]
-    first_step: dict[int, int] = {}
-    for sym, st in zip(symbols.tolist(), steps_of.tolist(), strict=True):
-        if sym not in first_step or st < first_step[sym]:
-            first_step[sym] = st
-    slow_set = set(slow.tolist())
-    new = [sym for sym, st in first_step.items() if st in slow_set and st > 0]
-    if not new:
+    # Per symbol (dense codes): its earliest step, and its first row, which orders the names.
+    first_step = np.full(int(symbols.max()) + 1, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first_step, symbols, steps_of)
+    first_row = np.full(len(first_step), len(symbols), np.int64)
+    np.minimum.at(first_row, symbols, np.arange(len(symbols)))
+    seen = np.flatnonzero(first_row < len(symbols))
+    seen = seen[np.argsort(first_row[seen], kind="stable")]
+    new = seen[np.isin(first_step[seen], slow) & (first_step[seen] > 0)]
+    if not len(new):
         return ""
     kernels = ctx.trace.frame("kernels", ["name"])
     rows = ops.table_row[held]
     names: list[str] = []
-    for sym in new:
-        row = int(rows[np.argmax(symbols == sym)])
+    for sym in new.tolist():
+        row = int(rows[first_row[sym]])
         label = base_name(str(kernels["name"].iloc[row]))[:60]
         if label not in names:
             names.append(label)

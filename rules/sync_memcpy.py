@@ -13,7 +13,6 @@ from nsys_rules.findings import Finding, Severity
 from nsys_rules.rule import Rule, RuleContext
 
 from ._copies import copy_groups
-from ._gpu_activity import launch_api_rows
 
 HTOD, DTOD = 1, 8
 #: Runtime `cudaMemcpy*` and driver `cuMemcpy*` calls; the Async ones are excluded separately.
@@ -90,7 +89,7 @@ class SyncMemcpy(Rule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
         copies = ctx.frame("memcpy")
-        api = launch_api_rows(ctx.trace, copies)
+        api = ctx.launch_calls("memcpy")
         mask = flag_sync_copies(copies, api["api_raw"].to_numpy(), max_small_htod_bytes=opts.max_small_htod_bytes,
                                 include_driver_api=opts.include_driver_api)
         if not mask.any():

@@ -13,7 +13,7 @@ from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 
 from ._common import pct
-from ._gpu_activity import launch_api_rows, split_flagged
+from ._gpu_activity import split_flagged
 from ._copies import MEMORY_KINDS
 
 #: Runtime `cudaMemset*` and driver `cuMemsetD*` calls; the async ones are excluded separately.
@@ -78,7 +78,7 @@ class SyncMemset(Rule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
         memsets = ctx.frame("memset")
-        api = launch_api_rows(ctx.trace, memsets)
+        api = ctx.launch_calls("memset")
         mask = flag_sync_memsets(memsets, api["api_raw"].to_numpy(), memory_kinds=tuple(opts.memory_kinds),
                                  include_driver_api=opts.include_driver_api)
         if not mask.any():

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..loaders.export import one_value
 from ..taxonomy import CLASSES, classify
 from ..trace import Trace
 from .launches import launching_rows
@@ -37,7 +38,7 @@ REPLAY_CLASS = BUSY_CLASSES.index("graph replay")
 #: Tables (and their columns) the activity table reads.
 COLUMNS: dict[str, tuple[str, ...]] = {
     "kernels": ("start", "end", "device_id", "stream_id", "pid", "correlation_id", "name", "grid_x", "grid_y",
-                "grid_z", "block_x", "block_y", "block_z", "graph_node_id"),
+                "grid_z", "block_x", "block_y", "block_z"),
     "memcpy": ("start", "end", "device_id", "stream_id", "pid", "correlation_id", "copy_kind", "bytes"),
     "memset": ("start", "end", "device_id", "stream_id", "pid", "correlation_id", "bytes"),
     "graph_trace": ("start", "end", "device_id", "stream_id", "pid", "correlation_id", "graph_id"),
@@ -127,9 +128,10 @@ def _build(trace: Trace) -> GpuOps:
         parts.append(_part(trace, kind, frame))
     if not parts:
         return GpuOps(**{name: np.empty(0, bool if name == "by_graph" else np.int64) for name in _FIELDS})
-    merged = _merge(parts)
+    merged = {name: one_value(values) for name, values in _merge(parts).items()}
     for values in merged.values():
-        values.flags.writeable = False  # shared by every rule of the trace
+        if values.flags.writeable:
+            values.flags.writeable = False  # shared by every rule of the trace
     return GpuOps(**merged)
 
 
@@ -207,6 +209,25 @@ def _part(trace: Trace, kind: int, frame: pd.DataFrame) -> dict[str, np.ndarray]
         "graph": _int(frame, "graph_id") if kind == REPLAY else np.full(n, -1, np.int32),
         "kind": np.full(n, kind, np.int8), "cls": cls, "by_graph": by_graph,
     }
+
+
+def frame_api_rows(trace: Trace, table: str) -> np.ndarray | None:
+    """The launching API row of each row of the trace's ``table`` frame (-1: none), from the shared join.
+
+    None when the table is not among the activity's (or its frame no longer lines up with it).
+    The operations keep their frame row (``table_row``), so this is a scatter, not a second join.
+    """
+    kind = next((k for k, name in KIND_TABLES.items() if name == table), None)
+    if kind is None or not trace.has(table):
+        return None
+    ops = gpu_ops(trace)
+    mine = ops.kind == kind
+    n = len(trace.frame(table, ["start"]))
+    if int(mine.sum()) != n:
+        return None
+    out = np.full(n, -1, np.int32 if len(ops.api_row) and ops.api_row.dtype == np.int32 else np.int64)
+    out[ops.table_row[mine]] = ops.api_row[mine]
+    return out
 
 
 def launch_ends(trace: Trace, ops: GpuOps) -> np.ndarray:

@@ -176,7 +176,9 @@ def _budget(trace: Trace, model: StepModel) -> Budget | None:
         everything = merge_intervals(sub.start, sub.end)
         busy_all = Coverage(*everything).within(a, b)
     per_step["contention"] = busy_all - own_busy
-    idle = _idle_parts(trace, sub, everything, steps, lo, hi)
+    gaps = complement(everything[0], everything[1], lo, hi)
+    del everything  # the union is not needed past its gaps (16 MB on a million busy periods)
+    idle = _idle_parts(trace, sub, gaps, steps)
     per_step.update(idle)
     durations = b - a
     median_step = int(np.argsort(durations, kind="stable")[(len(durations) - 1) // 2])
@@ -226,7 +228,11 @@ def _busy_parts(ops: GpuOps, own: np.ndarray, a: np.ndarray, b: np.ndarray) -> t
     covered_before = np.zeros(len(a), np.int64)
     grown = np.zeros(len(ops), bool)
     for cls in BUSY_PRIORITY:
-        grown |= own & (ops.cls == BUSY_CLASSES.index(cls))
+        mine = own & (ops.cls == BUSY_CLASSES.index(cls))
+        if not mine.any():  # nothing added: the union, and so what it covers, stays as it was
+            parts[_CLASS_PART[cls]] = np.zeros(len(a), np.int64)
+            continue
+        grown |= mine
         cover = Coverage(*merge_intervals(ops.start[grown], ops.end[grown])).within(a, b)
         parts[_CLASS_PART[cls]] = cover - covered_before
         covered_before = cover
@@ -244,13 +250,15 @@ def _own_work(ops: GpuOps, model: StepModel) -> tuple[np.ndarray, tuple[int, ...
     return mine & np.isin(ops.stream, streams), streams
 
 
-#: Idle gaps judged per batch: a 1M-kernel eager trace has a gap between nearly every two kernels, and
-#: each per-gap temporary is 8 bytes a gap; batches keep them small whatever the trace's size.
-GAP_BATCH = 131_072
+#: Idle gaps judged per batch: a 1M-kernel eager trace has a gap between nearly every two kernels.
+#: Batches this small keep each per-gap temporary (8 bytes a gap) under malloc's mmap threshold
+#: (nsys_rules.malloc_tune), so batches reuse heap memory instead of faulting in fresh pages each
+#: time (with 131k-gap batches the page faults cost as much as the work).
+GAP_BATCH = 8192
 
 
-def _idle_parts(trace: Trace, ops: GpuOps, busy: tuple[np.ndarray, np.ndarray], steps: np.ndarray,
-                lo: int, hi: int) -> dict[str, np.ndarray]:
+def _idle_parts(trace: Trace, ops: GpuOps, gaps: tuple[np.ndarray, np.ndarray], steps: np.ndarray
+                ) -> dict[str, np.ndarray]:
     """Idle time per step by cause (see the module docstring).
 
     A gap's cause is judged on the whole gap (what the GPU waits for, whether a sync released the
@@ -259,7 +267,7 @@ def _idle_parts(trace: Trace, ops: GpuOps, busy: tuple[np.ndarray, np.ndarray], 
     n = len(steps)
     out = {name: np.zeros(n, np.int64) for name in ("launch_wait", "after_sync", "allocation", "module_loading",
                                                    "graph_internal", "idle_other", "_launch_api", "_launch_host")}
-    gaps_s, gaps_e = complement(busy[0], busy[1], lo, hi)
+    gaps_s, gaps_e = gaps
     timelines: dict[tuple[int, int], HostTimeline] = {}
     for first in range(0, len(gaps_s), GAP_BATCH):
         _idle_batch(trace, ops, gaps_s[first:first + GAP_BATCH], gaps_e[first:first + GAP_BATCH], steps, out,
@@ -314,9 +322,9 @@ def _attribute(out: dict[str, np.ndarray], timeline: HostTimeline, a: np.ndarray
     thread loads a module in most steps (a per-step ``cuLibraryLoadData`` of a few microseconds in an
     eager loop), where the time before it is the loop's own host work.
     """
-    alloc = timeline.alloc.within(a, b)
-    with_module = timeline.alloc_module.within(a, b)
-    with_sync = timeline.alloc_module_sync.within(a, b)
+    alloc = timeline.alloc.within_disjoint(a, b)
+    with_module = timeline.alloc_module.within_disjoint(a, b)
+    with_sync = timeline.alloc_module_sync.within_disjoint(a, b)
     in_api = timeline.any_call.within(a, b)
     module, sync_call, api = with_module - alloc, with_sync - with_module, in_api - with_sync
     outside = (b - a) - in_api

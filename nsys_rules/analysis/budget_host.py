@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from ..trace import Trace
 from .intervals import Coverage, merge_intervals
@@ -40,7 +41,13 @@ class HostTimeline:
         found = k >= 0
         load = np.where(found, self.load_starts[np.maximum(k, 0)], a)
         load = np.where(load >= a, load, a)
-        return np.maximum((load - a) - self.any_call.within(a, load), 0)
+        # Only intervals holding a load have time before it: the rest are 0 without a look-up.
+        need = load > a
+        out = np.zeros(len(a), np.int64)
+        if need.any():
+            a, load = a[need], load[need]
+            out[need] = np.maximum((load - a) - self.any_call.within(a, load), 0)
+        return out
 
     def sync_ended_in(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """For each idle gap [a, b]: whether the thread was blocked in a sync when the GPU ran dry at ``a``.
@@ -64,7 +71,7 @@ def host_timelines(trace: Trace, pids: np.ndarray, tids: np.ndarray,
     The caller owns the cache (the budget keeps it for one computation): a launching thread of a
     1M-kernel trace has millions of calls, 50 MB of arrays not worth keeping for the whole run.
     """
-    wanted = set(zip(pids.tolist(), tids.tolist(), strict=True))
+    wanted = _pairs(pids, tids)
     missing = [key for key in wanted if key not in cache]
     if missing:
         api = trace.frame("api", ["start", "end", "pid", "tid", "name"])
@@ -80,6 +87,17 @@ def host_timelines(trace: Trace, pids: np.ndarray, tids: np.ndarray,
             else:
                 cache[key] = _timeline(start[rows], end[rows], kinds[rows], loads[rows])
     return {key: cache[key] for key in wanted}
+
+
+def _pairs(pids: np.ndarray, tids: np.ndarray) -> set[tuple[int, int]]:
+    """The distinct (pid, tid) pairs (tids >= 0), without a Python tuple per row (a gap batch holds 131k)."""
+    if not len(pids):
+        return set()
+    if int(pids.min()) == int(pids.max()) and int(tids.min()) == int(tids.max()):
+        return {(int(pids[0]), int(tids[0]))}
+    key = np.left_shift(pids, 32, dtype=np.int64)
+    key |= np.bitwise_and(tids, 0xFFFFFFFF, dtype=np.int64)
+    return {(int(k) >> 32, int(k) & 0xFFFFFFFF) for k in pd.unique(key)}
 
 
 _ALLOC, _MODULE, _SYNC, _OTHER = 0, 1, 2, 3

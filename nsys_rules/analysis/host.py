@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .names import NAMED_DTOH_ASYNC_COPIES, NAMED_DTOH_SYNC_COPIES, SYNC_APIS
+from .names import NAMED_DTOH_ASYNC_COPIES, NAMED_DTOH_SYNC_COPIES, SYNC_APIS, flag_names
 
 DTOH = 2  # CUPTI copyKind of a device-to-host copy
 
@@ -50,8 +50,7 @@ def blocking_calls(api: pd.DataFrame, names: pd.Series, copies: pd.DataFrame | N
     """
     # Judge each distinct name once and map by category code: 2.2M API rows carry ~30 names,
     # and string operations per row cost seconds on a 1M-kernel trace.
-    flags = _name_flags(names)
-    is_copy, is_async, named_dtoh, sync = (flags[:, i] for i in range(4))
+    is_copy, is_async, named_dtoh, sync = _name_flags(names)
     # A copy's direction comes from its memcpy row; the name decides only when no row matched.
     if copies is None:
         dtoh = named_dtoh
@@ -63,6 +62,12 @@ def blocking_calls(api: pd.DataFrame, names: pd.Series, copies: pd.DataFrame | N
 
     start = api["start"].to_numpy(np.int64)
     pid, tid = api["pid"].to_numpy(), api["tid"].to_numpy()
+    if _one_thread_in_order(start, pid, tid):
+        # Row order is thread order already: a call's previous call on its thread is the row before.
+        rows = np.flatnonzero(sync | readback)
+        after = sync[rows] & (rows > 0) & async_dtoh[np.maximum(rows - 1, 0)]
+        prev_rows = rows - 1
+        return _blocking_frame(api, names, copies, start, pid, tid, rows, after, prev_rows, readback)
     order = _thread_order(start, pid, tid)  # rows by (pid, tid, start), stable
     # One reordered id column at a time (9 MB each on 2.2M calls), not both held together.
     ordered = pid[order]
@@ -78,12 +83,27 @@ def blocking_calls(api: pd.DataFrame, names: pd.Series, copies: pd.DataFrame | N
     del sync_sorted, previous_async_dtoh
     rows = order[keep_sorted]  # original row numbers of the kept calls, in thread order
     after = after_readback_sorted[keep_sorted]
+    prev_rows = order[np.flatnonzero(keep_sorted) - 1]
+    return _blocking_frame(api, names, copies, start, pid, tid, rows, after, prev_rows, readback)
+
+
+def _one_thread_in_order(start: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> bool:
+    """One thread whose calls come in start order (the usual single-threaded launcher)."""
+    if len(start) < 2:
+        return True
+    return bool(int(pid.min()) == int(pid.max()) and int(tid.min()) == int(tid.max())
+                and (start[1:] >= start[:-1]).all())
+
+
+def _blocking_frame(api: pd.DataFrame, names: pd.Series, copies: pd.DataFrame | None, start: np.ndarray,
+                    pid: np.ndarray, tid: np.ndarray, rows: np.ndarray, after: np.ndarray, prev_rows: np.ndarray,
+                    readback: np.ndarray) -> pd.DataFrame:
+    """The kept calls (``rows``, in thread order) as :func:`blocking_calls` returns them, sorted by start."""
     # The copy that the sync waits on is the readback's size (the previous call on the thread).
     if copies is None:
         kept_bytes = np.zeros(len(rows), np.int64)
     else:
         nbytes = copies["bytes"].to_numpy()
-        prev_rows = order[np.flatnonzero(keep_sorted) - 1]
         kept_bytes = np.where(after, nbytes[prev_rows], nbytes[rows])
     out = pd.DataFrame({
         "start": start[rows], "end": api["end"].to_numpy(np.int64)[rows], "pid": pid[rows], "tid": tid[rows],
@@ -95,15 +115,11 @@ def blocking_calls(api: pd.DataFrame, names: pd.Series, copies: pd.DataFrame | N
     return out.reset_index(drop=True)
 
 
-def _name_flags(names: pd.Series) -> np.ndarray:
+def _name_flags(names: pd.Series) -> tuple[np.ndarray, ...]:
     """Per row: (is a memcpy, is async, device-to-host by name, is a sync call), judged per distinct name."""
-    cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
-    labels = [str(c) for c in cat.cat.categories]
-    table = np.zeros((len(labels) + 1, 4), bool)  # last row: NULL name (code -1)
-    for i, label in enumerate(labels):
-        table[i] = ("Memcpy" in label, "Async" in label,
-                    label in NAMED_DTOH_SYNC_COPIES or label in NAMED_DTOH_ASYNC_COPIES, label in SYNC_APIS)
-    return table[cat.cat.codes.to_numpy()]
+    tests = (lambda n: "Memcpy" in n, lambda n: "Async" in n,
+             lambda n: n in NAMED_DTOH_SYNC_COPIES or n in NAMED_DTOH_ASYNC_COPIES, lambda n: n in SYNC_APIS)
+    return tuple(flag_names(names, test) for test in tests)
 
 
 def _thread_order(start: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:

@@ -70,8 +70,9 @@ class Coverage:
         self.starts = np.asarray(starts, np.int64)
         self.ends = np.asarray(ends, np.int64)
         self._prefix = np.zeros(len(self.starts) + 1, np.int64)
-        if len(self.starts):
-            np.cumsum(self.ends - self.starts, out=self._prefix[1:])
+        if len(self.starts):  # in place: no lengths array beside the prefix (18 MB for 2.2M host calls)
+            np.subtract(self.ends, self.starts, out=self._prefix[1:])
+            np.cumsum(self._prefix[1:], out=self._prefix[1:])
 
     @property
     def total(self) -> int:
@@ -92,6 +93,28 @@ class Coverage:
     def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Covered length inside each [a, b]."""
         return np.maximum(self.before(b) - self.before(a), 0)
+
+    def within_disjoint(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """:meth:`within` for sorted, disjoint [a, b] (GPU idle gaps): the same numbers.
+
+        A set of a few intervals (a thread's allocations) overlaps few of a million gaps: only
+        those are looked up, found by searching the set's ends among the gaps; the rest are 0.
+        """
+        if len(self.starts) * 16 >= len(a):
+            return self.within(a, b)
+        out = np.zeros(len(a), np.int64)
+        if not len(self.starts):
+            return out
+        first = np.searchsorted(b, self.starts, side="right")  # first gap ending after the interval starts
+        stop = np.searchsorted(a, self.ends, side="left")  # gaps starting before the interval ends
+        some = stop > first
+        marks = np.zeros(len(a) + 1, np.int64)
+        np.add.at(marks, first[some], 1)
+        np.add.at(marks, stop[some], -1)
+        touched = np.flatnonzero(np.cumsum(marks[:-1]) > 0)
+        if len(touched):
+            out[touched] = self.within(a[touched], b[touched])
+        return out
 
 
 def overlap_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
@@ -120,12 +143,40 @@ def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.nda
 
 
 def complement(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """The parts of [lo, hi] that no interval of a disjoint set covers."""
-    s, e = clip(starts, ends, lo, hi)
-    gap_s = np.concatenate([[lo], e])
-    gap_e = np.concatenate([s, [hi]])
+    """The parts of [lo, hi] that no interval of a disjoint set covers.
+
+    Built straight into the two output arrays (a million busy periods make each array 8 MB):
+    the intervals reaching into [lo, hi] are one run of the sorted set, and only its first and
+    last can stick out of it.
+    """
+    starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    first = int(np.searchsorted(ends, lo, side="right"))  # the first interval ending after lo
+    stop = int(np.searchsorted(starts, hi, side="left"))  # intervals starting before hi
+    if stop < first:
+        stop = first
+    s, e = starts[first:stop], ends[first:stop]
+    if len(s):
+        # Clipped to [lo, hi], an empty interval (a zero-length operation) covers nothing: no gap edge.
+        positive = e > s
+        positive[0] = min(int(e[0]), hi) > max(int(s[0]), lo)
+        positive[-1] = min(int(e[-1]), hi) > max(int(s[-1]), lo)
+        if not positive.all():
+            s, e = s[positive], e[positive]
+        del positive
+    gap_s = np.empty(len(s) + 1, np.int64)
+    gap_e = np.empty(len(s) + 1, np.int64)
+    gap_s[0], gap_e[-1] = lo, hi
+    gap_s[1:] = e
+    gap_e[:-1] = s
+    if len(s):
+        gap_e[0] = max(int(s[0]), lo)
+        gap_s[-1] = min(int(e[-1]), hi)
     keep = gap_e > gap_s
-    return gap_s[keep].astype(np.int64), gap_e[keep].astype(np.int64)
+    # Usually only the edges are empty (the first busy period starts at lo): a slice, not a copy.
+    a, b = int(not keep[0]), len(keep) - int(not keep[-1])
+    if a < b and keep[a:b].all():
+        return gap_s[a:b], gap_e[a:b]
+    return gap_s[keep], gap_e[keep]
 
 
 def point_in(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -133,7 +184,23 @@ def point_in(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
     times = np.asarray(times, np.int64)
     if not len(starts):
         return np.full(len(times), -1, np.int64)
-    pos = np.searchsorted(starts, times, side="right") - 1
-    inside = pos >= 0
-    inside[inside] = times[inside] <= ends[pos[inside]]
+    pos = np.searchsorted(starts, times, side="right")
+    pos -= 1
+    # Gathers over every row (clipped) beat boolean-mask selections on a million launches.
+    inside = times <= ends[np.maximum(pos, 0)]
+    inside &= pos >= 0
     return np.where(inside, pos, -1)
+
+
+def counts_in(sorted_times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """How many of ``sorted_times`` :func:`point_in` puts in each interval (starts sorted), by searches of
+    the intervals' bounds among the times: a few thousand searches instead of one per time.
+
+    A time belongs to the last interval starting at or before it, when it does not end before
+    the time; so interval i holds the times in [start i, next start) up to its own end.
+    """
+    first = np.searchsorted(sorted_times, starts, side="left")
+    upto = np.searchsorted(sorted_times, ends, side="right")
+    if len(starts) > 1:
+        np.minimum(upto[:-1], first[1:], out=upto[:-1])
+    return np.maximum(upto - first, 0)

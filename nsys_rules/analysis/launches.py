@@ -126,12 +126,15 @@ def _key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
     return (pid.astype(np.int64) << 32) | (corr.astype(np.int64) & 0xFFFFFFFF)
 
 
-def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True) -> pd.DataFrame:
+def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True, api_rows: np.ndarray | None = None
+                    ) -> pd.DataFrame:
     """For each GPU row (with ``pid`` and ``correlation_id``), its launching API call.
 
     Columns ``api_start``, ``api_end`` (-1 where the call is not in the trace) and, with
     ``names``, ``api_name`` (base name, ``_v<digits>`` removed; missing where the call is
     not in the trace) and ``api_raw`` (as nsys stores it), both categorical, aligned with ``gpu``.
+    ``api_rows``, when the join is already known (the shared GPU activity table), gives each
+    row's API row (-1: none) and skips it.
     """
     n = len(gpu)
     api = trace.frame("api", ["start", "end", "correlation_id", "pid", "name"]) if n and trace.has("api") else None
@@ -140,10 +143,15 @@ def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True) -> pd.D
         if names:
             cols.update({"api_name": np.full(n, None, object), "api_raw": np.full(n, None, object)})
         return pd.DataFrame(cols)
-    # The same join as launch_times (sorted keys shared per trace, or none needed for one process).
-    rows, found = launching_rows(trace, gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
-    out: dict[str, object] = {"api_start": np.where(found, api["start"].to_numpy()[rows], -1),
-                              "api_end": np.where(found, api["end"].to_numpy()[rows], -1)}
+    if api_rows is not None:
+        found = api_rows >= 0
+        rows = np.maximum(api_rows, 0)
+    else:
+        # The same join as launch_times (sorted keys shared per trace, or none needed for one process).
+        rows, found = launching_rows(trace, gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
+    every = bool(found.all())
+    out: dict[str, object] = {"api_start": _at(api["start"].to_numpy(), rows, found, every),
+                              "api_end": _at(api["end"].to_numpy(), rows, found, every)}
     if names:
         # Names by category code, gathered only for the matched rows: materializing 2.2M API names
         # as Python strings took 1.2 s per call on the 1M-kernel trace.
@@ -151,6 +159,14 @@ def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True) -> pd.D
         out["api_raw"] = _names_at(api["name"], rows, found)
     # copy=False: the columns are fresh arrays; a consolidating copy doubled them (16-32 MB per call).
     return pd.DataFrame(out, copy=False)
+
+
+def _at(values: np.ndarray, rows: np.ndarray, found: np.ndarray, every: bool) -> np.ndarray:
+    """``values[rows]``, -1 where not ``found``: one gathered array, patched in place (not a second from np.where)."""
+    out = values[rows]
+    if not every:
+        out[~found] = -1
+    return out
 
 
 def _names_at(names: pd.Series, rows: np.ndarray, found: np.ndarray) -> pd.Categorical:

@@ -118,7 +118,14 @@ def flag_names(names: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray
     """
     cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
     table = np.array([bool(predicate(str(c))) for c in cat.cat.categories] + [False], bool)
-    return table[cat.cat.codes.to_numpy()]
+    codes = cat.cat.codes.to_numpy()
+    hits = np.flatnonzero(table)
+    if len(hits) <= 4:  # a few matching names (the usual case): comparisons on the narrow codes beat a gather
+        out = np.zeros(len(codes), bool)
+        for code in hits.tolist():
+            out |= codes == code
+        return out
+    return table[codes]
 
 
 def in_set(names: pd.Series, members: frozenset[str] | Mapping[str, object]) -> np.ndarray:

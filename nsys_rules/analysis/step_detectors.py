@@ -15,7 +15,7 @@ import pandas as pd
 from ..trace import Trace
 from .activity import KERNEL, GpuOps, graph_replays, kernel_symbols
 from .host import blocking_calls, copy_directions
-from .intervals import point_in
+from .intervals import counts_in, point_in
 from .names import LIBRARY_DOMAINS, is_library_range
 
 #: NVTX event types that are ranges (push/pop, start/end) and the one that names a domain.
@@ -92,11 +92,10 @@ def nvtx_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
         if not _tiles(s, e, ops):
             rejected.append(f"'{_short(label)}' (does not tile the loop)")
             continue
-        inside_span = launches[(launches >= s[0]) & (launches <= e[-1])]
+        inside_span = launches[np.searchsorted(launches, s[0], side="left"):np.searchsorted(launches, e[-1], side="right")]
         if len(inside_span):
-            held = point_in(inside_span, s, e) >= 0
-            per_instance = np.bincount(point_in(inside_span, s, e)[held], minlength=len(s))
-            if held.mean() < 0.5 or (per_instance > 0).mean() < 0.5:
+            per_instance = counts_in(inside_span, s, e)
+            if int(per_instance.sum()) / len(inside_span) < 0.5 or (per_instance > 0).mean() < 0.5:
                 rejected.append(f"'{_short(label)}' (holds few of the GPU launches)")
                 continue
         elif ops.launch.size:

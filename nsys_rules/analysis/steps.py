@@ -168,8 +168,8 @@ def _model(trace: Trace, options: SteadyOptions) -> StepModel:
 def _finish(trace: Trace, ops: GpuOps, found: Found, prange: tuple[int, int] | None,
             options: SteadyOptions) -> StepModel:
     host = found.host.astype(np.int64)
-    work, device, streams = _project(ops, host, found.pid)
-    separate = 0 if prange else _earlier_runs(host, found.source, _launch_counts(ops, host, found.pid))
+    work, device, streams, launches = _project(ops, host, found.pid)
+    separate = 0 if prange else _earlier_runs(host, found.source, launches)
     host, work = host[separate:], work[separate:]
     dropped, why = _warmup(trace, found, host, options)
     if separate:
@@ -213,17 +213,10 @@ def _earlier_runs(host: np.ndarray, source: str, launches: np.ndarray) -> int:
     return int(breaks[-1]) + 1 if len(breaks) else 0
 
 
-def _launch_counts(ops: GpuOps, host: np.ndarray, pid: int | None) -> np.ndarray:
-    """GPU operations launched inside each step."""
-    mine = ops.launch >= 0
-    if pid is not None:
-        mine &= ops.pid == pid
-    index = point_in(ops.launch[mine], host[:, 0], host[:, 1])
-    return np.bincount(index[index >= 0], minlength=len(host))
-
-
-def _project(ops: GpuOps, host: np.ndarray, pid: int | None) -> tuple[np.ndarray, int | None, tuple[int, ...]]:
-    """First start and last end of the loop's GPU work launched in each step, its device and streams.
+def _project(ops: GpuOps, host: np.ndarray, pid: int | None
+             ) -> tuple[np.ndarray, int | None, tuple[int, ...], np.ndarray]:
+    """First start and last end of the loop's GPU work launched in each step, its device and streams,
+    and the number of GPU operations of the process launched inside each step.
 
     The loop's work is that of its process on its busiest device, on the streams that work in at
     least half of the steps: a side stream that runs once every few steps (a background copy)
@@ -236,9 +229,10 @@ def _project(ops: GpuOps, host: np.ndarray, pid: int | None) -> tuple[np.ndarray
     index = np.full(len(ops), -1, np.int64)
     index[mine] = point_in(ops.launch[mine], host[:, 0], host[:, 1])
     held = index >= 0
+    launches = np.bincount(index[held], minlength=len(host))
     work = np.full((len(host), 2), -1, np.int64)
     if not held.any():
-        return work, None, ()
+        return work, None, (), launches
     devices, inverse = np.unique(ops.device[held], return_inverse=True)
     busy = np.bincount(inverse, weights=ops.duration[held])
     device = int(devices[np.argmax(busy)])
@@ -251,14 +245,15 @@ def _project(ops: GpuOps, host: np.ndarray, pid: int | None) -> tuple[np.ndarray
     np.maximum.at(last, index[held], ops.end[held])
     some = last >= 0
     work[some, 0], work[some, 1] = first[some], last[some]
-    return work, device, streams
+    return work, device, streams, launches
 
 
 def loop_streams(stream: np.ndarray, step: np.ndarray, steps: int, duration: np.ndarray) -> tuple[int, ...]:
     """Streams with work in at least half of the steps (else the busiest one)."""
     out = []
     for s in np.unique(stream):
-        if len(np.unique(step[stream == s])) >= 0.5 * steps:
+        # Distinct steps of the stream by a count per step (steps are 0..steps-1): no sort of a million rows.
+        if np.count_nonzero(np.bincount(step[stream == s], minlength=steps)) >= 0.5 * steps:
             out.append(int(s))
     if not out and len(stream):
         values, inverse = np.unique(stream, return_inverse=True)

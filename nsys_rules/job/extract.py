@@ -101,6 +101,9 @@ def collect_ranks(trace: Trace, several: bool, window: Any = None, names: CommNa
     """
     if not trace.has("kernels"):
         return []
+    names = names or comm_names()
+    if not several and _plainly_one_gpu(trace, names):
+        return []  # one process on one GPU and no name that could be communication: no job, nothing more read
     kernels = trace.frame("kernels", _KERNEL_COLUMNS)
     if window is not None and len(kernels):
         from ..windows import launch_times
@@ -108,7 +111,6 @@ def collect_ranks(trace: Trace, several: bool, window: Any = None, names: CommNa
         kernels = kernels.loc[window.mask(launch_times(trace, kernels))].reset_index(drop=True)
     if not len(kernels):
         return []
-    names = names or comm_names()
     family = family_per_row(kernels["short_name"], kernels["name"], names)
     pid = _ints(kernels["pid"])
     device = _ints(kernels["device_id"])
@@ -187,6 +189,18 @@ def _top(code: np.ndarray, labels: list[str], duration: np.ndarray, mask: np.nda
     sums = np.bincount(code[mask], weights=duration[mask].astype(float), minlength=len(labels))
     heaviest = np.argsort(-sums, kind="stable")[:TOP_KERNELS]
     return {labels[c]: int(sums[c]) for c in heaviest if sums[c] > 0}
+
+
+def _plainly_one_gpu(trace: Trace, names: CommNames) -> bool:
+    """One process on one GPU, no communication NVTX range, and no string of the trace named like a
+    communication kernel: what the full extraction would find to be no job, judged on the columns
+    already loaded (the kernels' short names, read only here, cost a second pass over the table).
+    """
+    matches = getattr(trace.export, "any_string_matches", None)
+    if matches is None or matches(names.any_family) or _nccl_ranges(trace, names):
+        return False
+    kernels = trace.frame("kernels", ["pid", "device_id"])
+    return _one_value(_ints(kernels["pid"])) and _one_value(_ints(kernels["device_id"]))
 
 
 def _one_value(values: np.ndarray) -> bool:

@@ -36,6 +36,11 @@ class CommNames:
                     return family
         return None
 
+    @property
+    def any_family(self) -> re.Pattern[str]:
+        """One pattern that matches wherever any family's pattern does (a quick "could any name be communication")."""
+        return _alternation(tuple(p for _, patterns in self.families for p in patterns))
+
     def is_comm_range(self, name: str) -> bool:
         """True when an NVTX range called ``name`` wraps a communication call."""
         return bool(name) and any(p.search(name) for p in self.nvtx_ranges)
@@ -54,6 +59,26 @@ def parse_comm_names(text: str) -> CommNames:
     families = tuple((str(f["name"]), tuple(re.compile(p) for p in f["patterns"])) for f in data.get("family", []))
     nvtx = data.get("nvtx", {})
     return CommNames(families, tuple(nvtx.get("domains", ())), tuple(re.compile(p) for p in nvtx.get("ranges", ())))
+
+
+@lru_cache(maxsize=8)
+def _alternation(patterns: tuple[re.Pattern[str], ...]) -> re.Pattern[str]:
+    if not patterns:
+        return re.compile(r"(?!)")  # matches nothing
+    try:
+        return re.compile("|".join(f"(?:{p.pattern})" for p in patterns))
+    except re.error:  # a pattern with its own global flags cannot sit inside an alternation
+        return _AnyOf(patterns)  # type: ignore[return-value]
+
+
+class _AnyOf:
+    """``search`` over several patterns, for lists that do not combine into one."""
+
+    def __init__(self, patterns: tuple[re.Pattern[str], ...]) -> None:
+        self.patterns = patterns
+
+    def search(self, text: str) -> bool:
+        return any(p.search(text) for p in self.patterns)
 
 
 def family_per_row(short: pd.Series, full: pd.Series, names: CommNames | None = None) -> np.ndarray | None:

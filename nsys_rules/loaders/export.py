@@ -13,6 +13,7 @@ NULLs and damage into notes). A format only supplies raw numpy columns (``_fetch
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
@@ -163,6 +164,14 @@ class ColumnarExport(ABC):
                     break
         return out
 
+    def any_string_matches(self, pattern: re.Pattern[str]) -> bool:
+        """Whether any ``StringIds`` value matches ``pattern`` (``search``): a name no row can carry otherwise.
+
+        Optional beyond :class:`Export` (callers fall back when a loader lacks it): it answers
+        "could any kernel be called like this" from the string table the reads already hold.
+        """
+        return any(pattern.search(value) for value in self._string_table()[1])
+
     def resolve_strings(self, ids: np.ndarray, what: str) -> pd.Categorical:
         """Turn ``StringIds`` references into a categorical of names.
 
@@ -172,10 +181,22 @@ class ColumnarExport(ABC):
         ids = np.asarray(ids)
         if ids.dtype.kind not in "iu":
             ids = damage_fix.to_int(ids, NULL_INT)
-        ids = ids.astype(np.int64, copy=False)
         valid = ids >= 0
         all_valid = bool(valid.all())
-        uniq, inverse = _dense_codes(ids, valid, all_valid)
+        code_of_id = None
+        picked = ids if all_valid else ids[valid]
+        if len(picked) and int(picked.max()) <= 4 * len(ids) + 1_000_000:
+            # Dense ids (the usual StringIds): a table indexed by id gives each row its final code in one
+            # gather, in the codes' own narrow type (no int32 per-row index, then a second gather, then a cast).
+            used = np.zeros(int(picked.max()) + 1, bool)
+            used[picked] = True
+            uniq = np.flatnonzero(used).astype(np.int64)
+            code_of_id = np.full(len(used), -1, np.int64)
+            code_of_id[uniq] = np.arange(len(uniq))
+            inverse = None
+        else:
+            uniq, inverse = _dense_codes(ids.astype(np.int64, copy=False), valid, all_valid)
+        del picked
         sid, svalue = self._string_table()
         pos = np.searchsorted(sid, uniq).clip(0, max(len(sid) - 1, 0))
         found = (sid[pos] == uniq) if len(sid) else np.zeros(len(uniq), bool)
@@ -187,6 +208,15 @@ class ColumnarExport(ABC):
                 names[i] = f"<unknown string {int(uniq[i])}>"
         # Two ids may carry the same text: merge them so a name is one category.
         name_codes, categories = pd.factorize(pd.Series(names, dtype=object), use_na_sentinel=True)
+        if code_of_id is not None:
+            # pandas keeps codes as int8/int16/int32 by the number of categories: build them so, no cast.
+            narrow = np.int8 if len(categories) < 128 else np.int16 if len(categories) < 32768 else np.int32
+            final = np.full(len(code_of_id), -1, narrow)
+            final[uniq] = name_codes
+            full = final[ids] if all_valid else final[np.maximum(ids, 0)]
+            if not all_valid:
+                full[~valid] = -1
+            return pd.Categorical.from_codes(full, categories=pd.Index(categories, dtype=object), validate=False)
         lookup = np.append(name_codes.astype(np.int32), np.int32(-1))  # inverse -1 (NULL) -> -1
         full = lookup[inverse]
         return pd.Categorical.from_codes(full, categories=pd.Index(categories, dtype=object), validate=False)
@@ -210,8 +240,9 @@ class ColumnarExport(ABC):
         extra = [s for c in wanted if c.kind == "nvtx_name" for s in c.sources[1:] if s in present]
         src_cols += [s for s in extra if s not in src_cols]
         # Sources read straight into int32 (when their values fit): no int64 copy of them ever exists.
-        narrow = {picks[c.name] for c in wanted if c.name in NARROW_COLUMNS} - {
-            picks[c.name] for c in wanted if c.name not in NARROW_COLUMNS} - {None}
+        # String ids too: StringIds are numbered densely from 0, so int32 holds them (widened if not).
+        narrowed = [c for c in wanted if c.name in NARROW_COLUMNS or c.kind == "string"]
+        narrow = {picks[c.name] for c in narrowed} - {picks[c.name] for c in wanted if c not in narrowed} - {None}
         raw = self._fetch(source, src_cols, narrow)  # type: ignore[arg-type]
         n = len(next(iter(raw.values()))) if raw else self.count(source)
         keep = np.ones(n, bool)
@@ -232,6 +263,8 @@ class ColumnarExport(ABC):
                 data[col.name] = self._nvtx_names(col, raw, keep, present)
                 continue
             data[col.name] = self._convert(col, values, int(keep.sum()), f"{table.name}.{col.name}")
+            if col.kind in ("pid", "tid") or col.name in NARROW_COLUMNS:
+                data[col.name] = one_value(data[col.name])
         frame = pd.DataFrame(data, copy=False)
         frame = damage_fix.drop_invalid_required(table.name, frame, [c.name for c in wanted if c.required],
                                                  NULL_INT, self.damage)
@@ -265,7 +298,7 @@ class ColumnarExport(ABC):
                 return pd.Categorical.from_codes(np.full(n, -1), categories=pd.Index([], dtype=object))
             if col.kind == "text":
                 return pd.Categorical(pd.Series(values, dtype=object).where(~_isnull(values), None))
-            ids = damage_fix.to_int(values, NULL_INT)
+            ids = values if values.dtype.kind in "iu" else damage_fix.to_int(values, NULL_INT)  # int32 as read
             if not col.required:
                 self._note_unreadable(values, ids, what)
             nulls = int((ids < 0).sum()) if col.name in ("name", "short_name") else 0  # nsys always writes these
@@ -282,6 +315,10 @@ class ColumnarExport(ABC):
         # pid/tid are 24-bit fields of a serialized global id: int32 holds them (half the memory of
         # int64 on 2.2M API rows); small ids and launch dimensions too, when every value fits.
         if col.kind in ("pid", "tid"):
+            if len(ints) >= ONE_VALUE_ROWS and ints[0] >= 0 and (ints == ints[0]).all():
+                # One process (one thread): the one value, no per-row array at all (see one_value).
+                single = (int(ints[0]) >> 24) & 0xFFFFFF if col.kind == "pid" else int(ints[0]) & 0xFFFFFF
+                return np.broadcast_to(np.array([single], np.int32), (len(ints),))
             # Straight into int32 (the ufunc casts chunk by chunk; the low 24 bits survive the cast):
             # no int64 temporaries, 18 MB each on 2.2M API rows, while the other big table loads too.
             out = np.empty(len(ints), np.int32)
@@ -301,6 +338,26 @@ class ColumnarExport(ABC):
         if bad:
             damage_fix.note(self.damage, f"{what}: {bad} value(s) that are not integers (wrong column type) "
                                          "read as unknown")
+
+
+#: Rows from which an id column holding one value throughout is kept as that value alone.
+ONE_VALUE_ROWS = 4096
+
+
+def one_value(values: Any) -> Any:
+    """An integer column with one value in every row as a read-only view of that value (0 bytes per row).
+
+    Ids often are: one process, one GPU, one stream, grid z and block z of 1, no graph node.
+    A million-kernel trace holds a dozen such columns; frames and arrays built from them read
+    the same values (the canonical frames are read-only under copy-on-write anyway).
+    """
+    if (not isinstance(values, np.ndarray) or values.dtype.kind not in "iub" or len(values) < ONE_VALUE_ROWS
+            or values.strides == (0,)):
+        return values
+    first = values[0]
+    if not (values == first).all():
+        return values
+    return np.broadcast_to(values[:1].copy(), values.shape)
 
 
 def has_nsys_tables(names: Iterable[str]) -> bool:

@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NsysRulesError as exc:
         if debug:
             traceback.print_exc()
-        sys.stderr.write(f"nsys-rules: {one_line(str(exc))}\n")
+        sys.stderr.write(_fit_error(f"nsys-rules: {one_line(str(exc))}") + "\n")
         return int(exc.exit_code)
     except MemoryError:
         sys.stderr.write("nsys-rules: out of memory; narrow the run with --filter-time or --select\n")
@@ -100,6 +100,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"nsys-rules: internal error: {type(exc).__name__}: {one_line(str(exc))} "
                          "(rerun with --debug and report it)\n")
         return int(ExitCode.INCOMPLETE)
+
+
+def _fit_error(line: str) -> str:
+    """An error line wrapped to the terminal (``COLUMNS``, or stderr's width), words kept whole.
+
+    Piped or logged, it stays one line for scripts to grep; on a terminal nothing runs past its edge.
+    """
+    env = os.environ.get("COLUMNS", "").strip()
+    width = int(env) if env.isdigit() else 0
+    if not width and sys.stderr is not None and sys.stderr.isatty():
+        import shutil
+
+        width = shutil.get_terminal_size().columns
+    if width < 40 or len(line) <= width:
+        return line
+    import textwrap
+
+    return "\n".join(textwrap.wrap(line, width, subsequent_indent="  ", break_long_words=False,
+                                    break_on_hyphens=False))
 
 
 def one_line(text: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import urllib.parse
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -22,7 +23,8 @@ import numpy as np
 
 from ..errors import InputError
 from . import damage as damage_fix
-from .batches import fill_columns
+from . import readahead
+from .batches import fill_columns, stoppable
 from .export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, _dense_codes, has_nsys_tables
 from .guard import SQLITE_MAGIC, check_file, pending_sidecar, private_copy, remove_folder
 from .tables import TABLES
@@ -88,6 +90,8 @@ class SqliteExport(ColumnarExport):
                              "export the report again with `nsys export --type=sqlite REPORT.nsys-rep`")
         self._columns: dict[str, tuple[str, ...]] = {}
         self._counts: dict[str, int] = {}
+        # Columns read before this file was opened (check, one trace): never from a private copy.
+        self._ahead = readahead.claim(self.path) if self._private_dir is None else None
 
     # -- schema --------------------------------------------------------------------------
     def columns_of(self, table: str) -> tuple[str, ...]:
@@ -157,15 +161,35 @@ class SqliteExport(ColumnarExport):
         return ids, values
 
     # -- bulk reads ----------------------------------------------------------------------
+    def early_read_safe(self, source: str) -> bool:
+        """Not from a private merged copy, nor a table with an index: SQLite may answer a query that
+        names few columns from a covering index, in its order, so two reads could disagree on row order."""
+        if self._private_dir is not None:
+            return False
+        indexes = self.query("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = ? COLLATE NOCASE",
+                             (source,))
+        return not indexes[0][0]
+
+    def fetch_direct(self, source: str, src_cols: list[str], narrow: set[str] | frozenset[str] = frozenset(),
+                     stop: Any = None) -> dict[str, np.ndarray]:
+        """``src_cols`` of ``source`` through ADBC only; raises on any failure (see ``ColumnarExport``)."""
+        if not src_cols:
+            return {}
+        return _fetch_arrow(self._open_path, _select(source, src_cols), src_cols, self.count(source), narrow, stop)
+
     def _fetch(self, source: str, src_cols: list[str], narrow: set[str] | frozenset[str] = frozenset()
                ) -> dict[str, np.ndarray]:
         if not src_cols:
             return {}
-        sql = "SELECT " + ", ".join(_quote(c) for c in src_cols) + " FROM " + _quote(source)
+        early, _ = self._take_early(source, src_cols, narrow)
         try:
-            return _fetch_arrow(self._open_path, sql, src_cols, self.count(source), narrow)
+            rest = self.fetch_direct(source, [c for c in src_cols if c not in early], narrow)
+            return {c: early[c] if c in early else rest[c] for c in src_cols}
         except Exception:  # noqa: BLE001 - any ADBC failure falls back to the stdlib reader
             pass
+        # The stdlib reader reads every column, the early ones too, as one read of them all would have.
+        del early
+        sql = _select(source, src_cols)
         try:
             rows = self._db.execute(sql).fetchall()
         except SQLITE_ERRORS as exc:
@@ -197,18 +221,38 @@ class SqliteExport(ColumnarExport):
 BATCH_ROWS = 16384
 
 
-def _fetch_arrow(path: Path, sql: str, names: list[str], expected_rows: int,
-                 narrow: set[str] | frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
-    """Stream ``sql`` as Arrow record batches into preallocated numpy columns (see :mod:`.batches`)."""
-    import adbc_driver_sqlite.dbapi as adbc
+def _select(source: str, columns: list[str]) -> str:
+    return "SELECT " + ", ".join(_quote(c) for c in columns) + " FROM " + _quote(source)
 
-    with adbc.connect(_uri(path)) as conn, conn.cursor() as cur:
+
+def _fetch_arrow(path: Path, sql: str, names: list[str], expected_rows: int,
+                 narrow: set[str] | frozenset[str] = frozenset(), stop: Any = None) -> dict[str, np.ndarray]:
+    """Stream ``sql`` as Arrow record batches into preallocated numpy columns (see :mod:`.batches`).
+
+    Through ADBC's low-level API: its DB-API module imports pyarrow.dataset, which imports pandas,
+    and the read-ahead thread must read while the main thread is still importing pandas.
+    """
+    import adbc_driver_manager
+    import adbc_driver_sqlite
+    import pyarrow as pa
+
+    with ExitStack() as close:
+        database = adbc_driver_sqlite.connect(_uri(path))
+        close.callback(database.close)
+        connection = adbc_driver_manager.AdbcConnection(database)
+        close.callback(connection.close)
+        statement = adbc_driver_manager.AdbcStatement(connection)
+        close.callback(statement.close)
         try:
-            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+            statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
         except Exception:  # noqa: BLE001 - an older driver without the option still works, only slower
             pass
-        cur.execute(sql)
-        return fill_columns(cur.fetch_record_batch(), names, expected_rows, narrow)
+        statement.set_sql_query(sql)
+        handle, _ = statement.execute_query()
+        from_stream = getattr(pa.RecordBatchReader, "from_stream", None)  # pyarrow >= 15
+        reader = from_stream(handle) if from_stream is not None else pa.RecordBatchReader._import_from_c(handle.address)
+        close.callback(reader.close)  # before the statement: the stream belongs to it
+        return fill_columns(stoppable(reader, stop), names, expected_rows, narrow)
 
 
 __all__ = ["SqliteExport", "NULL_INT", "MAX_STRING", "SQLITE_MAGIC", "TABLES", "_dense_codes"]

@@ -1,0 +1,197 @@
+"""Reading a trace's big tables while the program is still starting.
+
+``check`` on one trace spends its first half second importing pandas, the engine and the rules
+on one core, and only then reads the kernel and API tables, which need none of that: the Arrow
+readers step SQLite and decode Parquet without holding the GIL. :func:`start`, called right
+after the command line is parsed, begins those reads in background threads; the export that
+opens the same file later (:func:`claim`) takes the columns from them instead of reading them.
+
+What is read early is what every check reads: :data:`EARLY_COLUMNS` (the columns of the kernel,
+API and NVTX tables that the GPU activity table and the step model read in every run; a test
+keeps them within ``analysis.steps.model_needs``). Columns that a selected rule or a plugin
+needs beyond them are read by the engine's preload, as before; a column read early is handed
+over once and never read twice. The loader's result does not change: the early read is the
+export's own reader with the same columns, batches and narrow types, and one that fails is
+done again by the export, which then reports any error itself.
+
+No read-ahead when it could change what the user sees: a memory limit given by the user (the
+guard must judge every read first) or an early read of more than a quarter of the available
+memory; an unmerged ``-wal``/``-journal`` beside the file (read from a private copy); a table
+with an index (two queries over it could return rows in different orders).
+
+Only the standard library is imported here: the threads import numpy, pyarrow and the readers.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Canonical columns read early, by table: every check reads them (the GPU activity table and
+#: the step model), whatever rules are selected.
+EARLY_COLUMNS: dict[str, tuple[str, ...]] = {
+    "api": ("start", "end", "correlation_id", "pid", "tid", "name"),
+    "kernels": ("start", "end", "device_id", "stream_id", "pid", "correlation_id", "name", "grid_x", "grid_y",
+                "grid_z", "block_x", "block_y", "block_z"),
+    "nvtx": ("start", "end", "name", "pid", "tid", "domain_id", "event_type"),
+}
+#: Share of the memory the guard allows by default that an early read may take (see memory_limit).
+MEMORY_SHARE = 0.25
+
+
+@dataclass
+class _Early:
+    """The raw columns of one source table read early, until the export takes them."""
+
+    narrow: frozenset[str]
+    columns: dict[str, Any]
+    #: Notes the read made (Parquet: unsigned values beyond int64), handed over with their columns.
+    notes: dict[str, list[str]] = field(default_factory=dict)
+
+
+class ReadAhead:
+    """Background reads of one trace's early columns (see the module doc)."""
+
+    def __init__(self, path: Path, identity: tuple[Any, ...], workers: int) -> None:
+        self.path = path
+        self.identity = identity
+        self.stop_event = threading.Event()
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsys-rules-readahead")
+        self._plan: Future[dict[str, Future[_Early | None]]] = self._pool.submit(self._make_plan)
+        self._claimed = False
+
+    # -- worker side -----------------------------------------------------------------------
+    def _make_plan(self) -> dict[str, Future[_Early | None]]:
+        _worker.opening = True  # this export reads for the read-ahead: it must not claim it
+        try:
+            export = _open(self.path)
+        except Exception:  # noqa: BLE001 - not readable here: the export opened later says why
+            return {}
+        finally:
+            _worker.opening = False
+        plans = []
+        try:
+            from ..memory_limit import column_bytes, default_limit
+            from .tables import TABLES
+
+            total = 0
+            for name, cols in EARLY_COLUMNS.items():
+                table = TABLES[name]
+                source = export.source_of(table)
+                if source is None or not export.early_read_safe(source):
+                    continue
+                _, src_cols, narrow = export.source_columns(table, [table.column(c) for c in cols], source)
+                rows = export.count(source)
+                total += rows * sum(column_bytes(name, c) for c in cols)
+                plans.append((rows, source, src_cols, frozenset(narrow)))
+            limit = default_limit()
+            if limit is not None and total > limit * MEMORY_SHARE:
+                plans = []
+        except Exception:  # noqa: BLE001 - a damaged schema: the export opened later reports it
+            plans = []
+        # The reads need no more of the file's metadata (row counts are kept): its connection can go.
+        export.close()
+        plans.sort(key=lambda p: -p[0])  # the biggest table first: it finishes last
+        return {source: self._pool.submit(self._read, export, source, cols, narrow) for _, source, cols, narrow in plans}
+
+    def _read(self, export: Any, source: str, columns: list[str], narrow: frozenset[str]) -> _Early | None:
+        from .batches import note_column
+
+        if self.stop_event.is_set():
+            return None
+        seen = len(export.damage)
+        try:
+            raw = export.fetch_direct(source, columns, narrow, self.stop_event)
+        except Exception:  # noqa: BLE001 - the export reads it again and reports what is wrong
+            return None
+        notes: dict[str, list[str]] = {}
+        for line in export.damage[seen:]:
+            notes.setdefault(note_column(line, source), []).append(line)
+        return _Early(narrow, raw, notes)
+
+    # -- export side -----------------------------------------------------------------------
+    def take(self, source: str, columns: list[str], narrow: set[str] | frozenset[str]
+             ) -> tuple[dict[str, Any], dict[str, list[str]]]:
+        """The early columns of ``source`` among ``columns`` (read with the same narrow types), waiting for
+        the read to finish, and the notes it made for them; each column is handed over once."""
+        try:
+            future = self._plan.result().get(source)
+            early = future.result() if future is not None else None
+        except Exception:  # noqa: BLE001 - stopped (cancelled) or failed: the export reads it itself
+            return {}, {}
+        if early is None:
+            return {}, {}
+        with self._lock:
+            picked = [c for c in columns if c in early.columns and (c in narrow) == (c in early.narrow)]
+            return ({c: early.columns.pop(c) for c in picked},
+                    {c: early.notes.pop(c) for c in picked if c in early.notes})
+
+    def stop(self) -> None:
+        """Stop the reads (each within one batch) and wait for the threads."""
+        self.stop_event.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _open(path: Path) -> Any:
+    from .arrowdir import ArrowDirExport, folder_kind
+
+    kind = folder_kind(path)
+    if kind is not None:
+        return ArrowDirExport(path, kind)
+    from .sqlite import SqliteExport
+
+    return SqliteExport(path)
+
+
+_current: ReadAhead | None = None
+_worker = threading.local()
+
+
+def identity(path: Path) -> tuple[Any, ...] | None:
+    """What tells that a later open is of the same file, unchanged: its resolved path and status."""
+    try:
+        st = os.stat(path)
+        return (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    except (OSError, RuntimeError):
+        return None
+
+
+def start(trace: str, limit_set: bool) -> None:
+    """Begin the early reads of ``trace`` (a ``.sqlite`` file or an export folder) in background threads.
+
+    ``limit_set``: the user gave a memory limit (flag or config), so nothing is read before the guard.
+    """
+    global _current
+    stop()
+    path = Path(trace)
+    if limit_set or not (path.suffix.lower() == ".sqlite" or path.is_dir()):
+        return  # a .nsys-rep is exported first; other suffixes may belong to a plugin's loader
+    found = identity(path)
+    if found is None:
+        return
+    # Two at once (the kernel and API tables) where there are two cores; one on one core. Parquet
+    # reads are cheap and two in flight add their batches to the peak.
+    workers = 2 if (os.cpu_count() or 1) >= 2 and not path.is_dir() else 1
+    _current = ReadAhead(path, found, workers)
+
+
+def claim(path: Path) -> ReadAhead | None:
+    """The read-ahead of ``path`` when one was started for this very file (unchanged since), else None."""
+    ahead = _current
+    if ahead is None or ahead._claimed or getattr(_worker, "opening", False) or identity(path) != ahead.identity:
+        return None
+    ahead._claimed = True
+    return ahead
+
+
+def stop() -> None:
+    """Stop any read-ahead and wait for its threads (at the end of a run, or before starting another)."""
+    global _current
+    ahead, _current = _current, None
+    if ahead is not None:
+        ahead.stop()

@@ -94,10 +94,11 @@ class ReadAhead:
                 plans = []
         except Exception:  # noqa: BLE001 - a damaged schema: the export opened later reports it
             plans = []
-        # The reads need no more of the file's metadata (row counts are kept): its connection can go.
-        export.close()
         plans.sort(key=lambda p: -p[0])  # the biggest table first: it finishes last
-        return {source: self._pool.submit(self._read, export, source, cols, narrow) for _, source, cols, narrow in plans}
+        futures = {source: self._pool.submit(self._read, export, source, cols, narrow)
+                   for _, source, cols, narrow in plans}
+        _close_when_done(export, list(futures.values()))
+        return futures
 
     def _read(self, export: Any, source: str, columns: list[str], narrow: frozenset[str]) -> _Early | None:
         from .batches import note_column
@@ -135,6 +136,24 @@ class ReadAhead:
         """Stop the reads (each within one batch) and wait for the threads."""
         self.stop_event.set()
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _close_when_done(export: Any, futures: list[Future[Any]]) -> None:
+    """Close ``export`` (its metadata connection) once every one of ``futures`` is done."""
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_: Future[Any]) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            export.close()
+
+    if not futures:
+        export.close()
+    for future in futures:
+        future.add_done_callback(one_done)
 
 
 def _open(path: Path) -> Any:

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import InputError
 from . import damage as damage_fix
-from . import readahead
+from . import readahead, split
 from .batches import fill_columns, stoppable
 from .export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, _dense_codes, has_nsys_tables
 from .guard import SQLITE_MAGIC, check_file, pending_sidecar, private_copy, remove_folder
@@ -89,7 +89,9 @@ class SqliteExport(ColumnarExport):
             raise InputError(f"{self.path}: {what}; "
                              "export the report again with `nsys export --type=sqlite REPORT.nsys-rep`")
         self._columns: dict[str, tuple[str, ...]] = {}
+        self._types: dict[str, dict[str, str]] = {}  # declared column types
         self._counts: dict[str, int] = {}
+        self._ordered: dict[str, bool] = {}
         # Columns read before this file was opened (check, one trace): never from a private copy.
         self._ahead = readahead.claim(self.path) if self._private_dir is None else None
 
@@ -104,6 +106,7 @@ class SqliteExport(ColumnarExport):
             except SQLITE_ERRORS:
                 info = []
             self._columns[table] = tuple(str(r[1]) for r in info)
+            self._types[table] = {str(r[1]): str(r[2]).upper() for r in info}
         return self._columns[table]
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
@@ -162,20 +165,46 @@ class SqliteExport(ColumnarExport):
 
     # -- bulk reads ----------------------------------------------------------------------
     def early_read_safe(self, source: str) -> bool:
-        """Not from a private merged copy, nor a table with an index: SQLite may answer a query that
-        names few columns from a covering index, in its order, so two reads could disagree on row order."""
-        if self._private_dir is not None:
-            return False
-        indexes = self.query("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = ? COLLATE NOCASE",
-                             (source,))
-        return not indexes[0][0]
+        """Not from a private merged copy (the later open would not take it), rows in a stable order."""
+        return self._private_dir is None and self.row_order_stable(source)
+
+    def row_order_stable(self, source: str) -> bool:
+        """Whether every query over ``source`` returns its rows in rowid order: no index (SQLite may answer a
+        query that names few columns from a covering index, in the index's order) and no column that hides
+        the rowid by taking its name."""
+        if source not in self._ordered:
+            hidden = {c.lower() for c in self.columns_of(source)} & {"rowid", "_rowid_", "oid"}
+            indexes = self.query("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
+                                 "COLLATE NOCASE", (source,))
+            self._ordered[source] = not hidden and not indexes[0][0]
+        return self._ordered[source]
 
     def fetch_direct(self, source: str, src_cols: list[str], narrow: set[str] | frozenset[str] = frozenset(),
                      stop: Any = None) -> dict[str, np.ndarray]:
-        """``src_cols`` of ``source`` through ADBC only; raises on any failure (see ``ColumnarExport``)."""
+        """``src_cols`` of ``source`` through ADBC only; raises on any failure (see ``ColumnarExport``).
+
+        A big table of integer columns is read in rowid ranges in parallel where there are cores for it
+        (:mod:`.split`); the joined columns equal one read's.
+        """
         if not src_cols:
             return {}
-        return _fetch_arrow(self._open_path, _select(source, src_cols), src_cols, self.count(source), narrow, stop)
+        rows = self.count(source)
+        parts = split.part_count(rows)
+        if parts > 1 and self.row_order_stable(source) and all(
+                self._types.get(source, {}).get(c) == "INTEGER" for c in src_cols):
+            low, high = self.query(f"SELECT min(rowid) FROM {_quote(source)}")[0][0], \
+                self.query(f"SELECT max(rowid) FROM {_quote(source)}")[0][0]
+            if low is not None:
+                sql = _select(source, src_cols)
+
+                def part(start: int, end: int) -> dict[str, np.ndarray]:
+                    return _fetch_arrow(self._open_path, f"{sql} WHERE rowid >= {int(start)} AND rowid < {int(end)}",
+                                        src_cols, min(end - start, rows), narrow, stop)
+
+                joined = split.read_parts(part, split.rowid_ranges(int(low), int(high), parts))
+                if joined is not None:
+                    return joined
+        return _fetch_arrow(self._open_path, _select(source, src_cols), src_cols, rows, narrow, stop)
 
     def _fetch(self, source: str, src_cols: list[str], narrow: set[str] | frozenset[str] = frozenset()
                ) -> dict[str, np.ndarray]:

@@ -190,3 +190,66 @@ def test_narrow_reads_match_whole_table_reads(tmp_path: Path) -> None:
         alone = export.fetch_direct(source, [col], {"deviceId", "gridX"})[col]
         assert alone.dtype == together[col].dtype and np.array_equal(alone, together[col])
     export.close()
+
+
+@pytest.mark.parametrize("parts", [2, 3, 7])
+def test_a_table_read_in_parts_equals_it_read_whole(parts: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nsys_rules.loaders import split
+    from nsys_rules.loaders.sqlite import SqliteExport, _fetch_arrow, _select
+
+    path = need_shared(H200) / "engine_moe_tail.sqlite"
+    export = SqliteExport(path)
+    monkeypatch.setattr(split, "part_count", lambda rows: parts)
+    for name in ("kernels", "api"):
+        table = TABLES[name]
+        source = export.source_of(table)
+        assert source is not None
+        _, cols, narrow = export.source_columns(table, list(table.columns), source)
+        cols = [c for c in cols if export._types[source].get(c) == "INTEGER"]
+        whole = _fetch_arrow(path, _select(source, cols), cols, export.count(source), narrow)
+        joined = export.fetch_direct(source, cols, narrow)
+        for col in cols:
+            assert joined[col].dtype == whole[col].dtype and np.array_equal(joined[col], whole[col]), (name, col)
+    export.close()
+
+
+def test_parts_with_nulls_wide_values_and_damage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NULL runs, a value too wide for int32 in one part, text in an integer column: the same as a whole read."""
+    from nsys_rules.loaders import split
+
+    path = _small_trace(tmp_path / "t.sqlite", kernels=3000)
+    db = sqlite3.connect(path)
+    db.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "graphNodeId" = NULL WHERE rowid < 1500')
+    db.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "gridY" = 5000000000 WHERE rowid = 2500')
+    db.commit()
+    db.close()
+    damaged = tmp_path / "d.sqlite"
+    damaged.write_bytes(path.read_bytes())
+    db = sqlite3.connect(damaged)
+    db.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "streamId" = \'x\' WHERE rowid = 2000')
+    db.commit()
+    db.close()
+    cols = list(TABLES["kernels"].column_names)
+    for trace in (path, damaged):
+        monkeypatch.setattr(split, "part_count", lambda rows: 1)
+        whole = open_trace(trace)
+        expected = whole.frame("kernels", cols)
+        monkeypatch.setattr(split, "part_count", lambda rows: 4)
+        parts = open_trace(trace)
+        got = parts.frame("kernels", cols)
+        pd.testing.assert_frame_equal(expected, got, check_exact=True)
+        assert [expected[c].dtype for c in cols] == [got[c].dtype for c in cols]
+        assert whole.damage == parts.damage
+        whole.close()
+        parts.close()
+
+
+def test_part_counts_and_ranges() -> None:
+    from nsys_rules.loaders import split
+
+    assert split.part_count(1000) == 1
+    assert split.rowid_ranges(1, 10, 3) == [(1, 5), (5, 9), (9, 11)]
+    assert split.rowid_ranges(5, 5, 4) == [(5, 6)]
+    ranges = split.rowid_ranges(1, 1_011_922, 8)
+    assert ranges[0][0] == 1 and ranges[-1][1] == 1_011_923
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))

@@ -62,6 +62,8 @@ class ReadAhead:
         self.stop_event = threading.Event()
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsys-rules-readahead")
+        #: One-row metadata answers of the file (SQLite row counts, stored bytes), by (SQL, parameters).
+        self.answers: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
         self._plan: Future[dict[str, Future[_Early | None]]] = self._pool.submit(self._make_plan)
         self._claimed = False
 
@@ -74,6 +76,8 @@ class ReadAhead:
             return {}
         finally:
             _worker.opening = False
+        if hasattr(export, "_answers"):
+            export._answers = self.answers  # its one-row answers go to the export that claims this read-ahead
         plans = []
         try:
             from ..memory_limit import column_bytes, default_limit
@@ -97,8 +101,26 @@ class ReadAhead:
         plans.sort(key=lambda p: -p[0])  # the biggest table first: it finishes last
         futures = {source: self._pool.submit(self._read, export, source, cols, narrow)
                    for _, source, cols, narrow in plans}
-        _close_when_done(export, list(futures.values()))
+        meta = self._pool.submit(self._ask_metadata, export, [source for _, source, _, _ in plans])
+        _close_when_done(export, [*futures.values(), meta])
         return futures
+
+    def _ask_metadata(self, export: Any, early: list[str]) -> None:
+        """Ask what the engine asks of the file before its reads, so its answers are there (see ``query``):
+        every canonical table's row count, and the stored bytes of the early tables (the memory guard)."""
+        from ..stored_bytes import table_storage
+        from .tables import TABLES
+
+        try:
+            for table in TABLES.values():
+                source = export.source_of(table)
+                if source is not None and not self.stop_event.is_set():
+                    export.count(source)
+            for source in early:
+                if hasattr(export, "query") and not self.stop_event.is_set():
+                    table_storage(export, source)
+        except Exception:  # noqa: BLE001 - the engine asks again and reports what is wrong
+            pass
 
     def _read(self, export: Any, source: str, columns: list[str], narrow: frozenset[str]) -> _Early | None:
         from .batches import note_column
@@ -193,9 +215,9 @@ def start(trace: str, limit_set: bool) -> None:
     found = identity(path)
     if found is None:
         return
-    # Two at once (the kernel and API tables) where there are two cores; one on one core. Parquet
-    # reads are cheap and two in flight add their batches to the peak.
-    workers = 2 if (os.cpu_count() or 1) >= 2 and not path.is_dir() else 1
+    # The kernel and API tables at once where there are two cores, and the metadata queries beside them.
+    # Parquet reads are cheap, and two in flight add their batches to the peak.
+    workers = 3 if (os.cpu_count() or 1) >= 2 and not path.is_dir() else 1
     _current = ReadAhead(path, found, workers)
 
 

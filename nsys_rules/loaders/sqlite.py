@@ -94,6 +94,8 @@ class SqliteExport(ColumnarExport):
         self._ordered: dict[str, bool] = {}
         # Columns read before this file was opened (check, one trace): never from a private copy.
         self._ahead = readahead.claim(self.path) if self._private_dir is None else None
+        self._answers: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] | None = (
+            self._ahead.answers if self._ahead is not None else None)
 
     # -- schema --------------------------------------------------------------------------
     def columns_of(self, table: str) -> tuple[str, ...]:
@@ -110,12 +112,23 @@ class SqliteExport(ColumnarExport):
         return self._columns[table]
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        """Run a small fixed query (metadata); values are bound, never formatted in."""
+        """Run a small fixed query (metadata); values are bound, never formatted in.
+
+        One-row answers (counts, aggregates) are shared with the read-ahead of this file, which
+        asks the slow ones (``count(*)``, ``dbstat``) in the background: the file is immutable.
+        """
+        key = (sql, tuple(params))
+        known = self._answers.get(key) if self._answers is not None else None
+        if known is not None:
+            return list(known)
         try:
-            return self._db.execute(sql, tuple(params)).fetchall()
+            rows = self._db.execute(sql, key[1]).fetchall()
         except SQLITE_ERRORS as exc:
             raise InputError(f"{self.path}: damaged SQLite file ({exc}); re-export the report with "
                              "`nsys export --type=sqlite`") from None
+        if self._answers is not None and len(rows) == 1:
+            self._answers[key] = rows
+        return rows
 
     def count(self, table: str) -> int:
         """Row count of a source table (0 when absent)."""

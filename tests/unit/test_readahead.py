@@ -253,3 +253,23 @@ def test_part_counts_and_ranges() -> None:
     ranges = split.rowid_ranges(1, 1_011_922, 8)
     assert ranges[0][0] == 1 and ranges[-1][1] == 1_011_923
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+
+
+def test_metadata_answers_are_shared_with_the_export(tmp_path: Path) -> None:
+    """Row counts the read-ahead asked are the export's answers too (same file, same SQL, same result)."""
+    path = _small_trace(tmp_path / "t.sqlite")
+    readahead.start(str(path), limit_set=False)
+    try:
+        ahead = readahead.claim(path)
+        assert ahead is not None
+        ahead.take("CUPTI_ACTIVITY_KIND_KERNEL", ["start"], frozenset())  # the plan is done
+        ahead._pool.shutdown(wait=True)  # and the metadata task too
+        key = ('SELECT count(*) FROM "CUPTI_ACTIVITY_KIND_KERNEL"', ())
+        assert ahead.answers[key] == [(300,)]
+        from nsys_rules.loaders.sqlite import SqliteExport
+
+        plain = SqliteExport(path)
+        assert plain._answers is None and plain.count("CUPTI_ACTIVITY_KIND_KERNEL") == 300
+        plain.close()
+    finally:
+        readahead.stop()

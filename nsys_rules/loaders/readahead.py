@@ -19,17 +19,20 @@ guard must judge every read first) or an early read of more than a quarter of th
 memory; an unmerged ``-wal``/``-journal`` beside the file (read from a private copy); a table
 with an index (two queries over it could return rows in different orders).
 
-Only the standard library is imported here: the threads import numpy, pyarrow and the readers.
+Only the standard library is imported when this module loads; :func:`start` imports numpy, pyarrow
+and the readers in the main thread before the workers begin (see :func:`_import_for_workers`).
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 #: Canonical columns read early, by table: every check reads them (the GPU activity table and
 #: the step model), whatever rules are selected.
@@ -41,6 +44,8 @@ EARLY_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 #: Share of the memory the guard allows by default that an early read may take (see memory_limit).
 MEMORY_SHARE = 0.25
+#: Seconds :func:`stop` waits for the read-ahead's threads (a stopped read ends within one batch).
+STOP_WAIT = 3.0
 
 
 @dataclass
@@ -61,7 +66,7 @@ class ReadAhead:
         self.identity = identity
         self.stop_event = threading.Event()
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsys-rules-readahead")
+        self._pool = _Workers(workers)
         #: One-row metadata answers of the file (SQLite row counts, stored bytes), by (SQL, parameters).
         self.answers: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
         self._plan: Future[dict[str, Future[_Early | None]]] = self._pool.submit(self._make_plan)
@@ -155,9 +160,58 @@ class ReadAhead:
                     {c: early.notes.pop(c) for c in picked if c in early.notes})
 
     def stop(self) -> None:
-        """Stop the reads (each within one batch) and wait for the threads."""
+        """Stop the reads (each within one batch) and wait for the threads (see :class:`_Workers`)."""
         self.stop_event.set()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown()
+
+
+class _Workers:
+    """A few daemon threads that run submitted calls in turn; :meth:`shutdown` waits for them, for a while.
+
+    Not a ``ThreadPoolExecutor``, whose threads Python waits for at exit without end: a Ctrl-C that
+    lands in the main thread inside the import machinery can leave Python's import lock taken (a
+    CPython flaw), and a worker whose garbage collection then frees a module lock waits for it
+    forever. Such a worker is given up after :data:`STOP_WAIT` seconds; it waits on a Python lock,
+    not inside a reader's C code (a thread there when Python exits aborts the process), and a
+    stopped read otherwise ends within one batch.
+    """
+
+    def __init__(self, count: int) -> None:
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = (
+            queue.SimpleQueue())
+        self._futures: list[Future[Any]] = []
+        self._threads = [threading.Thread(target=self._loop, name=f"nsys-rules-readahead-{i}", daemon=True)
+                         for i in range(count)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, call: Callable[..., Any], *args: Any) -> Future[Any]:
+        """Run ``call(*args)`` on a worker; its result or exception goes to the returned future."""
+        future: Future[Any] = Future()
+        self._futures.append(future)
+        self._queue.put((future, call, args))
+        return future
+
+    def shutdown(self) -> None:
+        """Cancel the calls not begun and wait (at most :data:`STOP_WAIT` s) for the threads to end."""
+        for future in self._futures:
+            future.cancel()
+        for _ in self._threads:
+            self._queue.put(None)
+        deadline = time.monotonic() + STOP_WAIT
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(max(deadline - time.monotonic(), 0))
+
+    def _loop(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, call, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(call(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(exc)
 
 
 def _close_when_done(export: Any, futures: list[Future[Any]]) -> None:
@@ -215,10 +269,34 @@ def start(trace: str, limit_set: bool) -> None:
     found = identity(path)
     if found is None:
         return
+    _import_for_workers(path.is_dir())
     # The kernel and API tables at once where there are two cores, and the metadata queries beside them.
     # Parquet reads are cheap, and two in flight add their batches to the peak.
     workers = 3 if (os.cpu_count() or 1) >= 2 and not path.is_dir() else 1
     _current = ReadAhead(path, found, workers)
+
+
+def _import_for_workers(folder: bool) -> None:
+    """Import, here in the main thread, every module the reads use, so that the workers import nothing.
+
+    A Ctrl-C that lands while the main thread imports can leave Python's import lock taken (a
+    CPython flaw): a worker importing then would wait forever, and so would the main thread's next
+    import if the worker held that module's lock, or :func:`stop` waiting for the worker. numpy and
+    pyarrow are the main thread's next imports anyway (pandas needs them).
+    """
+    import numpy  # noqa: F401
+    import pyarrow  # noqa: F401
+    import pyarrow.compute  # noqa: F401
+
+    from .. import memory_limit, stored_bytes  # noqa: F401
+    from . import arrowdir, batches, export, split, sqlite, tables  # noqa: F401
+
+    if folder:
+        import pyarrow.parquet  # noqa: F401
+    else:
+        import adbc_driver_sqlite
+
+        adbc_driver_sqlite.connect().close()  # finds the driver library (its lookup imports on first use)
 
 
 def claim(path: Path) -> ReadAhead | None:

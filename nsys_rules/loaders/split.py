@@ -17,7 +17,7 @@ table whole, the way it always has.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -26,6 +26,8 @@ import numpy as np
 SPLIT_ROWS = 500_000
 #: Most parts (connections) for one table.
 MAX_PARTS = 8
+#: Seconds an interrupted read waits for its parts to stop (each stops within one batch).
+STOP_WAIT = 3.0
 
 
 def part_count(rows: int) -> int:
@@ -46,12 +48,40 @@ def rowid_ranges(low: int, high: int, parts: int) -> list[tuple[int, int]]:
     return [(low + i * step, min(low + (i + 1) * step, high + 1)) for i in range(parts) if low + i * step <= high]
 
 
-def read_parts(read: Callable[[int, int], dict[str, np.ndarray]], ranges: list[tuple[int, int]]
-               ) -> dict[str, np.ndarray] | None:
-    """``read(start, end)`` of every rowid range in threads, joined in order; None when a part holds anything
-    but integers (the caller reads the table whole). A failure of any part is raised."""
-    with ThreadPoolExecutor(max_workers=len(ranges), thread_name_prefix="nsys-rules-part") as pool:
-        parts: list[dict[str, np.ndarray]] = list(pool.map(lambda r: read(*r), ranges))
+def read_parts(read: Callable[[int, int, Any], dict[str, np.ndarray]], ranges: list[tuple[int, int]],
+               stop: Any = None) -> dict[str, np.ndarray] | None:
+    """``read(start, end, stop)`` of every rowid range in threads, joined in order; None when a part holds
+    anything but integers (the caller reads the table whole). A failure of any part is raised.
+
+    Daemon threads, stopped (within a batch) and waited for when the wait is interrupted (Ctrl-C):
+    none is left in a reader's C code when Python exits, and none can hold the exit forever (see
+    ``readahead._Workers``).
+    """
+    either = _Either(stop)
+    results: list[Any] = [None] * len(ranges)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = read(*ranges[i], either)
+        except BaseException as exc:  # noqa: BLE001 - raised below, in the caller's thread
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,), name=f"nsys-rules-part-{i}", daemon=True)
+               for i in range(len(ranges))]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        either.own.set()
+        for thread in threads:
+            thread.join(STOP_WAIT)
+        raise
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    parts: list[dict[str, np.ndarray]] = results
     if any(a.dtype.kind not in "iu" for part in parts for a in part.values()):
         return None
     out: dict[str, np.ndarray] = {}
@@ -60,6 +90,17 @@ def read_parts(read: Callable[[int, int], dict[str, np.ndarray]], ranges: list[t
         out[name] = _join(pieces)
         del pieces  # each column's parts go before the next column is joined: the peak is one column more
     return out
+
+
+class _Either:
+    """Set when the caller's stop event is, or when this read stops its own parts."""
+
+    def __init__(self, outer: Any) -> None:
+        self.outer = outer
+        self.own = threading.Event()
+
+    def is_set(self) -> bool:
+        return self.own.is_set() or (self.outer is not None and self.outer.is_set())
 
 
 def _join(pieces: list[Any]) -> np.ndarray:

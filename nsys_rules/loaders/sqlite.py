@@ -210,11 +210,11 @@ class SqliteExport(ColumnarExport):
             if low is not None:
                 sql = _select(source, src_cols)
 
-                def part(start: int, end: int) -> dict[str, np.ndarray]:
+                def part(start: int, end: int, halt: Any) -> dict[str, np.ndarray]:
                     return _fetch_arrow(self._open_path, f"{sql} WHERE rowid >= {int(start)} AND rowid < {int(end)}",
-                                        src_cols, min(end - start, rows), narrow, stop)
+                                        src_cols, min(end - start, rows), narrow, halt)
 
-                joined = split.read_parts(part, split.rowid_ranges(int(low), int(high), parts))
+                joined = split.read_parts(part, split.rowid_ranges(int(low), int(high), parts), stop)
                 if joined is not None:
                     return joined
         return _fetch_arrow(self._open_path, _select(source, src_cols), src_cols, rows, narrow, stop)

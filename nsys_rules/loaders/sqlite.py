@@ -263,8 +263,8 @@ class SqliteExport(ColumnarExport):
 BATCH_ROWS = 16384
 
 
-def _select(source: str, columns: list[str]) -> str:
-    return "SELECT " + ", ".join(_quote(c) for c in columns) + " FROM " + _quote(source)
+def _select(source: str, src_cols: list[str]) -> str:
+    return "SELECT " + ", ".join(_quote(c) for c in src_cols) + " FROM " + _quote(source)
 
 
 def _fetch_arrow(path: Path, sql: str, names: list[str], expected_rows: int,

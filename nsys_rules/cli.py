@@ -84,8 +84,40 @@ def command_of(args: Sequence[str]) -> str | None:
     return None
 
 
+def console() -> None:
+    """The console script: :func:`main`, then exit with its code.
+
+    Once the run is over (its output written, or its "interrupted" line), Ctrl-C is ignored: the
+    interpreter's shutdown puts the default SIGINT action back, and an interrupt landing there
+    would end the process by the signal instead of the documented exit code.
+    """
+    code = main()
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if code == 130:
+        # The interpreter also ends by the signal when the interrupt landed in code that an
+        # extension ran while importing: the one line is written and the run is over, so leave now.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):
+                pass
+        os._exit(130)
+    sys.exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns (and, as a console script, exits with) the exit code."""
+    previous = sys.unraisablehook
+    sys.unraisablehook = _redeliver_interrupt
+    try:
+        return _run(argv)
+    finally:
+        sys.unraisablehook = previous
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     # `--debug` anywhere but after `--`, where it belongs to the program that `profile` runs.
     ours = args_list[: args_list.index("--")] if "--" in args_list else args_list
@@ -128,11 +160,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"nsys-rules: cannot write the output ({exc.strerror or exc}); nothing more written\n")
         return int(ExitCode.INCOMPLETE)
     except Exception as exc:  # noqa: BLE001 - a bug must still end in one line, not a traceback
+        if _interrupted(exc):  # Ctrl-C inside a class body or import, wrapped by Python (``__set_name__``)
+            sys.stderr.write("nsys-rules: interrupted\n")
+            return 130
         if debug:
             traceback.print_exc()
         sys.stderr.write(f"nsys-rules: internal error: {type(exc).__name__}: {one_line(str(exc))} "
                          "(rerun with --debug and report it)\n")
         return int(ExitCode.INCOMPLETE)
+
+
+def _redeliver_interrupt(unraisable: "sys.UnraisableHookArgs") -> None:
+    """A Ctrl-C that Python could not raise (it landed in a weakref callback of the import system) is
+    delivered again to the main thread, where it ends the run as any Ctrl-C; other cases as Python does."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        import _thread
+
+        _thread.interrupt_main()
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` wraps a Ctrl-C (its cause or context chain holds a KeyboardInterrupt)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def one_line(text: str) -> str:

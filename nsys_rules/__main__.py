@@ -1,7 +1,5 @@
 """``python -m nsys_rules`` runs the CLI."""
 
-import sys
+from .cli import console
 
-from .cli import main
-
-sys.exit(main())
+console()

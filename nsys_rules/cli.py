@@ -5,7 +5,9 @@ Every error the user can cause ends as one line on stderr and a documented exit 
 
 This module imports only the standard library at load time: the commands (pandas, pyarrow)
 are imported inside :func:`main`, so a Ctrl-C while they load ends as "interrupted" (exit
-130), not as a traceback from the import machinery.
+130), not as a traceback from the import machinery. Only the module of the command that runs
+is imported (the others are listed by name and help line), so ``doctor`` or ``schema`` never
+load pandas, and ``check`` starts reading the trace before it does.
 """
 
 from __future__ import annotations
@@ -22,6 +24,18 @@ from .errors import ExitCode, NsysRulesError
 
 #: Subcommand modules of :mod:`nsys_rules.commands`, in help order. Each has add_parser(subparsers) and run(args).
 COMMAND_MODULES = ("check", "diff", "stats", "profile", "doctor", "rules_cmd", "explain", "schema")
+#: Each command's name and help line, as its module's add_parser gives them (a test keeps them equal):
+#: the top-level help lists every command without importing their modules.
+COMMANDS = {
+    "check": ("check", "run the rules on one or more traces"),
+    "diff": ("diff", "compare two traces per step: did the step get slower, and why"),
+    "stats": ("stats", "nsys stats summary reports (same numbers as `nsys stats`)"),
+    "profile": ("profile", "capture CMD with nsys (the standard flags), then check the export"),
+    "doctor": ("doctor", "can nsys profile here? where it is, its version, `nsys status -e` explained, the GPU"),
+    "rules_cmd": ("rules", "list the registered rules"),
+    "explain": ("explain", "show a rule's documentation and options"),
+    "schema": ("schema", "print the JSON Schema of the JSON report"),
+}
 #: Longest error line printed; a value from the command line or a file can be any length.
 MAX_ERROR_LINE = 1000
 
@@ -38,8 +52,9 @@ class _Parser(argparse.ArgumentParser):
                   if " " in self.prog else f"nsys-rules: error: {message} (see `nsys-rules --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser with every subcommand; with ``only`` (a command name), only that command's
+    module is imported and its flags defined, the others are their name and help line."""
     parser = _Parser(prog="nsys-rules", description="Rules over NVIDIA Nsight Systems SQLite exports.",
                      epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"nsys-rules {__version__}")
@@ -48,13 +63,61 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     import importlib
 
-    for name in COMMAND_MODULES:
-        importlib.import_module(f".commands.{name}", __package__).add_parser(sub)
+    for module in COMMAND_MODULES:
+        name, help_line = COMMANDS[module]
+        if only is None or only == name:
+            importlib.import_module(f".commands.{module}", __package__).add_parser(sub)
+        else:
+            sub.add_parser(name, help=help_line)
     return parser
+
+
+def command_of(args: Sequence[str]) -> str | None:
+    """The command ``args`` run: the first word that is not an option (the top level's options take no
+    value); None when there is none, or it is no command (argparse then says so)."""
+    names = {name for name, _ in COMMANDS.values()}
+    for arg in args:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg if arg in names else None
+    return None
+
+
+def console() -> None:
+    """The console script: :func:`main`, then exit with its code.
+
+    Once the run is over (its output written, or its "interrupted" line), Ctrl-C is ignored: the
+    interpreter's shutdown puts the default SIGINT action back, and an interrupt landing there
+    would end the process by the signal instead of the documented exit code.
+    """
+    code = main()
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if code == 130:
+        # The interpreter also ends by the signal when the interrupt landed in code that an
+        # extension ran while importing: the one line is written and the run is over, so leave now.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):
+                pass
+        os._exit(130)
+    sys.exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns (and, as a console script, exits with) the exit code."""
+    previous = sys.unraisablehook
+    sys.unraisablehook = _redeliver_interrupt
+    try:
+        return _run(argv)
+    finally:
+        sys.unraisablehook = previous
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     # `--debug` anywhere but after `--`, where it belongs to the program that `profile` runs.
     ours = args_list[: args_list.index("--")] if "--" in args_list else args_list
@@ -65,10 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .malloc_tune import tune_malloc
 
         tune_malloc()  # big traces: freed column buffers go back to the system (see nsys_rules/malloc_tune.py)
-        parser = build_parser()
+        parser = build_parser(command_of(args_list) or "")
         if sys.stdout is None:  # started with stdout closed (`>&-`): output could only be lost
             raise OSError(errno.EBADF, "standard output is closed")
         args = parser.parse_args(args_list)
+        if not hasattr(args, "run"):  # a command command_of did not see (after `--`): parse with every one
+            args = build_parser().parse_args(args_list)
         return int(args.run(args))
     except NsysRulesError as exc:
         if debug:
@@ -95,6 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"nsys-rules: cannot write the output ({exc.strerror or exc}); nothing more written\n")
         return int(ExitCode.INCOMPLETE)
     except Exception as exc:  # noqa: BLE001 - a bug must still end in one line, not a traceback
+        if _interrupted(exc):  # Ctrl-C inside a class body or import, wrapped by Python (``__set_name__``)
+            sys.stderr.write("nsys-rules: interrupted\n")
+            return 130
         if debug:
             traceback.print_exc()
         sys.stderr.write(f"nsys-rules: internal error: {type(exc).__name__}: {one_line(str(exc))} "
@@ -119,6 +187,29 @@ def _fit_error(line: str) -> str:
 
     return "\n".join(textwrap.wrap(line, width, subsequent_indent="  ", break_long_words=False,
                                     break_on_hyphens=False))
+
+
+def _redeliver_interrupt(unraisable: "sys.UnraisableHookArgs") -> None:
+    """A Ctrl-C that Python could not raise (it landed in a weakref callback of the import system) is
+    delivered again to the main thread, where it ends the run as any Ctrl-C; other cases as Python does."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        import _thread
+
+        _thread.interrupt_main()
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` wraps a Ctrl-C (its cause or context chain holds a KeyboardInterrupt)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def one_line(text: str) -> str:

@@ -13,13 +13,15 @@ import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .errors import UsageError
 from .findings import Severity
-from .rule import Rule
 from .textsafe import clip_value
 from .userfiles import read_small_text
+
+if TYPE_CHECKING:  # annotations only: commands parse their flags without importing pandas
+    from .rule import Rule
 
 if sys.version_info >= (3, 11):
     import tomllib

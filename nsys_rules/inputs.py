@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .errors import InputError
+from .loaders import EXPORT_FORMATS
 from .loaders.arrowdir import ArrowDirExport, folder_kind
 from .loaders.sqlite import SqliteExport
 from .nsys_locate import locate_nsys, missing_message
@@ -22,8 +23,6 @@ from .textsafe import shell_word
 from .trace import Trace
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
-#: What ``--export-format`` accepts: the ``nsys export --type`` a ``.nsys-rep`` is exported to.
-EXPORT_FORMATS = ("sqlite", "parquetdir", "arrowdir")
 
 
 def expand_inputs(paths: list[str], extra_suffixes: tuple[str, ...] = ()) -> list[Path]:

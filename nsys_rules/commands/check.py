@@ -1,19 +1,25 @@
-"""``nsys-rules check TRACE...``: run the rules and print findings."""
+"""``nsys-rules check TRACE...``: run the rules and print findings.
+
+Imports nothing heavy at load time: :func:`run` starts reading the trace (``loaders.readahead``)
+before it imports the engine, the rules and pandas, so the read overlaps their import.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..engine import Report, run_check
 from ..errors import ExitCode, InputError, PluginError, UsageError
-from ..isolation import call_plugin
+from ..loaders import EXPORT_FORMATS, readahead
 from ..textsafe import TERMINAL_FORMATS, clip_value, terminal_safe
-from ..inputs import EXPORT_FORMATS, expand_inputs, open_trace
-from ..parallel import default_jobs, run_many
 from .common import FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for
 from .outputs import add_output_flags, finish, prepare
+
+if TYPE_CHECKING:
+    from ..engine import Report
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -57,6 +63,34 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if len(args.traces) == 1 and args.jobs == 1 and not args.dask:
+        readahead.start(args.traces[0], limit_set=_memory_limit_set(args))
+    try:
+        return _run(args)
+    finally:
+        readahead.stop()  # a run that ended early (a usage error) must not wait for reads it will not use
+
+
+def _memory_limit_set(args: argparse.Namespace) -> bool:
+    """Whether the user limits memory (flag or config file): then the guard sees every read first."""
+    from ..config import find_config
+    from ..userfiles import read_small_text
+
+    if getattr(args, "max_memory", None):
+        return True
+    try:
+        path = Path(args.config) if getattr(args, "config", None) else find_config(Path.cwd())
+        return path is not None and "max-memory" in read_small_text(path)
+    except (OSError, UnicodeDecodeError):
+        return True  # settings_for reports the file; nothing is read before it does
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..engine import run_check
+    from ..inputs import expand_inputs, open_trace
+    from ..isolation import call_plugin
+    from ..parallel import default_jobs, run_many
+
     registry = registry_for(args)
     settings = settings_for(args, registry)
     if args.format not in registry.formatters:

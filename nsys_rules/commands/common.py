@@ -1,17 +1,23 @@
-"""Pieces shared by subcommands: the registry, the settings, progress on a terminal."""
+"""Pieces shared by subcommands: the registry, the settings, progress on a terminal.
+
+Light to import (no pandas, no rules): ``check`` parses its flags and starts reading the trace
+before the engine is imported.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config import (FAIL_ON, Settings, find_config, load_config, parse_percent, parse_seconds, parse_set,
                       parse_size, resolve_rule_name)
 from ..errors import UsageError
-from ..loaders.sqlite import MAX_STRING
 from ..textsafe import clip_value
-from ..plugins import Registry, build_registry
+
+if TYPE_CHECKING:
+    from ..plugins import Registry
 
 
 def add_plugin_flags(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +36,8 @@ def add_filter_flags(parser: argparse.ArgumentParser) -> None:
 
 def registry_for(args: argparse.Namespace) -> Registry:
     """The plugin registry for this invocation."""
+    from ..plugins import build_registry  # the rules and pandas: only once a command runs
+
     return build_registry(autoload=not getattr(args, "no_plugins", False))
 
 
@@ -65,6 +73,8 @@ def settings_for(args: argparse.Namespace, registry: Registry) -> Settings:
 
 def filter_value(args: argparse.Namespace, key: str, what: str) -> str | None:
     """A ``--filter-*`` value: None when not given; an empty or impossibly long one is a usage error."""
+    from ..loaders.export import MAX_STRING
+
     value = getattr(args, key, None)
     flag = "--" + key.replace("_", "-")
     if value is None:

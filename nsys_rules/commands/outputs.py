@@ -12,15 +12,15 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from ..baseline import apply_baseline, read_baseline, write_baseline
-from ..config import Settings
-from ..engine import Report
 from ..errors import UsageError
-from ..isolation import call_plugin
 from ..outpaths import append_atomic, guard_outputs, write_atomic
-from ..plugins import Registry
+
+if TYPE_CHECKING:  # imported when a command runs: parsing the flags needs none of them
+    from ..config import Settings
+    from ..engine import Report
+    from ..plugins import Registry
 
 
 def add_output_flags(p: argparse.ArgumentParser) -> None:
@@ -50,12 +50,16 @@ def prepare(args: argparse.Namespace, registry: Registry, settings: Settings,
     if any(getattr(f, "needs_profile", False) for f in wanted if f is not None):
         settings.profile = True
     if getattr(args, "baseline", None):
+        from ..baseline import read_baseline
+
         return read_baseline(Path(args.baseline))
     return None
 
 
 def finish(args: argparse.Namespace, report: Report, registry: Registry, baseline: set[str] | None) -> None:
     """After the run: write the baseline (of everything found), then apply the one given, then side files."""
+    from ..baseline import apply_baseline, write_baseline
+
     if getattr(args, "write_baseline", None):
         write_baseline(report, Path(args.write_baseline))
     if baseline is not None:
@@ -73,6 +77,8 @@ def _summary_path(args: argparse.Namespace) -> str | None:
 
 
 def _render(registry: Registry, name: str, report: Report) -> str:
+    from ..isolation import call_plugin
+
     formatter: Any = registry.formatters.get(name)
     if formatter is None:
         raise UsageError(f"the {name} format is not available")

@@ -23,7 +23,8 @@ import numpy as np
 from ..errors import InputError
 from ..malloc_tune import release_free_memory
 from . import damage as damage_fix
-from .batches import fill_columns
+from . import readahead
+from .batches import fill_columns, note_column, stoppable
 from .export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, has_nsys_tables
 
 #: Folder kinds by the file suffix nsys gives each table.
@@ -105,6 +106,7 @@ class ArrowDirExport(ColumnarExport):
             raise InputError(f"{self.path}: {what}; {_HINT}")
         self._schemas: dict[str, tuple[str, ...]] = {}
         self._counts: dict[str, int] = {}
+        self._ahead = readahead.claim(self.path)  # columns read before the folder was opened (check, one trace)
 
     # -- schema --------------------------------------------------------------------------
     def columns_of(self, table: str) -> tuple[str, ...]:
@@ -184,6 +186,22 @@ class ArrowDirExport(ColumnarExport):
     # -- bulk reads ----------------------------------------------------------------------
     def _fetch(self, source: str, src_cols: list[str], narrow: set[str] | frozenset[str] = frozenset()
                ) -> dict[str, np.ndarray]:
+        early, notes = self._take_early(source, src_cols, narrow)
+        if not early:
+            return self.fetch_direct(source, src_cols, narrow)
+        seen = len(self.damage)
+        rest = self.fetch_direct(source, [c for c in src_cols if c not in early], narrow)
+        for line in self.damage[seen:]:
+            notes.setdefault(note_column(line, source), []).append(line)
+        # The notes in column order, as one read of every column would have written them.
+        del self.damage[seen:]
+        for column in [*src_cols, ""]:
+            self.damage.extend(notes.get(column, []))
+        return {c: early[c] if c in early else rest[c] for c in src_cols}
+
+    def fetch_direct(self, source: str, src_cols: list[str], narrow: set[str] | frozenset[str] = frozenset(),
+                     stop: Any = None) -> dict[str, np.ndarray]:
+        """``src_cols`` of ``source`` from its file (see ``ColumnarExport``); a damaged file is an InputError."""
         if not src_cols:
             return {}
         with self._reading(source):
@@ -193,8 +211,8 @@ class ArrowDirExport(ColumnarExport):
                                                              use_threads=False)
             else:
                 batches = iter(self._ipc(source))
-            out = fill_columns((batch.select(src_cols) for batch in batches), src_cols, self.count(source), narrow,
-                               damage=self.damage, what=source)
+            out = fill_columns((batch.select(src_cols) for batch in stoppable(batches, stop)), src_cols,
+                               self.count(source), narrow, damage=self.damage, what=source)
         # Arrow's pool keeps the freed batches' pages (~30 MB after a 2M-row table): hand them back
         # before the next table is read, so they do not add to its peak.
         release_free_memory()

@@ -7,13 +7,30 @@ SQLite (ADBC), a Parquet file or an Arrow IPC file.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from .export import NULL_INT
 
 _INT64_LIMIT = 2**63
+
+
+class ReadStopped(Exception):
+    """A read given up because its ``stop`` event was set (a read-ahead no longer wanted)."""
+
+
+def stoppable(batches: Iterable[Any], stop: Any) -> Iterator[Any]:
+    """``batches``, ending with :class:`ReadStopped` once ``stop`` (a ``threading.Event``, or None) is set."""
+    for batch in batches:
+        if stop is not None and stop.is_set():
+            raise ReadStopped
+        yield batch
+
+
+def note_column(line: str, what: str) -> str:
+    """The column a note of :func:`fill_columns` (``what.column: ...``) is about; "" for another note."""
+    return line[len(what) + 1:].split(":", 1)[0] if line.startswith(what + ".") else ""
 
 
 def fill_columns(batches: Iterable[Any], names: Sequence[str], expected_rows: int,

@@ -3,14 +3,21 @@
 A damaged export must never turn into a wrong number presented as fact: a row the loader
 cannot trust is dropped, and the drop is written to ``SqliteExport.damage`` (shown as the
 trace's ``damage`` list in JSON) so the reader knows the numbers cover less than the file.
+
+pandas is imported where it is used: the read-ahead (:mod:`.readahead`) loads this module in a
+thread that reads the trace while the main thread is still importing pandas.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from .tables import Column
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Tables whose rows carry a correlationId that is unique per launch or call. Two rows that
 #: agree on it and on their times (and stream, device, thread, name when read) are the same
@@ -100,6 +107,8 @@ def _shared_start(start: np.ndarray) -> np.ndarray:
     Exports are in time order, so equal starts are neighbours: one vectorized comparison
     instead of a 2M-row hash table (0.4 s per table on the 1M-kernel trace).
     """
+    import pandas as pd
+
     if bool((start[1:] >= start[:-1]).all()):
         equal = start[1:] == start[:-1]
         return np.r_[equal, False] | np.r_[False, equal]
@@ -108,6 +117,8 @@ def _shared_start(start: np.ndarray) -> np.ndarray:
 
 def unreadable_count(raw: np.ndarray, converted: np.ndarray, null_int: int) -> int:
     """How many non-NULL raw values did not convert to an integer (text, blob, huge REAL)."""
+    import pandas as pd
+
     if raw.dtype.kind in "iu":
         return 0
     if raw.dtype.kind == "f":
@@ -119,6 +130,8 @@ def unreadable_count(raw: np.ndarray, converted: np.ndarray, null_int: int) -> i
 
 def to_int(values: np.ndarray, fill: int) -> np.ndarray:
     """Integers as int64; NULLs and what is not an integer in range (damage) become ``fill``."""
+    import pandas as pd
+
     if values.dtype.kind in "iu":
         return values.astype(np.int64, copy=False)
     if values.dtype.kind == "b":

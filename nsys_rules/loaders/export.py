@@ -9,6 +9,9 @@ table. No caller writes SQL; each format answers in its own way (SQLite through 
 canonical typed frames (string ids into categoricals, serialized global ids into pid/tid,
 NULLs and damage into notes). A format only supplies raw numpy columns (``_fetch``) and the
 ``StringIds`` table (``_load_strings``).
+
+pandas is imported where frames are built: the read-ahead (:mod:`.readahead`) fetches raw
+columns through this module in a thread while the main thread is still importing pandas.
 """
 
 from __future__ import annotations
@@ -16,13 +19,15 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
-import pandas as pd
 
 from . import damage as damage_fix
 from .tables import Column, Table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Longest string kept from ``StringIds``; kernel names (deep C++ templates) stay far below it.
 MAX_STRING = 65536
@@ -178,6 +183,8 @@ class ColumnarExport(ABC):
         Ids that point nowhere become ``<unknown string N>`` and are reported as damage,
         so a broken reference is visible instead of silently merged with another name.
         """
+        import pandas as pd
+
         ids = np.asarray(ids)
         if ids.dtype.kind not in "iu":
             ids = damage_fix.to_int(ids, NULL_INT)
@@ -222,20 +229,12 @@ class ColumnarExport(ABC):
         return pd.Categorical.from_codes(full, categories=pd.Index(categories, dtype=object), validate=False)
 
     # -- bulk reads ----------------------------------------------------------------------
-    def read(self, table: Table, columns: Iterable[str]) -> pd.DataFrame:
-        """Read canonical ``columns`` of ``table`` as typed pandas columns.
-
-        Rows whose required columns are NULL are dropped (and reported as damage);
-        optional integer NULLs become :data:`NULL_INT`; a column the export lacks is
-        filled with NULL_INT (or an empty name) so rules see a stable shape.
-        """
-        source = self.source_of(table)
-        wanted = [table.column(c) for c in dict.fromkeys(columns)]
-        if source is None:
-            return _empty_frame(wanted)
+    def source_columns(self, table: Table, wanted: list[Column], source: str
+                       ) -> tuple[dict[str, str | None], list[str], set[str]]:
+        """How canonical columns ``wanted`` of ``table`` are read from ``source``: the source column each
+        one takes (None: the export lacks it), the source columns to fetch, and those fetched as int32."""
         present = self.columns_of(source)
         picks: dict[str, str | None] = {c.name: next((s for s in c.sources if s in present), None) for c in wanted}
-        damage_fix.note_missing_columns(table.name, source, [c for c in wanted if picks[c.name] is None], self.damage)
         src_cols = list(dict.fromkeys(s for s in picks.values() if s is not None))
         extra = [s for c in wanted if c.kind == "nvtx_name" for s in c.sources[1:] if s in present]
         src_cols += [s for s in extra if s not in src_cols]
@@ -243,7 +242,41 @@ class ColumnarExport(ABC):
         # String ids too: StringIds are numbered densely from 0, so int32 holds them (widened if not).
         narrowed = [c for c in wanted if c.name in NARROW_COLUMNS or c.kind == "string"]
         narrow = {picks[c.name] for c in narrowed} - {picks[c.name] for c in wanted if c not in narrowed} - {None}
-        raw = self._fetch(source, src_cols, narrow)  # type: ignore[arg-type]
+        return picks, src_cols, narrow  # type: ignore[return-value]
+
+    def early_read_safe(self, source: str) -> bool:
+        """Whether ``source`` may be read ahead (:mod:`.readahead`): its columns then come from two reads."""
+        return True
+
+    def fetch_direct(self, source: str, src_cols: list[str], narrow: set[str] | frozenset[str] = frozenset(),
+                     stop: Any = None) -> dict[str, np.ndarray]:
+        """Raw columns as ``_fetch`` gives them, through the format's fast reader only (no fallback: it raises
+        on any failure); ``stop`` (a ``threading.Event``) ends the read early with :class:`ReadStopped`."""
+        raise NotImplementedError
+
+    def _take_early(self, source: str, src_cols: list[str], narrow: set[str] | frozenset[str]
+                    ) -> tuple[dict[str, np.ndarray], dict[str, list[str]]]:
+        """Columns of ``source`` the read-ahead already holds, and the damage notes their read made."""
+        ahead = getattr(self, "_ahead", None)
+        return ahead.take(source, src_cols, narrow) if ahead is not None else ({}, {})
+
+    def read(self, table: Table, columns: Iterable[str]) -> pd.DataFrame:
+        """Read canonical ``columns`` of ``table`` as typed pandas columns.
+
+        Rows whose required columns are NULL are dropped (and reported as damage);
+        optional integer NULLs become :data:`NULL_INT`; a column the export lacks is
+        filled with NULL_INT (or an empty name) so rules see a stable shape.
+        """
+        import pandas as pd
+
+        source = self.source_of(table)
+        wanted = [table.column(c) for c in dict.fromkeys(columns)]
+        if source is None:
+            return _empty_frame(wanted)
+        present = self.columns_of(source)
+        picks, src_cols, narrow = self.source_columns(table, wanted, source)
+        damage_fix.note_missing_columns(table.name, source, [c for c in wanted if picks[c.name] is None], self.damage)
+        raw = self._fetch(source, src_cols, narrow)
         n = len(next(iter(raw.values()))) if raw else self.count(source)
         keep = np.ones(n, bool)
         for col in wanted:
@@ -283,6 +316,8 @@ class ColumnarExport(ABC):
 
     def _nvtx_names(self, col: Column, raw: dict[str, np.ndarray], keep: np.ndarray,
                     present: tuple[str, ...]) -> pd.Categorical:
+        import pandas as pd
+
         n = int(keep.sum())
         text = raw[col.sources[0]][keep] if col.sources[0] in present else np.full(n, None, dtype=object)
         names = pd.Series(text, dtype=object)
@@ -293,6 +328,8 @@ class ColumnarExport(ABC):
         return pd.Categorical(names)
 
     def _convert(self, col: Column, values: np.ndarray | None, n: int, what: str) -> Any:
+        import pandas as pd
+
         if col.kind in ("string", "text"):
             if values is None:
                 return pd.Categorical.from_codes(np.full(n, -1), categories=pd.Index([], dtype=object))
@@ -393,6 +430,8 @@ def _dense_codes(ids: np.ndarray, valid: np.ndarray, all_valid: bool) -> tuple[n
 
 
 def _isnull(values: np.ndarray) -> np.ndarray:
+    import pandas as pd
+
     if values.dtype.kind in "iub":
         return np.zeros(len(values), bool)
     if values.dtype.kind == "f":
@@ -401,6 +440,8 @@ def _isnull(values: np.ndarray) -> np.ndarray:
 
 
 def _empty_frame(columns: list[Column]) -> pd.DataFrame:
+    import pandas as pd
+
     data: dict[str, Any] = {}
     for col in columns:
         if col.kind in ("string", "text"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import urllib.parse
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -22,7 +23,8 @@ import numpy as np
 
 from ..errors import InputError
 from . import damage as damage_fix
-from .batches import fill_columns
+from . import readahead, split
+from .batches import fill_columns, stoppable
 from .export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, _dense_codes, has_nsys_tables
 from .guard import SQLITE_MAGIC, check_file, pending_sidecar, private_copy, remove_folder
 from .tables import TABLES
@@ -87,7 +89,13 @@ class SqliteExport(ColumnarExport):
             raise InputError(f"{self.path}: {what}; "
                              "export the report again with `nsys export --type=sqlite REPORT.nsys-rep`")
         self._columns: dict[str, tuple[str, ...]] = {}
+        self._types: dict[str, dict[str, str]] = {}  # declared column types
         self._counts: dict[str, int] = {}
+        self._ordered: dict[str, bool] = {}
+        # Columns read before this file was opened (check, one trace): never from a private copy.
+        self._ahead = readahead.claim(self.path) if self._private_dir is None else None
+        self._answers: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] | None = (
+            self._ahead.answers if self._ahead is not None else None)
 
     # -- schema --------------------------------------------------------------------------
     def columns_of(self, table: str) -> tuple[str, ...]:
@@ -100,15 +108,27 @@ class SqliteExport(ColumnarExport):
             except SQLITE_ERRORS:
                 info = []
             self._columns[table] = tuple(str(r[1]) for r in info)
+            self._types[table] = {str(r[1]): str(r[2]).upper() for r in info}
         return self._columns[table]
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        """Run a small fixed query (metadata); values are bound, never formatted in."""
+        """Run a small fixed query (metadata); values are bound, never formatted in.
+
+        One-row answers (counts, aggregates) are shared with the read-ahead of this file, which
+        asks the slow ones (``count(*)``, ``dbstat``) in the background: the file is immutable.
+        """
+        key = (sql, tuple(params))
+        known = self._answers.get(key) if self._answers is not None else None
+        if known is not None:
+            return list(known)
         try:
-            return self._db.execute(sql, tuple(params)).fetchall()
+            rows = self._db.execute(sql, key[1]).fetchall()
         except SQLITE_ERRORS as exc:
             raise InputError(f"{self.path}: damaged SQLite file ({exc}); re-export the report with "
                              "`nsys export --type=sqlite`") from None
+        if self._answers is not None and len(rows) == 1:
+            self._answers[key] = rows
+        return rows
 
     def count(self, table: str) -> int:
         """Row count of a source table (0 when absent)."""
@@ -157,15 +177,61 @@ class SqliteExport(ColumnarExport):
         return ids, values
 
     # -- bulk reads ----------------------------------------------------------------------
+    def early_read_safe(self, source: str) -> bool:
+        """Not from a private merged copy (the later open would not take it), rows in a stable order."""
+        return self._private_dir is None and self.row_order_stable(source)
+
+    def row_order_stable(self, source: str) -> bool:
+        """Whether every query over ``source`` returns its rows in rowid order: no index (SQLite may answer a
+        query that names few columns from a covering index, in the index's order) and no column that hides
+        the rowid by taking its name."""
+        if source not in self._ordered:
+            hidden = {c.lower() for c in self.columns_of(source)} & {"rowid", "_rowid_", "oid"}
+            indexes = self.query("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
+                                 "COLLATE NOCASE", (source,))
+            self._ordered[source] = not hidden and not indexes[0][0]
+        return self._ordered[source]
+
+    def fetch_direct(self, source: str, src_cols: list[str], narrow: set[str] | frozenset[str] = frozenset(),
+                     stop: Any = None) -> dict[str, np.ndarray]:
+        """``src_cols`` of ``source`` through ADBC only; raises on any failure (see ``ColumnarExport``).
+
+        A big table of integer columns is read in rowid ranges in parallel where there are cores for it
+        (:mod:`.split`); the joined columns equal one read's.
+        """
+        if not src_cols:
+            return {}
+        rows = self.count(source)
+        parts = split.part_count(rows)
+        if parts > 1 and self.row_order_stable(source) and all(
+                self._types.get(source, {}).get(c) == "INTEGER" for c in src_cols):
+            low, high = self.query(f"SELECT min(rowid) FROM {_quote(source)}")[0][0], \
+                self.query(f"SELECT max(rowid) FROM {_quote(source)}")[0][0]
+            if low is not None:
+                sql = _select(source, src_cols)
+
+                def part(start: int, end: int, halt: Any) -> dict[str, np.ndarray]:
+                    return _fetch_arrow(self._open_path, f"{sql} WHERE rowid >= {int(start)} AND rowid < {int(end)}",
+                                        src_cols, min(end - start, rows), narrow, halt)
+
+                joined = split.read_parts(part, split.rowid_ranges(int(low), int(high), parts), stop)
+                if joined is not None:
+                    return joined
+        return _fetch_arrow(self._open_path, _select(source, src_cols), src_cols, rows, narrow, stop)
+
     def _fetch(self, source: str, src_cols: list[str], narrow: set[str] | frozenset[str] = frozenset()
                ) -> dict[str, np.ndarray]:
         if not src_cols:
             return {}
-        sql = "SELECT " + ", ".join(_quote(c) for c in src_cols) + " FROM " + _quote(source)
+        early, _ = self._take_early(source, src_cols, narrow)
         try:
-            return _fetch_arrow(self._open_path, sql, src_cols, self.count(source), narrow)
+            rest = self.fetch_direct(source, [c for c in src_cols if c not in early], narrow)
+            return {c: early[c] if c in early else rest[c] for c in src_cols}
         except Exception:  # noqa: BLE001 - any ADBC failure falls back to the stdlib reader
             pass
+        # The stdlib reader reads every column, the early ones too, as one read of them all would have.
+        del early
+        sql = _select(source, src_cols)
         try:
             rows = self._db.execute(sql).fetchall()
         except SQLITE_ERRORS as exc:
@@ -197,18 +263,38 @@ class SqliteExport(ColumnarExport):
 BATCH_ROWS = 16384
 
 
-def _fetch_arrow(path: Path, sql: str, names: list[str], expected_rows: int,
-                 narrow: set[str] | frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
-    """Stream ``sql`` as Arrow record batches into preallocated numpy columns (see :mod:`.batches`)."""
-    import adbc_driver_sqlite.dbapi as adbc
+def _select(source: str, src_cols: list[str]) -> str:
+    return "SELECT " + ", ".join(_quote(c) for c in src_cols) + " FROM " + _quote(source)
 
-    with adbc.connect(_uri(path)) as conn, conn.cursor() as cur:
+
+def _fetch_arrow(path: Path, sql: str, names: list[str], expected_rows: int,
+                 narrow: set[str] | frozenset[str] = frozenset(), stop: Any = None) -> dict[str, np.ndarray]:
+    """Stream ``sql`` as Arrow record batches into preallocated numpy columns (see :mod:`.batches`).
+
+    Through ADBC's low-level API: its DB-API module imports pyarrow.dataset, which imports pandas,
+    and the read-ahead thread must read while the main thread is still importing pandas.
+    """
+    import adbc_driver_manager
+    import adbc_driver_sqlite
+    import pyarrow as pa
+
+    with ExitStack() as close:
+        database = adbc_driver_sqlite.connect(_uri(path))
+        close.callback(database.close)
+        connection = adbc_driver_manager.AdbcConnection(database)
+        close.callback(connection.close)
+        statement = adbc_driver_manager.AdbcStatement(connection)
+        close.callback(statement.close)
         try:
-            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+            statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
         except Exception:  # noqa: BLE001 - an older driver without the option still works, only slower
             pass
-        cur.execute(sql)
-        return fill_columns(cur.fetch_record_batch(), names, expected_rows, narrow)
+        statement.set_sql_query(sql)
+        handle, _ = statement.execute_query()
+        from_stream = getattr(pa.RecordBatchReader, "from_stream", None)  # pyarrow >= 15
+        reader = from_stream(handle) if from_stream is not None else pa.RecordBatchReader._import_from_c(handle.address)
+        close.callback(reader.close)  # before the statement: the stream belongs to it
+        return fill_columns(stoppable(reader, stop), names, expected_rows, narrow)
 
 
 __all__ = ["SqliteExport", "NULL_INT", "MAX_STRING", "SQLITE_MAGIC", "TABLES", "_dense_codes"]

@@ -168,7 +168,7 @@ def test_interrupt_while_the_commands_load_is_one_line(monkeypatch):
     assert cli.main is not None
 
 
-@pytest.mark.parametrize("delay", [0.15, 0.4, 0.8])
+@pytest.mark.parametrize("delay", [0.15, 0.3, 0.4, 0.5, 0.6, 0.8])
 def test_interrupt_at_start_up_prints_no_traceback(delay):
     proc = subprocess.Popen([sys.executable, "-m", "nsys_rules", "check", "--no-plugins", E], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

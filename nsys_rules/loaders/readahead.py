@@ -1,0 +1,316 @@
+"""Reading a trace's big tables while the program is still starting.
+
+``check`` on one trace spends its first half second importing pandas, the engine and the rules
+on one core, and only then reads the kernel and API tables, which need none of that: the Arrow
+readers step SQLite and decode Parquet without holding the GIL. :func:`start`, called right
+after the command line is parsed, begins those reads in background threads; the export that
+opens the same file later (:func:`claim`) takes the columns from them instead of reading them.
+
+What is read early is what every check reads: :data:`EARLY_COLUMNS` (the columns of the kernel,
+API and NVTX tables that the GPU activity table and the step model read in every run; a test
+keeps them within ``analysis.steps.model_needs``). Columns that a selected rule or a plugin
+needs beyond them are read by the engine's preload, as before; a column read early is handed
+over once and never read twice. The loader's result does not change: the early read is the
+export's own reader with the same columns, batches and narrow types, and one that fails is
+done again by the export, which then reports any error itself.
+
+No read-ahead when it could change what the user sees: a memory limit given by the user (the
+guard must judge every read first) or an early read of more than a quarter of the available
+memory; an unmerged ``-wal``/``-journal`` beside the file (read from a private copy); a table
+with an index (two queries over it could return rows in different orders).
+
+Only the standard library is imported when this module loads; :func:`start` imports numpy, pyarrow
+and the readers in the main thread before the workers begin (see :func:`_import_for_workers`).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+#: Canonical columns read early, by table: every check reads them (the GPU activity table and
+#: the step model), whatever rules are selected.
+EARLY_COLUMNS: dict[str, tuple[str, ...]] = {
+    "api": ("start", "end", "correlation_id", "pid", "tid", "name"),
+    "kernels": ("start", "end", "device_id", "stream_id", "pid", "correlation_id", "name", "grid_x", "grid_y",
+                "grid_z", "block_x", "block_y", "block_z"),
+    "nvtx": ("start", "end", "name", "pid", "tid", "domain_id", "event_type"),
+}
+#: Share of the memory the guard allows by default that an early read may take (see memory_limit).
+MEMORY_SHARE = 0.25
+#: Seconds :func:`stop` waits for the read-ahead's threads (a stopped read ends within one batch).
+STOP_WAIT = 3.0
+
+
+@dataclass
+class _Early:
+    """The raw columns of one source table read early, until the export takes them."""
+
+    narrow: frozenset[str]
+    columns: dict[str, Any]
+    #: Notes the read made (Parquet: unsigned values beyond int64), handed over with their columns.
+    notes: dict[str, list[str]] = field(default_factory=dict)
+
+
+class ReadAhead:
+    """Background reads of one trace's early columns (see the module doc)."""
+
+    def __init__(self, path: Path, identity: tuple[Any, ...], workers: int) -> None:
+        self.path = path
+        self.identity = identity
+        self.stop_event = threading.Event()
+        self._lock = threading.Lock()
+        self._pool = _Workers(workers)
+        #: One-row metadata answers of the file (SQLite row counts, stored bytes), by (SQL, parameters).
+        self.answers: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
+        self._plan: Future[dict[str, Future[_Early | None]]] = self._pool.submit(self._make_plan)
+        self._claimed = False
+
+    # -- worker side -----------------------------------------------------------------------
+    def _make_plan(self) -> dict[str, Future[_Early | None]]:
+        _worker.opening = True  # this export reads for the read-ahead: it must not claim it
+        try:
+            export = _open(self.path)
+        except Exception:  # noqa: BLE001 - not readable here: the export opened later says why
+            return {}
+        finally:
+            _worker.opening = False
+        if hasattr(export, "_answers"):
+            export._answers = self.answers  # its one-row answers go to the export that claims this read-ahead
+        plans = []
+        try:
+            from ..memory_limit import column_bytes, default_limit
+            from .tables import TABLES
+
+            total = 0
+            for name, cols in EARLY_COLUMNS.items():
+                table = TABLES[name]
+                source = export.source_of(table)
+                if source is None or not export.early_read_safe(source):
+                    continue
+                _, src_cols, narrow = export.source_columns(table, [table.column(c) for c in cols], source)
+                rows = export.count(source)
+                total += rows * sum(column_bytes(name, c) for c in cols)
+                plans.append((rows, source, src_cols, frozenset(narrow)))
+            limit = default_limit()
+            if limit is not None and total > limit * MEMORY_SHARE:
+                plans = []
+        except Exception:  # noqa: BLE001 - a damaged schema: the export opened later reports it
+            plans = []
+        plans.sort(key=lambda p: -p[0])  # the biggest table first: it finishes last
+        futures = {source: self._pool.submit(self._read, export, source, cols, narrow)
+                   for _, source, cols, narrow in plans}
+        meta = self._pool.submit(self._ask_metadata, export, [source for _, source, _, _ in plans])
+        _close_when_done(export, [*futures.values(), meta])
+        return futures
+
+    def _ask_metadata(self, export: Any, early: list[str]) -> None:
+        """Ask what the engine asks of the file before its reads, so its answers are there (see ``query``):
+        every canonical table's row count, and the stored bytes of the early tables (the memory guard)."""
+        from ..stored_bytes import table_storage
+        from .tables import TABLES
+
+        try:
+            for table in TABLES.values():
+                source = export.source_of(table)
+                if source is not None and not self.stop_event.is_set():
+                    export.count(source)
+            for source in early:
+                if hasattr(export, "query") and not self.stop_event.is_set():
+                    table_storage(export, source)
+        except Exception:  # noqa: BLE001 - the engine asks again and reports what is wrong
+            pass
+
+    def _read(self, export: Any, source: str, columns: list[str], narrow: frozenset[str]) -> _Early | None:
+        from .batches import note_column
+
+        if self.stop_event.is_set():
+            return None
+        seen = len(export.damage)
+        try:
+            raw = export.fetch_direct(source, columns, narrow, self.stop_event)
+        except Exception:  # noqa: BLE001 - the export reads it again and reports what is wrong
+            return None
+        notes: dict[str, list[str]] = {}
+        for line in export.damage[seen:]:
+            notes.setdefault(note_column(line, source), []).append(line)
+        return _Early(narrow, raw, notes)
+
+    # -- export side -----------------------------------------------------------------------
+    def take(self, source: str, columns: list[str], narrow: set[str] | frozenset[str]
+             ) -> tuple[dict[str, Any], dict[str, list[str]]]:
+        """The early columns of ``source`` among ``columns`` (read with the same narrow types), waiting for
+        the read to finish, and the notes it made for them; each column is handed over once."""
+        try:
+            future = self._plan.result().get(source)
+            early = future.result() if future is not None else None
+        except Exception:  # noqa: BLE001 - stopped (cancelled) or failed: the export reads it itself
+            return {}, {}
+        if early is None:
+            return {}, {}
+        with self._lock:
+            picked = [c for c in columns if c in early.columns and (c in narrow) == (c in early.narrow)]
+            return ({c: early.columns.pop(c) for c in picked},
+                    {c: early.notes.pop(c) for c in picked if c in early.notes})
+
+    def stop(self) -> None:
+        """Stop the reads (each within one batch) and wait for the threads (see :class:`_Workers`)."""
+        self.stop_event.set()
+        self._pool.shutdown()
+
+
+class _Workers:
+    """A few daemon threads that run submitted calls in turn; :meth:`shutdown` waits for them, for a while.
+
+    Not a ``ThreadPoolExecutor``, whose threads Python waits for at exit without end: a Ctrl-C that
+    lands in the main thread inside the import machinery can leave Python's import lock taken (a
+    CPython flaw), and a worker whose garbage collection then frees a module lock waits for it
+    forever. Such a worker is given up after :data:`STOP_WAIT` seconds; it waits on a Python lock,
+    not inside a reader's C code (a thread there when Python exits aborts the process), and a
+    stopped read otherwise ends within one batch.
+    """
+
+    def __init__(self, count: int) -> None:
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = (
+            queue.SimpleQueue())
+        self._futures: list[Future[Any]] = []
+        self._threads = [threading.Thread(target=self._loop, name=f"nsys-rules-readahead-{i}", daemon=True)
+                         for i in range(count)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, call: Callable[..., Any], *args: Any) -> Future[Any]:
+        """Run ``call(*args)`` on a worker; its result or exception goes to the returned future."""
+        future: Future[Any] = Future()
+        self._futures.append(future)
+        self._queue.put((future, call, args))
+        return future
+
+    def shutdown(self) -> None:
+        """Cancel the calls not begun and wait (at most :data:`STOP_WAIT` s) for the threads to end."""
+        for future in self._futures:
+            future.cancel()
+        for _ in self._threads:
+            self._queue.put(None)
+        deadline = time.monotonic() + STOP_WAIT
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(max(deadline - time.monotonic(), 0))
+
+    def _loop(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, call, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(call(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(exc)
+
+
+def _close_when_done(export: Any, futures: list[Future[Any]]) -> None:
+    """Close ``export`` (its metadata connection) once every one of ``futures`` is done."""
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_: Future[Any]) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            export.close()
+
+    if not futures:
+        export.close()
+    for future in futures:
+        future.add_done_callback(one_done)
+
+
+def _open(path: Path) -> Any:
+    from .arrowdir import ArrowDirExport, folder_kind
+
+    kind = folder_kind(path)
+    if kind is not None:
+        return ArrowDirExport(path, kind)
+    from .sqlite import SqliteExport
+
+    return SqliteExport(path)
+
+
+_current: ReadAhead | None = None
+_worker = threading.local()
+
+
+def identity(path: Path) -> tuple[Any, ...] | None:
+    """What tells that a later open is of the same file, unchanged: its resolved path and status."""
+    try:
+        st = os.stat(path)
+        return (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    except (OSError, RuntimeError):
+        return None
+
+
+def start(trace: str, limit_set: bool) -> None:
+    """Begin the early reads of ``trace`` (a ``.sqlite`` file or an export folder) in background threads.
+
+    ``limit_set``: the user gave a memory limit (flag or config), so nothing is read before the guard.
+    """
+    global _current
+    stop()
+    path = Path(trace)
+    if limit_set or not (path.suffix.lower() == ".sqlite" or path.is_dir()):
+        return  # a .nsys-rep is exported first; other suffixes may belong to a plugin's loader
+    found = identity(path)
+    if found is None:
+        return
+    _import_for_workers(path.is_dir())
+    # The kernel and API tables at once where there are two cores, and the metadata queries beside them.
+    # Parquet reads are cheap, and two in flight add their batches to the peak.
+    workers = 3 if (os.cpu_count() or 1) >= 2 and not path.is_dir() else 1
+    _current = ReadAhead(path, found, workers)
+
+
+def _import_for_workers(folder: bool) -> None:
+    """Import, here in the main thread, every module the reads use, so that the workers import nothing.
+
+    A Ctrl-C that lands while the main thread imports can leave Python's import lock taken (a
+    CPython flaw): a worker importing then would wait forever, and so would the main thread's next
+    import if the worker held that module's lock, or :func:`stop` waiting for the worker. numpy and
+    pyarrow are the main thread's next imports anyway (pandas needs them).
+    """
+    import numpy  # noqa: F401
+    import pyarrow  # noqa: F401
+    import pyarrow.compute  # noqa: F401
+
+    from .. import memory_limit, stored_bytes  # noqa: F401
+    from . import arrowdir, batches, export, split, sqlite, tables  # noqa: F401
+
+    if folder:
+        import pyarrow.parquet  # noqa: F401
+    else:
+        import adbc_driver_sqlite
+
+        adbc_driver_sqlite.connect().close()  # finds the driver library (its lookup imports on first use)
+
+
+def claim(path: Path) -> ReadAhead | None:
+    """The read-ahead of ``path`` when one was started for this very file (unchanged since), else None."""
+    ahead = _current
+    if ahead is None or ahead._claimed or getattr(_worker, "opening", False) or identity(path) != ahead.identity:
+        return None
+    ahead._claimed = True
+    return ahead
+
+
+def stop() -> None:
+    """Stop any read-ahead and wait for its threads (at the end of a run, or before starting another)."""
+    global _current
+    ahead, _current = _current, None
+    if ahead is not None:
+        ahead.stop()

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="10,40,150", help="MB of text per hostile trace")
     parser.add_argument("--big", help="a real (large) trace to time the text pricing on")
     args = parser.parse_args(argv)
-    from nsys_rules.config import parse_size
+    from nsys_rules.units import parse_size
     from nsys_rules.memory_limit import human
 
     limit = parse_size(args.limit)

@@ -19,6 +19,7 @@ from .errors import UsageError
 from .findings import Severity
 from .rule import Rule
 from .textsafe import clip_value
+from .units import parse_size
 from .userfiles import read_small_text
 
 if sys.version_info >= (3, 11):
@@ -193,10 +194,6 @@ def _number_or_text(raw: str) -> Any:
     return raw
 
 
-_SIZE = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3,
-         "t": 1024**4, "tb": 1024**4}
-
-
 def parse_percent(value: Any, where: str) -> float:
     """A percent between 0 and 100 (``0.5``, ``"2%"``); ``UsageError`` otherwise."""
     text = str(value).strip().rstrip("%").strip()
@@ -207,20 +204,6 @@ def parse_percent(value: Any, where: str) -> float:
     if not 0 <= number <= 100:
         raise UsageError(f"{where}: {value!r} must be between 0 and 100")
     return number
-
-
-def parse_size(text: str) -> int:
-    """``512MB``, ``2G``, ``1048576`` -> bytes; at least one byte, finite, at most 2**62."""
-    raw = str(text).strip().lower().replace("ib", "b")
-    num = raw.rstrip("kmgtb")
-    unit = raw[len(num):]
-    try:
-        value = float(num) * _SIZE[unit]
-    except (ValueError, KeyError):
-        value = math.nan
-    if not math.isfinite(value) or value < 1 or value > 2**62:
-        raise UsageError(f"bad size {clip_value(text, 40)!r}: use a number of bytes with K, M, G or T (e.g. 2G)")
-    return int(value)
 
 
 def parse_seconds(value: object, where: str = "--rule-timeout") -> float:

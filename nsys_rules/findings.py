@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
+import numpy as np
+
 from .textsafe import NAME_CHARS, TEXT_CHARS, clip
 
 UNITS = ("ns", "B", "B/s", "count", "ratio", "%")
@@ -51,6 +53,17 @@ class Metric:
         if isinstance(value, float) and value.is_integer() and self.unit in ("ns", "B", "count"):
             value = int(value)
         return {"value": value, "unit": self.unit}
+
+
+def metric(value: float | int, unit: str) -> Metric:
+    """Shorthand for :class:`Metric` that turns numpy scalars into Python numbers (floats rounded to 6 decimals)."""
+    if isinstance(value, np.integer):
+        value = int(value)
+    elif isinstance(value, np.floating):
+        value = float(value)
+    if isinstance(value, float):
+        value = round(value, 6)
+    return Metric(value, unit)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ import numpy as np
 import pandas as pd
 
 from .trace import Trace
-from .windows import Window, launch_times
+from .analysis.launches import launch_times
+from .windows import Window
 
 #: How many kernels the per-kernel table keeps (by total time); ``diff`` uses its own, larger cut.
 TOP_KERNELS = 25

@@ -9,17 +9,17 @@ from typing import Any, ClassVar, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from .compat import missing_table
-from .errors import MissingData
-from .findings import Finding, Location, Metric, Severity
-from .loaders.tables import TABLES
-from .trace import Trace
 from .analysis.activity import frame_api_rows
 from .analysis.budget import Budget
-from .analysis.launches import launch_api_rows
+from .analysis.launches import launch_api_rows, launch_times
 from .analysis.steps import StepModel
 from .analysis.workload import looks_like_model
-from .windows import Window, launch_times
+from .compat import missing_table
+from .errors import MissingData
+from .findings import Finding, Location, Metric, Severity, metric  # noqa: F401 - metric: rules' shorthand
+from .loaders.tables import TABLES
+from .trace import Trace
+from .windows import Window
 
 #: Sections every rule docstring carries, in this order (checked by the meta tests).
 DOC_SECTIONS = ("What it detects", "Why it hurts", "Evidence", "Next optimizations", "Options", "Requires",
@@ -246,14 +246,3 @@ def _contiguous(mask: np.ndarray) -> tuple[int, int] | None:
     if first == 0 and last == len(mask) - 1 and mask.all():
         return None
     return (first, last + 1) if mask[first:last + 1].all() else (-1, -1)
-
-
-def metric(value: float | int, unit: str) -> Metric:
-    """Shorthand for :class:`Metric` that turns numpy scalars into Python numbers."""
-    if isinstance(value, (np.integer,)):
-        value = int(value)
-    elif isinstance(value, (np.floating,)):
-        value = float(value)
-    if isinstance(value, float):
-        value = round(value, 6)
-    return Metric(value, unit)

@@ -8,13 +8,12 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.device_time import GPU_OP_TABLES
+from nsys_rules.analysis.loop import gpu_launches, loop_span, spread
+from nsys_rules.analysis.names import ALLOC_APIS
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
-
-from ._common import pct
-from nsys_rules.analysis.names import ALLOC_APIS
-
-from ._loop import GPU_ACTIVITY_TABLES, gpu_launches, loop_span, spread
+from nsys_rules.units import pct
 
 #: Calls that free; ``cudaFree`` before any allocation is the ``cudaFree(0)`` context-creation idiom.
 CONTEXT_INIT_FREES = ("cudaFree",)
@@ -134,11 +133,11 @@ class AllocChurn(Rule):
     title = "Memory allocation churn in the hot path"
     default_severity = Severity.WARNING
     requires = ("api",)
-    optional = ("memory_usage", *GPU_ACTIVITY_TABLES)
+    optional = ("memory_usage", *GPU_OP_TABLES)
     # correlation_id: the GPU rows' launch times (the loop span) look their API call up by it.
     columns = {"api": ("start", "end", "name", "pid", "tid", "correlation_id"),
                "memory_usage": ("start", "pid", "bytes", "operation"),
-               **{t: ("start", "pid", "correlation_id") for t in GPU_ACTIVITY_TABLES}}
+               **{t: ("start", "pid", "correlation_id") for t in GPU_OP_TABLES}}
     Options = Options
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:

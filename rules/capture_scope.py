@@ -10,11 +10,11 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.analysis.names import in_set
+from nsys_rules.analysis.names import PROFILER_START_APIS, in_set
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 from nsys_rules.textsafe import shell_word
-from nsys_rules.windows import PROFILER_START_APIS
+
 
 HTOD = 1
 
@@ -58,9 +58,7 @@ class Scope:
 
 def has_profiler_range(api_base_names: np.ndarray | pd.Series) -> bool:
     """A cudaProfilerStart/cuProfilerStart call: the capture was already limited (`-c cudaProfilerApi`)."""
-    if isinstance(api_base_names, pd.Series):  # judged per distinct name, not per API row
-        return bool(in_set(api_base_names, frozenset(PROFILER_START_APIS)).any())
-    return bool(np.isin(api_base_names, sorted(PROFILER_START_APIS)).any())
+    return bool(in_set(api_base_names, PROFILER_START_APIS).any())
 
 
 class CaptureScope(Rule):

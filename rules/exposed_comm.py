@@ -9,12 +9,11 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.findings import Finding, Severity
+from nsys_rules.job.compare import full_rows, ms, need_collectives, need_steps, rank_label
 from nsys_rules.job.model import Job
 from nsys_rules.job.rule import JobContext, JobRule, step_list
 from nsys_rules.rule import metric
-
-from ._common import pct
-from ._ranks import full_rows, ms, need_collectives, need_steps, rank_label
+from nsys_rules.units import pct
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,7 @@ from typing import Iterable
 from nsys_rules.errors import MissingData
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
-
-from ._common import pct
+from nsys_rules.units import pct
 
 
 @dataclass(frozen=True)

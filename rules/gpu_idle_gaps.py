@@ -8,12 +8,13 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.device_time import device_intervals, gpu_op_frames
+from nsys_rules.analysis.flagged import split_flagged
+from nsys_rules.analysis.intervals import idle_gaps, merge_intervals
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.units import pct
 from nsys_rules.windows import steady_state_window
-
-from ._common import pct
-from ._gpu_activity import device_intervals, gpu_op_frames, idle_gaps, merge_intervals, split_flagged
 
 
 @dataclass(frozen=True)

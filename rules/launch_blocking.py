@@ -8,11 +8,10 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.commands import recapture_command
+from nsys_rules.analysis.names import KERNEL_LAUNCH_APIS, in_set
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
-
-from ._common import recapture_command
-from ._gpu_activity import KERNEL_LAUNCH_APIS
 
 ENV_VAR = "CUDA_LAUNCH_BLOCKING"
 
@@ -114,7 +113,7 @@ class LaunchBlocking(Rule):
             kernels = ctx.frame("kernels")
             api = ctx.launch_calls("kernels")
             # One row per launch call: a graph launch or a multi-kernel call is not a single launch.
-            rows = api["api_name"].isin(KERNEL_LAUNCH_APIS).to_numpy()
+            rows = in_set(api["api_name"], KERNEL_LAUNCH_APIS)
             # Every kernel launched one by one (the usual eager trace): views, not six gathered copies.
             rows = slice(None) if rows.all() else np.flatnonzero(rows)
             per_call = per_launch_call(kernels["pid"].to_numpy()[rows], kernels["correlation_id"].to_numpy()[rows],

@@ -8,13 +8,13 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.intervals import busy_ns
+from nsys_rules.analysis.launches import first_of_each_call
+from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS, in_set
 from nsys_rules.errors import MissingData
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
-
-from ._common import pct
-from nsys_rules.analysis.intervals import busy_ns
-from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS
+from nsys_rules.units import pct
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class LaunchBound(Rule):
         api = ctx.launch_calls("kernels", names=True)
         # Kernels replayed from a CUDA graph are already launched as one: only kernels launched one
         # by one can be launch-bound, and a graph replay loop is never told to use CUDA graphs.
-        by_graph = api["api_name"].isin(list(GRAPH_LAUNCH_APIS)).to_numpy()
+        by_graph = in_set(api["api_name"], GRAPH_LAUNCH_APIS)
         graph_loop = (ctx.steps is not None and ctx.steps.source == "graph") or by_graph.mean() >= 0.5 if len(
             kernels) else False
         if by_graph.any():
@@ -148,14 +148,8 @@ class LaunchBound(Rule):
         lo, hi = _judged_bounds(ctx, kernels)
         if hi <= lo:
             raise MissingData("the steady state holds no kernel time", "capture more steps")
-        graphs = int(ctx.api_base_names().isin(list(GRAPH_LAUNCH_APIS)).sum())
-        # One launch call per pid + correlationId.
-        keys = np.left_shift(kernels["pid"].to_numpy(), 32, dtype=np.int64)
-        keys |= np.bitwise_and(kernels["correlation_id"].to_numpy(), 0xFFFFFFFF, dtype=np.int64)
-        # Keys rising row by row (one kernel per call, the usual eager case) cannot repeat: no hash table.
-        unique = len(keys) < 2 or bool((keys[1:] > keys[:-1]).all())
-        first_of_call = np.ones(len(keys), bool) if unique else ~pd.Series(keys, copy=False).duplicated().to_numpy()
-        del keys
+        graphs = int(in_set(ctx.api_base_names(), GRAPH_LAUNCH_APIS).sum())
+        first_of_call = first_of_each_call(kernels["pid"].to_numpy(), kernels["correlation_id"].to_numpy())
         api_start = api["api_start"].to_numpy()
         first_of_call &= api_start >= 0
         api_end = api["api_end"].to_numpy()

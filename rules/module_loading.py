@@ -14,8 +14,7 @@ from nsys_rules.errors import MissingData
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 from nsys_rules.taxonomy import base_name
-
-from ._common import pct
+from nsys_rules.units import pct
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.copies import copy_groups
 from nsys_rules.findings import Finding, Severity
 from nsys_rules.rule import Rule, RuleContext
-
-from ._copies import copy_groups
 
 PAGEABLE = 0
 #: nsys matches `cudaMemcpy%Async%`; the driver API's `cuMemcpy*Async` copies behave the same.

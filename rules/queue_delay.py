@@ -8,11 +8,11 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.intervals import busy_within, merge_intervals, overlap_length
+from nsys_rules.analysis.launches import first_of_each_call
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
-
-from ._common import pct
-from ._gpu_activity import merge_intervals
+from nsys_rules.units import pct
 
 
 @dataclass(frozen=True)
@@ -89,33 +89,8 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
         b_lo, b_hi = b_lo[keep], b_hi[closes]
         del keep, closes
     # |Q u B| - |B| = |Q| - |Q n B| for disjoint sorted Q and B: no merge of the two (2M rows, ~150 MB).
-    idle_queued = int((q_hi - q_lo).sum() - _overlap(q_lo, q_hi, b_lo, b_hi))
+    idle_queued = int((q_hi - q_lo).sum() - overlap_length((q_lo, q_hi), (b_lo, b_hi)))
     return QueueProfile(count, median_queue, p90_queue, median_kernel, queue_total, kernel_total, max(0, idle_queued))
-
-
-def _overlap(q_lo: np.ndarray, q_hi: np.ndarray, b_lo: np.ndarray, b_hi: np.ndarray) -> int:
-    """Total length shared by two lists of sorted, disjoint intervals."""
-    if not len(q_lo) or not len(b_lo):
-        return 0
-    # In place where it can: q holds up to one interval per kernel, 8 MB per temporary on 1M kernels.
-    prefix = np.zeros(len(b_lo) + 1, np.int64)  # busy length of the first k intervals
-    np.cumsum(b_hi - b_lo, out=prefix[1:])
-
-    def covered_before(x: np.ndarray) -> np.ndarray:  # busy length in (-inf, x]
-        k = np.searchsorted(b_lo, x, side="right")  # intervals starting at or before x
-        past = np.maximum(k - 1, 0)
-        past = b_hi[past]  # part of the last one after x
-        past -= x
-        np.maximum(past, 0, out=past)
-        past[k == 0] = 0
-        out = prefix[k]
-        del k
-        out -= past
-        return out
-
-    covered = covered_before(q_hi)
-    covered -= covered_before(q_lo)
-    return int(covered.sum())
 
 
 def _ids(column: pd.Series) -> np.ndarray:
@@ -123,19 +98,6 @@ def _ids(column: pd.Series) -> np.ndarray:
     if column.dtype.kind in "iu":  # the loader's integer columns: no NaN to fill, no widening copy
         return column.to_numpy()
     return pd.to_numeric(column, errors="coerce").fillna(-1).to_numpy().astype(np.int64)
-
-
-def first_kernel_per_call(pid: np.ndarray, correlation_id: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Row index of the earliest kernel of each launch call (same pid and correlationId), in start order."""
-    ordered = len(start) < 2 or bool((start[1:] >= start[:-1]).all())  # kernels usually come in start order
-    order = None if ordered else np.argsort(start, kind="stable")
-    key = pid.astype(np.int64) if order is None else pid.astype(np.int64)[order]
-    key <<= 32
-    key |= np.bitwise_and(correlation_id if order is None else correlation_id[order], 0xFFFFFFFF, dtype=np.int64)
-    if len(key) < 2 or bool((key[1:] > key[:-1]).all()):  # one kernel per call, ids rising: no hashing
-        return np.arange(len(key)) if order is None else np.sort(order)
-    first = ~pd.Series(key).duplicated(keep="first").to_numpy()  # hash-based, keeps start order
-    return np.flatnonzero(first) if order is None else np.sort(order[first])
 
 
 class QueueDelay(Rule):
@@ -191,8 +153,7 @@ class QueueDelay(Rule):
         # A graph launch (or a multi-kernel call) queues all its kernels at once; after the first, a
         # node waits for the node before it, not in the queue, so only the first kernel per call counts.
         # As a mask (1 byte per kernel), not row numbers (8): the loop below selects from it.
-        counted = np.zeros(len(start), bool)
-        counted[first_kernel_per_call(pid_all, corr_all, start)] = True
+        counted = first_of_each_call(pid_all, corr_all, start)
         counted &= api_end >= 0
         del corr_all
         others = [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"])
@@ -222,8 +183,7 @@ class QueueDelay(Rule):
             lo, hi = int(k_start.min()), int(k_end.max())
             del starts, ends, k_start, k_end
             span = max(1, hi - lo)
-            # Busy time inside [lo, hi] from the merged intervals (busy_ns would merge them again).
-            busy_share = int(np.clip(np.minimum(busy[1], hi) - np.maximum(busy[0], lo), 0, None).sum()) / span
+            busy_share = busy_within(busy, lo, hi) / span
             launches = counted if on is None else counted & on
             for stream in sorted(pd.unique(stream_all[launches])):
                 grp = launches & (stream_all == stream)

@@ -8,12 +8,11 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.findings import Finding, Severity
+from nsys_rules.job.compare import diff_command, ms, need_collectives, need_ranks, need_steps, rank_label, t_statistic
 from nsys_rules.job.model import Job
 from nsys_rules.job.rule import JobContext, JobRule, step_list
 from nsys_rules.rule import metric
-
-from ._common import pct
-from ._ranks import diff_command, ms, need_collectives, need_ranks, need_steps, rank_label, t_statistic
+from nsys_rules.units import pct
 
 
 @dataclass(frozen=True)

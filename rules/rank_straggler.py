@@ -8,12 +8,13 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.findings import Finding, Severity
+from nsys_rules.job.compare import (diff_command, full_rows, ms, need_collectives, need_ranks, others_median, rank_label,
+                                    signed_rank_z)
 from nsys_rules.job.model import Job
 from nsys_rules.job.rule import JobContext, JobRule, step_list
 from nsys_rules.rule import metric
+from nsys_rules.units import pct
 
-from ._common import pct
-from ._ranks import diff_command, full_rows, ms, need_collectives, need_ranks, others_median, rank_label, signed_rank_z
 
 #: What a rank can do instead of arriving, in the order they are named.
 CAUSES = ("compute", "host stall", "sync", "allocation", "copies")

@@ -15,8 +15,7 @@ from nsys_rules.errors import MissingData
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
 from nsys_rules.taxonomy import base_name
-
-from ._common import pct
+from nsys_rules.units import pct
 
 _COPY_KINDS = {1: "host-to-device", 2: "device-to-host", 8: "device-to-device", 10: "peer-to-peer"}
 

@@ -9,10 +9,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.copies import copy_groups
 from nsys_rules.findings import Finding, Severity
 from nsys_rules.rule import Rule, RuleContext
-
-from ._copies import copy_groups
 
 HTOD, DTOD = 1, 8
 #: Runtime `cudaMemcpy*` and driver `cuMemcpy*` calls; the Async ones are excluded separately.

@@ -9,12 +9,11 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.copies import MEMORY_KINDS
+from nsys_rules.analysis.flagged import split_flagged
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
-
-from ._common import pct
-from ._gpu_activity import split_flagged
-from ._copies import MEMORY_KINDS
+from nsys_rules.units import pct
 
 #: Runtime `cudaMemset*` and driver `cuMemsetD*` calls; the async ones are excluded separately.
 SET_API = re.compile(r"^cu(?:da)?Memset")

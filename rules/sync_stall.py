@@ -8,18 +8,14 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
-
-from ._common import pct
 from nsys_rules.analysis.activity import gpu_ops
 from nsys_rules.analysis.host import blocking_calls, copy_directions
-from nsys_rules.analysis.intervals import merge_intervals
-from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS as _GRAPH_LAUNCH_APIS
-
-from ._loop import gpu_launches, loop_span
-
-GRAPH_LAUNCH_APIS = tuple(sorted(_GRAPH_LAUNCH_APIS))
+from nsys_rules.analysis.intervals import busy_within, merge_intervals
+from nsys_rules.analysis.loop import gpu_launches, loop_span
+from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS, in_set
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.units import pct
 
 
 @dataclass(frozen=True)
@@ -57,14 +53,8 @@ def idle_after(times: np.ndarray, union: tuple[np.ndarray, np.ndarray], horizon:
     return np.where(busy, 0, np.clip(gap, 0, None))
 
 
-def busy_within(union: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> int:
-    """Busy time of ``union`` inside ``[lo, hi]``."""
-    us, ue = union
-    return int(np.clip(np.minimum(ue, hi) - np.maximum(us, lo), 0, None).sum())
-
-
 def in_loop(calls: pd.DataFrame, span: tuple[int, int] | None) -> np.ndarray:
-    """Which blocking calls start inside the loop's ``span`` (see :func:`rules._loop.loop_span`).
+    """Which blocking calls start inside the loop's ``span`` (see :func:`nsys_rules.analysis.loop.loop_span`).
 
     Before the loop is set-up; after it (past the last step, or past the last GPU launch when
     no steps are known) is tear-down, the final sync of a run: nothing queued after it can be
@@ -237,7 +227,7 @@ class SyncStall(Rule):
             f"removing the round trip saves about {savings / 1e6:.2f} ms ({pct(savings, steady_ns):.1f} % of the "
             f"steady state).{why}{check}"
             + (f" {dropped} set-up or final sync call(s) outside the loop were left out." if dropped else ""))
-        graph_launch = names.isin(GRAPH_LAUNCH_APIS).to_numpy()
+        graph_launch = in_set(names, GRAPH_LAUNCH_APIS)
         if graph_launch.any() and trace.capture.graph_trace_mode == "Node":
             # Node-level graph tracing costs host time per node inside the launch call, and the launch
             # sits between the sync and the GPU's next work: the traced bubble is longer than the real one.

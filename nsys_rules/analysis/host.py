@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .launches import find_keys, sorted_keys
 from .names import NAMED_DTOH_ASYNC_COPIES, NAMED_DTOH_SYNC_COPIES, SYNC_APIS, flag_names
 
 DTOH = 2  # CUPTI copyKind of a device-to-host copy
@@ -26,15 +27,12 @@ def copy_directions(api: pd.DataFrame, memcpy: pd.DataFrame | None) -> pd.DataFr
     rows = memcpy[["pid", "correlation_id", "copy_kind", "bytes"]].dropna()
     rows = rows.groupby(["pid", "correlation_id"], sort=True, observed=True).agg(
         copy_kind=("copy_kind", "first"), bytes=("bytes", "sum")).reset_index()
-    # A sorted-key lookup instead of a merge: the API table has millions of rows, memcpy few.
-    key = (rows["pid"].to_numpy(np.int64) << 32) | (rows["correlation_id"].to_numpy(np.int64) & 0xFFFFFFFF)
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    api_key = (api["pid"].to_numpy(np.int64) << 32) | (api["correlation_id"].to_numpy(np.int64) & 0xFFFFFFFF)
-    pos = np.searchsorted(key, api_key).clip(0, len(key) - 1)
-    found = key[pos] == api_key
-    out["copy_kind"] = np.where(found, rows["copy_kind"].to_numpy(np.int64)[order][pos], -1)
-    out["bytes"] = np.where(found, rows["bytes"].to_numpy(np.int64)[order][pos], 0)
+    # The launch join seen from the API side (a sorted-key lookup, not a merge: the API table has
+    # millions of rows, memcpy few).
+    at, found = find_keys(*sorted_keys(rows["pid"].to_numpy(np.int64), rows["correlation_id"].to_numpy(np.int64)),
+                          api["pid"].to_numpy(np.int64), api["correlation_id"].to_numpy(np.int64))
+    out["copy_kind"] = np.where(found, rows["copy_kind"].to_numpy(np.int64)[at], -1)
+    out["bytes"] = np.where(found, rows["bytes"].to_numpy(np.int64)[at], 0)
     return out
 
 

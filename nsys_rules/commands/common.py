@@ -7,10 +7,11 @@ import sys
 from pathlib import Path
 
 from ..config import (FAIL_ON, Settings, find_config, load_config, parse_percent, parse_seconds, parse_set,
-                      parse_size, resolve_rule_name)
+                      resolve_rule_name)
 from ..errors import UsageError
 from ..loaders.sqlite import MAX_STRING
 from ..textsafe import clip_value
+from ..units import parse_size
 from ..plugins import Registry, build_registry
 
 

@@ -22,6 +22,7 @@ from typing import Any, Iterable
 from ..engine import Report, TraceResult
 from ..findings import Finding
 from ..textsafe import terminal_safe
+from ..units import human_ns
 
 #: Below this many columns the table does not fit: the compact layout is used instead.
 COMPACT_BELOW = 120
@@ -92,17 +93,6 @@ def shorten(text: str, limit: int) -> str:
 
 #: A number as messages write it: ``123.456``, ``1,234``, ``65%``, ``4.5ms``, ``2x``.
 _NUMBER = re.compile(r"[-+]?\d[\d.,]*[%a-zA-Z]{0,3}")
-
-
-def human_ns(ns: float | int | None) -> str:
-    """``1234567`` -> ``1.23 ms``."""
-    if ns is None:
-        return ""
-    ns = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.3g} {unit}"
-    return f"{ns:.0f} ns"
 
 
 def ms(ns: float | int) -> str:

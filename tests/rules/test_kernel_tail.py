@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nsys_rules.rules.kernel_tail import (clean_range_name, group_ids, group_quantiles, periodic_tail, positional_tail, slow_runs,
-                                          step_index, tail_table)
+from nsys_rules.analysis.grouped import group_ids, group_quantiles
+from nsys_rules.analysis.tails import (clean_range_name, periodic_tail, positional_tail, slow_runs, step_index,
+                                       tail_table)
 from nsys_rules.testing import TraceBuilder, run_rule
 from nsys_rules.testing import metric_values as values
 

@@ -12,7 +12,13 @@ import pyarrow as pa
 
 from nsys_rules.taxonomy import CLASSES, DEFAULT, Taxonomy, _base_names, base_name, classify
 from nsys_rules.testing import TraceBuilder, run_rules
-from nsys_rules.windows import Window, _merge, intersect
+from nsys_rules.analysis.intervals import merge_intervals
+from nsys_rules.windows import Window, intersect
+
+
+def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[tuple[int, int], ...]:
+    merged_s, merged_e = merge_intervals(starts, ends)
+    return tuple(zip(merged_s.tolist(), merged_e.tolist(), strict=True))
 
 
 def _merge_reference(starts: np.ndarray, ends: np.ndarray) -> tuple[tuple[int, int], ...]:

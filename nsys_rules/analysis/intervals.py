@@ -7,6 +7,7 @@ non-overlapping (what :func:`merge_intervals` returns). Times are ns. Nothing he
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 
 def rising(values: np.ndarray) -> bool:
@@ -55,6 +56,24 @@ def busy_within(union: tuple[np.ndarray, np.ndarray], lo: int | None = None, hi:
     e -= s
     np.maximum(e, 0, out=e)
     return int(e.sum())
+
+
+def busy_by_group(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = None) -> pd.Series:
+    """Length of the union of ``[start, end]`` intervals per ``group`` (one group when None), indexed by group.
+
+    Overlapping work on several streams counts once: each interval adds only the part that
+    reaches past the latest end seen so far in its group.
+    """
+    if group is None:
+        group = np.zeros(len(start), np.int64)
+    if not len(start):
+        return pd.Series(dtype=np.int64)
+    frame = pd.DataFrame({"g": group, "s": start, "e": end}).sort_values(["g", "s"], kind="stable")
+    reach = frame.groupby("g", sort=False)["e"].cummax()
+    before = reach.groupby(frame["g"], sort=False).shift(1)
+    lo = np.maximum(frame["s"].to_numpy(np.float64), before.fillna(-np.inf).to_numpy(np.float64))
+    add = np.clip(frame["e"].to_numpy(np.float64) - lo, 0, None)
+    return pd.Series(add, index=frame.index).groupby(frame["g"].to_numpy()).sum().round().astype(np.int64)
 
 
 def idle_gaps(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 def _time_pricing(path: Path) -> None:
     from nsys_rules import memory_limit
     from nsys_rules.config import Settings
-    from nsys_rules.engine import select_rules
+    from nsys_rules.options import select_rules
     from nsys_rules.inputs import open_trace
     from nsys_rules.plugins import build_registry
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .engine import Report
+from .report import Report
 from .errors import UsageError
 from .outpaths import write_atomic
 from .userfiles import read_small_text

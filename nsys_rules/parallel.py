@@ -327,34 +327,6 @@ def cross_trace_summary(profiles: Iterable[tuple[str, dict[str, Any]]],
     return summary
 
 
-def summary_lines(summary: dict[str, Any]) -> list[str]:
-    """The cross-trace summary as text lines for the table output."""
-    from tabulate import tabulate
-
-    from .formatters.table import human_ns
-    from .textsafe import terminal_safe
-
-    slow = summary["slowest"]
-    ratio = slow.get("ratio_to_median")
-    lines = [f"across {len(summary['traces'])} traces: slowest {terminal_safe(slow['path'], newlines=False)} with "
-             f"{human_ns(slow['kernel_ns'])} of kernel time"
-             + (f", {ratio:.2f}x the median ({human_ns(slow['median_kernel_ns'])})" if ratio else "")]
-    rows = [[_short(k["kernel"]), human_ns(k["median_ns"]), human_ns(k["max_ns"]),
-             f"{k['max_over_median']:.2f}" if k["max_over_median"] else "", human_ns(k["excess_ns"]),
-             terminal_safe(Path(k["slowest"]).name, newlines=False)] for k in summary["kernels"]]
-    if rows:
-        lines.append(tabulate(rows, headers=["kernel (shared)", "median", "max", "max/median", "excess", "slowest trace"],
-                              tablefmt="simple"))
-    return lines
-
-
-def _short(name: str, width: int = 60) -> str:
-    from .textsafe import terminal_safe
-
-    name = terminal_safe(name, newlines=False)
-    return name if len(name) <= width else name[: width - 3] + "..."
-
-
 def default_jobs() -> int:
     """Worker count for ``--jobs 0``: the CPUs this process may use."""
     try:

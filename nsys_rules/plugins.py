@@ -15,38 +15,21 @@ import difflib
 import importlib.metadata as metadata
 import os
 import re
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import pluggy
 
 from . import hooks
 from .config import DEFAULT_RULE_TIMEOUT
 from .isolation import RuleTimeout, limited
+from .registry import BUILTIN, Registry
 from .rule import Rule
 from .textsafe import clip_value
 
 ENTRY_POINT_GROUP = "nsys_rules"
 #: Set to a non-empty value (not "0") to skip entry-point plugins, like pytest's PYTEST_DISABLE_PLUGIN_AUTOLOAD.
 AUTOLOAD_ENV = "NSYS_RULES_DISABLE_PLUGIN_AUTOLOAD"
-BUILTIN = "nsys-rules (built-in)"
 _KEBAB = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
-
-
-@dataclass
-class Registry:
-    """Everything the plugins registered."""
-
-    rules: dict[str, type[Rule]] = field(default_factory=dict)
-    rule_plugin: dict[str, str] = field(default_factory=dict)
-    formatters: dict[str, Callable[..., str]] = field(default_factory=dict)
-    loaders: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    plugins: list[dict[str, str]] = field(default_factory=list)
-    errors: list[dict[str, str]] = field(default_factory=list)
-
-    def aliases(self) -> dict[str, str]:
-        """Alias (e.g. NVIDIA's rule name) -> rule name."""
-        return {alias: name for name, cls in self.rules.items() for alias in cls.aliases}
 
 
 def autoload_disabled() -> bool:

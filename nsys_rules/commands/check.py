@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 
-from ..engine import Report, run_check
+from ..engine import run_check
+from ..report import Report
 from ..errors import ExitCode, InputError, PluginError, UsageError
 from ..isolation import call_plugin
 from ..textsafe import TERMINAL_FORMATS, clip_value, terminal_safe

@@ -16,11 +16,11 @@ from typing import Any, Iterable
 
 from ..baseline import apply_baseline, read_baseline, write_baseline
 from ..config import Settings
-from ..engine import Report
+from ..report import Report
 from ..errors import UsageError
 from ..isolation import call_plugin
 from ..outpaths import append_atomic, guard_outputs, write_atomic
-from ..plugins import Registry
+from ..registry import Registry
 
 
 def add_output_flags(p: argparse.ArgumentParser) -> None:

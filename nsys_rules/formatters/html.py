@@ -12,13 +12,14 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .. import __version__
-from ..engine import Report, TraceResult
+from ..report import Report, TraceResult
 from ..findings import Finding, Metric, rank_key
-from .layout import NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, ms, savings_note, savings_share, \
-    savings_text
+from .layout import (NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, ms, savings_note, savings_share,
+                     savings_text)
+from .sections import job_summary_lines
 from ..textsafe import NAME_CHARS as LONG_NAME
 from ..textsafe import clip, html_safe
-from .table import human_ns
+from ..units import human_ns
 
 #: Colour of each kernel class (taxonomy classes plus copy-engine work).
 CLASS_COLORS = {
@@ -218,12 +219,10 @@ def _bytes(value: float) -> str:
 
 def _job_section(report: Report) -> str:
     """The job rules' findings over all ranks (the traces' own sections hold theirs)."""
-    from ..job.run import summary_lines
-
     job = report.job
     findings = sorted(job.findings, key=rank_key)
     out = ["<h2 class='trace'>Job: all ranks together</h2>"]
-    out += [f"<p class='sub'>{html_safe(line)}</p>" for line in summary_lines(job.info)]
+    out += [f"<p class='sub'>{html_safe(line)}</p>" for line in job_summary_lines(job.info)]
     top = max([f.estimated_savings_ns or 0 for f in findings], default=0) or 1
     out += [_finding(i, f, top) for i, f in enumerate(findings, 1)]
     if job.skipped:

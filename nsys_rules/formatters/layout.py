@@ -19,8 +19,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from ..engine import Report, TraceResult
 from ..findings import Finding
+from ..report import Report, TraceResult
 from ..textsafe import terminal_safe
 from ..units import human_ns
 
@@ -301,3 +301,5 @@ def skipped_lines(report: Report, verbose: bool) -> list[str]:
                                                                           else "")) for s in skipped]
     names = ", ".join(dict.fromkeys(one_line(s["rule"]) for s in skipped))
     return [f"skipped: {len(skipped)} rule run(s) had nothing to judge ({names}); -v says why"]
+
+

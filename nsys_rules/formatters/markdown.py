@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine import Report, TraceResult
 from ..findings import Finding
+from ..report import Report, TraceResult
 from ..textsafe import markdown_code, markdown_safe
-from .layout import NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, human_ns, ms, savings_note, \
-    savings_share, savings_text, shorten
+from ..units import human_ns
+from .layout import (NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, ms, savings_note, savings_share,
+                     savings_text, shorten)
 
 #: Findings listed in full; the rest are counted.
 TOP_FINDINGS = 10

@@ -21,9 +21,9 @@ from typing import Any
 from urllib.parse import quote
 
 from ..docs import doc_sections, rule_markdown
-from ..engine import Report, tool_info
+from ..report import Report, tool_info
 from ..findings import Finding, Severity
-from ..plugins import BUILTIN
+from ..registry import BUILTIN
 from .json_out import finite
 from ..textsafe import markdown_safe, sarif_text
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import InputError, MissingData, UsageError
 from ..findings import Finding
+from ..options import effective_options
 from ..trace import Trace
 from .extract import RankData, collect_ranks
 from .model import Job, build_job
@@ -110,8 +111,6 @@ def _run_job(collected: Collected, rules: Iterable[type], settings: Any) -> JobO
     if job.rows.count == 0 and not collected.errors:
         return None
     outcome = JobOutcome(describe_job(job), errors=list(collected.errors))
-    from ..engine import effective_options
-
     for rule in selected:
         try:
             ctx = JobContext(job, rule(), effective_options(rule, settings))
@@ -167,18 +166,3 @@ def describe_job(job: Job) -> dict[str, Any]:
     }
 
 
-def summary_lines(info: dict[str, Any]) -> list[str]:
-    """The job section as text lines for the table output."""
-    from ..formatters.table import human_ns
-
-    ranks = info.get("ranks", [])
-    if not ranks:
-        return []
-    clock = info["clock"]
-    comm = info["communication"]
-    names = ", ".join(f"{k['name']} ({k['family']}, {k['instances']})" for k in comm["kernels"][:4]) or "none found"
-    correction = f", corrected by up to {human_ns(clock['max_correction_ns'])}" if clock["max_correction_ns"] else ""
-    return [f"job: {len(ranks)} ranks; clocks: {clock['source']}{correction}, residual skew "
-            f"{human_ns(clock['residual_skew_ns'])}; {comm['collectives']} collectives "
-            f"({comm['collectives_all_ranks_meet']} where all ranks meet), {info['steps']['count']} steps; "
-            f"communication kernels: {names}"]

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from nsys_rules.config import Settings
-from nsys_rules.engine import Report, TraceResult, run_check
+from nsys_rules.engine import run_check
+from nsys_rules.report import Report, TraceResult
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.formatters.compact import format_compact
 from nsys_rules.formatters.markdown import format_markdown

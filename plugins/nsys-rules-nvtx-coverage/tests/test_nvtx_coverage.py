@@ -1,6 +1,6 @@
 """Tests of nvtx-coverage, written the way any plugin author tests a rule.
 
-Scenarios are built with ``nsys_rules.testing.TraceBuilder`` (a real nsys-schema SQLite
+Scenarios are built with ``nsys_rules.api.TraceBuilder`` (a real nsys-schema SQLite
 file) and run through the real engine with ``run_rule``.
 """
 
@@ -10,8 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nsys_rules.findings import Severity
-from nsys_rules.testing import TraceBuilder, metric_values, only_finding, run_rule, run_rules, skip_reason
+from nsys_rules.api import Severity, TraceBuilder, metric_values, only_finding, run_rule, run_rules, skip_reason
 
 # The core's test run collects these too (pyproject testpaths); without the plugin installed they skip, saying how.
 pytest.importorskip("nsys_rules_nvtx_coverage", reason="the example plugin is not installed: "

@@ -12,9 +12,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from nsys_rules.errors import MissingData
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.api import Finding, Location, MissingData, Rule, RuleContext, Severity, find_keys, metric, sorted_keys
 
 #: NVTX_EVENTS.eventType of a push/pop range: bound to the thread that pushed it.
 PUSH_POP = 59
@@ -60,50 +58,33 @@ def nvtx_ranges(nvtx: pd.DataFrame) -> pd.DataFrame:
                          "start": sub["start"].to_numpy(dtype=np.int64), "end": end})
 
 
-class LaunchIndex:
-    """The API table sorted by (pid, correlationId), built once and used for every GPU table.
-
-    Holds only what the lookup needs (keys, thread, start), so a million-call API table costs
-    about 32 bytes a call here.
-    """
-
-    def __init__(self, api: pd.DataFrame) -> None:
-        key = _key(api["pid"].to_numpy(dtype=np.int64, na_value=-1),
-                   api["correlation_id"].to_numpy(dtype=np.int64, na_value=0))
-        order = np.argsort(key, kind="stable")
-        self.keys = key[order]
-        del key
-        self.tids = api["tid"].to_numpy(dtype=np.int64, na_value=ANY_THREAD)[order]
-        self.starts = api["start"].to_numpy(dtype=np.int64)[order]
-
-    def lookup(self, gpu: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        """For each GPU row: the thread and start time of the API call that launched it.
-
-        The match is (pid, correlationId), as nsys links them. Rows with no launching call in
-        the trace (correlationId 0: unified-memory migrations; or API rows not captured) get
-        thread ``ANY_THREAD`` and their own GPU start.
-        """
-        n = len(gpu)
-        tids = np.full(n, ANY_THREAD, np.int64)
-        times = gpu["start"].to_numpy(dtype=np.int64).copy()
-        if not n or not len(self.keys):
-            return tids, times
-        corr = gpu["correlation_id"].to_numpy(dtype=np.int64, na_value=0)
-        gpu_key = _key(gpu["pid"].to_numpy(dtype=np.int64, na_value=-1), corr)
-        pos = np.searchsorted(self.keys, gpu_key).clip(0, len(self.keys) - 1)
-        found = (self.keys[pos] == gpu_key) & (corr > 0)
-        tids[found] = self.tids[pos[found]]
-        times[found] = self.starts[pos[found]]
-        return tids, times
-
-
 def launching_threads(api: pd.DataFrame, gpu: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """For each GPU row: the thread and start time of its launching API call (see :class:`LaunchIndex`)."""
-    return LaunchIndex(api).lookup(gpu)
+    """For each GPU row: the thread and start time of the API call that launched it.
+
+    The match is (pid, correlationId), as nsys links them (nsys-rules' launch join). Rows with no
+    launching call in the trace (correlationId 0: unified-memory migrations; or API rows not
+    captured) get thread ``ANY_THREAD`` and their own GPU start.
+    """
+    return _launching(_api_index(api), api, gpu)
 
 
-def _key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
-    return (pid << 32) | (corr & 0xFFFFFFFF)
+def _api_index(api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray | None]:
+    """The API table's launch keys, sorted once for every GPU table."""
+    return sorted_keys(api["pid"].to_numpy(dtype=np.int64, na_value=-1),
+                       api["correlation_id"].to_numpy(dtype=np.int64, na_value=0))
+
+
+def _launching(index: tuple[np.ndarray, np.ndarray | None], api: pd.DataFrame, gpu: pd.DataFrame
+               ) -> tuple[np.ndarray, np.ndarray]:
+    corr = gpu["correlation_id"].to_numpy(dtype=np.int64, na_value=0)
+    rows, found = find_keys(*index, gpu["pid"].to_numpy(dtype=np.int64, na_value=-1), corr)
+    found &= corr > 0
+    tids = np.full(len(gpu), ANY_THREAD, np.int64)
+    times = gpu["start"].to_numpy(dtype=np.int64).copy()
+    if found.any():
+        tids[found] = api["tid"].to_numpy(dtype=np.int64, na_value=ANY_THREAD)[rows[found]]
+        times[found] = api["start"].to_numpy(dtype=np.int64)[rows[found]]
+    return tids, times
 
 
 def covered(pids: np.ndarray, tids: np.ndarray, times: np.ndarray, ranges: pd.DataFrame) -> np.ndarray:
@@ -165,13 +146,13 @@ def coverage(frames: Sequence[pd.DataFrame], api: pd.DataFrame, ranges: pd.DataF
     One frame at a time and no concatenation: on a million-kernel trace the rule stays within a
     few arrays of the kernel count. Kernel names stay categorical (time per name by code).
     """
-    index = LaunchIndex(api)
+    index = _api_index(api)
     gpu_time = uncovered_time = ops = uncovered_ops = unlinked = 0
     first: list[int] = []
     last: list[int] = []
     per_name: dict[str, int] = {}
     for gpu in frames:
-        tids, times = index.lookup(gpu)
+        tids, times = _launching(index, api, gpu)
         inside = covered(gpu["pid"].to_numpy(dtype=np.int64, na_value=-1), tids, times, ranges)
         duration = (gpu["end"].to_numpy(dtype=np.int64) - gpu["start"].to_numpy(dtype=np.int64)).clip(0)
         outside = ~inside

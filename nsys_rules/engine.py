@@ -18,6 +18,7 @@ from .findings import rank_key
 from .isolation import run_rule
 from .memory_limit import enforce_limit as enforce_memory_limit
 from .options import effective_options, rule_window_kind, select_rules
+from .records import RunError, Skipped, TraceInfo
 from .registry import Registry
 from .report import Report, TraceResult
 from .rule import Rule, RuleContext
@@ -25,20 +26,18 @@ from .textsafe import clip
 from .trace import Trace
 from .windows import FULL, SteadyOptions, Window, require_activity, steady_state_window, user_window
 
-def describe_trace(trace: Trace) -> dict[str, Any]:
-    """The ``traces[]`` entry of the JSON envelope."""
+def describe_trace(trace: Trace) -> TraceInfo:
+    """What the trace is (its windows and budget are added once the rules ran)."""
     cap = trace.capture
-    return {
-        "path": trace.label,
-        "nsys_version": trace.export_info.nsys_version,
-        "export_schema_version": trace.export_info.schema_version,
-        # null above means "unknown": exports before nsys 2022.1 carry no metadata; this says what the shapes suggest.
-        **({"nsys_version_inferred": trace.export_info.inferred} if trace.export_info.inferred else {}),
-        "gpus": [dataclasses.asdict(g) for g in sorted(trace.gpus.values(), key=lambda g: g.id)],
-        "capture": {"graph_trace_mode": cap.graph_trace_mode, "traced": list(cap.traced),
-                    "command": clip(cap.command_line) or None},
-        "tables": {name: trace.row_count(name) for name in trace.tables_present},
-    }
+    return TraceInfo(
+        path=trace.label, nsys_version=trace.export_info.nsys_version,
+        export_schema_version=trace.export_info.schema_version,
+        # A version of None means "unknown": exports before nsys 2022.1 carry no metadata; this says what the shapes suggest.
+        nsys_version_inferred=trace.export_info.inferred,
+        gpus=[dataclasses.asdict(g) for g in sorted(trace.gpus.values(), key=lambda g: g.id)],
+        capture={"graph_trace_mode": cap.graph_trace_mode, "traced": list(cap.traced),
+                 "command": clip(cap.command_line) or None},
+        tables={name: trace.row_count(name) for name in trace.tables_present})
 
 
 def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
@@ -59,7 +58,7 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
             # Absent tables: compat.missing_table tells "not traced" from "none happened" from "GPU activity lost".
             reason, fix = (f"the trace's {table.sources[0]} table lacks required columns (see damage)",
                            table.capture_hint) if unusable else missing_table(trace, missing[0])
-            result.skipped.append({"rule": rule.name, "trace": trace.label, "reason": reason, "fix": fix})
+            result.skipped.append(Skipped(rule.name, trace.label, reason, fix))
             continue
         runnable.append((rule, options))
         for table, cols in rule.needs().items():
@@ -89,13 +88,12 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
     result.findings = finalize(result.findings, budget, span, settings.noise_floor_pct, judged)  # type: ignore[arg-type]
     if settings.profile:
         _add_profile(trace, result, windows)
-    result.info["window"] = windows.describe()
-    result.info["budget"] = budget.to_json() if budget is not None else None
+    result.info.window = windows.describe()
+    result.info.budget = budget.to_json() if budget is not None else None
     if budget is None:
-        result.info["budget_reason"] = (model.reason if model is not None and model.reason else
-                                        "the steady steps ran no GPU work")
-    if trace.damage:
-        result.info["damage"] = list(dict.fromkeys(trace.damage))
+        result.info.budget_reason = (model.reason if model is not None and model.reason else
+                                     "the steady steps ran no GPU work")
+    result.info.damage = list(dict.fromkeys(trace.damage))
     return result
 
 
@@ -119,8 +117,8 @@ def _add_profile(trace: Trace, result: TraceResult, windows: "TraceWindows") -> 
     try:
         result.profile = build_profile(trace, windows.get("steady"), flagged)
     except Exception as exc:  # noqa: BLE001 - a failed profile must not hide the findings
-        result.errors.append({"rule": "profile", "trace": trace.label, "error": f"{type(exc).__name__}: {exc}",
-                              "traceback": "".join(traceback.format_exception(exc))[-4000:]})
+        result.errors.append(RunError(f"{type(exc).__name__}: {exc}", rule="profile", trace=trace.label,
+                                      traceback="".join(traceback.format_exception(exc))[-4000:]))
 
 
 class TraceWindows:

@@ -32,6 +32,7 @@ from .config import Settings
 from .engine import Report, TraceResult, analyze_trace, run_check, select_rules
 from .errors import ExitCode, InputError, NsysRulesError, UsageError
 from .plugins import Registry, build_registry
+from .records import RunError
 
 #: Kernels per trace kept in its profile (by total time): enough to find the shared heavy kernels.
 PROFILE_KERNELS = 50
@@ -265,7 +266,7 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
     for answer in answers:
         if answer.error is not None:
             if answer.exit_code == ExitCode.INCOMPLETE:
-                report.errors.append({"trace": answer.path, "error": answer.error})
+                report.errors.append(RunError(answer.error, trace=answer.path))
                 continue
             raise (UsageError if answer.exit_code == ExitCode.USAGE else InputError)(answer.error)
         assert answer.result is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .records import RunError
 from .rule import Rule
 
 #: The plugin name of the built-in rule pack (and of the built-in formats and loaders).
@@ -24,7 +25,7 @@ class Registry:
     formatters: dict[str, Callable[..., str]] = field(default_factory=dict)
     loaders: dict[str, Callable[..., Any]] = field(default_factory=dict)
     plugins: list[dict[str, str]] = field(default_factory=list)
-    errors: list[dict[str, str]] = field(default_factory=list)
+    errors: list[RunError] = field(default_factory=list)
 
     def aliases(self) -> dict[str, str]:
         """Alias (e.g. NVIDIA's rule name) -> rule name."""

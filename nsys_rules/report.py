@@ -12,6 +12,7 @@ from typing import Any
 from . import __version__
 from .errors import ExitCode
 from .findings import Finding, Severity, rank_key
+from .records import RunError, Skipped, TraceInfo
 from .registry import Registry
 
 SCHEMA_VERSION = "1.1"
@@ -21,18 +22,17 @@ SCHEMA_VERSION = "1.1"
 class TraceResult:
     """What one trace produced."""
 
-    info: dict[str, Any]
+    info: TraceInfo
     findings: list[Finding] = field(default_factory=list)
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    errors: list[dict[str, str]] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    errors: list[RunError] = field(default_factory=list)
     # The steady-state profile (nsys_rules.overview) for formats that draw it; None unless asked for.
     profile: dict[str, Any] | None = None
 
     @property
     def has_cuda(self) -> bool:
         """Whether the trace recorded any CUDA API call or GPU operation (else no rule has anything to judge)."""
-        tables = self.info.get("tables", {})
-        return any(tables.get(t) for t in CUDA_TABLES)
+        return any(self.info.tables.get(t) for t in CUDA_TABLES)
 
 
 #: Tables whose rows mean the program used CUDA (runtime or driver calls, or GPU work).
@@ -47,7 +47,7 @@ class Report:
     plugins: list[dict[str, str]]
     fail_on: str
     results: list[TraceResult] = field(default_factory=list)
-    errors: list[dict[str, str]] = field(default_factory=list)  # plugin errors, not tied to a trace
+    errors: list[RunError] = field(default_factory=list)  # plugin errors, and traces a worker could not analyze
     registry: Registry | None = None
     cross_trace: dict[str, Any] | None = None  # set by nsys_rules.parallel when several traces ran
     job: Any = None  # nsys_rules.job.run.JobOutcome when the traces held a multi-rank job
@@ -60,12 +60,12 @@ class Report:
         return sorted([*(f for r in self.results for f in r.findings), *job], key=rank_key)
 
     @property
-    def all_errors(self) -> list[dict[str, str]]:
+    def all_errors(self) -> list[RunError]:
         """Plugin errors plus rule errors (job rules included)."""
         return self.errors + [e for r in self.results for e in r.errors] + (self.job.errors if self.job else [])
 
     @property
-    def all_skipped(self) -> list[dict[str, str]]:
+    def all_skipped(self) -> list[Skipped]:
         """Rules skipped on each trace, then job rules skipped."""
         return [s for r in self.results for s in r.skipped] + (self.job.skipped if self.job else [])
 

@@ -318,9 +318,9 @@ def run_rule(rule: str | type, trace_path: str | Path, *, options: Mapping[str, 
     result = run_rules([rule], trace_path, options={_name(rule): dict(options or {})},
                        filter_time=filter_time, filter_nvtx=filter_nvtx, window=window)
     if result.errors:
-        raise AssertionError(f"rule raised: {result.errors[0]['error']}\n{result.errors[0].get('traceback', '')}")
+        raise AssertionError(f"rule raised: {result.errors[0].error}\n{result.errors[0].traceback}")
     if result.skipped:
-        raise AssertionError(f"rule skipped: {result.skipped[0]['reason']}")
+        raise AssertionError(f"rule skipped: {result.skipped[0].reason}")
     return result.findings
 
 
@@ -347,7 +347,7 @@ def run_rules(rules: Iterable[str | type], trace_path: str | Path, *, options: M
         elif str(rule) in registry.rules:
             classes.append(registry.rules[str(rule)])
         else:
-            refused = "; ".join(f"{e.get('plugin')}: {e['error']}" for e in registry.errors)
+            refused = "; ".join(f"{e.plugin}: {e.error}" for e in registry.errors)
             raise AssertionError(f"no rule {rule!r} is registered" + (f" (plugin errors: {refused})" if refused
                                                                       else " (is its plugin installed?)"))
     if window is not None:
@@ -395,7 +395,7 @@ def skip_reason(rule: str | type, trace_path: str | Path, *, options: Mapping[st
     """
     result = run_rules([rule], trace_path, options={_name(rule): dict(options or {})})
     if result.errors:
-        raise AssertionError(f"rule raised instead of being skipped: {result.errors[0]['error']}")
+        raise AssertionError(f"rule raised instead of being skipped: {result.errors[0].error}")
     if not result.skipped:
         raise AssertionError(f"rule ran ({len(result.findings)} findings) instead of being skipped")
-    return f"{result.skipped[0]['reason']} ({result.skipped[0].get('fix', '')})"
+    return f"{result.skipped[0].reason} ({result.skipped[0].fix})"

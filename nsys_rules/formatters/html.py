@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .. import __version__
+from ..records import TraceInfo
 from ..report import Report, TraceResult
 from ..findings import Finding, Metric, rank_key
 from .layout import (NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, ms, savings_note, savings_share,
@@ -71,7 +72,7 @@ details summary{cursor:pointer;color:#334155}footer{color:var(--mute);text-align
 def format_html(report: Report) -> str:
     """The report as one HTML document."""
     s = report.summary()["by_severity"]
-    names = ", ".join(r.info["path"].rsplit("/", 1)[-1] for r in report.results) or "no trace"
+    names = ", ".join(r.info.path.rsplit("/", 1)[-1] for r in report.results) or "no trace"
     body = [f"<header><h1>nsys-rules report</h1><p>{html_safe(names)} · {s['error']} error(s), {s['warning']} warning(s), "
             f"{s['info']} info</p></header><main>"]
     for result in report.results:
@@ -83,7 +84,7 @@ def format_html(report: Report) -> str:
     plugin_errors = list(report.errors)
     if plugin_errors:
         body.append("<section><h2>Plugin errors</h2><ul>" + "".join(
-            f"<li>{html_safe(str(e.get('plugin') or '?'))}: {html_safe(e['error'])}</li>" for e in plugin_errors)
+            f"<li>{html_safe(str(e.plugin or '?'))}: {html_safe(e.error)}</li>" for e in plugin_errors)
             + "</ul></section>")
     body.append(f"<footer>nsys-rules {html_safe(__version__)} · self-contained report: no scripts, no network</footer></main>")
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
@@ -98,11 +99,11 @@ format_html.needs_profile = True  # type: ignore[attr-defined]
 
 def _trace_section(result: TraceResult, report: Report, many: bool) -> str:
     info, p = result.info, result.profile
-    out = [f"<h2 class='trace'>{html_safe(info['path'])}</h2>",
-           f"<p class='sub'>nsys {html_safe(str(info.get('nsys_version') or '?'))} · {html_safe(gpu_names(info))}"
+    out = [f"<h2 class='trace'>{html_safe(info.path)}</h2>",
+           f"<p class='sub'>nsys {html_safe(str(info.nsys_version or '?'))} · {html_safe(gpu_names(info))}"
            + (f" · steady state: {html_safe(p['window'])}" if p else "") + "</p>"]
     # What the loader dropped or patched: the numbers cover less than the file.
-    out += [f"<p class='sub'>⚠ damaged export: {html_safe(note)}</p>" for note in info.get("damage", [])]
+    out += [f"<p class='sub'>⚠ damaged export: {html_safe(note)}</p>" for note in info.damage]
     if not result.has_cuda:
         return "".join(out) + f"<section><p class='empty'>{html_safe(NO_CUDA)}</p></section>"
     out.append(_budget_section(info))
@@ -118,17 +119,17 @@ def _trace_section(result: TraceResult, report: Report, many: bool) -> str:
     if ranked.minor_line():
         out.append(f"<p class='sub'>{html_safe(ranked.minor_line() or '')}</p>")
     if result.skipped and not report.verbose:
-        names = ", ".join(dict.fromkeys(str(x["rule"]) for x in result.skipped))
+        names = ", ".join(dict.fromkeys(x.rule for x in result.skipped))
         out.append(f"<p class='sub'>{len(result.skipped)} rule(s) had nothing to judge ({html_safe(names)}); "
                    "<code>check -v</code> lists why.</p>")
     elif result.skipped:
         out.append(f"<details><summary>{len(result.skipped)} rule(s) skipped</summary><ul>" + "".join(
-            f"<li><span class='rule'>{html_safe(x['rule'])}</span> {html_safe(x['reason'])}"
-            + (f" — fix: {html_safe(x['fix'])}" if x.get("fix") else "") + "</li>" for x in result.skipped)
+            f"<li><span class='rule'>{html_safe(x.rule)}</span> {html_safe(x.reason)}"
+            + (f" — fix: {html_safe(x.fix)}" if x.fix else "") + "</li>" for x in result.skipped)
             + "</ul></details>")
     if result.errors:
         out.append("<h3>Errors</h3><ul>" + "".join(
-            f"<li><span class='rule'>{html_safe(str(e.get('rule')))}</span> {html_safe(e['error'])}</li>" for e in result.errors)
+            f"<li><span class='rule'>{html_safe(str(e.rule))}</span> {html_safe(e.error)}</li>" for e in result.errors)
             + "</ul>")
     out.append("</section>")
     if p:
@@ -163,11 +164,11 @@ IDLE_COLORS = {"launch_wait": "#ef4444", "after_sync": "#f97316", "allocation": 
                "graph_replay": CLASS_COLORS["cuda-graph"], "copy": CLASS_COLORS["memcpy"]}
 
 
-def _budget_section(info: dict[str, Any]) -> str:
+def _budget_section(info: TraceInfo) -> str:
     """The step budget first: the median step drawn as one bar of its parts, then the parts as a table."""
     view = budget_view(info)
     if view is None:
-        reason = info.get("budget_reason")
+        reason = info.budget_reason
         return (f"<section><h2>Step budget</h2><p class='empty'>No step budget: {html_safe(str(reason))}</p></section>"
                 if reason else "")
     width, height, x = 1080, 30, 0.0
@@ -226,7 +227,7 @@ def _job_section(report: Report) -> str:
     top = max([f.estimated_savings_ns or 0 for f in findings], default=0) or 1
     out += [_finding(i, f, top) for i, f in enumerate(findings, 1)]
     if job.skipped:
-        out.append("<ul>" + "".join(f"<li><span class='rule'>{html_safe(x['rule'])}</span> {html_safe(x['reason'])}</li>"
+        out.append("<ul>" + "".join(f"<li><span class='rule'>{html_safe(x.rule)}</span> {html_safe(x.reason)}</li>"
                                     for x in job.skipped) + "</ul>")
     return "<section>" + "".join(out) + "</section>"
 

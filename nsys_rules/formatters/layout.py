@@ -17,9 +17,10 @@ import sys
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
 from ..findings import Finding
+from ..records import TraceInfo
 from ..report import Report, TraceResult
 from ..textsafe import terminal_safe
 from ..units import human_ns
@@ -100,9 +101,9 @@ def ms(ns: float | int) -> str:
     return f"{ns / 1e6:.3f} ms"
 
 
-def gpu_names(info: dict[str, Any]) -> str:
+def gpu_names(info: TraceInfo) -> str:
     """The trace's GPUs, each model once with its count (``8 x NVIDIA H200``)."""
-    names = Counter(str(g.get("name") or "GPU") for g in info.get("gpus", []))
+    names = Counter(str(g.get("name") or "GPU") for g in info.gpus)
     return ", ".join(f"{n} x {one_line(name)}" if n > 1 else one_line(name) for name, n in names.items()) \
         or "GPU unknown"
 
@@ -148,9 +149,9 @@ LAUNCH_SPLIT = (("median_step_launch_api_ns", "in CUDA launch calls (launch API)
                 ("median_step_host_ns", "in host code outside CUDA calls"))
 
 
-def budget_view(info: dict[str, Any]) -> BudgetView | None:
-    """The budget of ``traces[i]`` (its JSON form) as rows of the median step; None without one."""
-    budget = info.get("budget")
+def budget_view(info: TraceInfo) -> BudgetView | None:
+    """The trace's budget (its JSON form) as rows of the median step; None without one."""
+    budget = info.budget
     if not budget or not budget.get("steps"):
         return None
     parts = [p for p in budget["parts"] if p["ns"] > 0]
@@ -172,11 +173,11 @@ def budget_view(info: dict[str, Any]) -> BudgetView | None:
                       int(step["max"]), median, tuple(rows))
 
 
-def budget_lines(info: dict[str, Any], label_width: int = 40) -> list[str]:
+def budget_lines(info: TraceInfo, label_width: int = 40) -> list[str]:
     """The budget as plain-text lines (table and compact layouts): the headline, then one line per part."""
     view = budget_view(info)
     if view is None:
-        reason = info.get("budget_reason")
+        reason = info.budget_reason
         return [f"step budget: none ({one_line(reason)})"] if reason else []
     out = [f"step time: {view.headline()}",
            f"{'the median step by part:':<{label_width + 2}}{'median step':>12}{'share':>9}{'mean/step':>12}"]
@@ -248,7 +249,7 @@ def answer(report: Report) -> Answer:
 
 
 def _steady_ns(result: TraceResult) -> int:
-    budget = result.info.get("budget") or {}
+    budget = result.info.budget or {}
     return int(budget.get("total_ns") or 0)
 
 
@@ -297,9 +298,9 @@ def skipped_lines(report: Report, verbose: bool) -> list[str]:
     if not skipped:
         return []
     if verbose:
-        return ["skipped:"] + [one_line(f"  {s['rule']}: {s['reason']}" + (f"; fix: {s['fix']}" if s.get("fix")
-                                                                          else "")) for s in skipped]
-    names = ", ".join(dict.fromkeys(one_line(s["rule"]) for s in skipped))
+        return ["skipped:"] + [one_line(f"  {s.rule}: {s.reason}" + (f"; fix: {s.fix}" if s.fix else ""))
+                               for s in skipped]
+    names = ", ".join(dict.fromkeys(one_line(s.rule) for s in skipped))
     return [f"skipped: {len(skipped)} rule run(s) had nothing to judge ({names}); -v says why"]
 
 

@@ -25,15 +25,15 @@ def header_lines(report: Report, width: int) -> list[str]:
         if i:
             lines.append("")
         # Exports before nsys 2022.1 name no version: say so, with what the export's shapes suggest.
-        version = info.get("nsys_version") or "unknown" + (
-            f", inferred {info['nsys_version_inferred']}" if info.get("nsys_version_inferred") else "")
-        lines.append(f"{one_line(info['path'])}  (nsys {one_line(version)}, {gpu_names(info)})")
+        version = info.nsys_version or "unknown" + (
+            f", inferred {info.nsys_version_inferred}" if info.nsys_version_inferred else "")
+        lines.append(f"{one_line(info.path)}  (nsys {one_line(version)}, {gpu_names(info)})")
         # What the loader dropped or patched: the numbers below cover less than the file.
-        lines.extend(f"damaged export: {one_line(note)}" for note in info.get("damage", []))
+        lines.extend(f"damaged export: {one_line(note)}" for note in info.damage)
         if not result.has_cuda:
             lines.append(NO_CUDA)
             continue
-        steady = info.get("window", {}).get("steady", {}).get("source")
+        steady = info.window.get("steady", {}).get("source")
         if steady:
             lines.append(f"steady state: {one_line(steady)}")
         lines += budget_lines(info, label_width=min(40, max(24, width - 38)))
@@ -48,7 +48,7 @@ def tail_lines(report: Report, ranked: Answer, width: int) -> list[str]:
         lines.append(minor)
     lines += skipped_lines(report, report.verbose)
     for e in report.all_errors:
-        lines.append(one_line(f"error: {e.get('rule') or e.get('plugin')}: {e['error']}"))
+        lines.append(one_line(f"error: {e.rule or e.plugin}: {e.error}"))
     if report.cross_trace:
         lines.extend(cross_trace_lines(report.cross_trace, width))
     if report.job is not None:

@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import InputError, MissingData, UsageError
 from ..findings import Finding
 from ..options import effective_options
+from ..records import RunError, Skipped
 from ..trace import Trace
 from .extract import RankData, collect_ranks
 from .model import Job, build_job
@@ -35,7 +36,7 @@ class Collected:
     """What the traces of one run contributed: their ranks, and any error met reading them."""
 
     ranks: list[RankData] = field(default_factory=list)
-    errors: list[dict[str, str]] = field(default_factory=list)
+    errors: list[RunError] = field(default_factory=list)
 
     def extend(self, other: "Collected") -> None:
         """Add another trace's contribution (in input order: it numbers the traces)."""
@@ -73,8 +74,8 @@ class JobOutcome:
 
     info: dict[str, Any]
     findings: list[Finding] = field(default_factory=list)
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    errors: list[dict[str, str]] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    errors: list[RunError] = field(default_factory=list)
 
 
 def run_job(collected: Collected, rules: Iterable[type], settings: Any) -> JobOutcome | None:
@@ -121,7 +122,7 @@ def _run_job(collected: Collected, rules: Iterable[type], settings: Any) -> JobO
             override = settings.severity.get(rule.name)
             outcome.findings.extend(dataclasses.replace(f, severity=override) if override else f for f in found)
         except MissingData as gap:
-            outcome.skipped.append({"rule": rule.name, "trace": "job", "reason": gap.reason, "fix": gap.fix})
+            outcome.skipped.append(Skipped(rule.name, "job", gap.reason, gap.fix))
         except (UsageError, InputError):
             raise
         except Exception as exc:  # noqa: BLE001 - one rule failing must not hide the others
@@ -129,9 +130,9 @@ def _run_job(collected: Collected, rules: Iterable[type], settings: Any) -> JobO
     return outcome
 
 
-def _error(rule: str, exc: BaseException, trace: str) -> dict[str, str]:
-    return {"rule": rule, "trace": trace, "error": f"{type(exc).__name__}: {exc}",
-            "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+def _error(rule: str, exc: BaseException, trace: str) -> RunError:
+    return RunError(f"{type(exc).__name__}: {exc}", rule=rule, trace=trace,
+                    traceback="".join(traceback.format_exception(exc))[-4000:])
 
 
 def describe_job(job: Job) -> dict[str, Any]:

@@ -141,7 +141,7 @@ def test_no_command_and_no_kernels_is_skipped(tmp_path):
     from nsys_rules.testing import run_rules
 
     result = run_rules(["debug-build"], b.write(tmp_path / "t.sqlite"))
-    assert result.findings == [] and result.skipped and "command line" in result.skipped[0]["reason"]
+    assert result.findings == [] and result.skipped and "command line" in result.skipped[0].reason
 
 
 def test_real_debug_and_release_traces(h200):

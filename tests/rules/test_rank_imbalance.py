@@ -57,4 +57,4 @@ def test_excess_in_one_step_only_is_not_beyond_noise(tmp_path):
 def test_too_few_steps_is_skipped(tmp_path):
     outcome = imbalance(tmp_path, JobPlan(ranks=2, steps=3, extra_compute={1: 500_000}))
     assert outcome.findings == []
-    assert outcome.skipped[0]["rule"] == RULE and "too few" in outcome.skipped[0]["reason"]
+    assert outcome.skipped[0].rule == RULE and "too few" in outcome.skipped[0].reason

@@ -151,5 +151,5 @@ def test_one_rank_is_skipped_with_the_reason(tmp_path):
     sim = write_job(tmp_path, JobPlan(ranks=1, steps=6))
     outcome = run_job_rules([RULE], sim.paths)
     assert outcome.findings == []
-    assert outcome.skipped[0]["rule"] == RULE and "1 rank(s)" in outcome.skipped[0]["reason"]
-    assert "%q{RANK}" in outcome.skipped[0]["fix"]
+    assert outcome.skipped[0].rule == RULE and "1 rank(s)" in outcome.skipped[0].reason
+    assert "%q{RANK}" in outcome.skipped[0].fix

@@ -126,7 +126,7 @@ def test_skipped_without_kernels(tmp_path):
     b = TraceBuilder()
     b.nvtx("step", 0, MS)
     result = run_rules(["nvtx-coverage"], b.write(tmp_path / "t.sqlite"))
-    assert [s["rule"] for s in result.skipped] == ["nvtx-coverage"] and not result.findings
+    assert [s.rule for s in result.skipped] == ["nvtx-coverage"] and not result.findings
 
 
 def test_rule_class_runs_without_installing(tmp_path):

@@ -29,14 +29,14 @@ from .job.rule import JobContext, JobRule
 from .job.testing import JobPlan, run_job_rules, write_job
 from .loaders.export import ColumnarExport, Export
 from .report import Report
-from .rule import Rule, RuleContext
+from .rule import Renamed, Rule, RuleContext
 from .testing import GpuSpec, TraceBuilder, metric_values, only_finding, run_rule, run_rules, skip_reason
 from .trace import Trace
 from .windows import Window
 
 __all__ = [
     # rules and what they get
-    "Rule", "RuleContext", "Window", "StepModel", "Budget", "Trace", "MissingData", "InputError",
+    "Rule", "RuleContext", "Renamed", "Window", "StepModel", "Budget", "Trace", "MissingData", "InputError",
     # findings
     "Finding", "Severity", "Location", "Metric", "metric",
     # hooks and the other things plugins register

@@ -129,7 +129,8 @@ def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Map
                 if not isinstance(opts, dict):
                     raise UsageError(f"{path}: [rules.{rule}] must be a table of options")
                 for opt, raw in opts.items():
-                    settings.rule_options.setdefault(name, {})[opt] = coerce_option(rules[name], opt, raw, str(path))
+                    key, setting = option_setting(rules[name], opt, raw, str(path))
+                    settings.rule_options.setdefault(name, {})[key] = setting
     return settings
 
 
@@ -140,6 +141,35 @@ def resolve_rule_name(name: str, rules: Mapping[str, type[Rule]], aliases: Mappi
     if name in aliases:
         return aliases[name]
     raise UsageError(f"{where}: unknown rule {name!r}{suggest(name, [*rules, *aliases])}")
+
+
+def option_setting(rule: type[Rule], option: str, raw: Any, where: str) -> tuple[str, Any]:
+    """``(name, value)`` of one option setting of ``rule``, checked and converted (:func:`coerce_option`).
+
+    A former name (``rule.renamed_options``) still works for one release: its value is converted
+    to the new unit and one line on stderr says what to write instead.
+    """
+    key = option.replace("-", "_")
+    renamed = rule.renamed_options.get(key)
+    if renamed is None:
+        return key, coerce_option(rule, option, raw, where)
+    value = coerce_option(rule, renamed.new, raw, where)
+    if renamed.factor != 1 and isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = round(value * renamed.factor, 12)  # 0.07 x 100 is 7.000000000000001 in floats
+    _deprecated(f"{rule.name}.{key}", f"{rule.name}.{renamed.new}={value:g}" + (
+        " (a percent, not a fraction)" if renamed.factor == 100 else ""))
+    return renamed.new, value
+
+
+_WARNED: set[str] = set()
+
+
+def _deprecated(old: str, instead: str) -> None:
+    """One line on stderr, once per run, for a setting under a name that goes away in the next release."""
+    if old not in _WARNED:
+        _WARNED.add(old)
+        sys.stderr.write(f"nsys-rules: {clip_value(old, 120)} is deprecated and goes away in the next release; "
+                         f"write {clip_value(instead, 160)}\n")
 
 
 def coerce_option(rule: type[Rule], option: str, raw: Any, where: str) -> Any:
@@ -224,8 +254,8 @@ def parse_set(items: list[str], rules: Mapping[str, type[Rule]], aliases: Mappin
         head, eq, value = item.partition("=")
         rule, dot, option = head.partition(".")
         if not eq or not dot or not rule or not option:
-            raise UsageError(f"bad --set {item!r}: use RULE.OPTION=VALUE, e.g. kernel-tail.min_share=0.02")
+            raise UsageError(f"bad --set {item!r}: use RULE.OPTION=VALUE, e.g. kernel-tail.min_share_pct=2")
         name = resolve_rule_name(rule.strip(), rules, aliases, where="--set")
-        out.setdefault(name, {})[option.strip().replace("-", "_")] = coerce_option(
-            rules[name], option.strip(), value.strip(), "--set")
+        key, setting = option_setting(rules[name], option.strip(), value.strip(), "--set")
+        out.setdefault(name, {})[key] = setting
     return out

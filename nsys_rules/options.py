@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import Settings, resolve_rule_name
+from .config import Settings, option_setting, resolve_rule_name
 from .errors import UsageError
 from .registry import Registry
 from .rule import Rule
@@ -23,6 +23,8 @@ def select_rules(registry: Registry, settings: Settings) -> list[type[Rule]]:
 def effective_options(rule: type[Rule], settings: Settings) -> Any:
     """``rule.Options`` with the configured overrides applied."""
     overrides = settings.rule_options.get(rule.name, {})
+    if any(key in rule.renamed_options for key in overrides):  # set from code (run_rule(options=...)), not --set
+        overrides = dict(option_setting(rule, key, value, "options") for key, value in overrides.items())
     try:
         return rule.Options(**overrides)
     except (TypeError, ValueError, ArithmeticError) as exc:

@@ -33,6 +33,15 @@ class NoOptions:
     """A rule without options."""
 
 
+@dataclass(frozen=True)
+class Renamed:
+    """An option's former name, still accepted (with a one-line deprecation warning) for one release."""
+
+    new: str
+    #: Old values are multiplied by this: 100 where a fraction (0.05) became a percent (5).
+    factor: float = 1.0
+
+
 class Rule:
     """Base class of every rule, built-in or from a plugin.
 
@@ -43,6 +52,8 @@ class Rule:
     ``window`` is ``"steady"`` or ``"full"`` (an ``Options.window`` field overrides it).
     ``scope`` is ``"trace"``: the engine runs the rule on each trace. Job rules
     (:class:`nsys_rules.job.rule.JobRule`, scope ``"job"``) run once over all ranks instead.
+    ``renamed_options`` maps an option's former name to its :class:`Renamed` (shares and
+    fractions are percents named ``*_pct``; the old names stay accepted for one release).
     """
 
     name: ClassVar[str] = ""
@@ -55,6 +66,7 @@ class Rule:
     aliases: ClassVar[tuple[str, ...]] = ()
     Options: ClassVar[type] = NoOptions
     scope: ClassVar[str] = "trace"
+    renamed_options: ClassVar[Mapping[str, Renamed]] = {}
 
     def check(self, ctx: "RuleContext") -> Iterable[Finding]:
         """Yield findings for ``ctx.trace``; raise :class:`MissingData` to be skipped."""

@@ -11,7 +11,7 @@ from nsys_rules.analysis.bandwidth import config_weight_bytes, device_shares, ge
 from nsys_rules.analysis.commands import command_evidence, recapture_command
 from nsys_rules.errors import MissingData
 from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
 from nsys_rules.textsafe import shell_join, shell_word
 from nsys_rules.units import pct
 
@@ -29,10 +29,10 @@ class Options:
         "help": "bytes per weight for model_config (0: from its torch_dtype)"})
     steps: int = field(default=0, metadata={
         "help": "decode steps (tokens) in the window, as gemv-dominance.steps; 0: one per step-range instance"})
-    max_bandwidth_fraction: float = field(default=0.05, metadata={
-        "help": "GEMV kernels below this fraction of peak bandwidth look like device code built with -G"})
-    min_gemv_share: float = field(default=0.3, metadata={
-        "help": "GEMV share of kernel time needed before their bandwidth is used as evidence"})
+    max_bandwidth_pct: float = field(default=5.0, metadata={
+        "help": "GEMV kernels below this percent of peak bandwidth look like device code built with -G"})
+    min_gemv_share_pct: float = field(default=30.0, metadata={
+        "help": "percent of kernel time in GEMVs needed before their bandwidth is used as evidence"})
     min_load_bytes: int = field(default=16 * 1024**2, metadata={
         "help": "host-to-device bytes before the steady state needed to count them as the model load"})
 
@@ -40,8 +40,8 @@ class Options:
         object.__setattr__(self, "weight_bytes", weight_bytes_value(self.weight_bytes))
         if self.model_config:
             config_weight_bytes(self.model_config, self.weight_dtype_bytes)  # a bad path or config fails early
-        if not 0 < self.max_bandwidth_fraction <= 1:
-            raise ValueError(f"max_bandwidth_fraction must be in (0, 1], not {self.max_bandwidth_fraction!r}")
+        if not 0 < self.max_bandwidth_pct <= 100:
+            raise ValueError(f"max_bandwidth_pct must be in (0, 100], not {self.max_bandwidth_pct!r}")
 
 
 # -- the rule ------------------------------------------------------------------------------
@@ -56,7 +56,7 @@ class DebugBuild(Rule):
     interpreter (`python3-dbg`, `python3.11d`), or the program run under `compute-sanitizer` /
     `cuda-memcheck`. Kernel evidence: when the
     bytes the GEMVs read per step are known (`weight_bytes` or a captured host-to-device model
-    load), GEMV-class kernels reaching under `max_bandwidth_fraction` of peak bandwidth look like
+    load), GEMV-class kernels reaching under `max_bandwidth_pct` percent of peak bandwidth look like
     device code built with `-G`; without a debug command line that alone is a warning.
     Why it hurts: unoptimized host code inflates launch overhead and host gaps, and device
     code built with `-G` runs 10x or more slower; every number in such a trace describes the
@@ -65,8 +65,8 @@ class DebugBuild(Rule):
     bandwidth against peak when the bytes are known.
     Next optimizations: re-capture the release build: the exact command is given (`cargo run
     -r ...`, `target/release/...`, a Release build folder).
-    Options: `weight_bytes`, `model_config`, `weight_dtype_bytes`, `steps`, `max_bandwidth_fraction`,
-    `min_gemv_share`, `min_load_bytes`.
+    Options: `weight_bytes`, `model_config`, `weight_dtype_bytes`, `steps`, `max_bandwidth_pct`,
+    `min_gemv_share_pct`, `min_load_bytes`.
     Requires: the capture metadata (command line); the kernel table for the kernel evidence.
     False positives: a custom cargo profile (`--profile bench-fast`) is not judged; a dev
     profile made fast with `CARGO_PROFILE_DEV_OPT_LEVEL=2/3` is not reported; a CMake Debug
@@ -83,6 +83,8 @@ class DebugBuild(Rule):
                "memcpy": ("start", "bytes", "copy_kind", "device_id", "dst_device_id", "correlation_id", "pid")}
     window = "steady"
     Options = Options
+    renamed_options = {"max_bandwidth_fraction": Renamed("max_bandwidth_pct", 100),
+                       "min_gemv_share": Renamed("min_gemv_share_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         capture = ctx.trace.capture
@@ -146,11 +148,11 @@ class DebugBuild(Rule):
         shares = device_shares(kernels, is_gemv)
         device = int(shares.index[0])
         share = float(shares.iloc[0]["share"] or 0.0)
-        if share < opts.min_gemv_share:
+        if share < opts.min_gemv_share_pct / 100:
             return None
         bw, _why = measure_bandwidth(ctx, kernels, is_gemv, device, weight_bytes=opts.weight_bytes,
                                      steps_option=opts.steps, peak_option=0.0, min_load_bytes=opts.min_load_bytes)
-        if bw is None or bw.fraction is None or bw.fraction >= opts.max_bandwidth_fraction:
+        if bw is None or bw.fraction is None or bw.fraction >= opts.max_bandwidth_pct / 100:
             return None
         source = {"option": "given", "model config": "from the model config"}.get(bw.source, "from the model load")
         text = (f"{100 * bw.fraction:.1f} % of the {(bw.peak or 0) / 1e12:.2f} TB/s peak: {bw.weight_bytes / 1e9:.3f} GB of "

@@ -13,7 +13,7 @@ from nsys_rules.analysis.bandwidth import (Bandwidth, config_weight_bytes, devic
 from nsys_rules.analysis.budget import require_visible_kernels
 from nsys_rules.errors import MissingData
 from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
 from nsys_rules.taxonomy import base_name
 from nsys_rules.units import pct
 
@@ -22,8 +22,8 @@ from nsys_rules.units import pct
 class Options:
     """Options of gemv-dominance."""
 
-    min_share: float = field(default=0.5, metadata={
-        "help": "report when GEMV-class kernels take at least this fraction of steady-state kernel time"})
+    min_share_pct: float = field(default=50.0, metadata={
+        "help": "report when GEMV-class kernels take at least this percent of steady-state kernel time"})
     weight_bytes: object = field(default=None, metadata={
         "help": "bytes the GEMVs read per step (weights of every linear layer incl. lm_head; active experts only "
                 "for MoE; the shard of one GPU under tensor parallelism), e.g. 14e9 or 13G; unset: taken from the "
@@ -35,14 +35,14 @@ class Options:
         "help": "peak memory bandwidth in B/s when the export lacks TARGET_INFO_GPU.memoryBandwidth (0: from trace)"})
     min_load_bytes: int = field(default=16 * 1024**2, metadata={
         "help": "host-to-device bytes before the steady state needed to count them as the model load"})
-    roofline_fraction: float = field(default=0.8, metadata={
-        "help": "above this fraction of peak the GEMVs are at the memory roofline: quantize or batch"})
-    room_fraction: float = field(default=0.7, metadata={
-        "help": "below this fraction of peak custom GEMV kernels have room"})
-    target_fraction: float = field(default=0.85, metadata={
-        "help": "fraction of peak a good large GEMV reaches, used to estimate savings below room_fraction"})
-    min_savings_share: float = field(default=0.05, metadata={
-        "help": "estimated savings, as a fraction of steady-state kernel time, that make low bandwidth a warning"})
+    roofline_pct: float = field(default=80.0, metadata={
+        "help": "above this percent of peak bandwidth the GEMVs are at the memory roofline: quantize or batch"})
+    room_pct: float = field(default=70.0, metadata={
+        "help": "below this percent of peak bandwidth custom GEMV kernels have room"})
+    target_pct: float = field(default=85.0, metadata={
+        "help": "percent of peak bandwidth a good large GEMV reaches, used to estimate savings below room_pct"})
+    min_savings_pct: float = field(default=5.0, metadata={
+        "help": "estimated savings, as a percent of steady-state kernel time, that make low bandwidth a warning"})
     extra_gemv_patterns: tuple = field(default=(), metadata={
         "help": "extra regular expressions (kernel names) that are GEMV-class, e.g. ['my_matvec', 'w4a16_decode']"})
     model_config: str = field(default="", metadata={
@@ -55,10 +55,10 @@ class Options:
         object.__setattr__(self, "weight_bytes", weight_bytes_value(self.weight_bytes))
         if self.model_config:
             config_weight_bytes(self.model_config, self.weight_dtype_bytes)  # a bad path or config fails early
-        for name in ("min_share", "roofline_fraction", "room_fraction", "target_fraction", "min_savings_share"):
+        for name in ("min_share_pct", "roofline_pct", "room_pct", "target_pct", "min_savings_pct"):
             value = getattr(self, name)
-            if not 0 <= value <= 1.5:
-                raise ValueError(f"{name} must be a fraction, not {value!r}")
+            if not 0 <= value <= 150:
+                raise ValueError(f"{name} must be a percent (0-150), not {value!r}")
 
 
 class GemvDominance(Rule):
@@ -66,7 +66,7 @@ class GemvDominance(Rule):
 
     What it detects: in the steady state, GEMV-class kernels (cuBLAS `gemv*`, cuBLASLt
     `nvjet_*` tiles with a side of 8 or 16, custom `*gemv*` kernels; see
-    `nsys_rules.taxonomy`, extensible with `extra_gemv_patterns`) take at least `min_share` of
+    `nsys_rules.taxonomy`, extensible with `extra_gemv_patterns`) take at least `min_share_pct` percent of
     the kernel time of a GPU: the signature of batch-1 decode. When the bytes they read per
     step are known (the `weight_bytes` option, a Hugging Face `config.json` given as
     `model_config`, or the host-to-device volume of a model load captured before the steady
@@ -77,15 +77,15 @@ class GemvDominance(Rule):
     85-90 % of peak, small ones (< 5 MB) 60-70 %.
     Evidence: GEMV time and share per device, GEMV time per step, and when known the weight
     bytes, their source, achieved bandwidth and its fraction of peak.
-    Next optimizations: above `roofline_fraction` of peak the kernels are done: read fewer
+    Next optimizations: above `roofline_pct` percent of peak the kernels are done: read fewer
     bytes per token (weight-only int8/fp8/int4 quantization) or more tokens per read
-    (batching, speculative decoding). Below `room_fraction`, custom GEMV kernels have room
+    (batching, speculative decoding). Below `room_pct`, custom GEMV kernels have room
     (vectorized 128-bit loads, split-K for skinny shapes, fused QKV / gate-up projections);
-    the saving to `target_fraction` of peak is estimated. Without bytes, give
+    the saving to `target_pct` of peak is estimated. Without bytes, give
     `--set gemv-dominance.weight_bytes=...` to get the bandwidth.
-    Options: `min_share`, `weight_bytes`, `model_config`, `weight_dtype_bytes`, `steps`,
-    `peak_bandwidth`, `min_load_bytes`, `roofline_fraction`, `room_fraction`,
-    `target_fraction`, `min_savings_share`, `extra_gemv_patterns`.
+    Options: `min_share_pct`, `weight_bytes`, `model_config`, `weight_dtype_bytes`, `steps`,
+    `peak_bandwidth`, `min_load_bytes`, `roofline_pct`, `room_pct`, `target_pct`,
+    `min_savings_pct`, `extra_gemv_patterns`.
     Requires: the kernel table; the memcpy table for the model-load bytes; NVTX step ranges
     (or the `steps` option) for per-step numbers.
     False positives: the model-load copy volume includes the embedding table, which a step
@@ -102,6 +102,9 @@ class GemvDominance(Rule):
                "memcpy": ("start", "bytes", "copy_kind", "device_id", "dst_device_id", "correlation_id", "pid")}
     window = "steady"
     Options = Options
+    renamed_options = {"min_share": Renamed("min_share_pct", 100), "roofline_fraction": Renamed("roofline_pct", 100),
+                       "room_fraction": Renamed("room_pct", 100), "target_fraction": Renamed("target_pct", 100),
+                       "min_savings_share": Renamed("min_savings_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -118,7 +121,7 @@ class GemvDominance(Rule):
         is_gemv = gemv_mask(kernels["name"], opts.extra_gemv_patterns)
         for device, row in device_shares(kernels, is_gemv).iterrows():
             share = float(row["share"]) if pd.notna(row["share"]) else 0.0
-            if share < opts.min_share or row["gemv"] <= 0:
+            if share < opts.min_share_pct / 100 or row["gemv"] <= 0:
                 continue
             yield self._finding(ctx, kernels, is_gemv, int(device), row, share)
 
@@ -170,18 +173,18 @@ class GemvDominance(Rule):
                      library: float = 0.0) -> tuple[str, Severity, float | None]:
         opts = ctx.options
         per_step_us = bw.gemv_ns_per_step / 1e3
-        if frac > opts.roofline_fraction:
+        if frac > opts.roofline_pct / 100:
             saved = gemv_ns / 2
             return (f"The GEMVs run at the memory roofline ({100 * frac:.0f} % of peak), so faster kernels cannot help: "
                     f"cut the bytes read per token. Weight-only int8/fp8 quantization halves them (about "
                     f"{per_step_us / 2:.0f} us of {per_step_us:.0f} us GEMV time per step, {saved / 1e6:.1f} ms over the "
                     "window), int4 quarters them; or read each weight for more tokens: batch requests "
                     "(continuous batching) or use speculative decoding.", Severity.INFO, saved)
-        if frac < opts.room_fraction:
-            ideal_ns = bw.gemv_ns_per_step * frac / opts.target_fraction
+        if frac < opts.room_pct / 100:
+            ideal_ns = bw.gemv_ns_per_step * frac / (opts.target_pct / 100)
             saved = (bw.gemv_ns_per_step - ideal_ns) * bw.steps
-            severity = Severity.WARNING if saved >= opts.min_savings_share * total_ns else Severity.INFO
-            head = (f"Custom GEMV kernels have room: at {100 * opts.target_fraction:.0f} % of peak the GEMVs would "
+            severity = Severity.WARNING if saved >= opts.min_savings_pct / 100 * total_ns else Severity.INFO
+            head = (f"Custom GEMV kernels have room: at {opts.target_pct:.0f} % of peak the GEMVs would "
                     f"take {ideal_ns / 1e3:.0f} us instead of {per_step_us:.0f} us per step (saving {saved / 1e6:.2f} ms "
                     f"over {bw.steps} steps). ")
             if library >= 0.5:

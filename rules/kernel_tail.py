@@ -15,7 +15,7 @@ from nsys_rules.analysis.names import is_any_launch, is_waiting_call
 from nsys_rules.analysis.tails import (clean_range_name, nvtx_path, periodic_tail, positional_tail, slow_runs, step_index,
                                        tail_table)
 from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
 from nsys_rules.taxonomy import DEFAULT as DEFAULT_TAXONOMY
 from nsys_rules.taxonomy import base_name
 from nsys_rules.units import pct
@@ -30,22 +30,22 @@ class Options:
 
     outlier_ratio: float = field(default=2.0, metadata={"help": "max/p50 above this: outlier invocations"})
     tail_ratio: float = field(default=1.5, metadata={"help": "p99/p50 above this: a systematic tail"})
-    min_share: float = field(default=0.01, metadata={
-        "help": "a tail costing less than this fraction of steady-state GPU time is not reported"})
-    warn_share: float = field(default=0.05, metadata={
-        "help": "a tail costing at least this fraction of steady-state GPU time is a warning"})
+    min_share_pct: float = field(default=1.0, metadata={
+        "help": "a tail costing less than this percent of steady-state GPU time is not reported"})
+    warn_share_pct: float = field(default=5.0, metadata={
+        "help": "a tail costing at least this percent of steady-state GPU time is a warning"})
     min_count: int = field(default=10, metadata={"help": "invocations a kernel group needs before its p99 means anything"})
     min_steps: int = field(default=3, metadata={"help": "step instances needed to test for shape variation by position"})
-    shape_explained: float = field(default=0.25, metadata={
-        "help": "when the tail measured against each step position's own median is at most this fraction of the "
+    shape_explained_pct: float = field(default=25.0, metadata={
+        "help": "when the tail measured against each step position's own median is at most this percent of the "
                 "plain tail, the spread is shape variation, not a tail"})
     max_period: int = field(default=64, metadata={
         "help": "without step ranges, longest launch period (in invocations of the group) tried for shape variation"})
     worst_instances: int = field(default=3, metadata={"help": "slowest invocations listed per finding"})
     max_findings: int = field(default=5, metadata={"help": "kernel groups reported per trace, costliest first"})
     api: bool = field(default=True, metadata={"help": "also judge host API calls (info only)"})
-    api_min_share: float = field(default=0.05, metadata={
-        "help": "an API tail is reported when it costs at least this fraction of the steady-state window"})
+    api_min_share_pct: float = field(default=5.0, metadata={
+        "help": "an API tail is reported when it costs at least this percent of the steady-state window"})
 
 
 class KernelTail(Rule):
@@ -71,12 +71,12 @@ class KernelTail(Rule):
     them; for MoE experts balance the routing or use one grouped GEMM over experts; for
     contention move the competing work to a lower-priority stream; for variable work bucket
     the shapes. The recommendation names the case.
-    Options: `outlier_ratio`, `tail_ratio`, `min_share`, `warn_share`, `min_count`, `min_steps`,
-    `shape_explained`, `max_period`, `worst_instances`, `max_findings`, `api`, `api_min_share`.
+    Options: `outlier_ratio`, `tail_ratio`, `min_share_pct`, `warn_share_pct`, `min_count`, `min_steps`,
+    `shape_explained_pct`, `max_period`, `worst_instances`, `max_findings`, `api`, `api_min_share_pct`.
     Requires: the kernel table; the API table (launching thread, API tails) and NVTX (steps,
     ranges of the slowest instances) when present.
     False positives: tiny kernels with a noisy max are not reported (tail cost under
-    `min_share`); shapes sharing a name and grid are recognized only when they repeat in a
+    `min_share_pct`); shapes sharing a name and grid are recognized only when they repeat in a
     fixed order (per step, or with a period of at most `max_period` launches); shapes chosen
     by data (variable sequence lengths) read as a tail. Launch calls block when the
     launch queue is full, so a launch-call tail is often the GPU being behind.
@@ -93,6 +93,9 @@ class KernelTail(Rule):
                "nvtx": ("start", "end", "name", "pid", "tid")}
     window = "steady"
     Options = Options
+    renamed_options = {"min_share": Renamed("min_share_pct", 100), "warn_share": Renamed("warn_share_pct", 100),
+                       "shape_explained": Renamed("shape_explained_pct", 100),
+                       "api_min_share": Renamed("api_min_share_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         require_visible_kernels(ctx.budget)
@@ -134,7 +137,7 @@ class KernelTail(Rule):
         table["gpu_time"] = device_time.reindex(table["device"]).to_numpy()
         table["share"] = table["tail_cost"] / table["gpu_time"]
         gated = ((table["max_p50"] > opts.outlier_ratio) | (table["p99_p50"] > opts.tail_ratio)) & \
-            (table["count"] >= opts.min_count) & (table["share"] >= opts.min_share)
+            (table["count"] >= opts.min_count) & (table["share"] >= opts.min_share_pct / 100)
         # The position tests judge only the groups that can be reported: each group's numbers come
         # from its own invocations, so the others' rows are left out of the sort.
         chosen = np.zeros(len(table) + 1, bool)
@@ -174,11 +177,11 @@ class KernelTail(Rule):
         plain_tested, positional_tested = float(row["plain_in_steps"]), float(row["positional"])
         in_order = durations[rows]  # rows come in launch order
         cost_p, period, held_out = periodic_tail(in_order, opts.max_period)
-        if period and held_out <= opts.shape_explained and (not testable or cost_p < positional_cost):
+        if period and held_out <= opts.shape_explained_pct / 100 and (not testable or cost_p < positional_cost):
             testable, positional_cost, plain_tested, positional_tested = True, cost_p, plain_cost, cost_p
             explained_by = f"each position in a repeating sequence of {period} launches"
-        shape_variation = testable and (positional_tested <= opts.shape_explained * plain_tested
-                                        or positional_cost < opts.min_share * gpu_time)
+        shape_variation = testable and (positional_tested <= opts.shape_explained_pct / 100 * plain_tested
+                                        or positional_cost < opts.min_share_pct / 100 * gpu_time)
         cost = min(plain_cost, positional_cost) if testable else plain_cost
         share = cost / gpu_time if gpu_time else 0.0
         metrics = {
@@ -211,7 +214,7 @@ class KernelTail(Rule):
             return ctx.finding(message, recommendation, severity=Severity.INFO, metrics=metrics, location=location,
                                title="Kernel duration spread is shape variation, not a tail", key=key,
                                estimated_savings_ns=0)  # nothing to gain: under the noise floor
-        severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
+        severity = Severity.WARNING if share >= opts.warn_share_pct / 100 else Severity.INFO
         group_d = durations[rows]
         slow = group_d > opts.tail_ratio * row["p50"]
         slow_count = int(slow.sum())
@@ -315,7 +318,7 @@ class KernelTail(Rule):
         del sub
         # Names whose calls add up to less than the share a tail must reach (a tail is at most the
         # calls' whole time), or too few calls, cannot be reported: left out before the sort.
-        reportable = (np.bincount(picked, weights=durations, minlength=len(uniques)) / window_ns >= opts.api_min_share
+        reportable = (np.bincount(picked, weights=durations, minlength=len(uniques)) / window_ns >= opts.api_min_share_pct / 100
                       ) & (np.bincount(picked, minlength=len(uniques)) >= opts.min_count)
         if not reportable.any():
             return
@@ -331,7 +334,7 @@ class KernelTail(Rule):
         table["api"] = [str(uniques[c]) for c in first]
         table["share"] = table["tail_cost"] / window_ns
         gated = ((table["max_p50"] > opts.outlier_ratio) | (table["p99_p50"] > opts.tail_ratio)) & \
-            (table["count"] >= opts.min_count) & (table["share"] >= opts.api_min_share)
+            (table["count"] >= opts.min_count) & (table["share"] >= opts.api_min_share_pct / 100)
         for _, row in table[gated].sort_values("tail_cost", ascending=False, kind="stable").head(opts.max_findings).iterrows():
             name = row["api"]
             blocked = is_any_launch(name)

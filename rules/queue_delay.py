@@ -11,7 +11,7 @@ import pandas as pd
 from nsys_rules.analysis.intervals import busy_within, merge_intervals, overlap_length
 from nsys_rules.analysis.launches import first_of_each_call
 from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
 from nsys_rules.units import pct
 
 
@@ -24,10 +24,10 @@ class Options:
     min_queue_ns: int = field(default=10_000, metadata={
         "help": "queue time below this (ns) is launch latency, not queueing; also the median queue must reach it"})
     min_kernels: int = field(default=50, metadata={"help": "fewest kernels of a stream in the window to judge it"})
-    gpu_bound_share: float = field(default=0.8, metadata={
-        "help": "GPU busy share at or above which queueing means the GPU is the bottleneck (info)"})
-    warning_share: float = field(default=0.05, metadata={
-        "help": "warning when the GPU idles (for this process) while kernels wait for this share of the window"})
+    gpu_bound_pct: float = field(default=80.0, metadata={
+        "help": "percent of the time the GPU is busy at or above which queueing means the GPU is the bottleneck (info)"})
+    warn_share_pct: float = field(default=5.0, metadata={
+        "help": "warning when the GPU idles (for this process) while kernels wait for this percent of the window"})
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class QueueDelay(Rule):
     kernel-tail) or batch more work per launch. Contention: give the latency-critical process
     the GPU alone (no co-located jobs, MPS limits, or a dedicated GPU), or a higher stream
     priority (`cudaStreamCreateWithPriority`); remove unneeded cross-stream waits.
-    Options: `min_ratio`, `min_queue_ns`, `min_kernels`, `gpu_bound_share`, `warning_share`.
+    Options: `min_ratio`, `min_queue_ns`, `min_kernels`, `gpu_bound_pct`, `warn_share_pct`.
     Requires: the kernel and API tables (`--trace=cuda`).
     False positives: a host that launches a whole step ahead and then synchronizes shows long
     queues by design: that is the GPU-bound (info) case.
@@ -137,6 +137,7 @@ class QueueDelay(Rule):
                "nvtx": ("start", "end", "name")}
     window = "steady"
     Options = Options
+    renamed_options = {"gpu_bound_share": Renamed("gpu_bound_pct", 100), "warning_share": Renamed("warn_share_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -198,8 +199,8 @@ class QueueDelay(Rule):
                 prof = queue_profile(start[pick], end[pick], api_end[pick], busy, opts.min_queue_ns, (lo, hi))
                 if prof.median_queue < opts.min_queue_ns or prof.ratio < opts.min_ratio:
                     continue
-                held_back = prof.idle_while_queued >= opts.warning_share * span
-                gpu_bound = busy_share >= opts.gpu_bound_share and not held_back
+                held_back = prof.idle_while_queued >= opts.warn_share_pct / 100 * span
+                gpu_bound = busy_share >= opts.gpu_bound_pct / 100 and not held_back
                 severity = Severity.WARNING if held_back else Severity.INFO
                 head = (f"Kernels on stream {stream} (GPU {dev}) waited a median {prof.median_queue / 1e3:.1f} us "
                         f"(p90 {prof.p90_queue / 1e3:.1f} us) in the queue for a median run of "

@@ -14,7 +14,7 @@ from nsys_rules.analysis.intervals import busy_within, merge_intervals
 from nsys_rules.analysis.loop import gpu_launches, loop_span
 from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS, in_set
 from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
 from nsys_rules.units import pct
 
 
@@ -24,7 +24,7 @@ class Options:
 
     min_calls: int = field(default=3, metadata={
         "help": "blocking calls needed in the window (after dropping the final sync) before they count as a pattern"})
-    warn_share: float = field(default=5.0, metadata={
+    warn_share_pct: float = field(default=5.0, metadata={
         "help": "percent of the steady-state time the GPU idles after the syncs (the saving) at or above which the "
                 "finding is a warning"})
     structural_block_pct: float = field(default=50.0, metadata={
@@ -93,7 +93,7 @@ class SyncStall(Rule):
     GPU activity), steady-state GPU idle time, how many calls the SYNCHRONIZATION table confirms.
     `estimated_savings_ns` is what removing the round trip gives back to the step: the GPU's idle
     stretch after each sync returned (the bubble), no more than the budget's after-sync idle part;
-    the range runs up to that part. Severity follows that GPU time (warning at `warn_share` percent
+    the range runs up to that part. Severity follows that GPU time (warning at `warn_share_pct` percent
     of the steady state), with one exception said in the message: a sync in every step that
     parks the launching thread for `structural_block_pct` percent of the steady state or more is a
     warning, since all host work of the loop then runs in series with the GPU.
@@ -101,7 +101,7 @@ class SyncStall(Rule):
     `non_blocking=True`/`cudaMemcpyAsync`, record an event, consume the value one step later);
     sample on the GPU and overlap it with the next step; replace device-wide syncs with an event
     wait on the one stream that matters; keep the decode loop inside a CUDA graph.
-    Options: `min_calls`, `warn_share`, `structural_block_pct`.
+    Options: `min_calls`, `warn_share_pct`, `structural_block_pct`.
     Requires: The API table; kernel, memcpy, memset and graph-trace rows for the loop, the
     bubble and the idle time; the SYNCHRONIZATION table (optional) to cross-check.
     False positives: a loop that must hand every result to the host before it can continue (an
@@ -125,6 +125,7 @@ class SyncStall(Rule):
         "sync": ("start", "end", "device_id", "pid", "correlation_id", "sync_type"),
     }
     Options = Options
+    renamed_options = {"warn_share": Renamed("warn_share_pct")}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -206,7 +207,7 @@ class SyncStall(Rule):
         # of the loop (scheduling, sampling, detokenizing) in series with the GPU, however small the
         # captured benchmark's own host work is.
         structural = per_step_rate is not None and per_step_rate >= 0.9 and share >= opts.structural_block_pct
-        severity = Severity.WARNING if pct(savings, steady_ns) >= opts.warn_share or structural else Severity.INFO
+        severity = Severity.WARNING if pct(savings, steady_ns) >= opts.warn_share_pct or structural else Severity.INFO
 
         apis = ", ".join(f"{int(r['size'])} {api_name} ({r['sum'] / 1e6:.2f} ms)" for api_name, r in by_api.head(4).iterrows())
         rate = f" ({per_step_rate:.2g} per step over {steps} steps)" if per_step_rate is not None else ""
@@ -218,7 +219,7 @@ class SyncStall(Rule):
         check = "" if confirmed is None else f" The SYNCHRONIZATION table confirms {confirmed} of the calls."
         why = (f" Although the GPU loses little here, the host is parked in a sync {share:.0f} % of every step: "
                "any host work the loop adds per step lands on the GPU's critical path."
-               if structural and pct(savings, steady_ns) < opts.warn_share else "")
+               if structural and pct(savings, steady_ns) < opts.warn_share_pct else "")
         message = (
             f"{len(calls)} blocking calls in the steady state{rate}: {apis}. The host waits {blocked / 1e6:.2f} ms "
             f"in total ({share:.1f} % of the {steady_ns / 1e6:.1f} ms steady state on the busiest thread), "

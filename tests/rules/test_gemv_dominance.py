@@ -98,7 +98,7 @@ def test_low_bandwidth_with_small_savings_stays_info(tmp_path):
     path = b.write(tmp_path / "t.sqlite")
     [f] = run_rule("gemv-dominance", path, options={"weight_bytes": weight})
     assert f.severity.value == "warning"
-    [f] = run_rule("gemv-dominance", path, options={"weight_bytes": weight, "min_savings_share": 0.2})
+    [f] = run_rule("gemv-dominance", path, options={"weight_bytes": weight, "min_savings_pct": 20.0})
     assert f.severity.value == "info"
 
 

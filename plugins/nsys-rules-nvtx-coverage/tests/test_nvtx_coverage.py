@@ -49,10 +49,10 @@ def test_quiet_when_everything_is_annotated(tmp_path):
     assert run_rule("nvtx-coverage", path) == []
 
 
-@pytest.mark.parametrize(("threshold", "fires"), [(0.5, True), (0.5000001, False)])
-def test_min_uncovered_share_boundary(tmp_path, threshold, fires):
+@pytest.mark.parametrize(("threshold", "fires"), [(50.0, True), (50.00001, False)])
+def test_min_uncovered_pct_boundary(tmp_path, threshold, fires):
     path = _steps(TraceBuilder(), steps=10, annotated=5).write(tmp_path / "t.sqlite")  # exactly 50 % uncovered
-    findings = run_rule("nvtx-coverage", path, options={"min_uncovered_share": threshold})
+    findings = run_rule("nvtx-coverage", path, options={"min_uncovered_pct": threshold})
     assert bool(findings) is fires
 
 

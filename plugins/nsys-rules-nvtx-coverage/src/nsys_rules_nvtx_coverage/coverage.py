@@ -12,7 +12,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import Finding, Location, MissingData, Rule, RuleContext, Severity, find_keys, metric, sorted_keys
+from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, find_keys, metric,
+                            sorted_keys)
 
 #: NVTX_EVENTS.eventType of a push/pop range: bound to the thread that pushed it.
 PUSH_POP = 59
@@ -30,8 +31,8 @@ _GPU_COLUMNS = ("start", "end", "pid", "correlation_id")
 class Options:
     """Options of nvtx-coverage."""
 
-    min_uncovered_share: float = field(default=0.2, metadata={
-        "help": "report when at least this share (0-1) of GPU time was launched outside every NVTX range"})
+    min_uncovered_pct: float = field(default=20.0, metadata={
+        "help": "report when at least this percent of GPU time was launched outside every NVTX range"})
     min_gpu_time_ns: int = field(default=1_000_000, metadata={
         "help": "ignore traces with less GPU time than this (ns) in the window: too little to annotate"})
     top_kernels: int = field(default=3, metadata={"help": "how many unannotated kernels to name in the message"})
@@ -196,7 +197,7 @@ class NvtxCoverage(Rule):
     (`torch.cuda.nvtx.range("name")`, `nvtx.annotate("name")` from the `nvtx` package, or
     `nvtxRangePushA`/`nvtxRangePop` in C/C++), at least one range per step or request, and
     capture with `nsys profile --trace=cuda,nvtx`.
-    Options: `min_uncovered_share`, `min_gpu_time_ns`, `top_kernels`, `window`.
+    Options: `min_uncovered_pct`, `min_gpu_time_ns`, `top_kernels`, `window`.
     Requires: CUDA kernels and the CUDA API table (to find the launching thread); NVTX
     events, or capture metadata that shows NVTX was traced.
     False positives: work launched by a library thread the program cannot annotate (for
@@ -215,6 +216,8 @@ class NvtxCoverage(Rule):
                "nvtx": ("start", "end", "raw_end", "event_type", "pid", "tid")}
     window = "full"
     Options = Options
+    #: The option was a fraction before it became a percent; the old name works for one release.
+    renamed_options = {"min_uncovered_share": Renamed("min_uncovered_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         trace = ctx.trace
@@ -233,7 +236,7 @@ class NvtxCoverage(Rule):
                   for name in GPU_FRAMES if trace.has(name)]
         opts = ctx.options
         result = coverage(frames, trace.frame("api", self.columns["api"]), ranges, opts.top_kernels)
-        if result.gpu_time < opts.min_gpu_time_ns or result.uncovered_share < opts.min_uncovered_share:
+        if result.gpu_time < opts.min_gpu_time_ns or result.uncovered_share < opts.min_uncovered_pct / 100:
             return
         share = result.uncovered_share
         metrics = {"gpu_time": metric(result.gpu_time, "ns"), "uncovered_gpu_time": metric(result.uncovered_time, "ns"),

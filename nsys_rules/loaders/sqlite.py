@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import InputError
 from . import damage as damage_fix
 from .batches import fill_columns
-from .export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, _dense_codes, has_nsys_tables
+from .export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, has_nsys_tables
 from .guard import SQLITE_MAGIC, check_file, pending_sidecar, private_copy, remove_folder
 from .tables import TABLES
 
@@ -211,4 +211,4 @@ def _fetch_arrow(path: Path, sql: str, names: list[str], expected_rows: int,
         return fill_columns(cur.fetch_record_batch(), names, expected_rows, narrow)
 
 
-__all__ = ["SqliteExport", "NULL_INT", "MAX_STRING", "SQLITE_MAGIC", "TABLES", "_dense_codes"]
+__all__ = ["SqliteExport", "NULL_INT", "MAX_STRING", "SQLITE_MAGIC", "TABLES"]

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from nsys_rules.inputs import open_trace
-from nsys_rules.loaders.sqlite import _dense_codes, _fetch_arrow
+from nsys_rules.loaders.columns import dense_codes
+from nsys_rules.loaders.sqlite import _fetch_arrow
 from nsys_rules.loaders.damage import _shared_start
 from nsys_rules.rule import _contiguous
 from nsys_rules.analysis.intervals import merge_intervals
@@ -21,12 +22,12 @@ def test_dense_codes_match_np_unique():
     rng = np.random.default_rng(0)
     ids = rng.integers(-1, 50, 1000)
     valid = ids >= 0
-    uniq, inverse = _dense_codes(ids, valid, bool(valid.all()))
+    uniq, inverse = dense_codes(ids, valid, bool(valid.all()))
     ref_uniq, ref_inverse = np.unique(ids[valid], return_inverse=True)
     assert uniq.tolist() == ref_uniq.tolist()
     assert inverse[valid].tolist() == ref_inverse.tolist() and (inverse[~valid] == -1).all()
     huge = np.array([5, 10**15, 5, 7])  # sparse ids take the np.unique path
-    uniq, inverse = _dense_codes(huge, huge >= 0, True)
+    uniq, inverse = dense_codes(huge, huge >= 0, True)
     assert uniq.tolist() == [5, 7, 10**15] and inverse.tolist() == [0, 2, 0, 1]
 
 

@@ -10,7 +10,7 @@ from nsys_rules.analysis.intervals import Coverage, clip, complement, counts_in,
 from nsys_rules.analysis.names import flag_names
 from nsys_rules.inputs import open_trace
 from nsys_rules.job.extract import collect_ranks
-from nsys_rules.loaders.export import ONE_VALUE_ROWS, one_value
+from nsys_rules.loaders.columns import ONE_VALUE_ROWS, one_value
 from nsys_rules.testing import TraceBuilder
 
 

@@ -122,7 +122,7 @@ class RuleContext:
                 shared = _launch_series(self.trace, full, launch)
                 if shared is not None and span is not None and span[0] < 0:
                     sub["launch_start"] = launch[mask]
-                elif shared is not None:  # a view of the trace's launch times: 8 MB less per rule on 1M kernels
+                elif shared is not None:  # a view of the trace's launch times, not a copy per rule
                     sub["launch_start"] = shared if span is None else shared.iloc[span[0]:span[1]]
                 else:
                     sub["launch_start"] = launch.copy() if span is None else launch[mask]

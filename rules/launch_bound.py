@@ -72,8 +72,8 @@ def launch_profile(kernels: pd.DataFrame, api_end: np.ndarray, lo: int, hi: int,
         s, e, launched = s[order], e[order], launched[order]
     median = float(np.median(e - s)) if len(s) else 0.0
     if len(s) > 1:
-        # Memory on 1M kernels: ends in order need no running max (a view), and the masks are
-        # combined in place (each temporary is 8 MB, 1 MB for a mask).
+        # Ends in order need no running max (a view), and the masks are combined in place: no
+        # temporary as long as the kernels beyond the ones needed.
         prev_end = (e if len(e) < 2 or bool((e[1:] >= e[:-1]).all()) else np.maximum.accumulate(e))[:-1]
         gap = s[1:] - prev_end
         starved = launched[1:] >= prev_end  # the GPU waited for the launch call

@@ -57,7 +57,7 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
     of launch latency) while no kernel of the process ran on the device: the wait was for
     something the trace does not show (another process, a cross-stream dependency).
     """
-    # Summaries first, then only the waiting kernels are kept: each temporary is 8 MB per 1M kernels.
+    # Summaries first, then only the waiting kernels are kept: one row-length temporary at a time.
     dur = k_end - k_start
     median_kernel, kernel_total = float(np.median(dur)), int(dur.sum())
     del dur
@@ -88,7 +88,7 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
         closes[:-1] = keep[1:]
         b_lo, b_hi = b_lo[keep], b_hi[closes]
         del keep, closes
-    # |Q u B| - |B| = |Q| - |Q n B| for disjoint sorted Q and B: no merge of the two (2M rows, ~150 MB).
+    # |Q u B| - |B| = |Q| - |Q n B| for disjoint sorted Q and B: no merge of the two.
     idle_queued = int((q_hi - q_lo).sum() - overlap_length((q_lo, q_hi), (b_lo, b_hi)))
     return QueueProfile(count, median_queue, p90_queue, median_kernel, queue_total, kernel_total, max(0, idle_queued))
 
@@ -144,7 +144,7 @@ class QueueDelay(Rule):
         kernels = ctx.frame("kernels")
         if kernels.empty:
             return
-        # Only the launch call's end is used: keep that column, not the whole frame (memory on 1M kernels).
+        # Only the launch call's end is used: keep that column, not the whole frame.
         api_end = ctx.launch_calls("kernels", names=False)["api_end"].to_numpy()
         start = kernels["start"].to_numpy()
         end = kernels["end"].to_numpy()

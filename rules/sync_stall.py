@@ -133,7 +133,7 @@ class SyncStall(Rule):
         api = ctx.frame("api")
         names = ctx.api_base_names()
         memcpy = ctx.frame("memcpy") if trace.has("memcpy") else None
-        # No memcpy rows (graph-replayed decode): no per-call copy table (35 MB on 2.2M calls).
+        # No memcpy rows (graph-replayed decode): no copy table as long as the API calls.
         copies = copy_directions(api, memcpy) if memcpy is not None and len(memcpy) else None
         calls = blocking_calls(api, names, copies)
         del copies

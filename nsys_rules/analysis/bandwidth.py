@@ -131,7 +131,7 @@ def device_shares(kernels: pd.DataFrame, is_gemv: np.ndarray) -> pd.DataFrame:
     device = kernels["device_id"].to_numpy()
     dur = np.subtract(kernels["end"].to_numpy(), kernels["start"].to_numpy())
     if len(device) and device.dtype.kind in "iu" and device.min() == device.max():
-        # One device (the usual trace): three sums, not a 1M-row frame and group-by (~50 MB).
+        # One device (the usual trace): three sums, not a frame of every kernel and a group-by.
         out = pd.DataFrame({"total": [int(dur.sum())], "gemv": [int(np.sum(dur, where=is_gemv))],
                             "gemv_count": [int(np.count_nonzero(is_gemv))]},
                            index=pd.Index(device[:1], name="device"))

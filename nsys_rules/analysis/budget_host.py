@@ -68,8 +68,8 @@ def host_timelines(trace: Trace, pids: np.ndarray, tids: np.ndarray,
                    cache: dict[tuple[int, int], HostTimeline]) -> dict[tuple[int, int], HostTimeline]:
     """The timelines of the distinct (pid, tid) pairs given, built once into ``cache``.
 
-    The caller owns the cache (the budget keeps it for one computation): a launching thread of a
-    1M-kernel trace has millions of calls, 50 MB of arrays not worth keeping for the whole run.
+    The caller owns the cache (the budget keeps it for one computation): a launching thread can
+    have millions of calls, arrays not worth keeping for the whole run.
     """
     wanted = _pairs(pids, tids)
     missing = [key for key in wanted if key not in cache]

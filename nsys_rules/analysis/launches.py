@@ -50,7 +50,7 @@ def api_key_index(trace: Trace) -> tuple[np.ndarray, np.ndarray | None]:
     """The API table's (pid << 32 | correlationId) keys sorted, and the row order (None: already in order).
 
     Computed once per trace and shared by every launch join (``launch_times``, rules that need
-    the launching call's end or name): 2.2M keys are 18 MB and a sort.
+    the launching call's end or name): a key per API call and a sort, not one per caller.
     """
     api = trace.frame("api", ["start", "correlation_id", "pid"])
     hit = _API_INDEX.get(trace)
@@ -68,8 +68,7 @@ def launching_rows(trace: Trace, pid: np.ndarray, corr: np.ndarray) -> tuple[np.
     ``rows`` is only meaningful where ``found``. The first matching API row wins.
 
     One process whose correlation ids rise row by row (the usual nsys export) needs no key array:
-    the id column itself is the sorted index, so nothing is built or kept (the (pid << 32 | id)
-    keys of 2.2M API rows are 18 MB held for the whole run).
+    the id column itself is the sorted index, so nothing is built or held for the whole run.
     """
     api = trace.frame("api", ["start", "correlation_id", "pid"])
     single = _single_pid(trace, api)
@@ -220,11 +219,10 @@ def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True, api_row
     out: dict[str, object] = {"api_start": _at(api["start"].to_numpy(), rows, found, every),
                               "api_end": _at(api["end"].to_numpy(), rows, found, every)}
     if names:
-        # Names by category code, gathered only for the matched rows: materializing 2.2M API names
-        # as Python strings took 1.2 s per call on the 1M-kernel trace.
+        # Names by category code, gathered only for the matched rows: never a Python string per call.
         out["api_name"] = _names_at(trace.api_names(), rows, found)
         out["api_raw"] = _names_at(api["name"], rows, found)
-    # copy=False: the columns are fresh arrays; a consolidating copy doubled them (16-32 MB per call).
+    # copy=False: the columns are fresh arrays; a consolidating copy would double them.
     return pd.DataFrame(out, copy=False)
 
 
@@ -240,7 +238,7 @@ def _names_at(names: pd.Series, rows: np.ndarray, found: np.ndarray) -> pd.Categ
     """``names`` at ``rows`` as a categorical, missing where not ``found`` or NULL.
 
     Categorical, not an object column: pandas 3 turns an object column of str into an Arrow
-    string column on assignment, which cost ~0.5 s per million rows.
+    string column on assignment, a conversion per row.
     """
     cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
     codes = np.where(found, cat.cat.codes.to_numpy()[rows], -1)

@@ -110,8 +110,8 @@ def positional_tail(group: np.ndarray, step: np.ndarray, order: np.ndarray | Non
                           "positional": np.zeros(n_groups), "steps_seen": np.zeros(n_groups, np.int64)})
     if not inside.any():
         return empty
-    # Memory on 1M kernels: every row-length temporary is 8 MB, so rows are gathered once (not at
-    # all when every launch is inside a step), sorted by one packed key, and the rest runs in place.
+    # Every row-length temporary counts on a million kernels: rows are gathered once (not at all
+    # when every launch is inside a step), sorted by one packed key, and the rest runs in place.
     if inside.all():
         sort = packed_lexsort((step, group) if order is None else (order, step, group))  # stable: row order breaks ties
         g, s, d = group[sort], step[sort], durations[sort]
@@ -132,8 +132,8 @@ def positional_tail(group: np.ndarray, step: np.ndarray, order: np.ndarray | Non
     np.subtract(np.arange(n), ordinal, out=ordinal)  # ... makes its rank within the run
     span = int(ordinal.max()) + 1
     if n_groups * span <= n:
-        # (group, rank) as one id without a hash table (factorizing 1M keys took 20+ MB): ids of
-        # absent pairs stay unused, and only the medians of present ones are read.
+        # (group, rank) as one id without a hash table (a factorize of every row): ids of absent
+        # pairs stay unused, and only the medians of present ones are read.
         position = g.astype(np.int64)
         position *= span
         position += ordinal
@@ -146,7 +146,7 @@ def positional_tail(group: np.ndarray, step: np.ndarray, order: np.ndarray | Non
     np.subtract(d, above, out=above)
     np.maximum(above, 0, out=above)
     # Rows are sorted by group: whole-ns sums (exact in any order) are segment sums, without the
-    # int64 copy of the group ids that each bincount makes (8 MB per 1M kernels).
+    # int64 copy of the group ids that each bincount makes.
     exact = d.dtype.kind in "iu"
     bounds = np.searchsorted(g, np.arange(n_groups + 1)) if exact else None
     positional = segment_sums(above, bounds) if exact else np.bincount(g, weights=above, minlength=n_groups)

@@ -158,7 +158,7 @@ def _timelines(trace: Trace, start: np.ndarray, end: np.ndarray, gpu_of: tuple[n
     """For the instances ``rows``: time compute overlapped each, and the running totals at their starts and ends.
 
     ``gpu_of`` is (each kernel's device, the rank's device). One busy timeline at a time, freed
-    after use: a million kernels make ~24 MB per timeline.
+    after use: each holds arrays as long as the kernels.
     """
     on_device = gpu_of[0] == gpu_of[1]
     s, e = start[rows], end[rows]

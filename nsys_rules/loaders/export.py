@@ -313,15 +313,15 @@ class ColumnarExport(ABC):
         ints = damage_fix.to_int(values, NULL_INT)
         if not col.required:  # a required column's unreadable rows are dropped, with their own note
             self._note_unreadable(values, ints, what)
-        # pid/tid are 24-bit fields of a serialized global id: int32 holds them (half the memory of
-        # int64 on 2.2M API rows); small ids and launch dimensions too, when every value fits.
+        # pid/tid are 24-bit fields of a serialized global id: int32 holds them in half the memory of
+        # int64; small ids and launch dimensions too, when every value fits.
         if col.kind in ("pid", "tid"):
             if len(ints) >= ONE_VALUE_ROWS and ints[0] >= 0 and (ints == ints[0]).all():
                 # One process (one thread): the one value, no per-row array at all (see one_value).
                 single = (int(ints[0]) >> 24) & 0xFFFFFF if col.kind == "pid" else int(ints[0]) & 0xFFFFFF
                 return np.broadcast_to(np.array([single], np.int32), (len(ints),))
-            # Straight into int32 (the ufunc casts chunk by chunk; the low 24 bits survive the cast):
-            # no int64 temporaries, 18 MB each on 2.2M API rows, while the other big table loads too.
+            # Straight into int32 (the ufunc casts chunk by chunk; the low 24 bits survive the cast): no
+            # int64 temporaries while the other big table loads in parallel.
             out = np.empty(len(ints), np.int32)
             if col.kind == "pid":
                 np.right_shift(ints, 24, out=out, casting="unsafe")

@@ -1,7 +1,7 @@
 """Read-only access to an nsys SQLite export.
 
-Why both drivers: ADBC (adbc-driver-sqlite) fetches columns straight into Arrow and is
-~5x faster than ``pandas.read_sql`` on million-row tables; the stdlib ``sqlite3`` module
+Why both drivers: ADBC (adbc-driver-sqlite) fetches columns straight into Arrow, several times
+faster than ``pandas.read_sql`` on million-row tables; the stdlib ``sqlite3`` module
 serves the small metadata queries and is the fallback when ADBC's per-batch type
 inference trips over a column whose type changes mid-table (damaged or odd exports).
 
@@ -147,9 +147,9 @@ class SqliteExport(ColumnarExport):
         cols = self.columns_of("StringIds")
         if "id" not in cols or "value" not in cols:
             return np.empty(0, np.int64), np.empty(0, object)
-        # Cut in SQL, so a planted multi-MB string never reaches Python (rules run regexes
-        # over names: 5 MB made one run take 20 s). Not reported as damage: real exports
-        # hold long non-name strings (captured program output, metric configs; 333 KB seen).
+        # Cut in SQL, so a planted multi-MB string never reaches Python (rules run regexes over
+        # names). Not reported as damage: real exports hold long non-name strings (captured
+        # program output, metric configs).
         rows = self.query('SELECT "id", substr("value", 1, ?) FROM "StringIds" '
                           'WHERE typeof("id") = \'integer\'', (MAX_STRING,))
         ids = np.fromiter((r[0] for r in rows), np.int64, len(rows))

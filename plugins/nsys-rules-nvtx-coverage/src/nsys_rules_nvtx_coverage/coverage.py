@@ -12,8 +12,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, find_keys, metric,
-                            sorted_keys)
+from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, find_keys,
+                            merge_intervals, metric, point_in, sorted_keys)
 
 #: NVTX_EVENTS.eventType of a push/pop range: bound to the thread that pushed it.
 PUSH_POP = 59
@@ -99,26 +99,13 @@ def covered(pids: np.ndarray, tids: np.ndarray, times: np.ndarray, ranges: pd.Da
     if not len(times) or not len(ranges):
         return out
     for (pid, tid), group in ranges.groupby(["pid", "tid"], sort=False):
-        starts, cummax_end = _reach(group)
+        # Nested and overlapping ranges of a thread cover the union of their spans.
+        starts, ends = merge_intervals(group["start"].to_numpy(), group["end"].to_numpy())
         on_pid = pids == pid
         rows = on_pid if tid == ANY_THREAD else on_pid & ((tids == tid) | (tids == ANY_THREAD))
         if rows.any():
-            out[rows] |= _inside(times[rows], starts, cummax_end)
+            out[rows] |= point_in(times[rows], starts, ends) >= 0
     return out
-
-
-def _reach(group: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Range starts in order and, for each, the furthest end of the ranges begun so far."""
-    order = np.argsort(group["start"].to_numpy(), kind="stable")
-    return group["start"].to_numpy()[order], np.maximum.accumulate(group["end"].to_numpy()[order])
-
-
-def _inside(times: np.ndarray, starts: np.ndarray, cummax_end: np.ndarray) -> np.ndarray:
-    # The last range begun at or before t covers t when the furthest end so far reaches t.
-    idx = np.searchsorted(starts, times, side="right") - 1
-    hit = idx >= 0
-    hit[hit] = cummax_end[idx[hit]] >= times[hit]
-    return hit
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from nsys_rules.analysis.activity import gpu_ops
 from nsys_rules.analysis.host import blocking_calls, copy_directions
 from nsys_rules.analysis.intervals import busy_within, merge_intervals
 from nsys_rules.analysis.loop import gpu_launches, loop_span
-from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS, in_set
+from nsys_rules.analysis.names import DEVICE_SYNC_APIS, GRAPH_LAUNCH_APIS, in_set
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Renamed, Rule, RuleContext, metric
 from nsys_rules.units import pct
@@ -285,7 +285,7 @@ def _recommendation(top_api: str, readbacks: int, calls: pd.DataFrame, python: b
     steps: list[str] = []
     if readbacks:
         steps.append(_readback_fix(top_api, python, llm))
-    if top_api in ("cudaDeviceSynchronize", "cuCtxSynchronize", "cudaThreadSynchronize"):
+    if top_api in DEVICE_SYNC_APIS:
         steps.append(f"replace the device-wide `{top_api}` with an event recorded on the one stream whose result "
                      "is needed (`cudaEventRecord` + `cudaEventSynchronize`/`cudaStreamWaitEvent`), or drop it")
     elif not readbacks:

@@ -9,12 +9,7 @@ import pandas as pd
 
 from ..trace import Trace
 from .intervals import Coverage, merge_intervals
-from .names import ALLOC_APIS, MODULE_LOAD_APIS, MODULE_LOADS, SYNC_APIS, flag_names, in_set
-
-
-def is_blocking_transfer(name: str) -> bool:
-    """A synchronous copy or memset call: the host waits for the GPU inside it."""
-    return name.startswith(("cudaMemcpy", "cuMemcpy", "cudaMemset", "cuMemset")) and "Async" not in name
+from .names import ALLOC_APIS, MODULE_LOAD_APIS, MODULE_LOADS, SYNC_APIS, flag_names, in_set, is_blocking_transfer
 
 
 @dataclass(frozen=True, eq=False)

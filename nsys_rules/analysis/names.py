@@ -43,6 +43,11 @@ def is_waiting_call(name: str) -> bool:
     return bool(WAITING_API_PATTERN.search(name))
 
 
+def is_blocking_transfer(name: str) -> bool:
+    """A synchronous copy or memset call: the host waits for the GPU inside it."""
+    return name.startswith(("cudaMemcpy", "cuMemcpy", "cudaMemset", "cuMemset")) and "Async" not in name
+
+
 def is_any_launch(name: str) -> bool:
     """A launch call of any kind (kernel, graph, host function): such a call blocks when the device's launch
     queue is full, so its slow instances are the GPU being behind, not a slow host."""
@@ -53,6 +58,9 @@ SYNC_APIS = frozenset({
     "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaThreadSynchronize",
     "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
 })
+
+#: The synchronizations that wait for the whole device (every stream), not one stream or event.
+DEVICE_SYNC_APIS = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize", "cudaThreadSynchronize"})
 
 #: Synchronous copies whose direction is in the name: always device (or array) to host.
 NAMED_DTOH_SYNC_COPIES = frozenset({"cuMemcpyDtoH", "cuMemcpyAtoH"})

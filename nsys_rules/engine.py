@@ -8,7 +8,6 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-
 from .analysis.budget import Budget, step_budget
 from .analysis.steps import StepModel, model_needs, restrict
 from .answer import finalize
@@ -103,6 +102,8 @@ def _capture_span(trace: Trace) -> tuple[int, int]:
 
     ops = gpu_ops(trace)
     return (int(ops.start.min()), int(ops.end.max())) if len(ops) else (0, 0)
+
+
 def _context(trace: Trace, rule: type[Rule], options: Any, windows: "TraceWindows", steps: StepModel | None,
              budget: Budget | None) -> RuleContext:
     """What ``rule.check`` gets (built inside the rule's boundary: a window that cannot be cut is a skip)."""

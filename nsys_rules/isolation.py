@@ -67,8 +67,8 @@ def run_rule(rule: type[Rule], context: Callable[[], RuleContext], label: str,
     outcome = RuleOutcome()
 
     def error(message: str, exc: BaseException | None = None) -> None:
-        trace = "".join(traceback.format_exception(exc))[-4000:] if exc is not None else ""
-        outcome.errors.append(RunError(message, rule=rule.name, trace=label, traceback=trace))
+        stack = "".join(traceback.format_exception(exc))[-4000:] if exc is not None else ""
+        outcome.errors.append(RunError(message, rule=rule.name, trace=label, traceback=stack))
 
     try:
         ctx = context()

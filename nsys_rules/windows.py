@@ -6,7 +6,7 @@ its one-off initialization kernels, or the whole capture. ``--filter-time`` and
 ``--filter-nvtx`` select a user window instead.
 
 GPU work belongs to a window by the time of the API call that launched it (see
-:func:`launch_times`), on any thread of the process.
+:func:`nsys_rules.analysis.launches.launch_times`), on any thread of the process.
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="10,40,150", help="MB of text per hostile trace")
     parser.add_argument("--big", help="a real (large) trace to time the text pricing on")
     args = parser.parse_args(argv)
-    from nsys_rules.config import parse_size
+    from nsys_rules.units import parse_size
     from nsys_rules.memory_limit import human
 
     limit = parse_size(args.limit)
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 def _time_pricing(path: Path) -> None:
     from nsys_rules import memory_limit
     from nsys_rules.config import Settings
-    from nsys_rules.engine import select_rules
+    from nsys_rules.options import select_rules
     from nsys_rules.inputs import open_trace
     from nsys_rules.plugins import build_registry
 

@@ -38,7 +38,7 @@ import json, sys
 from pathlib import Path
 from nsys_rules import memory_limit
 from nsys_rules.config import Settings
-from nsys_rules.engine import select_rules
+from nsys_rules.options import select_rules
 from nsys_rules.inputs import open_trace
 from nsys_rules.plugins import build_registry
 trace = open_trace(Path(sys.argv[1]))

@@ -24,7 +24,8 @@ from nsys_rules.analysis.activity import gpu_ops
 from nsys_rules.analysis.budget import step_budget
 from nsys_rules.analysis.steps import model_needs
 from nsys_rules.config import Settings
-from nsys_rules.engine import _Windows, effective_options, rule_window_kind, select_rules
+from nsys_rules.engine import TraceWindows
+from nsys_rules.options import effective_options, rule_window_kind, select_rules
 from nsys_rules.inputs import open_trace
 from nsys_rules.malloc_tune import tune_malloc
 from nsys_rules.plugins import build_registry
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         frame = trace.frame(table, needs[table])
         size = frame.memory_usage(deep=False).sum() / 2**20
         print(f"  {table}: {len(frame)} rows, {len(frame.columns)} columns ({', '.join(frame.columns)}), {size:.0f} MB")
-    windows = _Windows(trace, settings)
+    windows = TraceWindows(trace, settings)
     _reset_peak()
     t0 = time.perf_counter()
     ops = gpu_ops(trace)

@@ -1,8 +1,8 @@
-"""nsys-rules: rules over NVIDIA Nsight Systems SQLite exports.
+"""nsys-rules: rules over NVIDIA Nsight Systems exports.
 
-The public surface for rule and plugin authors lives in :mod:`nsys_rules.api`
-(``Rule``, ``Finding``, ``Severity``, ``hookimpl``) and :mod:`nsys_rules.testing`
-(``TraceBuilder``).
+Rule and plugin authors import everything from :mod:`nsys_rules.api` (``Rule``, ``RuleContext``,
+``Finding``, ``Severity``, ``hookimpl``, the shared analyses and the test helpers such as
+``TraceBuilder``); the other modules are internal.
 """
 
 __version__ = "0.1.0"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .engine import Report
+from .report import Report
 from .errors import UsageError
 from .outpaths import write_atomic
 from .userfiles import read_small_text
@@ -36,7 +36,7 @@ def baseline_document(report: Report) -> dict[str, Any]:
         entries.append({"fingerprint": f.fingerprint, "rule": f.rule, "severity": f.severity.value, "where": where})
     entries.sort(key=lambda e: (e["rule"], e["fingerprint"]))
     return {"format": BASELINE_FORMAT, "version": BASELINE_VERSION, "tool_version": __version__,
-            "traces": [r.info["path"] for r in report.results], "findings": entries}
+            "traces": [r.info.path for r in report.results], "findings": entries}
 
 
 def write_baseline(report: Report, path: Path) -> None:
@@ -79,5 +79,5 @@ def apply_baseline(report: Report, fingerprints: set[str], path: str) -> int:
         suppressed = len(result.findings) - len(keep)
         dropped += suppressed
         result.findings = keep
-        result.info["baseline"] = {"path": path, "suppressed": suppressed}
+        result.info.baseline = {"path": path, "suppressed": suppressed}
     return dropped

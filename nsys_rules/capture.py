@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from .errors import ExitCode, UsageError
-from .rules.debug_build import command_evidence
+from .analysis.commands import command_evidence
 
 #: The flags every capture gets: reuse the file name, trace graph replays kernel by kernel, write SQLite.
 STANDARD_FLAGS = ("--force-overwrite=true", "--cuda-graph-trace=node", "--export=sqlite")

@@ -145,6 +145,7 @@ def _run(argv: Sequence[str] | None) -> int:
         return int(ExitCode.BAD_INPUT)
     except KeyboardInterrupt:
         sys.stderr.write("nsys-rules: interrupted\n")
+        _interrupt_handled()
         return 130
     except BrokenPipeError:
         _silence_stdout()  # the reader left (`| head`); no second error at exit
@@ -221,6 +222,21 @@ def one_line(text: str) -> str:
 
 #: errno values that mean "stdout cannot take the output" (disk full, closed or bad descriptor).
 _OUTPUT_ERRNOS = {errno.ENOSPC, errno.EBADF, errno.EIO, errno.EPIPE, errno.EDQUOT, errno.EFBIG}
+
+
+def _interrupt_handled() -> None:
+    """Tell CPython the Ctrl-C was handled, so the process ends with exit code 130.
+
+    An interrupt that passes through ``exec()`` of a source string (dataclasses build their
+    methods that way, so any import can be in one) is recorded by CPython 3.10/3.11 as unhandled
+    even when caught, and the interpreter then ends the process by SIGINT after our exit code.
+    """
+    import ctypes
+
+    try:
+        ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value = 0
+    except (ValueError, AttributeError):  # not exported (other interpreters, newer CPython): nothing to reset
+        pass
 
 
 def _silence_stdout() -> None:

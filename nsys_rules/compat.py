@@ -9,19 +9,12 @@ rule says the true reason.
 
 from __future__ import annotations
 
-import numpy as np
-
+from .analysis.names import ANY_KERNEL_LAUNCH_APIS, GRAPH_LAUNCH_APIS, in_set
 from .loaders.tables import TABLES
 from .trace import Trace
 
 #: CUDA activity tables that are written only when they have rows, once CUDA is traced.
 _CUDA_ACTIVITY = {"memcpy": "memory copy", "memset": "memset", "sync": "synchronization"}
-#: Launch calls whose GPU work lands in the kernel table (base names, `_v<digits>` removed).
-KERNEL_LAUNCH_APIS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
-                      "cudaLaunchCooperativeKernelMultiDevice", "cuLaunchKernel", "cuLaunchKernelEx",
-                      "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernelMultiDevice", "cudaGraphLaunch",
-                      "cuGraphLaunch")
-GRAPH_LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch")
 
 
 def missing_table(trace: Trace, name: str) -> tuple[str, str]:
@@ -61,11 +54,11 @@ def missing_table(trace: Trace, name: str) -> tuple[str, str]:
 
 def _lost_activity(trace: Trace) -> int:
     """Kernel launches in the API table when the export has no kernel rows at all (else 0)."""
-    return 0 if trace.has("kernels") else _count(trace, KERNEL_LAUNCH_APIS)
+    return 0 if trace.has("kernels") else _count(trace, ANY_KERNEL_LAUNCH_APIS)
 
 
-def _count(trace: Trace, base_names: tuple[str, ...]) -> int:
+def _count(trace: Trace, base_names: frozenset[str]) -> int:
     try:
-        return int(np.isin(np.asarray(trace.api_names(), dtype=object), base_names).sum())
+        return int(in_set(trace.api_names(), base_names).sum())
     except Exception:  # noqa: BLE001 - a reason for a skip must never fail the run
         return 0

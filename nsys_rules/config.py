@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .errors import UsageError
 from .findings import Severity
 from .textsafe import clip_value
+from .units import parse_size
 from .userfiles import read_small_text
 
 if TYPE_CHECKING:  # annotations only: commands parse their flags without importing pandas
@@ -130,7 +131,8 @@ def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Map
                 if not isinstance(opts, dict):
                     raise UsageError(f"{path}: [rules.{rule}] must be a table of options")
                 for opt, raw in opts.items():
-                    settings.rule_options.setdefault(name, {})[opt] = coerce_option(rules[name], opt, raw, str(path))
+                    key, setting = option_setting(rules[name], opt, raw, str(path))
+                    settings.rule_options.setdefault(name, {})[key] = setting
     return settings
 
 
@@ -141,6 +143,35 @@ def resolve_rule_name(name: str, rules: Mapping[str, type[Rule]], aliases: Mappi
     if name in aliases:
         return aliases[name]
     raise UsageError(f"{where}: unknown rule {name!r}{suggest(name, [*rules, *aliases])}")
+
+
+def option_setting(rule: type[Rule], option: str, raw: Any, where: str) -> tuple[str, Any]:
+    """``(name, value)`` of one option setting of ``rule``, checked and converted (:func:`coerce_option`).
+
+    A former name (``rule.renamed_options``) still works for one release: its value is converted
+    to the new unit and one line on stderr says what to write instead.
+    """
+    key = option.replace("-", "_")
+    renamed = rule.renamed_options.get(key)
+    if renamed is None:
+        return key, coerce_option(rule, option, raw, where)
+    value = coerce_option(rule, renamed.new, raw, where)
+    if renamed.factor != 1 and isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = round(value * renamed.factor, 12)  # 0.07 x 100 is 7.000000000000001 in floats
+    _deprecated(f"{rule.name}.{key}", f"{rule.name}.{renamed.new}={value:g}" + (
+        " (a percent, not a fraction)" if renamed.factor == 100 else ""))
+    return renamed.new, value
+
+
+_WARNED: set[str] = set()
+
+
+def _deprecated(old: str, instead: str) -> None:
+    """One line on stderr, once per run, for a setting under a name that goes away in the next release."""
+    if old not in _WARNED:
+        _WARNED.add(old)
+        sys.stderr.write(f"nsys-rules: {clip_value(old, 120)} is deprecated and goes away in the next release; "
+                         f"write {clip_value(instead, 160)}\n")
 
 
 def coerce_option(rule: type[Rule], option: str, raw: Any, where: str) -> Any:
@@ -195,10 +226,6 @@ def _number_or_text(raw: str) -> Any:
     return raw
 
 
-_SIZE = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3,
-         "t": 1024**4, "tb": 1024**4}
-
-
 def parse_percent(value: Any, where: str) -> float:
     """A percent between 0 and 100 (``0.5``, ``"2%"``); ``UsageError`` otherwise."""
     text = str(value).strip().rstrip("%").strip()
@@ -209,20 +236,6 @@ def parse_percent(value: Any, where: str) -> float:
     if not 0 <= number <= 100:
         raise UsageError(f"{where}: {value!r} must be between 0 and 100")
     return number
-
-
-def parse_size(text: str) -> int:
-    """``512MB``, ``2G``, ``1048576`` -> bytes; at least one byte, finite, at most 2**62."""
-    raw = str(text).strip().lower().replace("ib", "b")
-    num = raw.rstrip("kmgtb")
-    unit = raw[len(num):]
-    try:
-        value = float(num) * _SIZE[unit]
-    except (ValueError, KeyError):
-        value = math.nan
-    if not math.isfinite(value) or value < 1 or value > 2**62:
-        raise UsageError(f"bad size {clip_value(text, 40)!r}: use a number of bytes with K, M, G or T (e.g. 2G)")
-    return int(value)
 
 
 def parse_seconds(value: object, where: str = "--rule-timeout") -> float:
@@ -243,8 +256,8 @@ def parse_set(items: list[str], rules: Mapping[str, type[Rule]], aliases: Mappin
         head, eq, value = item.partition("=")
         rule, dot, option = head.partition(".")
         if not eq or not dot or not rule or not option:
-            raise UsageError(f"bad --set {item!r}: use RULE.OPTION=VALUE, e.g. kernel-tail.min_share=0.02")
+            raise UsageError(f"bad --set {item!r}: use RULE.OPTION=VALUE, e.g. kernel-tail.min_share_pct=2")
         name = resolve_rule_name(rule.strip(), rules, aliases, where="--set")
-        out.setdefault(name, {})[option.strip().replace("-", "_")] = coerce_option(
-            rules[name], option.strip(), value.strip(), "--set")
+        key, setting = option_setting(rules[name], option.strip(), value.strip(), "--set")
+        out.setdefault(name, {})[key] = setting
     return out

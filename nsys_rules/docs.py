@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-import sys
 from pathlib import Path
 from typing import Mapping
 
@@ -95,6 +94,10 @@ def doc_filename(rule_name: str) -> str:
     return f"{rule_name}.md"
 
 
+#: The command that regenerates ``docs/rules/`` (built-in rules only; plugins document their own).
+REGENERATE = "nsys-rules explain --all --no-plugins --output docs/rules"
+
+
 def write_rule_docs(rules: Mapping[str, type[Rule]], plugins: Mapping[str, str], out_dir: Path) -> list[Path]:
     """Write one Markdown page per rule plus an ``index.md`` into ``out_dir``; returns the paths.
 
@@ -120,30 +123,3 @@ def write_rule_docs(rules: Mapping[str, type[Rule]], plugins: Mapping[str, str],
     index_path = out_dir / "index.md"
     write_atomic(index_path, "\n".join(index) + "\n", "rule index")
     return [*written, index_path]
-
-
-#: The command that regenerates ``docs/rules/`` (built-in rules only; plugins document their own).
-REGENERATE = "python -m nsys_rules.docs docs/rules"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m nsys_rules.docs OUT_DIR [--plugins]``: write the rule pages (built-in rules unless --plugins)."""
-    import argparse
-
-    from .plugins import BUILTIN, build_registry
-
-    parser = argparse.ArgumentParser(prog="python -m nsys_rules.docs", description=main.__doc__)
-    parser.add_argument("out_dir", type=Path, help="folder for the pages, e.g. docs/rules")
-    parser.add_argument("--plugins", action="store_true", help="also document rules of installed plugins")
-    args = parser.parse_args(argv)
-    registry = build_registry(autoload=args.plugins)
-    rules = {n: r for n, r in registry.rules.items() if args.plugins or registry.rule_plugin[n] == BUILTIN}
-    for path in write_rule_docs(rules, registry.rule_plugin, args.out_dir):
-        sys.stdout.write(f"{path}\n")
-    for error in registry.errors:
-        sys.stderr.write(f"plugin error: {error['plugin']}: {error['error']}\n")
-    return 4 if registry.errors else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,147 +5,38 @@ from __future__ import annotations
 import dataclasses
 import functools
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-
-from . import __version__
-from .config import Settings, resolve_rule_name
-from .compat import missing_table
-from .errors import ExitCode, UsageError
-from .findings import Finding, Severity, rank_key
-from .isolation import run_rule
-from .memory_limit import enforce_limit as enforce_memory_limit
-from .plugins import Registry
-from .rule import Rule, RuleContext
-from .textsafe import clip
-from .trace import Trace
 from .analysis.budget import Budget, step_budget
 from .analysis.steps import StepModel, model_needs, restrict
 from .answer import finalize
+from .compat import missing_table
+from .config import Settings
+from .findings import rank_key
+from .isolation import run_rule
+from .memory_limit import enforce_limit as enforce_memory_limit
+from .options import effective_options, rule_window_kind, select_rules
+from .records import RunError, Skipped, TraceInfo
+from .registry import Registry
+from .report import Report, TraceResult
+from .rule import Rule, RuleContext
+from .textsafe import clip
+from .trace import Trace
 from .windows import FULL, SteadyOptions, Window, require_activity, steady_state_window, user_window
 
-SCHEMA_VERSION = "1.1"
-
-
-@dataclass
-class TraceResult:
-    """What one trace produced."""
-
-    info: dict[str, Any]
-    findings: list[Finding] = field(default_factory=list)
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    errors: list[dict[str, str]] = field(default_factory=list)
-    # The steady-state profile (nsys_rules.overview) for formats that draw it; None unless asked for.
-    profile: dict[str, Any] | None = None
-
-    @property
-    def has_cuda(self) -> bool:
-        """Whether the trace recorded any CUDA API call or GPU operation (else no rule has anything to judge)."""
-        tables = self.info.get("tables", {})
-        return any(tables.get(t) for t in CUDA_TABLES)
-
-
-#: Tables whose rows mean the program used CUDA (runtime or driver calls, or GPU work).
-CUDA_TABLES = ("api", "kernels", "memcpy", "memset", "graph_trace")
-
-
-@dataclass
-class Report:
-    """The result of a ``check`` run over one or more traces."""
-
-    rules: list[dict[str, Any]]
-    plugins: list[dict[str, str]]
-    fail_on: str
-    results: list[TraceResult] = field(default_factory=list)
-    errors: list[dict[str, str]] = field(default_factory=list)  # plugin errors, not tied to a trace
-    registry: Registry | None = None
-    cross_trace: dict[str, Any] | None = None  # set by nsys_rules.parallel when several traces ran
-    job: Any = None  # nsys_rules.job.run.JobOutcome when the traces held a multi-rank job
-    verbose: bool = False  # human formats list skipped rules one by one (check -v)
-
-    @property
-    def findings(self) -> list[Finding]:
-        """Every finding of every trace and of the job rules, ranked (savings, then severity)."""
-        job = self.job.findings if self.job is not None else []
-        return sorted([*(f for r in self.results for f in r.findings), *job], key=rank_key)
-
-    @property
-    def all_errors(self) -> list[dict[str, str]]:
-        """Plugin errors plus rule errors (job rules included)."""
-        return self.errors + [e for r in self.results for e in r.errors] + (self.job.errors if self.job else [])
-
-    @property
-    def all_skipped(self) -> list[dict[str, str]]:
-        """Rules skipped on each trace, then job rules skipped."""
-        return [s for r in self.results for s in r.skipped] + (self.job.skipped if self.job else [])
-
-    @property
-    def exit_code(self) -> ExitCode:
-        """4 when anything failed; 3 when no trace recorded CUDA activity (nothing could be judged);
-        else 1 when a finding reaches ``fail_on``, else 0."""
-        if self.all_errors:
-            return ExitCode.INCOMPLETE
-        if self.results and not any(r.has_cuda for r in self.results) and not self.findings:
-            return ExitCode.BAD_INPUT  # no trace recorded any CUDA activity: nothing at all could be judged
-        if self.fail_on != "never":
-            floor = Severity(self.fail_on).rank
-            if any(f.severity.rank >= floor for f in self.findings):
-                return ExitCode.FINDINGS
-        return ExitCode.OK
-
-    def summary(self) -> dict[str, Any]:
-        """Counts by severity and the exit code."""
-        counts = {s.value: 0 for s in Severity}
-        for f in self.findings:
-            counts[f.severity.value] += 1
-        return {"findings": sum(counts.values()), "by_severity": counts,
-                "skipped": len(self.all_skipped), "errors": len(self.all_errors),
-                "exit_code": int(self.exit_code)}
-
-
-def select_rules(registry: Registry, settings: Settings) -> list[type[Rule]]:
-    """The rules to run, in registry order: ``select`` (default all) minus ``ignore``; aliases accepted."""
-    aliases = registry.aliases()
-    names = list(registry.rules)
-    if settings.select and not any(s.upper() == "ALL" for s in settings.select):
-        names = [resolve_rule_name(s, registry.rules, aliases, "--select") for s in settings.select]
-    ignored = {resolve_rule_name(s, registry.rules, aliases, "--ignore") for s in settings.ignore}
-    return [registry.rules[n] for n in dict.fromkeys(names) if n not in ignored]
-
-
-def effective_options(rule: type[Rule], settings: Settings) -> Any:
-    """``rule.Options`` with the configured overrides applied."""
-    overrides = settings.rule_options.get(rule.name, {})
-    try:
-        return rule.Options(**overrides)
-    except (TypeError, ValueError, ArithmeticError) as exc:
-        raise UsageError(f"options of {rule.name}: {exc}") from None
-
-
-def rule_window_kind(rule: type[Rule], options: Any) -> str:
-    """``steady`` or ``full``: an ``Options.window`` field wins over the class default."""
-    kind = getattr(options, "window", rule.window)
-    if kind not in ("steady", "full"):
-        raise UsageError(f"{rule.name}.window must be 'steady' or 'full', not {kind!r}")
-    return kind
-
-
-def describe_trace(trace: Trace) -> dict[str, Any]:
-    """The ``traces[]`` entry of the JSON envelope."""
+def describe_trace(trace: Trace) -> TraceInfo:
+    """What the trace is (its windows and budget are added once the rules ran)."""
     cap = trace.capture
-    return {
-        "path": trace.label,
-        "nsys_version": trace.export_info.nsys_version,
-        "export_schema_version": trace.export_info.schema_version,
-        # null above means "unknown": exports before nsys 2022.1 carry no metadata; this says what the shapes suggest.
-        **({"nsys_version_inferred": trace.export_info.inferred} if trace.export_info.inferred else {}),
-        "gpus": [dataclasses.asdict(g) for g in sorted(trace.gpus.values(), key=lambda g: g.id)],
-        "capture": {"graph_trace_mode": cap.graph_trace_mode, "traced": list(cap.traced),
-                    "command": clip(cap.command_line) or None},
-        "tables": {name: trace.row_count(name) for name in trace.tables_present},
-    }
+    return TraceInfo(
+        path=trace.label, nsys_version=trace.export_info.nsys_version,
+        export_schema_version=trace.export_info.schema_version,
+        # A version of None means "unknown": exports before nsys 2022.1 carry no metadata; this says what the shapes suggest.
+        nsys_version_inferred=trace.export_info.inferred,
+        gpus=[dataclasses.asdict(g) for g in sorted(trace.gpus.values(), key=lambda g: g.id)],
+        capture={"graph_trace_mode": cap.graph_trace_mode, "traced": list(cap.traced),
+                 "command": clip(cap.command_line) or None},
+        tables={name: trace.row_count(name) for name in trace.tables_present})
 
 
 def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
@@ -166,7 +57,7 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
             # Absent tables: compat.missing_table tells "not traced" from "none happened" from "GPU activity lost".
             reason, fix = (f"the trace's {table.sources[0]} table lacks required columns (see damage)",
                            table.capture_hint) if unusable else missing_table(trace, missing[0])
-            result.skipped.append({"rule": rule.name, "trace": trace.label, "reason": reason, "fix": fix})
+            result.skipped.append(Skipped(rule.name, trace.label, reason, fix))
             continue
         runnable.append((rule, options))
         for table, cols in rule.needs().items():
@@ -174,7 +65,7 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
                 needs.setdefault(table, []).extend(c for c in cols if c not in needs.get(table, []))
     for table, cols in model_needs(trace).items():  # the step model and the budget read these for every run
         needs.setdefault(table, []).extend(c for c in cols if c not in needs.get(table, []))
-    windows = _Windows(trace, settings)
+    windows = TraceWindows(trace, settings)
     enforce_memory_limit(trace, needs, settings.max_memory)  # exit 3 before a read that cannot fit
     trace.preload(needs)
     steady = windows.get("steady")
@@ -196,13 +87,12 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
     result.findings = finalize(result.findings, budget, span, settings.noise_floor_pct, judged)  # type: ignore[arg-type]
     if settings.profile:
         _add_profile(trace, result, windows)
-    result.info["window"] = windows.describe()
-    result.info["budget"] = budget.to_json() if budget is not None else None
+    result.info.window = windows.describe()
+    result.info.budget = budget.to_json() if budget is not None else None
     if budget is None:
-        result.info["budget_reason"] = (model.reason if model is not None and model.reason else
-                                        "the steady steps ran no GPU work")
-    if trace.damage:
-        result.info["damage"] = list(dict.fromkeys(trace.damage))
+        result.info.budget_reason = (model.reason if model is not None and model.reason else
+                                     "the steady steps ran no GPU work")
+    result.info.damage = list(dict.fromkeys(trace.damage))
     return result
 
 
@@ -212,13 +102,15 @@ def _capture_span(trace: Trace) -> tuple[int, int]:
 
     ops = gpu_ops(trace)
     return (int(ops.start.min()), int(ops.end.max())) if len(ops) else (0, 0)
-def _context(trace: Trace, rule: type[Rule], options: Any, windows: "_Windows", steps: StepModel | None,
+
+
+def _context(trace: Trace, rule: type[Rule], options: Any, windows: "TraceWindows", steps: StepModel | None,
              budget: Budget | None) -> RuleContext:
     """What ``rule.check`` gets (built inside the rule's boundary: a window that cannot be cut is a skip)."""
     return RuleContext(trace, rule(), options, windows.get(rule_window_kind(rule, options)), steps, budget)
 
 
-def _add_profile(trace: Trace, result: TraceResult, windows: "_Windows") -> None:
+def _add_profile(trace: Trace, result: TraceResult, windows: "TraceWindows") -> None:
     """Attach the steady-state profile (only markdown/HTML ask for it: it reads every GPU row)."""
     from .overview import build_profile
 
@@ -226,12 +118,13 @@ def _add_profile(trace: Trace, result: TraceResult, windows: "_Windows") -> None
     try:
         result.profile = build_profile(trace, windows.get("steady"), flagged)
     except Exception as exc:  # noqa: BLE001 - a failed profile must not hide the findings
-        result.errors.append({"rule": "profile", "trace": trace.label, "error": f"{type(exc).__name__}: {exc}",
-                              "traceback": "".join(traceback.format_exception(exc))[-4000:]})
+        result.errors.append(RunError(f"{type(exc).__name__}: {exc}", rule="profile", trace=trace.label,
+                                      traceback="".join(traceback.format_exception(exc))[-4000:]))
 
 
-class _Windows:
-    """The windows of one trace, computed once each and shared by the rules."""
+class TraceWindows:
+    """The windows of one trace (``steady``, ``full``, or the user's ``filter``), computed once each and shared by
+    the rules; :meth:`get` returns the one a rule judges."""
 
     def __init__(self, trace: Trace, settings: Settings) -> None:
         self.trace = trace
@@ -239,6 +132,7 @@ class _Windows:
         self._cache: dict[str, Window] = {}
 
     def get(self, kind: str) -> Window:
+        """The window of ``kind`` (``steady`` or ``full``); with --filter-time/--filter-nvtx, the user's window."""
         if self.settings.filter_time or self.settings.filter_nvtx:
             kind = "filter"  # a user window replaces both the steady and the full window
         if kind not in self._cache:
@@ -269,6 +163,7 @@ class _Windows:
         return self.get("steady").model
 
     def describe(self) -> dict[str, Any]:
+        """The ``window`` object of the trace's JSON entry: each window computed so far."""
         return {kind: w.to_json() for kind, w in self._cache.items()}
 
 
@@ -294,8 +189,3 @@ def run_check(paths: list[Path], registry: Registry, settings: Settings, open_tr
             trace.close()
     report.job = run_job(ranks, rules, settings)
     return report
-
-
-def tool_info(report: Report) -> dict[str, Any]:
-    """The ``tool`` object of the envelope."""
-    return {"name": "nsys-rules", "version": __version__, "plugins": report.plugins}

@@ -53,6 +53,19 @@ class Metric:
         return {"value": value, "unit": self.unit}
 
 
+def metric(value: float | int, unit: str) -> Metric:
+    """Shorthand for :class:`Metric` that turns numpy scalars into Python numbers (floats rounded to 6 decimals)."""
+    # A numpy scalar, told by its ``item()`` rather than by importing numpy: the command line
+    # imports this module before the read-ahead starts, and numpy is not needed for that.
+    if not isinstance(value, (int, float)) and hasattr(value, "item"):
+        value = value.item()
+    elif isinstance(value, float) and type(value) is not float:
+        value = float(value)  # np.float64 is a float subclass: a plain float for JSON
+    if isinstance(value, float):
+        value = round(value, 6)
+    return Metric(value, unit)
+
+
 @dataclass(frozen=True)
 class Location:
     """Where a finding points; every field is optional."""

@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator
 from .config import DEFAULT_RULE_TIMEOUT
 from .errors import InputError, MissingData, PluginError, UsageError
 from .findings import Finding, Location, Metric, Severity, rank_key
+from .records import RunError, Skipped
 from .rule import Rule, RuleContext
 from .textsafe import clip_value
 
@@ -49,8 +50,8 @@ class RuleOutcome:
     """What one rule produced: its valid findings, a skip reason, or errors (exit 4)."""
 
     findings: list[Finding] = field(default_factory=list)
-    skipped: dict[str, str] | None = None
-    errors: list[dict[str, str]] = field(default_factory=list)
+    skipped: Skipped | None = None
+    errors: list[RunError] = field(default_factory=list)
 
 
 def run_rule(rule: type[Rule], context: Callable[[], RuleContext], label: str,
@@ -66,16 +67,14 @@ def run_rule(rule: type[Rule], context: Callable[[], RuleContext], label: str,
     outcome = RuleOutcome()
 
     def error(message: str, exc: BaseException | None = None) -> None:
-        entry = {"rule": rule.name, "trace": label, "error": message}
-        if exc is not None:
-            entry["traceback"] = "".join(traceback.format_exception(exc))[-4000:]
-        outcome.errors.append(entry)
+        stack = "".join(traceback.format_exception(exc))[-4000:] if exc is not None else ""
+        outcome.errors.append(RunError(message, rule=rule.name, trace=label, traceback=stack))
 
     try:
         ctx = context()
         produced = limited(lambda: _collect(ctx), timeout)
     except MissingData as gap:
-        outcome.skipped = {"rule": rule.name, "trace": label, "reason": gap.reason, "fix": gap.fix}
+        outcome.skipped = Skipped(rule.name, label, gap.reason, gap.fix)
         return outcome
     except (UsageError, InputError):
         raise

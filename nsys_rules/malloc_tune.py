@@ -1,10 +1,10 @@
 """Process-wide memory tuning for big traces.
 
-glibc's malloc raises its mmap threshold each time a large block is freed (up to 32 MB), so
-after the loader frees its first column buffers, every later million-row array comes from
-the heap, and the heap cannot return freed holes to the system: on the 1M-kernel trace the
-resident set stayed 80 MB above what was alive. A fixed threshold keeps large arrays in their
-own mappings, which go back to the system the moment numpy frees them.
+glibc's malloc raises its mmap threshold each time a large block is freed, so after the
+loader frees its first column buffers, every later million-row array comes from the heap, and
+the heap cannot return freed holes to the system: the resident set stays well above what is
+alive. A fixed threshold keeps large arrays in their own mappings, which go back to the system
+the moment numpy frees them (docs/performance.md has the measurements).
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ import sys
 
 #: mallopt parameter number of M_MMAP_THRESHOLD in glibc's malloc.h.
 _M_MMAP_THRESHOLD = -3
-#: Blocks of this size or more get their own mapping, kept fixed. Million-row columns (4-18 MB)
-#: stay above it, so they go back to the system when freed; smaller temporaries (a million-row
-#: mask, a batch of a few thousand rows) come from the heap and are reused: with glibc's initial
-#: 128 KB every one of them was a fresh mapping faulted in page by page (0.3 s of system time
-#: per check of the 1M-kernel trace, for the same peak).
+#: Blocks of this size or more get their own mapping, kept fixed. Million-row columns stay above
+#: it, so they go back to the system when freed; smaller temporaries (a million-row mask, a batch
+#: of a few thousand rows) come from the heap and are reused, where glibc's initial threshold
+#: would make each a fresh mapping faulted in page by page.
 MMAP_THRESHOLD = 2 * 1024 * 1024
 
 _done = False
@@ -45,8 +44,8 @@ def release_free_memory() -> None:
     """Hand memory the allocators keep for reuse back to the system (after the preload's big reads).
 
     Arrow's mimalloc pool and glibc's per-thread arenas keep the pages of freed record batches
-    (the two preload threads each hold their own): on the 1M-kernel trace about 10 MB of RSS
-    that every rule would carry on top of the frames. A no-op where the calls do not exist.
+    (the two preload threads each hold their own), which every rule would otherwise carry on top
+    of the frames. A no-op where the calls do not exist.
     """
     pyarrow = sys.modules.get("pyarrow")
     if pyarrow is not None:

@@ -42,20 +42,16 @@ NAME_COLUMN_BYTES = 20
 #: Python string object overhead per ``StringIds`` row, plus the id and the array slot.
 STRING_ROW_BYTES = 80
 #: Rules and windows work on copies of what was loaded (cuts to a window, group-bys, launch
-#: times), and the rule pack holds some fixed working state. ``benchmarks/memory_estimate.py``
-#: measures the real peak above the interpreter (with pyarrow/ADBC imported): on the 1M-kernel
-#: big trace 454 MB for a 436 MB load estimate, on the h200 traces 13-33 MB for 0.2-20 MB
-#: loads. Planned as 1.5 x the load + 16 MB, every measured run stays below its estimate
-#: (ratios 0.68-0.8).
+#: times), and the rule pack holds some fixed working state: 1.5 x the load + 16 MB keeps every
+#: run ``benchmarks/memory_estimate.py`` measures below its estimate (docs/performance.md).
 RUN_FACTOR = 1.5
 FIXED_BYTES = 16 * 1024**2
 #: Text is worked on harder than numbers: names are copied per row (``nvtx_sum`` builds a
-#: "domain:name" string per range), hashed into categories and compared. Measured on traces
-#: holding 10-150 MB of NVTX text or of text in a kernel column (``benchmarks/hostile_memory.py``):
-#: peaks of 1.3x-4.5x the text's memory; planned as 4.5x.
+#: "domain:name" string per range), hashed into categories and compared: the highest peak
+#: ``benchmarks/hostile_memory.py`` measures, in multiples of the text's memory.
 TEXT_RUN_FACTOR = 4.5
 #: What one distinct name costs a ``stats`` report beyond its read: its output row (a dict of ten
-#: values), the formatted cells and the printed line; measured 1.9 kB a range on 150k distinct NVTX names.
+#: values), the formatted cells and the printed line (measured: docs/performance.md).
 STATS_BYTES_PER_NAME = 2048
 
 

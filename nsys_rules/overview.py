@@ -23,8 +23,10 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from .analysis.intervals import busy_by_group, busy_ns, point_in
+from .analysis.launches import launch_times
 from .trace import Trace
-from .windows import Window, launch_times
+from .windows import Window
 
 #: How many kernels the per-kernel table keeps (by total time); ``diff`` uses its own, larger cut.
 TOP_KERNELS = 25
@@ -136,30 +138,7 @@ def step_index(launch: np.ndarray, steps: tuple[tuple[int, int], ...]) -> np.nda
     """Index of the step each launch time falls in, -1 outside every step."""
     if not steps:
         return np.full(len(launch), -1, np.int64)
-    starts = np.array([s for s, _ in steps], np.int64)
-    ends = np.array([e for _, e in steps], np.int64)
-    pos = np.searchsorted(starts, launch, side="right") - 1
-    ok = pos >= 0
-    ok[ok] = launch[ok] <= ends[pos[ok]]
-    return np.where(ok, pos, -1)
-
-
-def busy_ns(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = None) -> pd.Series:
-    """Length of the union of ``[start, end]`` intervals, per ``group`` (one group when None).
-
-    Overlapping work on several streams counts once: each interval adds only the part that
-    reaches past the latest end seen so far in its group.
-    """
-    if group is None:
-        group = np.zeros(len(start), np.int64)
-    if not len(start):
-        return pd.Series(dtype=np.int64)
-    frame = pd.DataFrame({"g": group, "s": start, "e": end}).sort_values(["g", "s"], kind="stable")
-    reach = frame.groupby("g", sort=False)["e"].cummax()
-    before = reach.groupby(frame["g"], sort=False).shift(1)
-    lo = np.maximum(frame["s"].to_numpy(np.float64), before.fillna(-np.inf).to_numpy(np.float64))
-    add = np.clip(frame["e"].to_numpy(np.float64) - lo, 0, None)
-    return pd.Series(add, index=frame.index).groupby(frame["g"].to_numpy()).sum().round().astype(np.int64)
+    return point_in(launch, np.array([a for a, _ in steps], np.int64), np.array([b for _, b in steps], np.int64))
 
 
 def build_profile(trace: Trace, window: Window, flagged: Iterable[str] = (), top: int = TOP_KERNELS) -> dict[str, Any]:
@@ -198,7 +177,7 @@ def build_profile(trace: Trace, window: Window, flagged: Iterable[str] = (), top
         "distributions": _distributions(gpu, dur, flagged),
     }
     span = _span(gpu, window)
-    busy_total = int(busy_ns(gpu["start"].to_numpy(np.int64), gpu["end"].to_numpy(np.int64)).sum()) if len(gpu) else 0
+    busy_total = busy_ns(gpu["start"].to_numpy(np.int64), gpu["end"].to_numpy(np.int64))
     profile["span_ns"] = span
     profile["busy_ns"] = busy_total
     if n_steps:
@@ -241,7 +220,7 @@ def _timeline(gpu: pd.DataFrame, steps: tuple[tuple[int, int], ...]) -> dict[str
         return {"rows": [], "complete": True, "busy_total_ns": 0, "wall_total_ns": 0, "typical": None}
     idx = gpu["step"].to_numpy(np.int64) if len(gpu) else np.array([], np.int64)
     starts, ends = gpu["start"].to_numpy(np.int64), gpu["end"].to_numpy(np.int64)
-    busy = busy_ns(starts, ends, idx).reindex(range(n), fill_value=0).to_numpy(np.int64) if len(gpu) \
+    busy = busy_by_group(starts, ends, idx).reindex(range(n), fill_value=0).to_numpy(np.int64) if len(gpu) \
         else np.zeros(n, np.int64)
     kernel = np.bincount(idx, weights=(ends - starts), minlength=n).astype(np.int64) if len(gpu) else np.zeros(n, np.int64)
     host_start = np.array([s for s, _ in steps], np.int64)

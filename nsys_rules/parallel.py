@@ -32,6 +32,7 @@ from .config import Settings
 from .engine import Report, TraceResult, analyze_trace, run_check, select_rules
 from .errors import ExitCode, InputError, NsysRulesError, UsageError
 from .plugins import Registry, build_registry
+from .records import RunError
 
 #: Kernels per trace kept in its profile (by total time): enough to find the shared heavy kernels.
 PROFILE_KERNELS = 50
@@ -265,7 +266,7 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
     for answer in answers:
         if answer.error is not None:
             if answer.exit_code == ExitCode.INCOMPLETE:
-                report.errors.append({"trace": answer.path, "error": answer.error})
+                report.errors.append(RunError(answer.error, trace=answer.path))
                 continue
             raise (UsageError if answer.exit_code == ExitCode.USAGE else InputError)(answer.error)
         assert answer.result is not None
@@ -325,34 +326,6 @@ def cross_trace_summary(profiles: Iterable[tuple[str, dict[str, Any]]],
     rows.sort(key=lambda r: (-r["excess_ns"], r["kernel"]))
     summary["kernels"] = rows[:top]
     return summary
-
-
-def summary_lines(summary: dict[str, Any]) -> list[str]:
-    """The cross-trace summary as text lines for the table output."""
-    from tabulate import tabulate
-
-    from .formatters.table import human_ns
-    from .textsafe import terminal_safe
-
-    slow = summary["slowest"]
-    ratio = slow.get("ratio_to_median")
-    lines = [f"across {len(summary['traces'])} traces: slowest {terminal_safe(slow['path'], newlines=False)} with "
-             f"{human_ns(slow['kernel_ns'])} of kernel time"
-             + (f", {ratio:.2f}x the median ({human_ns(slow['median_kernel_ns'])})" if ratio else "")]
-    rows = [[_short(k["kernel"]), human_ns(k["median_ns"]), human_ns(k["max_ns"]),
-             f"{k['max_over_median']:.2f}" if k["max_over_median"] else "", human_ns(k["excess_ns"]),
-             terminal_safe(Path(k["slowest"]).name, newlines=False)] for k in summary["kernels"]]
-    if rows:
-        lines.append(tabulate(rows, headers=["kernel (shared)", "median", "max", "max/median", "excess", "slowest trace"],
-                              tablefmt="simple"))
-    return lines
-
-
-def _short(name: str, width: int = 60) -> str:
-    from .textsafe import terminal_safe
-
-    name = terminal_safe(name, newlines=False)
-    return name if len(name) <= width else name[: width - 3] + "..."
 
 
 def default_jobs() -> int:

@@ -15,38 +15,22 @@ import difflib
 import importlib.metadata as metadata
 import os
 import re
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import pluggy
 
 from . import hooks
 from .config import DEFAULT_RULE_TIMEOUT
 from .isolation import RuleTimeout, limited
+from .records import RunError
+from .registry import BUILTIN, Registry
 from .rule import Rule
 from .textsafe import clip_value
 
 ENTRY_POINT_GROUP = "nsys_rules"
 #: Set to a non-empty value (not "0") to skip entry-point plugins, like pytest's PYTEST_DISABLE_PLUGIN_AUTOLOAD.
 AUTOLOAD_ENV = "NSYS_RULES_DISABLE_PLUGIN_AUTOLOAD"
-BUILTIN = "nsys-rules (built-in)"
 _KEBAB = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
-
-
-@dataclass
-class Registry:
-    """Everything the plugins registered."""
-
-    rules: dict[str, type[Rule]] = field(default_factory=dict)
-    rule_plugin: dict[str, str] = field(default_factory=dict)
-    formatters: dict[str, Callable[..., str]] = field(default_factory=dict)
-    loaders: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    plugins: list[dict[str, str]] = field(default_factory=list)
-    errors: list[dict[str, str]] = field(default_factory=list)
-
-    def aliases(self) -> dict[str, str]:
-        """Alias (e.g. NVIDIA's rule name) -> rule name."""
-        return {alias: name for name, cls in self.rules.items() for alias in cls.aliases}
 
 
 def autoload_disabled() -> bool:
@@ -74,7 +58,7 @@ def build_registry(autoload: bool = True, extra: tuple[tuple[str, object], ...] 
                 plugin = limited(ep.load, DEFAULT_RULE_TIMEOUT)
                 pm.register(plugin, name=ep.name)
             except (Exception, SystemExit, RuleTimeout) as exc:  # noqa: BLE001 - a broken plugin must not stop the others
-                registry.errors.append({"plugin": ep.name, "error": f"failed to load: {failure(exc)}"})
+                registry.errors.append(RunError(f"failed to load: {failure(exc)}", plugin=ep.name))
                 continue
             registry.plugins.append({"name": ep.name, "version": _dist_version(ep)})
     try:
@@ -82,7 +66,7 @@ def build_registry(autoload: bool = True, extra: tuple[tuple[str, object], ...] 
     except pluggy.PluginValidationError:
         # check_pending stops at the first unknown hook; name every one, with its plugin.
         for plugin_name, message in unknown_hooks(pm):
-            registry.errors.append({"plugin": plugin_name, "error": message})
+            registry.errors.append(RunError(message, plugin=plugin_name))
     _collect(pm, registry)
     return registry
 
@@ -117,15 +101,15 @@ def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:
             if problem is None and rule.name in registry.rules:
                 problem = f"rule name {rule.name!r} is already registered by {registry.rule_plugin[rule.name]}"
             if problem:
-                registry.errors.append({"plugin": impl.plugin_name, "error": problem})
+                registry.errors.append(RunError(problem, plugin=impl.plugin_name))
                 continue
             registry.rules[rule.name] = rule
             registry.rule_plugin[rule.name] = impl.plugin_name
     for impl in pm.hook.register_formatters.get_hookimpls():
         for fmt, func in (_call(impl, registry, dict) or {}).items():
             if not isinstance(fmt, str) or fmt in registry.formatters or not callable(func):
-                registry.errors.append({"plugin": impl.plugin_name,
-                                        "error": f"formatter {clip_value(fmt, 60)!r} is taken or not callable"})
+                registry.errors.append(RunError(f"formatter {clip_value(fmt, 60)!r} is taken or not callable",
+                                                plugin=impl.plugin_name))
                 continue
             registry.formatters[fmt] = func
     for impl in pm.hook.register_loaders.get_hookimpls():
@@ -133,9 +117,8 @@ def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:
             key = str(suffix).lower()
             if not key.startswith(".") or key in TRACE_SUFFIXES or key in registry.loaders or not callable(func):
                 # The built-in readers (.sqlite, .nsys-rep) and an earlier plugin's suffix are never taken over.
-                registry.errors.append({"plugin": impl.plugin_name,
-                                        "error": f"loader for {clip_value(suffix, 60)!r} is taken, not a '.suffix' "
-                                                 "or not callable"})
+                registry.errors.append(RunError(f"loader for {clip_value(suffix, 60)!r} is taken, not a '.suffix' "
+                                                "or not callable", plugin=impl.plugin_name))
                 continue
             registry.loaders[key] = func
 
@@ -146,12 +129,12 @@ def _call(impl: Any, registry: Registry, kind: type | tuple[type, ...]) -> Any:
     try:
         value = limited(impl.function, DEFAULT_RULE_TIMEOUT)
     except (Exception, SystemExit, RuleTimeout) as exc:  # noqa: BLE001 - isolate the plugin
-        registry.errors.append({"plugin": impl.plugin_name, "error": f"{name} failed: {failure(exc)}"})
+        registry.errors.append(RunError(f"{name} failed: {failure(exc)}", plugin=impl.plugin_name))
         return None
     if value is not None and not isinstance(value, kind):
         wanted = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-        registry.errors.append({"plugin": impl.plugin_name,
-                                "error": f"{name} returned {type(value).__name__}, not a {wanted}"})
+        registry.errors.append(RunError(f"{name} returned {type(value).__name__}, not a {wanted}",
+                                        plugin=impl.plugin_name))
         return None
     return value
 

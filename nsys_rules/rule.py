@@ -9,17 +9,17 @@ from typing import Any, ClassVar, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from .compat import missing_table
-from .errors import MissingData
-from .findings import Finding, Location, Metric, Severity
-from .loaders.tables import TABLES
-from .trace import Trace
 from .analysis.activity import frame_api_rows
 from .analysis.budget import Budget
-from .analysis.launches import launch_api_rows
+from .analysis.launches import launch_api_rows, launch_times
 from .analysis.steps import StepModel
 from .analysis.workload import looks_like_model
-from .windows import Window, launch_times
+from .compat import missing_table
+from .errors import MissingData
+from .findings import Finding, Location, Metric, Severity, metric  # noqa: F401 - metric: rules' shorthand
+from .loaders.tables import TABLES
+from .trace import Trace
+from .windows import Window
 
 #: Sections every rule docstring carries, in this order (checked by the meta tests).
 DOC_SECTIONS = ("What it detects", "Why it hurts", "Evidence", "Next optimizations", "Options", "Requires",
@@ -33,6 +33,15 @@ class NoOptions:
     """A rule without options."""
 
 
+@dataclass(frozen=True)
+class Renamed:
+    """An option's former name, still accepted (with a one-line deprecation warning) for one release."""
+
+    new: str
+    #: Old values are multiplied by this: 100 where a fraction (0.05) became a percent (5).
+    factor: float = 1.0
+
+
 class Rule:
     """Base class of every rule, built-in or from a plugin.
 
@@ -43,6 +52,8 @@ class Rule:
     ``window`` is ``"steady"`` or ``"full"`` (an ``Options.window`` field overrides it).
     ``scope`` is ``"trace"``: the engine runs the rule on each trace. Job rules
     (:class:`nsys_rules.job.rule.JobRule`, scope ``"job"``) run once over all ranks instead.
+    ``renamed_options`` maps an option's former name to its :class:`Renamed` (shares and
+    fractions are percents named ``*_pct``; the old names stay accepted for one release).
     """
 
     name: ClassVar[str] = ""
@@ -55,6 +66,7 @@ class Rule:
     aliases: ClassVar[tuple[str, ...]] = ()
     Options: ClassVar[type] = NoOptions
     scope: ClassVar[str] = "trace"
+    renamed_options: ClassVar[Mapping[str, Renamed]] = {}
 
     def check(self, ctx: "RuleContext") -> Iterable[Finding]:
         """Yield findings for ``ctx.trace``; raise :class:`MissingData` to be skipped."""
@@ -110,7 +122,7 @@ class RuleContext:
                 shared = _launch_series(self.trace, full, launch)
                 if shared is not None and span is not None and span[0] < 0:
                     sub["launch_start"] = launch[mask]
-                elif shared is not None:  # a view of the trace's launch times: 8 MB less per rule on 1M kernels
+                elif shared is not None:  # a view of the trace's launch times, not a copy per rule
                     sub["launch_start"] = shared if span is None else shared.iloc[span[0]:span[1]]
                 else:
                     sub["launch_start"] = launch.copy() if span is None else launch[mask]
@@ -246,14 +258,3 @@ def _contiguous(mask: np.ndarray) -> tuple[int, int] | None:
     if first == 0 and last == len(mask) - 1 and mask.all():
         return None
     return (first, last + 1) if mask[first:last + 1].all() else (-1, -1)
-
-
-def metric(value: float | int, unit: str) -> Metric:
-    """Shorthand for :class:`Metric` that turns numpy scalars into Python numbers."""
-    if isinstance(value, (np.integer,)):
-        value = int(value)
-    elif isinstance(value, (np.floating,)):
-        value = float(value)
-    if isinstance(value, float):
-        value = round(value, 6)
-    return Metric(value, unit)

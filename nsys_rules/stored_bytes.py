@@ -1,10 +1,10 @@
 """How much text (and blob) data a read would pull into memory, from the bytes the file stores.
 
-Counting rows prices every value as a number, but a hostile export can store 600 MB of
-NVTX text, or 800 MB of TEXT in an integer column, in a handful of rows; read into Python
-those become strings several times their stored size. Scanning every value for its type
-and length is exact but costs a full read of the table (2.5 s on the 1M-kernel trace), so
-the answer is built in steps, each cheap, the exact one only when needed:
+Counting rows prices every value as a number, but a hostile export can store hundreds of MB
+of NVTX text, or of TEXT in an integer column, in a handful of rows; read into Python those
+become strings several times their stored size. Scanning every value for its type and length
+is exact but costs a full read of the table, so the answer is built in steps, each cheap, the
+exact one only when needed:
 
 1. :func:`table_storage` asks SQLite's ``dbstat`` table (one aggregate query per table) for
    the bytes a table's rows hold on disk and its largest row: no value is decoded. The

@@ -125,8 +125,8 @@ class Taxonomy:
 
         Each pattern runs once over the whole list in RE2 (pyarrow's regex engine: linear in
         the text, no backtracking), so the cost is the names' total length, not names times a
-        per-name scan: Python's backtracking ``re`` took 0.1 s on one 8 KB name built to defeat
-        the tile pattern, and 100k distinct names cost 2 s. First match wins, in the order the
+        per-name scan (Python's backtracking ``re`` can be made to take seconds by one name built
+        to defeat the tile pattern). First match wins, in the order the
         class docstring gives (user patterns, skinny tile, built-in rules, then the full name
         of generically named template kernels).
         """
@@ -296,8 +296,7 @@ def classify(names: pd.Series, extra: Mapping[str, Iterable[str]] | None = None,
     if isinstance(names.dtype, pd.CategoricalDtype):
         cats = names.cat.categories
         codes = names.cat.codes.to_numpy()
-        # Class codes per category, mapped by the name's code: building the categorical from a
-        # million label strings cost 0.5 s on the big trace.
+        # Class codes per category, mapped by the name's code: no label string per row.
         table = _category_table(tax, cats)
         out = table[codes]  # code -1 (NULL name) indexes the trailing "other"
         return pd.Series(pd.Categorical.from_codes(out, categories=list(CLASSES), validate=False), index=names.index,

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .testing_schema import EXPORT_DDL
+
 PID = 4242
 MAIN_TID = 4242
 VM_BITS = 1 << 48  # nsys stores a VM id above the pid/tid bits of a serialized global id
@@ -33,62 +35,6 @@ VM_BITS = 1 << 48  # nsys stores a VM id above the pid/tid bits of a serialized 
 MEMCPY_KINDS = {"HtoD": 1, "DtoH": 2, "DtoD": 8, "HtoH": 9, "PtoP": 10}
 MEMORY_KINDS = {"pageable": 0, "pinned": 1, "device": 2, "array": 3, "managed": 4}
 SYNC_TYPES = {"event": 1, "stream_wait_event": 2, "stream": 3, "context": 4}
-
-_DDL = {
-    "StringIds": "id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL",
-    "CUPTI_ACTIVITY_KIND_KERNEL": (
-        "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
-        "greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, "
-        "demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL, mangledName INTEGER, launchType INTEGER, "
-        "cacheConfig INTEGER, registersPerThread INTEGER NOT NULL, gridX INTEGER NOT NULL, gridY INTEGER NOT NULL, "
-        "gridZ INTEGER NOT NULL, blockX INTEGER NOT NULL, blockY INTEGER NOT NULL, blockZ INTEGER NOT NULL, "
-        "staticSharedMemory INTEGER NOT NULL, dynamicSharedMemory INTEGER NOT NULL, localMemoryPerThread INTEGER NOT NULL, "
-        "localMemoryTotal INTEGER NOT NULL, gridId INTEGER NOT NULL, sharedMemoryExecuted INTEGER, graphNodeId INTEGER, "
-        "sharedMemoryLimitConfig INTEGER"),
-    "CUPTI_ACTIVITY_KIND_RUNTIME": (
-        "start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL, globalTid INTEGER, "
-        "correlationId INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL, callchainId INTEGER"),
-    "CUPTI_ACTIVITY_KIND_MEMCPY": (
-        "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
-        "greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, "
-        "bytes INTEGER NOT NULL, copyKind INTEGER NOT NULL, deprecatedSrcId INTEGER, srcKind INTEGER, dstKind INTEGER, "
-        "srcDeviceId INTEGER, srcContextId INTEGER, dstDeviceId INTEGER, dstContextId INTEGER, migrationCause INTEGER, "
-        "graphNodeId INTEGER, virtualAddress INTEGER, copyCount INTEGER"),
-    "CUPTI_ACTIVITY_KIND_MEMSET": (
-        "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
-        "greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, "
-        "value INTEGER NOT NULL, bytes INTEGER NOT NULL, graphNodeId INTEGER, memKind INTEGER"),
-    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": (
-        "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
-        "greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, "
-        "syncType INTEGER NOT NULL, eventId INTEGER NOT NULL"),
-    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": (
-        "start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
-        "greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, "
-        "graphId INTEGER NOT NULL, graphExecId INTEGER NOT NULL"),
-    "NVTX_EVENTS": (
-        "start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER, category INTEGER, "
-        "color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, "
-        "uint64Value INTEGER, int64Value INTEGER, doubleValue REAL, uint32Value INTEGER, int32Value INTEGER, "
-        "floatValue REAL, jsonTextId INTEGER, jsonText TEXT, binaryData TEXT"),
-    "CUDA_GPU_MEMORY_USAGE_EVENTS": (
-        "start INTEGER NOT NULL, globalPid INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
-        "address INTEGER NOT NULL, pc INTEGER NOT NULL, bytes INTEGER NOT NULL, memKind INTEGER NOT NULL, "
-        "memoryOperationType INTEGER NOT NULL, name TEXT, correlationId INTEGER, streamId INTEGER"),
-    "PROFILER_OVERHEAD": (
-        "start INTEGER NOT NULL, end INTEGER NOT NULL, globalTid INTEGER, nameId INTEGER NOT NULL, "
-        "returnValue INTEGER NOT NULL"),
-    "TARGET_INFO_SESSION_START_TIME": "utcEpochNs INTEGER, utcTime TEXT, localTime TEXT, systemClockNs INTEGER",
-    "TARGET_INFO_GPU": (
-        "vmId INTEGER NOT NULL, id INTEGER NOT NULL, name TEXT, busLocation TEXT, isDiscrete INTEGER, l2CacheSize INTEGER, "
-        "totalMemory INTEGER, memoryBandwidth INTEGER, clockRate INTEGER, smCount INTEGER, chipName TEXT, "
-        "computeMajor INTEGER, computeMinor INTEGER"),
-    "ThreadNames": "nameId INTEGER NOT NULL, priority INTEGER, globalTid INTEGER",
-    "META_DATA_CAPTURE": "name TEXT NOT NULL, value TEXT",
-    "META_DATA_EXPORT": "name TEXT NOT NULL, value TEXT",
-    "EXPORT_META_DATA": "name TEXT NOT NULL, value TEXT",
-}
-
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -292,12 +238,12 @@ class TraceBuilder:
         self._metadata()
         db = sqlite3.connect(path)
         try:
-            db.execute(f"CREATE TABLE StringIds ({_DDL['StringIds']})")
+            db.execute(f"CREATE TABLE StringIds ({EXPORT_DDL['StringIds']})")
             db.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, s) for s, i in self._strings.items()])
             for table, rows in self._rows.items():
                 if not rows:
                     continue
-                db.execute(f"CREATE TABLE {table} ({_DDL[table]})")
+                db.execute(f"CREATE TABLE {table} ({EXPORT_DDL[table]})")
                 marks = ", ".join("?" * len(rows[0]))
                 db.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
             db.commit()
@@ -318,9 +264,9 @@ def run_rule(rule: str | type, trace_path: str | Path, *, options: Mapping[str, 
     result = run_rules([rule], trace_path, options={_name(rule): dict(options or {})},
                        filter_time=filter_time, filter_nvtx=filter_nvtx, window=window)
     if result.errors:
-        raise AssertionError(f"rule raised: {result.errors[0]['error']}\n{result.errors[0].get('traceback', '')}")
+        raise AssertionError(f"rule raised: {result.errors[0].error}\n{result.errors[0].traceback}")
     if result.skipped:
-        raise AssertionError(f"rule skipped: {result.skipped[0]['reason']}")
+        raise AssertionError(f"rule skipped: {result.skipped[0].reason}")
     return result.findings
 
 
@@ -347,7 +293,7 @@ def run_rules(rules: Iterable[str | type], trace_path: str | Path, *, options: M
         elif str(rule) in registry.rules:
             classes.append(registry.rules[str(rule)])
         else:
-            refused = "; ".join(f"{e.get('plugin')}: {e['error']}" for e in registry.errors)
+            refused = "; ".join(f"{e.plugin}: {e.error}" for e in registry.errors)
             raise AssertionError(f"no rule {rule!r} is registered" + (f" (plugin errors: {refused})" if refused
                                                                       else " (is its plugin installed?)"))
     if window is not None:
@@ -395,7 +341,7 @@ def skip_reason(rule: str | type, trace_path: str | Path, *, options: Mapping[st
     """
     result = run_rules([rule], trace_path, options={_name(rule): dict(options or {})})
     if result.errors:
-        raise AssertionError(f"rule raised instead of being skipped: {result.errors[0]['error']}")
+        raise AssertionError(f"rule raised instead of being skipped: {result.errors[0].error}")
     if not result.skipped:
         raise AssertionError(f"rule ran ({len(result.findings)} findings) instead of being skipped")
-    return f"{result.skipped[0]['reason']} ({result.skipped[0].get('fix', '')})"
+    return f"{result.skipped[0].reason} ({result.skipped[0].fix})"

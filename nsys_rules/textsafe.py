@@ -91,8 +91,8 @@ def terminal_safe(text: str, *, newlines: bool = True) -> str:
 
 
 #: Longest finding message or recommendation, and recorded command, any output carries. Real ones
-#: stay under 1 KB (17 H200 traces: 802 characters at most); a trace can record a 4 MB command,
-#: which text layout (wrapping, tables) handled in 83 s.
+#: stay far below it; a trace can record a command of megabytes, which text layout (wrapping,
+#: tables) would take minutes over.
 TEXT_CHARS = 4000
 #: Longest name (kernel, API, NVTX range, GPU) a layout shows; identity fields in JSON keep theirs.
 NAME_CHARS = 1000

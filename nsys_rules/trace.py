@@ -149,7 +149,7 @@ class Trace:
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="nsys-rules-load") as pool:
             # list() re-raises the first failure (InputError, MemoryError) as a serial read would.
             list(pool.map(lambda item: self.frame(item[0], item[1]), items))
-        release_free_memory()  # the batches' pages the readers' allocators kept (~10 MB on 1M kernels)
+        release_free_memory()  # the batches' pages the readers' allocators kept
 
     def api_names(self) -> pd.Series:
         """Base API names (``_v<digits>`` removed) of the api frame, aligned with its rows."""

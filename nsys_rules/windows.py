@@ -6,7 +6,7 @@ its one-off initialization kernels, or the whole capture. ``--filter-time`` and
 ``--filter-nvtx`` select a user window instead.
 
 GPU work belongs to a window by the time of the API call that launched it (see
-:func:`launch_times`), on any thread of the process.
+:func:`nsys_rules.analysis.launches.launch_times`), on any thread of the process.
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .analysis.launches import api_key_index, launch_times, launching_rows  # noqa: F401 - re-exported
+from .analysis.intervals import merge_intervals, point_in
+from .analysis.launches import launch_times
 from .analysis.steps import DEFAULT_STEADY, SteadyOptions, StepModel, capture_end, step_model
-from .analysis.names import PROFILER_START_APIS, PROFILER_STOP_APIS  # noqa: F401 - re-exported
 from .errors import UsageError
 from .trace import Trace
-
 
 
 @dataclass(frozen=True)
@@ -64,10 +63,7 @@ class Window:
             return (times >= lo) & (times <= hi)
         starts = np.array([a for a, _ in self.intervals], np.int64)
         ends = np.array([b for _, b in self.intervals], np.int64)
-        pos = np.searchsorted(starts, times, side="right") - 1
-        inside = pos >= 0
-        inside[inside] = times[inside] <= ends[pos[inside]]
-        return inside
+        return point_in(times, starts, ends) >= 0
 
     def duration_ns(self, trace_span: tuple[int, int]) -> int:
         """Total length of the window; the whole capture uses ``trace_span``."""
@@ -169,7 +165,8 @@ def nvtx_filter_window(trace: Trace, spec: str) -> Window:
         if index >= len(rows):
             raise UsageError(f"--filter-nvtx {spec}: the range has {len(rows)} instance(s), index {index} is out of range")
         rows = rows.iloc[[index]]
-    return Window(_merge(rows["start"].to_numpy(), rows["end"].to_numpy()), f"--filter-nvtx {spec}")
+    starts, ends = merge_intervals(rows["start"].to_numpy(), rows["end"].to_numpy())
+    return Window(tuple(zip(starts.tolist(), ends.tolist(), strict=True)), f"--filter-nvtx {spec}")
 
 
 def _range_names_hint(nvtx: pd.DataFrame, name: str, shown: int = 5) -> str:
@@ -253,18 +250,6 @@ def user_window(trace: Trace, filter_time: str | None, filter_nvtx: str | None) 
         nvtx = nvtx_filter_window(trace, filter_nvtx)
         window = nvtx if window is None else intersect(window, nvtx)
     return window
-
-
-def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[tuple[int, int], ...]:
-    """Union of ``[start, end]`` intervals (touching ones joined), sorted: one sort and one sweep."""
-    if not len(starts):
-        return ()
-    order = np.lexsort((ends, starts))
-    s, e = np.asarray(starts, np.int64)[order], np.asarray(ends, np.int64)[order]
-    reach = np.maximum.accumulate(e)  # the furthest end so far
-    first = np.r_[True, s[1:] > reach[:-1]]  # a new interval starts past everything before it
-    at = np.flatnonzero(first)
-    return tuple(zip(s[at].tolist(), np.maximum.reduceat(e, at).tolist(), strict=True))
 
 
 # -- steady state --------------------------------------------------------------------------

@@ -8,13 +8,12 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
-
-from ._common import pct
+from nsys_rules.analysis.device_time import GPU_OP_TABLES
+from nsys_rules.analysis.loop import gpu_launches, loop_span, spread
 from nsys_rules.analysis.names import ALLOC_APIS
-
-from ._loop import GPU_ACTIVITY_TABLES, gpu_launches, loop_span, spread
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
+from nsys_rules.units import pct
 
 #: Calls that free; ``cudaFree`` before any allocation is the ``cudaFree(0)`` context-creation idiom.
 CONTEXT_INIT_FREES = ("cudaFree",)
@@ -32,10 +31,10 @@ class Options:
     min_calls_per_step: float = field(default=1.0, metadata={
         "help": "average allocation and free calls per step needed when steps are known (one-time allocation "
                 "falls below this)"})
-    min_spread: float = field(default=0.5, metadata={
-        "help": "when no steps are known: share of the loop's ten equal parts that must hold calls (a burst at "
+    min_spread_pct: float = field(default=50.0, metadata={
+        "help": "when no steps are known: percent of the loop's ten equal parts that must hold calls (a burst at "
                 "load fills one or two)"})
-    warn_share: float = field(default=5.0, metadata={
+    warn_share_pct: float = field(default=5.0, metadata={
         "help": "percent of the steady-state time the GPU idles in allocation calls at or above which the finding "
                 "is a warning; calls that block the host this long are reported at any rate"})
 
@@ -109,7 +108,7 @@ class AllocChurn(Rule):
     `cuMemFree*`, pinned host allocations (`cudaMallocHost`, `cudaHostAlloc`, `cuMemHostAlloc`,
     host registration), managed and virtual-memory calls, at a steady rate in the steady loop:
     on average at least `min_calls_per_step` per step when steps are known; without steps, inside
-    the span from the first to the last GPU launch and spread over at least `min_spread` of it.
+    the span from the first to the last GPU launch and spread over at least `min_spread_pct` percent of it.
     The start-up `cudaFree(0)` (a free before anything was allocated: context creation, 115-140
     ms) and one-time allocation at load are not churn: the steady window and the loop span leave
     load out, and a handful of calls falls below the rate.
@@ -123,7 +122,7 @@ class AllocChurn(Rule):
     Next optimizations: unset `PYTORCH_NO_CUDA_MEMORY_CACHING`; allocate buffers once before the
     loop and reuse them (workspace, KV cache, pinned staging buffers); for stream-ordered
     allocation keep memory in the pool (`cudaMemPoolAttrReleaseThreshold`).
-    Options: `min_calls`, `min_calls_per_step`, `min_spread`, `warn_share`.
+    Options: `min_calls`, `min_calls_per_step`, `min_spread_pct`, `warn_share_pct`.
     Requires: The API table; GPU rows (kernels, copies, memsets, graph replays) to find the loop
     when no steps are known; memory-usage events (optional) for bytes.
     False positives: a program that really resizes its buffers every step (growing sequence
@@ -134,12 +133,13 @@ class AllocChurn(Rule):
     title = "Memory allocation churn in the hot path"
     default_severity = Severity.WARNING
     requires = ("api",)
-    optional = ("memory_usage", *GPU_ACTIVITY_TABLES)
+    optional = ("memory_usage", *GPU_OP_TABLES)
     # correlation_id: the GPU rows' launch times (the loop span) look their API call up by it.
     columns = {"api": ("start", "end", "name", "pid", "tid", "correlation_id"),
                "memory_usage": ("start", "pid", "bytes", "operation"),
-               **{t: ("start", "pid", "correlation_id") for t in GPU_ACTIVITY_TABLES}}
+               **{t: ("start", "pid", "correlation_id") for t in GPU_OP_TABLES}}
     Options = Options
+    renamed_options = {"min_spread": Renamed("min_spread_pct", 100), "warn_share": Renamed("warn_share_pct")}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -167,13 +167,13 @@ class AllocChurn(Rule):
         steady_ns = budget.total_ns if budget is not None else max(1, hi - lo)
         # Few calls can still cost much: a cudaFree every N steps synchronizes the device and may
         # block the host for milliseconds. Judged by the host time the calls block in the loop.
-        expensive = pct(int(calls["duration"].sum()), steady_ns) >= opts.warn_share
+        expensive = pct(int(calls["duration"].sum()), steady_ns) >= opts.warn_share_pct
         if not expensive:
             if len(calls) < opts.min_calls:
                 return
             if per_step is not None and per_step < opts.min_calls_per_step:
                 return
-            if per_step is None and spread(calls["start"].to_numpy(np.int64), lo, hi) < opts.min_spread:
+            if per_step is None and spread(calls["start"].to_numpy(np.int64), lo, hi) < opts.min_spread_pct / 100:
                 return
         calls_spread = spread(calls["start"].to_numpy(np.int64), lo, hi)
         total = int(calls["duration"].sum())
@@ -226,7 +226,7 @@ class AllocChurn(Rule):
         # A debugging switch that turns the allocator off is a configuration mistake with a one-line
         # fix: a warning however much of this trace's time it happens to cost.
         switched_off = no_cache and (per_step is None or per_step >= opts.min_calls_per_step)
-        severity = Severity.WARNING if pct(savings, steady_ns) >= opts.warn_share or switched_off else Severity.INFO
+        severity = Severity.WARNING if pct(savings, steady_ns) >= opts.warn_share_pct or switched_off else Severity.INFO
         yield ctx.finding(message, _recommendation(no_cache, top_kind, total, steps),
                           severity=severity, metrics=metrics, estimated_savings_ns=savings, budget_part="allocation",
                           savings_range=(savings, total),

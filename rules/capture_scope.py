@@ -10,11 +10,11 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.analysis.names import in_set
+from nsys_rules.analysis.names import PROFILER_START_APIS, in_set
 from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
 from nsys_rules.textsafe import shell_word
-from nsys_rules.windows import PROFILER_START_APIS
+
 
 HTOD = 1
 
@@ -23,8 +23,8 @@ HTOD = 1
 class Options:
     """Options of capture-scope."""
 
-    min_outside_share: float = field(default=0.5, metadata={
-        "help": "report when at least this share of the capture lies outside the steady state"})
+    min_outside_pct: float = field(default=50.0, metadata={
+        "help": "report when at least this percent of the capture lies outside the steady state"})
     min_outside_ns: int = field(default=1_000_000_000, metadata={
         "help": "or when at least this much time (ns) precedes the steady state"})
 
@@ -58,9 +58,7 @@ class Scope:
 
 def has_profiler_range(api_base_names: np.ndarray | pd.Series) -> bool:
     """A cudaProfilerStart/cuProfilerStart call: the capture was already limited (`-c cudaProfilerApi`)."""
-    if isinstance(api_base_names, pd.Series):  # judged per distinct name, not per API row
-        return bool(in_set(api_base_names, frozenset(PROFILER_START_APIS)).any())
-    return bool(np.isin(api_base_names, sorted(PROFILER_START_APIS)).any())
+    return bool(in_set(api_base_names, PROFILER_START_APIS).any())
 
 
 class CaptureScope(Rule):
@@ -68,7 +66,7 @@ class CaptureScope(Rule):
 
     What it detects: no `cudaProfilerStart`/`cuProfilerStart` call in the trace (the only sign
     of a `-c cudaProfilerApi` capture: the range is not recorded in the metadata) while at
-    least `min_outside_share` of the capture, or `min_outside_ns` before it, lies outside the
+    least `min_outside_pct` percent of the capture, or `min_outside_ns` before it, lies outside the
     steady state (the repeating step range after warm-up). The evidence adds the first kernel's
     time and the host-to-device bytes copied before the steady state (weights being loaded).
     Why it hurts: whole-capture numbers (`nsys stats`, `nsys analyze`, GPU utilization, gaps)
@@ -80,7 +78,7 @@ class CaptureScope(Rule):
     cudaProfilerStart/Stop around it (PyTorch `torch.cuda.profiler.start()`/`stop()`, or the
     engine's capture flag); or `--delay`/`--duration` with the numbers given; or keep the trace
     and judge the steady part with `nsys-rules check --filter-time`.
-    Options: `min_outside_share`, `min_outside_ns`.
+    Options: `min_outside_pct`, `min_outside_ns`.
     Requires: the API table (to see a profiler range); kernels, NVTX and memcpy sharpen it.
     False positives: a trace meant to study start-up (loading time) itself.
     """
@@ -96,6 +94,7 @@ class CaptureScope(Rule):
                "nvtx": ("start", "end", "name")}
     window = "steady"
     Options = Options
+    renamed_options = {"min_outside_share": Renamed("min_outside_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -122,7 +121,7 @@ class CaptureScope(Rule):
             early = copies[(copies["copy_kind"] == HTOD) & (copies["start"] < steady_start)]
             htod_bytes, htod_copies = int(early["bytes"].sum()), len(early)
         scope = Scope(hi, first_kernel, steady_start, steady_end, htod_bytes, htod_copies)
-        if scope.outside_share < opts.min_outside_share and scope.before < opts.min_outside_ns:
+        if scope.outside_share < opts.min_outside_pct / 100 and scope.before < opts.min_outside_ns:
             return
         delay_s = math.floor(steady_start / 1e9)
         duration_s = max(1, math.ceil((steady_end - delay_s * 1e9) / 1e9))

@@ -9,21 +9,20 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.findings import Finding, Severity
+from nsys_rules.job.compare import full_rows, ms, need_collectives, need_steps, rank_label
 from nsys_rules.job.model import Job
 from nsys_rules.job.rule import JobContext, JobRule, step_list
-from nsys_rules.rule import metric
-
-from ._common import pct
-from ._ranks import full_rows, ms, need_collectives, need_steps, rank_label
+from nsys_rules.rule import Renamed, metric
+from nsys_rules.units import pct
 
 
 @dataclass(frozen=True)
 class Options:
     """Options of exposed-comm."""
 
-    min_share: float = field(default=0.02, metadata={
-        "help": "report when exposed data movement is at least this share (0-1) of the step time (median rank)"})
-    warn_share: float = field(default=0.10, metadata={"help": "that share (0-1) from which the finding is a warning"})
+    min_share_pct: float = field(default=2.0, metadata={
+        "help": "report when exposed data movement is at least this percent of the step time (median rank)"})
+    warn_share_pct: float = field(default=10.0, metadata={"help": "that percent from which the finding is a warning"})
 
 
 @dataclass(frozen=True)
@@ -99,7 +98,7 @@ class ExposedComm(JobRule):
     Next optimizations: overlap the collective with independent compute (DDP buckets, FSDP
     prefetch, async tensor parallelism), fuse the all-reduce with its neighbours (TensorRT-LLM
     / FlashInfer all-reduce fusion), or cut its size (gradient compression, lower precision).
-    Options: `min_share`, `warn_share`.
+    Options: `min_share_pct`, `warn_share_pct`.
     Requires: the kernel table of every rank with communication kernels; several steps.
     False positives: overlap is judged per GPU from kernel times: a communication kernel that
     shares the GPU with compute still slows it (both compete for SMs and memory), so exposed
@@ -112,6 +111,7 @@ class ExposedComm(JobRule):
     title = "Communication not overlapped by compute"
     default_severity = Severity.WARNING
     Options = Options
+    renamed_options = {"min_share": Renamed("min_share_pct", 100), "warn_share": Renamed("warn_share_pct", 100)}
 
     def check(self, ctx: JobContext) -> Iterable[Finding]:  # type: ignore[override]
         job, opts = ctx.job, ctx.options
@@ -124,7 +124,7 @@ class ExposedComm(JobRule):
         moving = per_rank(ex.moving)
         worst_col = int(np.nanargmax(np.nan_to_num(moving, nan=-1)))
         median_moving = float(np.nanmedian(moving))
-        if median_moving / step < opts.min_share:
+        if median_moving / step < opts.min_share_pct / 100:
             return
         comm = float(np.nanmedian(per_rank(ex.comm)))
         exposed = float(np.nanmedian(per_rank(ex.exposed)))
@@ -156,7 +156,7 @@ class ExposedComm(JobRule):
             f"same GPU.{wait_text} Exposed data movement is {pct(median_moving, step):.1f} % of the step.{who} "
             f"Overlapping it with the step's compute would save up to {ms(hideable)} over the {job.steps.count} steps "
             "(no more than the compute there is to hide it under).")
-        severity = Severity.WARNING if median_moving / step >= opts.warn_share else Severity.INFO
+        severity = Severity.WARNING if median_moving / step >= opts.warn_share_pct / 100 else Severity.INFO
         yield ctx.finding(message, _recommendation(job), rank=job.ranks[worst_col].rank,
                           severity=severity, metrics=metrics, estimated_savings_ns=hideable, key="job")
 

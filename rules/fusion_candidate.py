@@ -7,20 +7,19 @@ from typing import Iterable
 
 from nsys_rules.errors import MissingData
 from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
-
-from ._common import pct
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
+from nsys_rules.units import pct
 
 
 @dataclass(frozen=True)
 class Options:
     """Options of fusion-candidate."""
 
-    min_share: float = field(default=15.0, metadata={
+    min_share_pct: float = field(default=15.0, metadata={
         "help": "percent of the steps' busy GPU time in elementwise and reduction kernels that makes them a fusion "
                 "candidate (the budget's evidence uses the same threshold)"})
-    kept_fraction: float = field(default=0.5, metadata={
-        "help": "fraction of that time a fused epilogue or a compiled graph typically removes (the point estimate; "
+    kept_pct: float = field(default=50.0, metadata={
+        "help": "percent of that time a fused epilogue or a compiled graph typically removes (the point estimate; "
                 "the range runs from half to one and a half times it)"})
 
 
@@ -29,14 +28,14 @@ class FusionCandidate(Rule):
 
     What it detects: steady steps whose largest busy part is GEMM (prefill, training, batched
     inference) and where elementwise and reduction kernels (activations, residual adds, casts,
-    softmax, norms' reductions) take at least `min_share` percent of the busy GPU time.
+    softmax, norms' reductions) take at least `min_share_pct` percent of the busy GPU time.
     Why it hurts: each of these kernels reads and writes whole activations from memory; fused into
     the GEMM's epilogue or into one generated kernel, the round trips disappear.
     Evidence: the share and time of elementwise and reduction kernels against the steps' busy time.
     Next optimizations: `torch.compile` (inductor fuses pointwise chains and GEMM epilogues), fused
     kernels for the common pairs (bias + activation, residual + norm), or a runtime with fusion
     (TensorRT-LLM, vLLM's fused ops).
-    Options: `min_share`, `kept_fraction`.
+    Options: `min_share_pct`, `kept_pct`.
     Requires: a step model with its budget (steady steps).
     False positives: elementwise work that is the algorithm itself (sampling, a scan) fuses little;
     the range of the saving says how uncertain the estimate is.
@@ -49,6 +48,7 @@ class FusionCandidate(Rule):
     optional = ()
     window = "steady"
     Options = Options
+    renamed_options = {"min_share": Renamed("min_share_pct"), "kept_fraction": Renamed("kept_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -61,9 +61,9 @@ class FusionCandidate(Rule):
         small = budget.ns("elementwise", "reduce")
         busy = budget.busy_ns
         share = pct(small, busy)
-        if share < opts.min_share:
+        if share < opts.min_share_pct:
             return
-        saving = opts.kept_fraction * small
+        saving = opts.kept_pct / 100 * small
         yield ctx.finding(
             f"GEMM kernels take the largest part of the steady steps, and elementwise and reduction kernels take "
             f"{small / 1e6:.2f} ms ({share:.1f} % of the {busy / 1e6:.1f} ms busy GPU time, "

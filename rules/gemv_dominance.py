@@ -8,45 +8,22 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.bandwidth import (Bandwidth, config_weight_bytes, device_shares, gemv_mask, measure_bandwidth,
+                                           peak_bandwidth, per_step_time, weight_bytes_value)
 from nsys_rules.analysis.budget import require_visible_kernels
-from nsys_rules.config import parse_size
-from nsys_rules.errors import MissingData, UsageError
+from nsys_rules.errors import MissingData
 from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
-from nsys_rules.taxonomy import base_name, classify
-from nsys_rules.windows import launch_times
-
-from ._common import pct
-
-HTOD = 1  # CUPTI copyKind of a host-to-device memcpy
-
-
-def weight_bytes_value(value: object) -> int:  # shared with debug-build
-    """Bytes from a number or a size string (``14e9``, ``7G``: K/M/G/T are powers of 1024); 0 = unknown."""
-    if value is None or value == "":
-        return 0
-    if isinstance(value, bool):
-        raise ValueError(f"weight_bytes must be a number of bytes, not {value!r}")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"weight_bytes must be >= 0, not {value!r}")
-        return int(value)
-    text = str(value).strip()
-    try:
-        return int(float(text))
-    except ValueError:
-        try:
-            return parse_size(text)
-        except UsageError as exc:
-            raise ValueError(str(exc)) from None
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
+from nsys_rules.taxonomy import base_name
+from nsys_rules.units import pct
 
 
 @dataclass(frozen=True)
 class Options:
     """Options of gemv-dominance."""
 
-    min_share: float = field(default=0.5, metadata={
-        "help": "report when GEMV-class kernels take at least this fraction of steady-state kernel time"})
+    min_share_pct: float = field(default=50.0, metadata={
+        "help": "report when GEMV-class kernels take at least this percent of steady-state kernel time"})
     weight_bytes: object = field(default=None, metadata={
         "help": "bytes the GEMVs read per step (weights of every linear layer incl. lm_head; active experts only "
                 "for MoE; the shard of one GPU under tensor parallelism), e.g. 14e9 or 13G; unset: taken from the "
@@ -58,14 +35,14 @@ class Options:
         "help": "peak memory bandwidth in B/s when the export lacks TARGET_INFO_GPU.memoryBandwidth (0: from trace)"})
     min_load_bytes: int = field(default=16 * 1024**2, metadata={
         "help": "host-to-device bytes before the steady state needed to count them as the model load"})
-    roofline_fraction: float = field(default=0.8, metadata={
-        "help": "above this fraction of peak the GEMVs are at the memory roofline: quantize or batch"})
-    room_fraction: float = field(default=0.7, metadata={
-        "help": "below this fraction of peak custom GEMV kernels have room"})
-    target_fraction: float = field(default=0.85, metadata={
-        "help": "fraction of peak a good large GEMV reaches, used to estimate savings below room_fraction"})
-    min_savings_share: float = field(default=0.05, metadata={
-        "help": "estimated savings, as a fraction of steady-state kernel time, that make low bandwidth a warning"})
+    roofline_pct: float = field(default=80.0, metadata={
+        "help": "above this percent of peak bandwidth the GEMVs are at the memory roofline: quantize or batch"})
+    room_pct: float = field(default=70.0, metadata={
+        "help": "below this percent of peak bandwidth custom GEMV kernels have room"})
+    target_pct: float = field(default=85.0, metadata={
+        "help": "percent of peak bandwidth a good large GEMV reaches, used to estimate savings below room_pct"})
+    min_savings_pct: float = field(default=5.0, metadata={
+        "help": "estimated savings, as a percent of steady-state kernel time, that make low bandwidth a warning"})
     extra_gemv_patterns: tuple = field(default=(), metadata={
         "help": "extra regular expressions (kernel names) that are GEMV-class, e.g. ['my_matvec', 'w4a16_decode']"})
     model_config: str = field(default="", metadata={
@@ -78,228 +55,10 @@ class Options:
         object.__setattr__(self, "weight_bytes", weight_bytes_value(self.weight_bytes))
         if self.model_config:
             config_weight_bytes(self.model_config, self.weight_dtype_bytes)  # a bad path or config fails early
-        for name in ("min_share", "roofline_fraction", "room_fraction", "target_fraction", "min_savings_share"):
+        for name in ("min_share_pct", "roofline_pct", "room_pct", "target_pct", "min_savings_pct"):
             value = getattr(self, name)
-            if not 0 <= value <= 1.5:
-                raise ValueError(f"{name} must be a fraction, not {value!r}")
-
-
-_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8_e4m3fn": 1, "int8": 1}
-
-
-def weights_read_per_step(config: dict, dtype_bytes: float = 0.0) -> tuple[int, str]:
-    """Bytes of weights a batch-1 decode step reads, from a Hugging Face ``config.json`` dict, and how.
-
-    Every linear layer is read once per token: attention q/k/v/o (grouped-query heads counted
-    by ``num_key_value_heads``), the MLP (gate, up, down for gated activations such as SiLU;
-    up and down otherwise), only the ``num_experts_per_tok`` active experts of an MoE layer
-    (plus shared experts), and the lm_head. The embedding table is not: a step reads one row.
-    """
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    try:
-        hidden = int(text["hidden_size"])
-        layers = int(text["num_hidden_layers"])
-        vocab = int(text["vocab_size"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"model config lacks {exc}: need hidden_size, num_hidden_layers and vocab_size") from None
-    heads = int(text.get("num_attention_heads") or 1)
-    kv_heads = int(text.get("num_key_value_heads") or heads)
-    head_dim = int(text.get("head_dim") or hidden // heads)
-    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o + k, v
-    act = str(text.get("hidden_act") or text.get("hidden_activation") or "silu").lower()
-    matrices = 3 if ("silu" in act or "swish" in act or "glu" in act or "gelu_pytorch_tanh" in act) else 2
-    experts = int(text.get("num_experts_per_tok") or 0)
-    if experts and (text.get("num_local_experts") or text.get("num_experts") or text.get("n_routed_experts")):
-        moe_inter = int(text.get("moe_intermediate_size") or text.get("intermediate_size"))
-        shared = int(text.get("n_shared_experts") or 0)
-        shared_inter = int(text.get("shared_expert_intermediate_size") or shared * moe_inter)
-        mlp = matrices * hidden * (experts * moe_inter + shared_inter)
-        how = f"{experts} active experts of {moe_inter}"
-    else:
-        mlp = matrices * hidden * int(text.get("intermediate_size") or 4 * hidden)
-        how = "dense MLP"
-    params = layers * (attention + mlp) + vocab * hidden  # lm_head: read every step, tied or not
-    size = dtype_bytes or _DTYPE_BYTES.get(str(config.get("torch_dtype") or text.get("torch_dtype") or "bfloat16"), 2)
-    return int(params * size), (f"{params / 1e9:.2f} B weights read per step ({layers} layers, {how}, lm_head) x "
-                                 f"{size:g} B")
-
-
-def config_weight_bytes(path: str, dtype_bytes: float = 0.0) -> tuple[int, str]:
-    """:func:`weights_read_per_step` of the config.json at ``path``; ``ValueError`` with the reason otherwise."""
-    import json
-
-    from nsys_rules.userfiles import read_small_text
-
-    try:
-        config = json.loads(read_small_text(path))  # refuses a FIFO or /dev/zero before reading
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"model_config {path!r} is not a readable JSON file: {exc}") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"model_config {path!r} is not a JSON object")
-    return weights_read_per_step(config, dtype_bytes)
-
-
-@dataclass(frozen=True)
-class Bandwidth:
-    """Achieved GEMV bandwidth on one device, and where the bytes came from."""
-
-    weight_bytes: int
-    source: str  # "option", "model config" or "model load"
-    gemv_ns_per_step: float
-    steps: int
-    achieved: float  # B/s
-    peak: float | None  # B/s, None when unknown
-    steps_source: str = ""  # where the step count came from, for the message
-
-    @property
-    def fraction(self) -> float | None:
-        """Achieved over peak, None without a peak."""
-        return self.achieved / self.peak if self.peak else None
-
-
-def gemv_mask(names: pd.Series, extra_patterns: Iterable[str] = ()) -> np.ndarray:
-    """True for kernels of the GEMV class."""
-    extra = {"gemv": list(extra_patterns)} if extra_patterns else None
-    return (classify(names, extra) == "gemv").to_numpy()
-
-
-def device_shares(kernels: pd.DataFrame, is_gemv: np.ndarray) -> pd.DataFrame:
-    """Per device: total kernel time, GEMV time (ns) and GEMV share, busiest device first."""
-    device = kernels["device_id"].to_numpy()
-    dur = np.subtract(kernels["end"].to_numpy(), kernels["start"].to_numpy())
-    if len(device) and device.dtype.kind in "iu" and device.min() == device.max():
-        # One device (the usual trace): three sums, not a 1M-row frame and group-by (~50 MB).
-        out = pd.DataFrame({"total": [int(dur.sum())], "gemv": [int(np.sum(dur, where=is_gemv))],
-                            "gemv_count": [int(np.count_nonzero(is_gemv))]},
-                           index=pd.Index(device[:1], name="device"))
-    else:
-        frame = pd.DataFrame({"device": device, "total": dur, "gemv": np.where(is_gemv, dur, 0),
-                              "gemv_count": is_gemv.astype(np.int64)})
-        out = frame.groupby("device").sum()
-        del frame
-    del dur
-    out["share"] = out["gemv"] / out["total"].where(out["total"] > 0)
-    return out.sort_values("total", ascending=False, kind="stable")
-
-
-def per_step_time(launch: np.ndarray, durations: np.ndarray, steps: tuple[tuple[int, int], ...]) -> tuple[float, int]:
-    """Mean GPU time per step of the rows launched inside a step, and how many steps launched any."""
-    if not steps or not len(launch):
-        return 0.0, 0
-    starts = np.array([a for a, _ in steps], np.int64)
-    ends = np.array([b for _, b in steps], np.int64)
-    pos = np.searchsorted(starts, launch, side="right") - 1
-    inside = pos >= 0
-    inside[inside] = launch[inside] <= ends[pos[inside]]
-    if not inside.any():
-        return 0.0, 0
-    per_step = np.bincount(pos[inside], weights=durations[inside], minlength=len(steps))
-    used = int((per_step > 0).sum())
-    if not used:  # zero-length kernels (damaged or synthetic exports): nothing to average
-        return 0.0, 0
-    return float(per_step.sum() / used), used
-
-
-def model_load_bytes(memcpy: pd.DataFrame, launch: np.ndarray, before: int, device: int) -> int:
-    """Host-to-device bytes to ``device`` launched before ``before`` (the model load, when the trace holds it).
-
-    Frameworks load weights as many host-to-device copies (PyTorch's ``model.to("cuda")``: one
-    ``cudaMemcpyAsync`` per tensor, from pageable or pinned memory). The copy's own device is where
-    it ran; ``dst_device_id`` is the target when the export has it and it is set.
-    """
-    if memcpy.empty:
-        return 0
-    own = memcpy["device_id"].to_numpy(dtype=np.float64, na_value=-1)
-    target = memcpy["dst_device_id"].to_numpy(dtype=np.float64, na_value=-1) if "dst_device_id" in memcpy else own
-    target = np.where(target < 0, own, target)  # unrecorded (NULL, read as -1): the copy's own device
-    mask = (memcpy["copy_kind"].to_numpy() == HTOD) & (launch < before) & (target == device)
-    return int(memcpy["bytes"].to_numpy()[mask].sum())
-
-
-def achieved_bandwidth(weight_bytes: int, gemv_ns_per_step: float) -> float:
-    """Bytes per second when every weight byte is read once per step.
-
-    At batch 1 each decode step multiplies one activation vector by every weight matrix, so
-    each weight byte crosses the memory bus once per step (the activations are a rounding
-    error): bandwidth = weight bytes / GEMV time per step = weight bytes x steps / GEMV time.
-    """
-    return weight_bytes / (gemv_ns_per_step / 1e9) if gemv_ns_per_step > 0 else 0.0
-
-
-def peak_bandwidth(ctx: RuleContext, device: int, override: float) -> tuple[float | None, str]:
-    """Peak memory bandwidth (B/s) of ``device`` and, when unknown, why."""
-    if override > 0:
-        return float(override), ""
-    gpu = ctx.trace.gpu(device)
-    if gpu is None:
-        return None, f"the export lists no GPU with id {device} in TARGET_INFO_GPU"
-    if not gpu.memory_bandwidth:
-        return None, f"TARGET_INFO_GPU has no memoryBandwidth for {gpu.name} (id {device}; older export)"
-    return float(gpu.memory_bandwidth), ""
-
-
-def measure_bandwidth(ctx: RuleContext, kernels: pd.DataFrame, is_gemv: np.ndarray, device: int, *, weight_bytes: int,
-                      steps_option: int, peak_option: float, min_load_bytes: int,
-                      rule: str = "gemv-dominance") -> tuple[Bandwidth | None, str]:
-    """Achieved GEMV bandwidth on ``device``, or None and the reason it cannot be computed.
-
-    A result above the peak is refused: the bytes or the step count must be wrong (a model
-    load that also copied other data; steps inferred from a kernel that runs once per layer).
-    """
-    on_device = (kernels["device_id"].to_numpy() == device) & is_gemv
-    launch = kernels["launch_start"].to_numpy()[on_device]
-    dur = kernels["end"].to_numpy()[on_device]
-    dur -= kernels["start"].to_numpy()[on_device]
-    steps = ctx.window.steps
-    if steps_option > 0:
-        per_step, used = float(dur.sum()) / steps_option, steps_option
-        steps_from = f"{steps_option} steps given"
-    else:
-        per_step, used = per_step_time(launch, dur, steps)
-        steps_from = f"{used} steps of {_step_source(ctx)}"
-    source = "option"
-    model_config = getattr(ctx.options, "model_config", "")
-    if weight_bytes <= 0 and model_config:
-        weight_bytes, _ = config_weight_bytes(model_config, getattr(ctx.options, "weight_dtype_bytes", 0.0))
-        source = "model config"
-    if weight_bytes <= 0:
-        weight_bytes, source = _load_bytes(ctx, device, min_load_bytes), "model load"
-    if weight_bytes <= 0:
-        return None, ("weight bytes are unknown: the trace holds no host-to-device model load before the steady "
-                      f"state (weights created on the GPU, or loading not captured); give `--set {rule}.weight_bytes=...`")
-    if used <= 0:
-        why = ctx.window.model.reason if ctx.window.model is not None and ctx.window.model.reason else \
-            "the window has no steps"
-        return None, (f"steps are unknown ({why}); give the number of steps with `--set {rule}.steps=N`")
-    peak, why = peak_bandwidth(ctx, device, peak_option)
-    bw = Bandwidth(weight_bytes, source, per_step, used, achieved_bandwidth(weight_bytes, per_step), peak, steps_from)
-    if peak is None:
-        return bw, why
-    if bw.achieved > 1.05 * peak:
-        what = ("copied host-to-device before the steady state" if source == "model load" else "given")
-        return None, (f"{weight_bytes / 1e9:.2f} GB per step ({what}) over {per_step / 1e3:.0f} us of GEMV per step "
-                      f"({steps_from}) would mean {bw.achieved / 1e12:.2f} TB/s, above the {peak / 1e12:.2f} TB/s "
-                      f"peak: the bytes are not the per-step weight read or the step count is wrong (check "
-                      f"`--set {rule}.weight_bytes=...` and `--set {rule}.steps=N`)")
-    return bw, ""
-
-
-def _step_source(ctx: RuleContext) -> str:
-    model = ctx.window.model
-    if model is not None and model.count:
-        return {"nvtx": f"NVTX range '{model.name}'", "graph": "graph replays", "marker": f"the per-step {model.name}",
-                "kernels": f"the kernel sequence repeating {model.name}"}.get(model.source, model.source)
-    return "the window"
-
-
-def _load_bytes(ctx: RuleContext, device: int, min_load_bytes: int) -> int:
-    start = ctx.window.start
-    if start is None or not ctx.trace.has("memcpy"):
-        return 0
-    cols = ["start", "bytes", "copy_kind", "device_id", "dst_device_id", "correlation_id", "pid"]
-    memcpy = ctx.trace.frame("memcpy", cols)
-    total = model_load_bytes(memcpy, launch_times(ctx.trace, memcpy), start, device)
-    return total if total >= min_load_bytes else 0
+            if not 0 <= value <= 150:
+                raise ValueError(f"{name} must be a percent (0-150), not {value!r}")
 
 
 class GemvDominance(Rule):
@@ -307,7 +66,7 @@ class GemvDominance(Rule):
 
     What it detects: in the steady state, GEMV-class kernels (cuBLAS `gemv*`, cuBLASLt
     `nvjet_*` tiles with a side of 8 or 16, custom `*gemv*` kernels; see
-    `nsys_rules.taxonomy`, extensible with `extra_gemv_patterns`) take at least `min_share` of
+    `nsys_rules.taxonomy`, extensible with `extra_gemv_patterns`) take at least `min_share_pct` percent of
     the kernel time of a GPU: the signature of batch-1 decode. When the bytes they read per
     step are known (the `weight_bytes` option, a Hugging Face `config.json` given as
     `model_config`, or the host-to-device volume of a model load captured before the steady
@@ -318,15 +77,15 @@ class GemvDominance(Rule):
     85-90 % of peak, small ones (< 5 MB) 60-70 %.
     Evidence: GEMV time and share per device, GEMV time per step, and when known the weight
     bytes, their source, achieved bandwidth and its fraction of peak.
-    Next optimizations: above `roofline_fraction` of peak the kernels are done: read fewer
+    Next optimizations: above `roofline_pct` percent of peak the kernels are done: read fewer
     bytes per token (weight-only int8/fp8/int4 quantization) or more tokens per read
-    (batching, speculative decoding). Below `room_fraction`, custom GEMV kernels have room
+    (batching, speculative decoding). Below `room_pct`, custom GEMV kernels have room
     (vectorized 128-bit loads, split-K for skinny shapes, fused QKV / gate-up projections);
-    the saving to `target_fraction` of peak is estimated. Without bytes, give
+    the saving to `target_pct` of peak is estimated. Without bytes, give
     `--set gemv-dominance.weight_bytes=...` to get the bandwidth.
-    Options: `min_share`, `weight_bytes`, `model_config`, `weight_dtype_bytes`, `steps`,
-    `peak_bandwidth`, `min_load_bytes`, `roofline_fraction`, `room_fraction`,
-    `target_fraction`, `min_savings_share`, `extra_gemv_patterns`.
+    Options: `min_share_pct`, `weight_bytes`, `model_config`, `weight_dtype_bytes`, `steps`,
+    `peak_bandwidth`, `min_load_bytes`, `roofline_pct`, `room_pct`, `target_pct`,
+    `min_savings_pct`, `extra_gemv_patterns`.
     Requires: the kernel table; the memcpy table for the model-load bytes; NVTX step ranges
     (or the `steps` option) for per-step numbers.
     False positives: the model-load copy volume includes the embedding table, which a step
@@ -343,6 +102,9 @@ class GemvDominance(Rule):
                "memcpy": ("start", "bytes", "copy_kind", "device_id", "dst_device_id", "correlation_id", "pid")}
     window = "steady"
     Options = Options
+    renamed_options = {"min_share": Renamed("min_share_pct", 100), "roofline_fraction": Renamed("roofline_pct", 100),
+                       "room_fraction": Renamed("room_pct", 100), "target_fraction": Renamed("target_pct", 100),
+                       "min_savings_share": Renamed("min_savings_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -359,7 +121,7 @@ class GemvDominance(Rule):
         is_gemv = gemv_mask(kernels["name"], opts.extra_gemv_patterns)
         for device, row in device_shares(kernels, is_gemv).iterrows():
             share = float(row["share"]) if pd.notna(row["share"]) else 0.0
-            if share < opts.min_share or row["gemv"] <= 0:
+            if share < opts.min_share_pct / 100 or row["gemv"] <= 0:
                 continue
             yield self._finding(ctx, kernels, is_gemv, int(device), row, share)
 
@@ -411,18 +173,18 @@ class GemvDominance(Rule):
                      library: float = 0.0) -> tuple[str, Severity, float | None]:
         opts = ctx.options
         per_step_us = bw.gemv_ns_per_step / 1e3
-        if frac > opts.roofline_fraction:
+        if frac > opts.roofline_pct / 100:
             saved = gemv_ns / 2
             return (f"The GEMVs run at the memory roofline ({100 * frac:.0f} % of peak), so faster kernels cannot help: "
                     f"cut the bytes read per token. Weight-only int8/fp8 quantization halves them (about "
                     f"{per_step_us / 2:.0f} us of {per_step_us:.0f} us GEMV time per step, {saved / 1e6:.1f} ms over the "
                     "window), int4 quarters them; or read each weight for more tokens: batch requests "
                     "(continuous batching) or use speculative decoding.", Severity.INFO, saved)
-        if frac < opts.room_fraction:
-            ideal_ns = bw.gemv_ns_per_step * frac / opts.target_fraction
+        if frac < opts.room_pct / 100:
+            ideal_ns = bw.gemv_ns_per_step * frac / (opts.target_pct / 100)
             saved = (bw.gemv_ns_per_step - ideal_ns) * bw.steps
-            severity = Severity.WARNING if saved >= opts.min_savings_share * total_ns else Severity.INFO
-            head = (f"Custom GEMV kernels have room: at {100 * opts.target_fraction:.0f} % of peak the GEMVs would "
+            severity = Severity.WARNING if saved >= opts.min_savings_pct / 100 * total_ns else Severity.INFO
+            head = (f"Custom GEMV kernels have room: at {opts.target_pct:.0f} % of peak the GEMVs would "
                     f"take {ideal_ns / 1e3:.0f} us instead of {per_step_us:.0f} us per step (saving {saved / 1e6:.2f} ms "
                     f"over {bw.steps} steps). ")
             if library >= 0.5:

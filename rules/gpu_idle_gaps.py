@@ -8,12 +8,13 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.device_time import device_intervals, gpu_op_frames
+from nsys_rules.analysis.flagged import split_flagged
+from nsys_rules.analysis.intervals import idle_gaps, merge_intervals
 from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
+from nsys_rules.units import pct
 from nsys_rules.windows import steady_state_window
-
-from ._common import pct
-from ._gpu_activity import device_intervals, gpu_op_frames, idle_gaps, merge_intervals, split_flagged
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,8 @@ class Options:
         "help": "'all': one finding per gap; 'group': one per process, device and phase (start-up or run); "
                 "'auto': per gap while a group has at most max_findings gaps"})
     max_findings: int = field(default=5, metadata={"help": "gaps per group reported one by one in 'auto' mode"})
-    warning_share: float = field(default=0.05, metadata={
-        "help": "warning when run-phase gaps add up to this share of the judged time"})
+    warn_share_pct: float = field(default=5.0, metadata={
+        "help": "warning when run-phase gaps add up to this percent of the judged time"})
 
 
 def device_gaps(ops: pd.DataFrame | list[pd.DataFrame], min_gap_ns: int) -> pd.DataFrame:
@@ -84,7 +85,7 @@ class GpuIdleGaps(Rule):
     calls and NVTX ranges at that time); remove the synchronization or move host work off the
     critical path (overlap it with the GPU by launching ahead); start-up gaps belong to loading:
     leave them out of the capture (see `capture-scope`).
-    Options: `window`, `min_gap_ns`, `exclude_profiler_overhead`, `overhead_pattern`, `report`, `max_findings`, `warning_share`.
+    Options: `window`, `min_gap_ns`, `exclude_profiler_overhead`, `overhead_pattern`, `report`, `max_findings`, `warn_share_pct`.
     Requires: at least one of the kernel, memcpy and memset tables.
     False positives: idle time between requests of a server that is simply not loaded; the
     end of a step that waits for the next input.
@@ -105,6 +106,7 @@ class GpuIdleGaps(Rule):
     window = "full"
     aliases = ("gpu_gaps",)
     Options = Options
+    renamed_options = {"warning_share": Renamed("warn_share_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -137,7 +139,7 @@ class GpuIdleGaps(Rule):
             worst = g.nlargest(3, "duration")
             share = pct(total, judged)
             run_phase = phase == "run"
-            severity = Severity.WARNING if run_phase and total >= opts.warning_share * judged else Severity.INFO
+            severity = Severity.WARNING if run_phase and total >= opts.warn_share_pct / 100 * judged else Severity.INFO
             longest = ", ".join(f"{d / 1e6:.3f} ms at {s / 1e9:.6f} s" for s, d in
                                 zip(worst["start"].to_numpy(), worst["duration"].to_numpy(), strict=True))
             what = (f"GPU {dev} idled {total / 1e6:.3f} ms starting at {group.start / 1e9:.6f} s" if group.single else

@@ -8,12 +8,12 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.device_time import chunk_utilization, device_intervals, gpu_op_frames, merge_low_chunks
+from nsys_rules.analysis.flagged import split_flagged
 from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
+from nsys_rules.units import pct
 from nsys_rules.windows import steady_state_window
-
-from ._common import pct
-from ._gpu_activity import chunk_utilization, device_intervals, gpu_op_frames, merge_low_chunks, split_flagged
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,8 @@ class Options:
         "help": "'all': one finding per low region; 'group': one per process and device; "
                 "'auto': per region while a device has at most max_findings"})
     max_findings: int = field(default=5, metadata={"help": "regions per device reported one by one in 'auto' mode"})
-    warning_share: float = field(default=0.05, metadata={
-        "help": "warning when idle time in low regions that reach the steady state is this share of the span"})
+    warn_share_pct: float = field(default=5.0, metadata={
+        "help": "warning when idle time in low regions that reach the steady state is this percent of the span"})
 
 
 def low_utilization_regions(ops: pd.DataFrame | list[pd.DataFrame], chunks: int, below: float) -> pd.DataFrame:
@@ -61,7 +61,7 @@ class GpuLowUtilization(Rule):
     Next optimizations: for regions in the steady state see `launch-bound` (small kernels
     launched one by one: CUDA graphs), `sync-stall` and `gpu-idle-gaps`; for regions at
     start-up (loading, warm-up) narrow the capture (`capture-scope`).
-    Options: `window`, `chunks`, `max_in_use_pct`, `report`, `max_findings`, `warning_share`.
+    Options: `window`, `chunks`, `max_in_use_pct`, `report`, `max_findings`, `warn_share_pct`.
     Requires: at least one of the kernel, memcpy and memset tables.
     False positives: loading and warm-up are low by nature (they are reported at info); a
     server waiting for requests.
@@ -81,6 +81,7 @@ class GpuLowUtilization(Rule):
     window = "full"
     aliases = ("gpu_time_util",)
     Options = Options
+    renamed_options = {"warning_share": Renamed("warn_share_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -103,7 +104,7 @@ class GpuLowUtilization(Rule):
             # Chunks do not align with the steady state: a start-up region that grazes it is still start-up.
             inside = (np.minimum(g["end"], steady_hi) - np.maximum(g["start"], steady_lo)).clip(lower=0).sum()
             reaches_steady = bool(inside >= 0.25 * max(1, steady_hi - steady_lo))
-            severity = (Severity.WARNING if reaches_steady and idle >= opts.warning_share * span else Severity.INFO)
+            severity = (Severity.WARNING if reaches_steady and idle >= opts.warn_share_pct / 100 * span else Severity.INFO)
             what = (f"GPU {dev} was {in_use:.1f} % in use over {length / 1e6:.1f} ms from {group.start / 1e9:.6f} s"
                     if group.single else
                     f"GPU {dev} was under {opts.max_in_use_pct:g} % in use in {len(g)} regions, {length / 1e6:.1f} ms "

@@ -8,14 +8,11 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.analysis.names import in_set
+from nsys_rules.analysis.commands import recapture_command
+from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS, PROFILER_START_APIS, in_set
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Rule, RuleContext, metric
-from nsys_rules.windows import PROFILER_START_APIS
-
-from ._common import pct, recapture_command
-
-GRAPH_LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch")
+from nsys_rules.units import pct
 
 
 @dataclass(frozen=True)
@@ -25,31 +22,24 @@ class Options:
     min_launches: int = field(default=1, metadata={"help": "graph launches needed before the capture mode matters"})
 
 
-def _among(base_names: np.ndarray | pd.Series, members: Iterable[str]) -> np.ndarray:
-    """Which names are ``members``: judged per distinct name for a categorical (millions of API rows)."""
-    if isinstance(base_names, pd.Series):
-        return in_set(base_names, frozenset(members))
-    return np.isin(base_names, list(members))
-
-
 def graph_activity(base_names: np.ndarray | pd.Series, graph_rows: int) -> int:
     """Graph replays seen: launch API calls, or graph-trace rows when the API was not traced."""
-    launches = int(_among(base_names, GRAPH_LAUNCH_APIS).sum())
+    launches = int(in_set(base_names, GRAPH_LAUNCH_APIS).sum())
     return max(launches, graph_rows)
 
 
 def launch_api(base_names: np.ndarray | pd.Series) -> str:
     """The graph launch API the program called most (runtime or driver); ``cudaGraphLaunch`` when none."""
-    launches = np.asarray(base_names[_among(base_names, GRAPH_LAUNCH_APIS)], dtype=object)
+    launches = np.asarray(base_names[in_set(base_names, GRAPH_LAUNCH_APIS)], dtype=object)
     if not len(launches):
-        return GRAPH_LAUNCH_APIS[0]
+        return "cudaGraphLaunch"
     names, counts = np.unique(launches.astype(str), return_counts=True)
     return str(names[np.argmax(counts)])
 
 
 def launch_call_p50(base_names: np.ndarray | pd.Series, starts: np.ndarray, ends: np.ndarray) -> float:
     """Median host time of one graph launch call (0 when none): node tracing makes it grow with the node count."""
-    mask = _among(base_names, GRAPH_LAUNCH_APIS)
+    mask = in_set(base_names, GRAPH_LAUNCH_APIS)
     return float(np.median(ends[mask] - starts[mask])) if mask.any() else 0.0
 
 
@@ -132,7 +122,7 @@ class GraphTraceHidden(Rule):
 def _flags(base_names: np.ndarray | pd.Series) -> str:
     """Recapture flags: node tracing, and the profiler-API capture range when the trace was captured with one."""
     flags = "--cuda-graph-trace=node"
-    if _among(base_names, PROFILER_START_APIS).any():
+    if in_set(base_names, PROFILER_START_APIS).any():
         flags += " --capture-range=cudaProfilerApi --capture-range-end=stop"
     return flags
 

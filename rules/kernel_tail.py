@@ -2,30 +2,26 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
-from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.analysis.budget import part_of_class, require_visible_kernels
-from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.analysis.grouped import column_codes, first_rows, group_ids
+from nsys_rules.analysis.launches import launching_rows
+from nsys_rules.analysis.names import is_any_launch, is_waiting_call
+from nsys_rules.analysis.tails import (clean_range_name, nvtx_path, periodic_tail, positional_tail, slow_runs, step_index,
+                                       tail_table)
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
 from nsys_rules.taxonomy import DEFAULT as DEFAULT_TAXONOMY
 from nsys_rules.taxonomy import base_name
+from nsys_rules.units import pct
 
-from ._common import pct
-
+#: A kernel group: one device, name and launch configuration (a name often covers several shapes).
 KERNEL_KEYS = ("device_id", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
-
-# Host calls whose duration is the GPU's, not the host's: they wait for queued work, so their
-# spread is the GPU's schedule (sync-stall judges them), not a host-side tail.
-_WAITING_APIS = re.compile(r"Synchronize|cudaMemcpy$|cudaMemcpy2D$|cudaMemcpy3D$|cuMemcpy(DtoH|HtoD|DtoD)?$|"
-                           r"cudaMemcpyToSymbol$|cudaMemcpyFromSymbol$|cudaMemset$|cuMemsetD\d+$|cudaEventQuery|"
-                           r"cudaStreamQuery|cudaProfilerStart|cudaProfilerStop|cuProfilerStart|cuProfilerStop|"
-                           r"cudaStreamWaitEvent|cuStreamWaitEvent")
-_LAUNCH_APIS = re.compile(r"Launch")
 
 
 @dataclass(frozen=True)
@@ -34,395 +30,24 @@ class Options:
 
     outlier_ratio: float = field(default=2.0, metadata={"help": "max/p50 above this: outlier invocations"})
     tail_ratio: float = field(default=1.5, metadata={"help": "p99/p50 above this: a systematic tail"})
-    min_share: float = field(default=0.01, metadata={
-        "help": "a tail costing less than this fraction of steady-state GPU time is not reported"})
-    warn_share: float = field(default=0.05, metadata={
-        "help": "a tail costing at least this fraction of steady-state GPU time is a warning"})
+    min_share_pct: float = field(default=1.0, metadata={
+        "help": "a tail costing less than this percent of steady-state GPU time is not reported"})
+    warn_share_pct: float = field(default=5.0, metadata={
+        "help": "a tail costing at least this percent of steady-state GPU time is a warning"})
     min_count: int = field(default=10, metadata={"help": "invocations a kernel group needs before its p99 means anything"})
     min_steps: int = field(default=3, metadata={"help": "step instances needed to test for shape variation by position"})
-    shape_explained: float = field(default=0.25, metadata={
-        "help": "when the tail measured against each step position's own median is at most this fraction of the "
+    shape_explained_pct: float = field(default=25.0, metadata={
+        "help": "when the tail measured against each step position's own median is at most this percent of the "
                 "plain tail, the spread is shape variation, not a tail"})
     max_period: int = field(default=64, metadata={
         "help": "without step ranges, longest launch period (in invocations of the group) tried for shape variation"})
     worst_instances: int = field(default=3, metadata={"help": "slowest invocations listed per finding"})
     max_findings: int = field(default=5, metadata={"help": "kernel groups reported per trace, costliest first"})
     api: bool = field(default=True, metadata={"help": "also judge host API calls (info only)"})
-    api_min_share: float = field(default=0.05, metadata={
-        "help": "an API tail is reported when it costs at least this fraction of the steady-state window"})
+    api_min_share_pct: float = field(default=5.0, metadata={
+        "help": "an API tail is reported when it costs at least this percent of the steady-state window"})
 
 
-# -- numbers -------------------------------------------------------------------------------
-def group_quantiles(group: np.ndarray, values: np.ndarray, qs: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:
-    """Per-group counts and quantiles (linear interpolation, as numpy) of ``values``; groups are 0..G-1.
-
-    Vectorized: one sort by (group, value), then index arithmetic, no Python loop per group.
-    """
-    n_groups = int(group.max()) + 1 if len(group) else 0
-    key = _sorted_key(group, values)
-    if key is not None:
-        counts, first = _key_bounds(key, n_groups)
-        return counts, _quantiles(key, first, counts, qs, n_groups, _VALUE_MASK)
-    sorted_values = values[np.lexsort((values, group))].astype(np.float64)
-    counts = np.bincount(group, minlength=n_groups)
-    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    return counts, _quantiles(sorted_values, first, counts, qs, n_groups, None)
-
-
-def _quantiles(sorted_values: np.ndarray, first: np.ndarray, counts: np.ndarray, qs: Iterable[float], n_groups: int,
-               mask: int | None) -> np.ndarray:
-    """Quantiles per group from values sorted by (group, value); ``mask`` keeps the value bits of a packed key."""
-    out = []
-    for q in qs:
-        pos = q * (counts - 1)
-        lo = np.floor(pos).astype(np.int64)
-        hi = np.ceil(pos).astype(np.int64)
-        a = sorted_values[first + lo]
-        b = sorted_values[first + hi]
-        if mask is not None:
-            a, b = a & mask, b & mask
-        out.append(a + (b - a) * (pos - lo))
-    return np.vstack(out) if out else np.empty((0, n_groups))
-
-
-#: Bits of a packed (group << 40 | value) key that hold the value.
-_VALUE_BITS = 40
-_VALUE_MASK = (1 << _VALUE_BITS) - 1
-
-
-def _sorted_key(group: np.ndarray, values: np.ndarray) -> np.ndarray | None:
-    """``group << 40 | value`` sorted, when values are whole ns in [0, 2**40) and groups below 2**22; else None.
-
-    Durations are whole nanoseconds, so group and value fit one int64 key (group above bit
-    40, value below: 18 minutes of ns) and a plain sort of that key replaces a two-key lexsort
-    (0.2 s instead of 1.5 s on 3.2M rows of the 1M-kernel trace). Built in place: the API part
-    sorts 2.2M rows, 18 MB per temporary.
-    """
-    if not len(values) or int(group.max()) >= (1 << 22):
-        return None
-    ints = values.astype(np.int64, copy=False)
-    if not (ints is values or np.array_equal(ints, values)) or ints.min() < 0 or ints.max() > _VALUE_MASK:
-        return None
-    key = np.left_shift(group, _VALUE_BITS, dtype=np.int64)
-    key |= ints
-    del ints
-    key.sort()
-    return key
-
-
-def _key_bounds(key: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows per group and each group's first row in a sorted packed key (a search, not a bincount of every row)."""
-    bounds = np.searchsorted(key, np.arange(n_groups + 1, dtype=np.int64) << _VALUE_BITS)
-    return np.diff(bounds), bounds[:-1]
-
-
-def group_ids(columns: list[np.ndarray]) -> np.ndarray:
-    """Dense ids 0..G-1 of the distinct rows of ``columns`` (integer arrays), in order of first appearance.
-
-    Folds the columns into one int64 key by their value ranges (re-factorizing only if the key
-    would grow past 2**40) and factorizes once: 0.1 s for 1M kernels x 8 keys, where a pandas
-    group-by over eight columns takes 0.5 s.
-    """
-    n = len(columns[0]) if columns else 0
-    ids = np.zeros(n, np.int64)
-    if not n:
-        return ids
-    for col in columns:
-        low = int(col.min())
-        span = int(col.max()) - low + 1
-        if int(ids.max()) * span >= (1 << 40):
-            ids = pd.factorize(ids)[0].astype(np.int64)
-            if int(ids.max()) * span >= (1 << 62):
-                codes = pd.factorize(col)[0].astype(np.int64)
-                col, low, span = codes, 0, int(codes.max()) + 1
-        # In place: on 1M kernels each temporary is 8 MB, and there are eight keys.
-        ids *= span
-        ids += col
-        if low:
-            ids -= low
-    return pd.factorize(ids)[0].astype(np.int64, copy=False)
-
-
-def _codes(column: pd.Series) -> np.ndarray:
-    """Integer values of a key column: category codes for names (NULL = -1), -1 for missing numbers."""
-    if isinstance(column.dtype, pd.CategoricalDtype):  # int8/16/32 codes: group_ids widens as it folds
-        return column.cat.codes.to_numpy()
-    if column.dtype.kind in "iu":  # plain numpy integers: no NULLs to fill, no copy
-        return column.to_numpy()
-    return column.fillna(-1).to_numpy().astype(np.int64)
-
-
-def _lexsort(keys: tuple[np.ndarray, ...]) -> np.ndarray:
-    """``np.lexsort(keys)`` (last key first), by one stable sort of a packed key when they fit.
-
-    Non-negative whole-number keys whose bit widths add up to 62 or less pack into one int64:
-    a single sort instead of one pass per key (about 2x faster on the 1M-kernel trace).
-    """
-    widths = []
-    for key in keys:
-        arr = np.asarray(key)
-        if arr.dtype.kind not in "iuf" or not len(arr):
-            return np.lexsort(keys)
-        if arr.dtype.kind == "f" and not np.array_equal(arr.astype(np.int64), arr):
-            return np.lexsort(keys)
-        if arr.min() < 0:
-            return np.lexsort(keys)
-        widths.append(int(arr.max()).bit_length())
-    if sum(widths) > 62:
-        return np.lexsort(keys)
-    # One key at a time into the packed key: no int64 copy of every key held at once (8 MB each on 1M rows).
-    packed = np.zeros(len(np.asarray(keys[0])), np.int64)
-    shift = 0
-    for key, width in zip(keys, widths, strict=True):
-        arr = np.asarray(key)
-        packed |= np.left_shift(arr.astype(np.int64) if arr.dtype.kind == "f" else arr, shift, dtype=np.int64)
-        shift += width
-    return np.argsort(packed, kind="stable")
-
-
-def _sorted_by_group(group: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``values`` ordered by (group, value): int64 when they are whole ns (the packed-key path), else float64."""
-    key = _sorted_key(group, values)
-    if key is not None:
-        key &= _VALUE_MASK
-        return key
-    return values[np.lexsort((values, group))].astype(np.float64)
-
-
-def tail_table(group: np.ndarray, durations: np.ndarray) -> pd.DataFrame:
-    """Per group: count, total, p50/p95/p99/max, max/p50, p99/p50, tail cost (time above p50), tail score.
-
-    Tail score is pegainfer's: max_us * log2(count + 1) * max(1, max/p50): a long max weighs more
-    when it comes from a kernel called often and far above its median.
-    """
-    sums = _sums_from_key(group, durations)
-    if sums is not None:
-        counts, (p50, p95, p99, mx), total, tail = sums
-    else:
-        counts, (p50, p95, p99, mx) = group_quantiles(group, durations, (0.5, 0.95, 0.99, 1.0))
-        above = p50[group]  # durations - p50 of the row's group, clipped at 0, in one buffer
-        np.subtract(durations, above, out=above)
-        np.maximum(above, 0, out=above)
-        tail = np.bincount(group, weights=above, minlength=len(counts))
-        del above
-        total = np.bincount(group, weights=durations, minlength=len(counts))
-    safe = np.where(p50 > 0, p50, np.nan)
-    max_ratio = mx / safe
-    return pd.DataFrame({"count": counts, "total": total, "p50": p50, "p95": p95, "p99": p99, "max": mx,
-                         "max_p50": max_ratio, "p99_p50": p99 / safe, "tail_cost": tail,
-                         "tail_score": mx / 1e3 * np.log2(counts + 1) * np.fmax(1.0, np.nan_to_num(max_ratio, nan=1.0))})
-
-
-def _sums_from_key(group: np.ndarray, durations: np.ndarray) -> tuple | None:
-    """tail_table's counts, quantiles, totals and tails from one sorted packed key; None off the packed-key path.
-
-    No row-length temporary besides the key: the sum of a group is a segment sum of its sorted
-    values, and its time above the median is the sum of the values above floor(p50) (a suffix
-    of the group) minus their count times p50. Whole ns with p50 on a half ns make every one
-    of these sums exact, so the numbers equal the row-by-row float sums.
-    """
-    n_groups = int(group.max()) + 1 if len(group) else 0
-    key = _sorted_key(group, durations)
-    if key is None:
-        return None
-    counts, first = _key_bounds(key, n_groups)
-    p50, p95, p99, mx = _quantiles(key, first, counts, (0.5, 0.95, 0.99, 1.0), n_groups, _VALUE_MASK)
-    present = counts > 0
-    end = first + counts
-    # First row of each group above floor(p50), by a search in the packed key.
-    floor = np.where(present, np.floor(np.where(present, p50, 0)), 0).astype(np.int64).clip(0, _VALUE_MASK)
-    above_from = np.searchsorted(key, (np.arange(n_groups, dtype=np.int64) << _VALUE_BITS) | floor, side="right")
-    key &= _VALUE_MASK  # now the sorted values
-    n = len(key)
-    # Segment sums: an empty group's first row is the next group's (never n: the last group has rows),
-    # and reduceat gives it one stray value, zeroed below.
-    total = np.add.reduceat(key, first)
-    total[~present] = 0
-    cuts = np.empty(2 * n_groups, np.int64)  # segments [first, above_from) (even) of each group
-    cuts[0::2] = first
-    cuts[1::2] = np.minimum(above_from, n - 1)
-    below = np.add.reduceat(key, cuts)[0::2]
-    none_above = above_from >= end
-    below[none_above] = total[none_above]
-    below[~present] = 0
-    n_above = np.where(present, end - above_from, 0)
-    tail = (total - below).astype(np.float64) - n_above * np.where(present, p50, 0.0)
-    tail[n_above == 0] = 0.0
-    return counts, (p50, p95, p99, mx), total.astype(np.float64), tail
-
-
-def step_index(launch: np.ndarray, steps: tuple[tuple[int, int], ...]) -> np.ndarray:
-    """Index of the step each launch falls in, -1 outside every step (int32: 4 bytes per kernel)."""
-    if not steps:
-        return np.full(len(launch), -1, np.int32)
-    starts = np.array([a for a, _ in steps], np.int64)
-    ends = np.array([b for _, b in steps], np.int64)
-    pos = np.searchsorted(starts, launch, side="right")
-    pos -= 1
-    inside = pos >= 0
-    inside[inside] = launch[inside] <= ends[pos[inside]]
-    pos[~inside] = -1
-    return pos.astype(np.int32) if len(steps) < 2**31 else pos
-
-
-def positional_tail(group: np.ndarray, step: np.ndarray, order: np.ndarray | None, durations: np.ndarray,
-                    p50: np.ndarray) -> pd.DataFrame:
-    """Per group, over invocations inside steps: the plain tail and the tail against each step position's median.
-
-    ``order`` sorts the invocations in launch order (launch times, or their rank); None when
-    the rows already come in launch order.
-
-    The position of an invocation is its rank among the same group's launches within its step
-    (the 3rd ``gemv`` of the step). When every step runs the same sequence, the same position
-    multiplies the same matrix: if durations follow the position, the spread is different
-    shapes sharing a name and launch configuration (o_proj vs down_proj), not a tail.
-    """
-    n_groups = len(p50)
-    inside = step >= 0
-    empty = pd.DataFrame({"in_steps": np.zeros(n_groups, np.int64), "plain_in_steps": np.zeros(n_groups),
-                          "positional": np.zeros(n_groups), "steps_seen": np.zeros(n_groups, np.int64)})
-    if not inside.any():
-        return empty
-    # Memory on 1M kernels: every row-length temporary is 8 MB, so rows are gathered once (not at
-    # all when every launch is inside a step), sorted by one packed key, and the rest runs in place.
-    if inside.all():
-        sort = _lexsort((step, group) if order is None else (order, step, group))  # stable: row order breaks ties
-        g, s, d = group[sort], step[sort], durations[sort]
-    else:
-        sort = _lexsort((step[inside], group[inside]) if order is None else
-                        (order[inside], step[inside], group[inside]))
-        sort = np.flatnonzero(inside)[sort]
-        g, s, d = group[sort], step[sort], durations[sort]
-    del sort, inside
-    n = len(g)
-    run_start = np.ones(n, bool)
-    run_start[1:] = (g[1:] != g[:-1]) | (s[1:] != s[:-1])
-    del s
-    run_id = np.cumsum(run_start)
-    run_id -= 1
-    ordinal = np.flatnonzero(run_start)[run_id]  # first row of the invocation's run ...
-    del run_id
-    np.subtract(np.arange(n), ordinal, out=ordinal)  # ... makes its rank within the run
-    span = int(ordinal.max()) + 1
-    if n_groups * span <= n:
-        # (group, rank) as one id without a hash table (factorizing 1M keys took 20+ MB): ids of
-        # absent pairs stay unused, and only the medians of present ones are read.
-        position = g.astype(np.int64)
-        position *= span
-        position += ordinal
-    else:
-        position = group_ids([g, ordinal])
-    del ordinal
-    _, (medians,) = group_quantiles(position, d, (0.5,))
-    above = medians[position]
-    del position
-    np.subtract(d, above, out=above)
-    np.maximum(above, 0, out=above)
-    # Rows are sorted by group: whole-ns sums (exact in any order) are segment sums, without the
-    # int64 copy of the group ids that each bincount makes (8 MB per 1M kernels).
-    exact = d.dtype.kind in "iu"
-    bounds = np.searchsorted(g, np.arange(n_groups + 1)) if exact else None
-    positional = _segment_sums(above, bounds) if exact else np.bincount(g, weights=above, minlength=n_groups)
-    np.take(p50, g, out=above)
-    np.subtract(d, above, out=above)
-    np.maximum(above, 0, out=above)
-    plain = _segment_sums(above, bounds) if exact else np.bincount(g, weights=above, minlength=n_groups)
-    del above
-    steps_seen = np.bincount(g[run_start], minlength=n_groups)
-    in_steps = np.diff(bounds) if exact else np.bincount(g, minlength=n_groups)
-    return pd.DataFrame({"in_steps": in_steps, "plain_in_steps": plain,
-                         "positional": positional, "steps_seen": steps_seen})
-
-
-def _segment_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """Sum of ``values[bounds[i]:bounds[i + 1]]`` for each i (0 for empty segments)."""
-    counts = np.diff(bounds)
-    out = np.zeros(len(counts))
-    present = counts > 0
-    if present.any():
-        out[present] = np.add.reduceat(values, bounds[:-1][present])
-    return out
-
-
-def _position_medians(durations: np.ndarray, position: np.ndarray, period: int) -> np.ndarray:
-    """Median duration of each position 0..period-1 (NaN where a position has no sample)."""
-    order = _lexsort((durations, position))
-    counts = np.bincount(position, minlength=period)
-    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    sorted_d = durations[order].astype(np.float64)
-    lo, hi = np.maximum(counts - 1, 0) // 2, np.maximum(counts, 1) // 2
-    idx_lo = np.minimum(first + lo, len(sorted_d) - 1)
-    idx_hi = np.minimum(first + hi, len(sorted_d) - 1)
-    return np.where(counts > 0, (sorted_d[idx_lo] + sorted_d[idx_hi]) / 2, np.nan)
-
-
-def periodic_tail(durations: np.ndarray, max_period: int, min_per_position: int = 4) -> tuple[float, int, float]:
-    """Tail against the median of each position modulo the best period: (tail, period, held-out ratio).
-
-    ``durations`` are one group's invocations in launch order. Without step ranges, a program
-    that runs the same sequence over and over still launches the same shape every ``P``
-    invocations (o_proj, down_proj, o_proj, ...); measured against the median of its position
-    modulo ``P``, shape variation leaves no tail, while a real tail (a hot expert at a varying
-    position, a slow phase) stays. Trying many periods could explain noise by chance, so each
-    period is judged out of sample: medians from the first half, tail measured on the second
-    half, as a fraction of the second half's plain tail (the held-out ratio; 1 = explains
-    nothing). Returns period 0 and NaNs when no period can be tried.
-    """
-    n = len(durations)
-    half = n // 2
-    if half < 2 * min_per_position:
-        return float("nan"), 0, float("nan")
-    overall = float(np.median(durations))
-    second = durations[half:].astype(np.float64)
-    plain_second = float(np.clip(second - overall, 0, None).sum())
-    if plain_second <= 0:
-        return float("nan"), 0, float("nan")
-    index = np.arange(n)
-    best_ratio, best_period = float("inf"), 0
-    for period in range(2, min(max_period, half // min_per_position) + 1):
-        medians = _position_medians(durations[:half], index[:half] % period, period)
-        expected = medians[index[half:] % period]
-        expected = np.where(np.isnan(expected), overall, expected)
-        ratio = float(np.clip(second - expected, 0, None).sum()) / plain_second
-        if ratio < best_ratio - 1e-12:
-            best_ratio, best_period = ratio, period
-    if not best_period:
-        return float("nan"), 0, float("nan")
-    position = index % best_period
-    medians = _position_medians(durations, position, best_period)
-    tail = float(np.clip(durations - medians[position], 0, None).sum())
-    return tail, best_period, best_ratio
-
-
-def slow_runs(is_slow: np.ndarray) -> int:
-    """Number of maximal runs of consecutive slow invocations (in launch order)."""
-    if not is_slow.any():
-        return 0
-    starts = is_slow & ~np.concatenate(([False], is_slow[:-1]))
-    return int(starts.sum())
-
-
-_PYTORCH_RANGE_NOISE = re.compile(r",\s*(seq|op_id|sizes|input_dims|input_op_ids)\s*=.*$")
-
-
-def clean_range_name(name: str, limit: int = 48) -> str:
-    """An NVTX range name for a message: PyTorch's ``, seq = N, op_id = M`` suffix dropped, long names cut."""
-    text = _PYTORCH_RANGE_NOISE.sub("", name).strip()
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def nvtx_path(nvtx: pd.DataFrame | None, pid: int | None, tid: int | None, at: int) -> tuple[str, ...]:
-    """Names of the NVTX ranges open at ``at`` on thread (pid, tid), outermost first."""
-    if nvtx is None or nvtx.empty or tid is None:
-        return ()
-    rows = nvtx[(nvtx["start"] <= at) & (nvtx["end"] >= at) & (nvtx["tid"] == tid)]
-    if pid is not None:
-        rows = rows[rows["pid"] == pid]
-    rows = rows.sort_values(["start", "end"], ascending=[True, False], kind="stable")
-    return tuple(str(n) for n in rows["name"] if pd.notna(n))
-
-
-# -- the rule ------------------------------------------------------------------------------
 class KernelTail(Rule):
     """Kernels whose slow invocations (the tail above the median) cost GPU time.
 
@@ -446,12 +71,12 @@ class KernelTail(Rule):
     them; for MoE experts balance the routing or use one grouped GEMM over experts; for
     contention move the competing work to a lower-priority stream; for variable work bucket
     the shapes. The recommendation names the case.
-    Options: `outlier_ratio`, `tail_ratio`, `min_share`, `warn_share`, `min_count`, `min_steps`,
-    `shape_explained`, `max_period`, `worst_instances`, `max_findings`, `api`, `api_min_share`.
+    Options: `outlier_ratio`, `tail_ratio`, `min_share_pct`, `warn_share_pct`, `min_count`, `min_steps`,
+    `shape_explained_pct`, `max_period`, `worst_instances`, `max_findings`, `api`, `api_min_share_pct`.
     Requires: the kernel table; the API table (launching thread, API tails) and NVTX (steps,
     ranges of the slowest instances) when present.
     False positives: tiny kernels with a noisy max are not reported (tail cost under
-    `min_share`); shapes sharing a name and grid are recognized only when they repeat in a
+    `min_share_pct`); shapes sharing a name and grid are recognized only when they repeat in a
     fixed order (per step, or with a period of at most `max_period` launches); shapes chosen
     by data (variable sequence lengths) read as a tail. Launch calls block when the
     launch queue is full, so a launch-call tail is often the GPU being behind.
@@ -468,6 +93,9 @@ class KernelTail(Rule):
                "nvtx": ("start", "end", "name", "pid", "tid")}
     window = "steady"
     Options = Options
+    renamed_options = {"min_share": Renamed("min_share_pct", 100), "warn_share": Renamed("warn_share_pct", 100),
+                       "shape_explained": Renamed("shape_explained_pct", 100),
+                       "api_min_share": Renamed("api_min_share_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         require_visible_kernels(ctx.budget)
@@ -480,7 +108,7 @@ class KernelTail(Rule):
     # -- kernels ---------------------------------------------------------------------------
     def _kernel_findings(self, ctx: RuleContext, kernels: pd.DataFrame) -> Iterable[Finding]:
         opts = ctx.options
-        group = group_ids([_codes(kernels[c]) for c in KERNEL_KEYS])
+        group = group_ids([column_codes(kernels[c]) for c in KERNEL_KEYS])
         if len(group) and int(group.max()) < 2**31:
             group = group.astype(np.int32)  # 4 bytes per kernel: held, and gathered, for the whole rule
         end, start = kernels["end"].to_numpy(), kernels["start"].to_numpy()
@@ -505,17 +133,11 @@ class KernelTail(Rule):
             device_time = pd.Series([durations.sum()], index=pd.Index(device[:1]))
         else:
             device_time = pd.Series(durations).groupby(device).sum()
-        # Group ids number groups in order of first appearance (group_ids), so a group's first row
-        # is where the id first exceeds every id before it.
-        opens = np.empty(len(group), bool)
-        opens[0] = True
-        np.greater(group[1:], np.maximum.accumulate(group)[:-1], out=opens[1:])
-        table["device"] = device[np.flatnonzero(opens)]
-        del opens
+        table["device"] = device[first_rows(group)]
         table["gpu_time"] = device_time.reindex(table["device"]).to_numpy()
         table["share"] = table["tail_cost"] / table["gpu_time"]
         gated = ((table["max_p50"] > opts.outlier_ratio) | (table["p99_p50"] > opts.tail_ratio)) & \
-            (table["count"] >= opts.min_count) & (table["share"] >= opts.min_share)
+            (table["count"] >= opts.min_count) & (table["share"] >= opts.min_share_pct / 100)
         # The position tests judge only the groups that can be reported: each group's numbers come
         # from its own invocations, so the others' rows are left out of the sort.
         chosen = np.zeros(len(table) + 1, bool)
@@ -555,11 +177,11 @@ class KernelTail(Rule):
         plain_tested, positional_tested = float(row["plain_in_steps"]), float(row["positional"])
         in_order = durations[rows]  # rows come in launch order
         cost_p, period, held_out = periodic_tail(in_order, opts.max_period)
-        if period and held_out <= opts.shape_explained and (not testable or cost_p < positional_cost):
+        if period and held_out <= opts.shape_explained_pct / 100 and (not testable or cost_p < positional_cost):
             testable, positional_cost, plain_tested, positional_tested = True, cost_p, plain_cost, cost_p
             explained_by = f"each position in a repeating sequence of {period} launches"
-        shape_variation = testable and (positional_tested <= opts.shape_explained * plain_tested
-                                        or positional_cost < opts.min_share * gpu_time)
+        shape_variation = testable and (positional_tested <= opts.shape_explained_pct / 100 * plain_tested
+                                        or positional_cost < opts.min_share_pct / 100 * gpu_time)
         cost = min(plain_cost, positional_cost) if testable else plain_cost
         share = cost / gpu_time if gpu_time else 0.0
         metrics = {
@@ -592,7 +214,7 @@ class KernelTail(Rule):
             return ctx.finding(message, recommendation, severity=Severity.INFO, metrics=metrics, location=location,
                                title="Kernel duration spread is shape variation, not a tail", key=key,
                                estimated_savings_ns=0)  # nothing to gain: under the noise floor
-        severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
+        severity = Severity.WARNING if share >= opts.warn_share_pct / 100 else Severity.INFO
         group_d = durations[rows]
         slow = group_d > opts.tail_ratio * row["p50"]
         slow_count = int(slow.sum())
@@ -677,11 +299,11 @@ class KernelTail(Rule):
         api = ctx.frame("api")
         if api.empty:
             return
-        # Judge each distinct name once, then map by category code: a regex per row took 2 s on 2.2M calls.
+        # Judge each distinct name once, then map by category code: never a regex per call.
         names = ctx.api_base_names()
         codes = names.cat.codes.to_numpy()
         uniques = names.cat.categories
-        waiting = np.array([bool(_WAITING_APIS.search(str(n))) for n in uniques] + [True], bool)  # last: NULL
+        waiting = np.array([is_waiting_call(str(n)) for n in uniques] + [True], bool)  # last: NULL
         lo, hi = ctx.window_bounds()
         window_ns = float(max(hi - lo, 1))
         sub = ~waiting[codes]
@@ -689,14 +311,14 @@ class KernelTail(Rule):
         if not sub.any():
             return
         # Only the judged calls, as int64 ns (exact; tail_table's sums and quantiles come out the
-        # same as from float64) and int32 group ids: 2.2M calls make each temporary 9-18 MB.
+        # same as from float64) and int32 group ids: the smallest arrays that hold them.
         durations = api["end"].to_numpy()[sub]
         durations -= api["start"].to_numpy()[sub]
         picked = codes[sub]
         del sub
         # Names whose calls add up to less than the share a tail must reach (a tail is at most the
         # calls' whole time), or too few calls, cannot be reported: left out before the sort.
-        reportable = (np.bincount(picked, weights=durations, minlength=len(uniques)) / window_ns >= opts.api_min_share
+        reportable = (np.bincount(picked, weights=durations, minlength=len(uniques)) / window_ns >= opts.api_min_share_pct / 100
                       ) & (np.bincount(picked, minlength=len(uniques)) >= opts.min_count)
         if not reportable.any():
             return
@@ -712,10 +334,10 @@ class KernelTail(Rule):
         table["api"] = [str(uniques[c]) for c in first]
         table["share"] = table["tail_cost"] / window_ns
         gated = ((table["max_p50"] > opts.outlier_ratio) | (table["p99_p50"] > opts.tail_ratio)) & \
-            (table["count"] >= opts.min_count) & (table["share"] >= opts.api_min_share)
+            (table["count"] >= opts.min_count) & (table["share"] >= opts.api_min_share_pct / 100)
         for _, row in table[gated].sort_values("tail_cost", ascending=False, kind="stable").head(opts.max_findings).iterrows():
             name = row["api"]
-            blocked = bool(_LAUNCH_APIS.search(name))
+            blocked = is_any_launch(name)
             message = (f"Host API {name}: {int(row['count'])} calls, p50 {row['p50'] / 1e3:.1f} us, p99 "
                        f"{row['p99'] / 1e3:.1f} us, max {row['max'] / 1e3:.1f} us (max/p50 {row['max_p50']:.1f}, p99/p50 "
                        f"{row['p99_p50']:.1f}); time above p50 {row['tail_cost'] / 1e6:.2f} ms = "
@@ -747,11 +369,9 @@ def _launch_threads(ctx: RuleContext, gpu_rows: pd.DataFrame) -> list[tuple[int 
     if not ctx.trace.has("api"):
         return [(None, None)] * len(gpu_rows)
     api = ctx.trace.frame("api", ["start", "correlation_id", "pid", "tid"])
-    out: list[tuple[int | None, int | None]] = []
-    for _, r in gpu_rows.iterrows():  # a handful of rows: the slowest instances only
-        hit = api[(api["correlation_id"] == r["correlation_id"]) & (api["pid"] == r["pid"])]
-        out.append((int(hit["pid"].iloc[0]), int(hit["tid"].iloc[0])) if len(hit) else (None, None))
-    return out
+    rows, found = launching_rows(ctx.trace, gpu_rows["pid"].to_numpy(), gpu_rows["correlation_id"].to_numpy())
+    pid, tid = api["pid"].to_numpy()[rows], api["tid"].to_numpy()[rows]
+    return [(int(p), int(t)) if ok else (None, None) for p, t, ok in zip(pid, tid, found, strict=True)]
 
 
 RULE = KernelTail

@@ -8,11 +8,11 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.commands import recapture_command
+from nsys_rules.analysis.launches import launch_key
+from nsys_rules.analysis.names import KERNEL_LAUNCH_APIS, in_set
 from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
-
-from ._common import recapture_command
-from ._gpu_activity import KERNEL_LAUNCH_APIS
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
 
 ENV_VAR = "CUDA_LAUNCH_BLOCKING"
 
@@ -21,8 +21,8 @@ ENV_VAR = "CUDA_LAUNCH_BLOCKING"
 class Options:
     """Options of launch-blocking."""
 
-    blocking_share: float = field(default=0.9, metadata={
-        "help": "launches are blocking when at least this share of kernel launch calls return after their "
+    blocking_pct: float = field(default=90.0, metadata={
+        "help": "launches are blocking when at least this percent of kernel launch calls return after their "
                 "kernel ended"})
     min_launches: int = field(default=50, metadata={"help": "fewest kernel launch calls to judge the behaviour"})
     min_long_kernels: int = field(default=10, metadata={
@@ -57,10 +57,9 @@ def blocking_share(kernel_start: np.ndarray, kernel_end: np.ndarray, api_start: 
 def per_launch_call(pid: np.ndarray, corr: np.ndarray, k_start: np.ndarray, k_end: np.ndarray, a_start: np.ndarray,
                     a_end: np.ndarray) -> pd.DataFrame:
     """Kernels merged per launch call (pid + correlationId): first kernel start, last kernel end, the call."""
-    # copy=False: no consolidated 2-D copy of four million-row columns (31 MB on the big trace).
+    # copy=False: no consolidated 2-D copy of the four columns.
     frame = pd.DataFrame({"k_start": k_start, "k_end": k_end, "a_start": a_start, "a_end": a_end}, copy=False)
-    keys = np.left_shift(pid, 32, dtype=np.int64)  # in place: 8 MB per temporary on 1M kernels
-    keys |= np.bitwise_and(corr, 0xFFFFFFFF, dtype=np.int64)
+    keys = launch_key(pid, corr)
     rising = len(keys) < 2 or bool((keys[1:] > keys[:-1]).all())  # rising keys cannot repeat: skip the hash
     if rising:  # the usual case: one kernel per launch call, no group-by needed
         return frame
@@ -78,7 +77,7 @@ class LaunchBlocking(Rule):
 
     What it detects: `CUDA_LAUNCH_BLOCKING` set to a non-zero value in the profiled environment,
     or kernel launch calls (`cudaLaunchKernel`, `cuLaunchKernel`, ...) that return only after
-    their kernel ended, for at least `blocking_share` of the launches.
+    their kernel ended, for at least `blocking_pct` percent of the launches.
     Why it hurts: with blocking launches the host never runs ahead of the GPU, so every launch
     pays the whole kernel time plus launch latency, queues are always empty, and the GPU idles
     between kernels. Step times, GPU utilization, queue and launch numbers in this trace do not
@@ -87,7 +86,7 @@ class LaunchBlocking(Rule):
     for their kernel, launch API time against kernel time.
     Next optimizations: re-capture without `CUDA_LAUNCH_BLOCKING` (it is a debugging switch for
     locating the kernel behind an asynchronous error), exact command given.
-    Options: `blocking_share`, `min_launches`, `min_long_kernels`.
+    Options: `blocking_pct`, `min_launches`, `min_long_kernels`.
     Requires: the capture metadata (environment); the kernel and API tables for the behaviour.
     False positives: none known when the variable is set; without it, a tracer forcing
     serialisation (e.g. `--cuda-flush-interval` extremes) shows the same pattern, and the
@@ -103,6 +102,7 @@ class LaunchBlocking(Rule):
                "api": ("start", "end", "correlation_id", "pid", "name")}
     window = "full"
     Options = Options
+    renamed_options = {"blocking_share": Renamed("blocking_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -114,7 +114,7 @@ class LaunchBlocking(Rule):
             kernels = ctx.frame("kernels")
             api = ctx.launch_calls("kernels")
             # One row per launch call: a graph launch or a multi-kernel call is not a single launch.
-            rows = api["api_name"].isin(KERNEL_LAUNCH_APIS).to_numpy()
+            rows = in_set(api["api_name"], KERNEL_LAUNCH_APIS)
             # Every kernel launched one by one (the usual eager trace): views, not six gathered copies.
             rows = slice(None) if rows.all() else np.flatnonzero(rows)
             per_call = per_launch_call(kernels["pid"].to_numpy()[rows], kernels["correlation_id"].to_numpy()[rows],
@@ -127,7 +127,7 @@ class LaunchBlocking(Rule):
                 kernel_ns = int((per_call["k_end"] - per_call["k_start"]).sum())
                 api_ns = int((per_call["a_end"] - per_call["a_start"]).sum())
                 first_ns, last_ns = int(per_call["a_start"].min()), int(per_call["k_end"].max())
-        behaves = judged > 0 and share >= opts.blocking_share
+        behaves = judged > 0 and share >= opts.blocking_pct / 100
         if not env_set and not behaves:
             return
         metrics = {"launches_judged": metric(judged, "count"), "blocking_share": metric(100 * share, "%"),
@@ -140,7 +140,7 @@ class LaunchBlocking(Rule):
                     f"{kernel_ns / 1e6:.1f} ms of kernels)")
         else:
             seen = "no kernel launches to confirm it"
-        contradicts = env_set and judged >= opts.min_launches and share < opts.blocking_share
+        contradicts = env_set and judged >= opts.min_launches and share < opts.blocking_pct / 100
         severity = Severity.WARNING if contradicts else Severity.ERROR
         command = recapture_command(ctx.trace, "--trace=cuda,nvtx")
         yield ctx.finding(

@@ -8,21 +8,21 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.intervals import busy_ns
+from nsys_rules.analysis.launches import first_of_each_call
+from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS, in_set
 from nsys_rules.errors import MissingData
 from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
-
-from ._common import pct
-from nsys_rules.analysis.intervals import busy_ns
-from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
+from nsys_rules.units import pct
 
 
 @dataclass(frozen=True)
 class Options:
     """Options of launch-bound."""
 
-    max_busy_share: float = field(default=0.7, metadata={
-        "help": "report only when kernels keep the GPU busy less than this share of the steady state"})
+    max_busy_pct: float = field(default=70.0, metadata={
+        "help": "report only when kernels keep the GPU busy less than this percent of the steady state"})
     max_median_kernel_ns: int = field(default=50_000, metadata={
         "help": "report only when the median kernel is this short (ns): launch cost matters for small kernels"})
     max_launch_gap_ns: int = field(default=100_000, metadata={
@@ -31,8 +31,8 @@ class Options:
     graph_gap_ns: int = field(default=1_000, metadata={
         "help": "idle time per kernel that remains when the kernels replay from a CUDA graph (ns)"})
     min_kernels: int = field(default=100, metadata={"help": "fewest kernels in the steady state to judge"})
-    warning_share: float = field(default=0.05, metadata={
-        "help": "warning when the estimated saving reaches this share of the steady-state time"})
+    warn_share_pct: float = field(default=5.0, metadata={
+        "help": "warning when the estimated saving reaches this percent of the steady-state time"})
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,8 @@ def launch_profile(kernels: pd.DataFrame, api_end: np.ndarray, lo: int, hi: int,
         s, e, launched = s[order], e[order], launched[order]
     median = float(np.median(e - s)) if len(s) else 0.0
     if len(s) > 1:
-        # Memory on 1M kernels: ends in order need no running max (a view), and the masks are
-        # combined in place (each temporary is 8 MB, 1 MB for a mask).
+        # Ends in order need no running max (a view), and the masks are combined in place: no
+        # temporary as long as the kernels beyond the ones needed.
         prev_end = (e if len(e) < 2 or bool((e[1:] >= e[:-1]).all()) else np.maximum.accumulate(e))[:-1]
         gap = s[1:] - prev_end
         starved = launched[1:] >= prev_end  # the GPU waited for the launch call
@@ -98,8 +98,8 @@ def launch_profile(kernels: pd.DataFrame, api_end: np.ndarray, lo: int, hi: int,
 class LaunchBound(Rule):
     """The GPU idles between small kernels while the host launches them one by one.
 
-    What it detects: in the steady state, the loop keeps the GPU busy less than `max_busy_share`
-    of the time, the median kernel launched one by one is short (<= `max_median_kernel_ns`), and
+    What it detects: in the steady state, the loop keeps the GPU busy less than `max_busy_pct`
+    percent of the time, the median kernel launched one by one is short (<= `max_median_kernel_ns`), and
     the GPU repeatedly runs dry before the next launch call returns: the host's per-kernel launch
     cost (framework overhead plus the launch API) sets the pace, not the GPU. Kernels replayed
     from CUDA graphs are not judged; a loop that already replays graphs is at most information
@@ -113,8 +113,8 @@ class LaunchBound(Rule):
     `torch.compile(mode="reduce-overhead")`, vLLM/SGLang CUDA-graph decode, `cudaStreamBeginCapture`
     + `cudaGraphLaunch`) so one launch replays all kernels; fuse small elementwise kernels
     (torch.compile, custom fused kernels) to cut the kernel count.
-    Options: `max_busy_share`, `max_median_kernel_ns`, `max_launch_gap_ns`, `graph_gap_ns`,
-    `min_kernels`, `warning_share`.
+    Options: `max_busy_pct`, `max_median_kernel_ns`, `max_launch_gap_ns`, `graph_gap_ns`,
+    `min_kernels`, `warn_share_pct`.
     Requires: the kernel and API tables (`--trace=cuda`).
     False positives: a GPU idle because the program waits for input (a server between
     requests) is not launch-bound: the launch gaps, not idle time in general, carry the saving.
@@ -130,6 +130,7 @@ class LaunchBound(Rule):
                "nvtx": ("start", "end", "name")}
     window = "steady"
     Options = Options
+    renamed_options = {"max_busy_share": Renamed("max_busy_pct", 100), "warning_share": Renamed("warn_share_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -137,7 +138,7 @@ class LaunchBound(Rule):
         api = ctx.launch_calls("kernels", names=True)
         # Kernels replayed from a CUDA graph are already launched as one: only kernels launched one
         # by one can be launch-bound, and a graph replay loop is never told to use CUDA graphs.
-        by_graph = api["api_name"].isin(list(GRAPH_LAUNCH_APIS)).to_numpy()
+        by_graph = in_set(api["api_name"], GRAPH_LAUNCH_APIS)
         graph_loop = (ctx.steps is not None and ctx.steps.source == "graph") or by_graph.mean() >= 0.5 if len(
             kernels) else False
         if by_graph.any():
@@ -148,14 +149,8 @@ class LaunchBound(Rule):
         lo, hi = _judged_bounds(ctx, kernels)
         if hi <= lo:
             raise MissingData("the steady state holds no kernel time", "capture more steps")
-        graphs = int(ctx.api_base_names().isin(list(GRAPH_LAUNCH_APIS)).sum())
-        # One launch call per pid + correlationId.
-        keys = np.left_shift(kernels["pid"].to_numpy(), 32, dtype=np.int64)
-        keys |= np.bitwise_and(kernels["correlation_id"].to_numpy(), 0xFFFFFFFF, dtype=np.int64)
-        # Keys rising row by row (one kernel per call, the usual eager case) cannot repeat: no hash table.
-        unique = len(keys) < 2 or bool((keys[1:] > keys[:-1]).all())
-        first_of_call = np.ones(len(keys), bool) if unique else ~pd.Series(keys, copy=False).duplicated().to_numpy()
-        del keys
+        graphs = int(in_set(ctx.api_base_names(), GRAPH_LAUNCH_APIS).sum())
+        first_of_call = first_of_each_call(kernels["pid"].to_numpy(), kernels["correlation_id"].to_numpy())
         api_start = api["api_start"].to_numpy()
         first_of_call &= api_start >= 0
         api_end = api["api_end"].to_numpy()
@@ -178,14 +173,14 @@ class LaunchBound(Rule):
             on_loop = budget is not None and budget.device == int(dev)
             judged = budget.total_ns if on_loop else prof.judged_ns
             busy_share = budget.busy_ns / judged if on_loop and judged else prof.busy_share
-            if busy_share >= opts.max_busy_share or prof.median_kernel_ns > opts.max_median_kernel_ns:
+            if busy_share >= opts.max_busy_pct / 100 or prof.median_kernel_ns > opts.max_median_kernel_ns:
                 continue
             if not prof.starved_gaps:
                 continue
             savings = prof.savings_ns
             if on_loop:
                 savings = min(savings, budget.ns("launch_wait"))
-            severity = Severity.WARNING if savings >= opts.warning_share * judged else Severity.INFO
+            severity = Severity.WARNING if savings >= opts.warn_share_pct / 100 * judged else Severity.INFO
             if graph_loop:
                 severity = Severity.INFO  # what is left between replays is the host's own work, not launches
             yield self._finding(ctx, int(dev), prof, judged, busy_share, savings, severity, graphs, graph_loop, lo, hi)

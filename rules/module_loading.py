@@ -12,19 +12,18 @@ from nsys_rules.analysis.intervals import point_in
 from nsys_rules.analysis.names import MODULE_LOADS, in_set
 from nsys_rules.errors import MissingData
 from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
 from nsys_rules.taxonomy import base_name
-
-from ._common import pct
+from nsys_rules.units import pct
 
 
 @dataclass(frozen=True)
 class Options:
     """Options of module-loading."""
 
-    min_step_share: float = field(default=10.0, metadata={
+    min_step_pct: float = field(default=10.0, metadata={
         "help": "percent of the steady steps that must load code: a load in one step is an outlier (step-outliers)"})
-    warn_share: float = field(default=5.0, metadata={
+    warn_share_pct: float = field(default=5.0, metadata={
         "help": "percent of the steady state the GPU idles while code is compiled or loaded, for a warning"})
 
 
@@ -48,7 +47,7 @@ class ModuleLoading(Rule):
     """GPU code is compiled or loaded in the steady loop, not once at start-up.
 
     What it detects: module-load calls (`cuLibraryLoadData`, `cuModuleLoadData`, ...) inside at
-    least `min_step_share` percent of the steady steps, and the GPU idle time the budget gives to
+    least `min_step_pct` percent of the steady steps, and the GPU idle time the budget gives to
     loading (a gap that ends in a load spent its host time building that module: cuDNN runtime
     fusion, NVRTC, Triton). The kernels launched right after each load name the generator.
     Why it hurts: with lazy loading every new kernel costs a load the first time it runs; a loop
@@ -62,7 +61,7 @@ class ModuleLoading(Rule):
     (`torch.backends.cuda.enable_cudnn_sdp(False)`), mark dynamic dimensions for torch.compile,
     warm up every shape before the loop; `CUDA_MODULE_LOADING=EAGER` moves plain lazy loads to
     start-up.
-    Options: `min_step_share`, `warn_share`.
+    Options: `min_step_pct`, `warn_share_pct`.
     Requires: a step model and the API table; kernels to name what was loaded.
     False positives: a loop that meets each shape once by design (a benchmark sweep) loads by
     design; in production the cache would be warm.
@@ -76,6 +75,7 @@ class ModuleLoading(Rule):
     columns = {"api": ("start", "end", "name", "pid", "tid"), "kernels": ("start", "end", "name")}
     window = "steady"
     Options = Options
+    renamed_options = {"min_step_share": Renamed("min_step_pct"), "warn_share": Renamed("warn_share_pct")}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -92,7 +92,7 @@ class ModuleLoading(Rule):
         ends = api["end"].to_numpy(np.int64)[loading]
         per_step = loads_per_step(starts, model.host)
         steps_loading = int((per_step > 0).sum())
-        if steps_loading < max(2, opts.min_step_share / 100 * model.count):
+        if steps_loading < max(2, opts.min_step_pct / 100 * model.count):
             return
         inside = point_in(starts, model.host[:, 0], model.host[:, 1]) >= 0
         calls, call_ns = int(inside.sum()), int((ends[inside] - starts[inside]).sum())
@@ -109,7 +109,7 @@ class ModuleLoading(Rule):
                    f"{call_ns / 1e6:.2f} ms in the calls): {what}. The GPU waits {idle / 1e6:.1f} ms for it, "
                    f"{share:.1f} % of the {steady / 1e6:.1f} ms steady state ({idle / model.count / 1e6:.2f} ms per "
                    f"step).{named}")
-        severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
+        severity = Severity.WARNING if share >= opts.warn_share_pct else Severity.INFO
         yield ctx.finding(message, _advice(source), severity=severity, budget_part="module_loading",
                           estimated_savings_ns=idle,
                           metrics={"steps_loading": metric(steps_loading, "count"), "load_calls": metric(calls, "count"),

@@ -9,10 +9,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.copies import copy_groups
 from nsys_rules.findings import Finding, Severity
-from nsys_rules.rule import Rule, RuleContext
-
-from ._copies import copy_groups
+from nsys_rules.rule import Renamed, Rule, RuleContext
 
 PAGEABLE = 0
 #: nsys matches `cudaMemcpy%Async%`; the driver API's `cuMemcpy*Async` copies behave the same.
@@ -31,8 +30,8 @@ class Options:
     min_bytes: int = field(default=0, metadata={"help": "ignore copies smaller than this (nsys: 0)"})
     include_driver_api: bool = field(default=True, metadata={
         "help": "also flag driver `cuMemcpy*Async` calls (nsys only matches `cudaMemcpy*Async`)"})
-    warning_share: float = field(default=0.05, metadata={
-        "help": "warning when the host time of the flagged calls reaches this share of the judged time"})
+    warn_share_pct: float = field(default=5.0, metadata={
+        "help": "warning when the host time of the flagged calls reaches this percent of the judged time"})
 
 
 def flag_pageable_async(copies: pd.DataFrame, api_raw: np.ndarray, *, min_bytes: int = 0,
@@ -61,7 +60,7 @@ class PageableMemcpy(Rule):
     Next optimizations: allocate the host buffer pinned (`cudaMallocHost`/`cudaHostAlloc`,
     `torch.empty(..., pin_memory=True)` / `tensor.pin_memory()`, or `cudaHostRegister` an
     existing buffer) and keep the copy async; for per-step inputs reuse one pinned staging buffer.
-    Options: `window`, `report`, `max_findings`, `min_bytes`, `include_driver_api`, `warning_share`.
+    Options: `window`, `report`, `max_findings`, `min_bytes`, `include_driver_api`, `warn_share_pct`.
     Requires: the memcpy and API tables (`--trace=cuda`).
     False positives: one-off copies during loading are harmless (use `window=steady` to judge
     only the steady state); tiny copies cost little, which the host time shows.
@@ -78,6 +77,7 @@ class PageableMemcpy(Rule):
     window = "full"
     aliases = ("cuda_memcpy_async",)
     Options = Options
+    renamed_options = {"warning_share": Renamed("warn_share_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -91,7 +91,7 @@ class PageableMemcpy(Rule):
             single = cg.group.single
             in_loop = cg.in_loop(ctx)
             # Loading copies cost start-up time, not step time: information, whatever their share of the capture.
-            severity = Severity.WARNING if in_loop and cg.host_ns >= opts.warning_share * cg.judged_ns else Severity.INFO
+            severity = Severity.WARNING if in_loop and cg.host_ns >= opts.warn_share_pct / 100 * cg.judged_ns else Severity.INFO
             what = (f"A {cg.direction} copy ({cg.src} -> {cg.dst}, {cg.nbytes} B)" if single else
                     f"{cg.count} {cg.direction} copies ({cg.src} -> {cg.dst}, {cg.nbytes / 1e6:.3f} MB in all)")
             yield ctx.finding(

@@ -8,11 +8,11 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.intervals import busy_within, merge_intervals, overlap_length
+from nsys_rules.analysis.launches import first_of_each_call
 from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
-
-from ._common import pct
-from ._gpu_activity import merge_intervals
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
+from nsys_rules.units import pct
 
 
 @dataclass(frozen=True)
@@ -24,10 +24,10 @@ class Options:
     min_queue_ns: int = field(default=10_000, metadata={
         "help": "queue time below this (ns) is launch latency, not queueing; also the median queue must reach it"})
     min_kernels: int = field(default=50, metadata={"help": "fewest kernels of a stream in the window to judge it"})
-    gpu_bound_share: float = field(default=0.8, metadata={
-        "help": "GPU busy share at or above which queueing means the GPU is the bottleneck (info)"})
-    warning_share: float = field(default=0.05, metadata={
-        "help": "warning when the GPU idles (for this process) while kernels wait for this share of the window"})
+    gpu_bound_pct: float = field(default=80.0, metadata={
+        "help": "percent of the time the GPU is busy at or above which queueing means the GPU is the bottleneck (info)"})
+    warn_share_pct: float = field(default=5.0, metadata={
+        "help": "warning when the GPU idles (for this process) while kernels wait for this percent of the window"})
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
     of launch latency) while no kernel of the process ran on the device: the wait was for
     something the trace does not show (another process, a cross-stream dependency).
     """
-    # Summaries first, then only the waiting kernels are kept: each temporary is 8 MB per 1M kernels.
+    # Summaries first, then only the waiting kernels are kept: one row-length temporary at a time.
     dur = k_end - k_start
     median_kernel, kernel_total = float(np.median(dur)), int(dur.sum())
     del dur
@@ -88,34 +88,9 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
         closes[:-1] = keep[1:]
         b_lo, b_hi = b_lo[keep], b_hi[closes]
         del keep, closes
-    # |Q u B| - |B| = |Q| - |Q n B| for disjoint sorted Q and B: no merge of the two (2M rows, ~150 MB).
-    idle_queued = int((q_hi - q_lo).sum() - _overlap(q_lo, q_hi, b_lo, b_hi))
+    # |Q u B| - |B| = |Q| - |Q n B| for disjoint sorted Q and B: no merge of the two.
+    idle_queued = int((q_hi - q_lo).sum() - overlap_length((q_lo, q_hi), (b_lo, b_hi)))
     return QueueProfile(count, median_queue, p90_queue, median_kernel, queue_total, kernel_total, max(0, idle_queued))
-
-
-def _overlap(q_lo: np.ndarray, q_hi: np.ndarray, b_lo: np.ndarray, b_hi: np.ndarray) -> int:
-    """Total length shared by two lists of sorted, disjoint intervals."""
-    if not len(q_lo) or not len(b_lo):
-        return 0
-    # In place where it can: q holds up to one interval per kernel, 8 MB per temporary on 1M kernels.
-    prefix = np.zeros(len(b_lo) + 1, np.int64)  # busy length of the first k intervals
-    np.cumsum(b_hi - b_lo, out=prefix[1:])
-
-    def covered_before(x: np.ndarray) -> np.ndarray:  # busy length in (-inf, x]
-        k = np.searchsorted(b_lo, x, side="right")  # intervals starting at or before x
-        past = np.maximum(k - 1, 0)
-        past = b_hi[past]  # part of the last one after x
-        past -= x
-        np.maximum(past, 0, out=past)
-        past[k == 0] = 0
-        out = prefix[k]
-        del k
-        out -= past
-        return out
-
-    covered = covered_before(q_hi)
-    covered -= covered_before(q_lo)
-    return int(covered.sum())
 
 
 def _ids(column: pd.Series) -> np.ndarray:
@@ -123,19 +98,6 @@ def _ids(column: pd.Series) -> np.ndarray:
     if column.dtype.kind in "iu":  # the loader's integer columns: no NaN to fill, no widening copy
         return column.to_numpy()
     return pd.to_numeric(column, errors="coerce").fillna(-1).to_numpy().astype(np.int64)
-
-
-def first_kernel_per_call(pid: np.ndarray, correlation_id: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Row index of the earliest kernel of each launch call (same pid and correlationId), in start order."""
-    ordered = len(start) < 2 or bool((start[1:] >= start[:-1]).all())  # kernels usually come in start order
-    order = None if ordered else np.argsort(start, kind="stable")
-    key = pid.astype(np.int64) if order is None else pid.astype(np.int64)[order]
-    key <<= 32
-    key |= np.bitwise_and(correlation_id if order is None else correlation_id[order], 0xFFFFFFFF, dtype=np.int64)
-    if len(key) < 2 or bool((key[1:] > key[:-1]).all()):  # one kernel per call, ids rising: no hashing
-        return np.arange(len(key)) if order is None else np.sort(order)
-    first = ~pd.Series(key).duplicated(keep="first").to_numpy()  # hash-based, keeps start order
-    return np.flatnonzero(first) if order is None else np.sort(order[first])
 
 
 class QueueDelay(Rule):
@@ -157,7 +119,7 @@ class QueueDelay(Rule):
     kernel-tail) or batch more work per launch. Contention: give the latency-critical process
     the GPU alone (no co-located jobs, MPS limits, or a dedicated GPU), or a higher stream
     priority (`cudaStreamCreateWithPriority`); remove unneeded cross-stream waits.
-    Options: `min_ratio`, `min_queue_ns`, `min_kernels`, `gpu_bound_share`, `warning_share`.
+    Options: `min_ratio`, `min_queue_ns`, `min_kernels`, `gpu_bound_pct`, `warn_share_pct`.
     Requires: the kernel and API tables (`--trace=cuda`).
     False positives: a host that launches a whole step ahead and then synchronizes shows long
     queues by design: that is the GPU-bound (info) case.
@@ -175,13 +137,14 @@ class QueueDelay(Rule):
                "nvtx": ("start", "end", "name")}
     window = "steady"
     Options = Options
+    renamed_options = {"gpu_bound_share": Renamed("gpu_bound_pct", 100), "warning_share": Renamed("warn_share_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
         kernels = ctx.frame("kernels")
         if kernels.empty:
             return
-        # Only the launch call's end is used: keep that column, not the whole frame (memory on 1M kernels).
+        # Only the launch call's end is used: keep that column, not the whole frame.
         api_end = ctx.launch_calls("kernels", names=False)["api_end"].to_numpy()
         start = kernels["start"].to_numpy()
         end = kernels["end"].to_numpy()
@@ -191,8 +154,7 @@ class QueueDelay(Rule):
         # A graph launch (or a multi-kernel call) queues all its kernels at once; after the first, a
         # node waits for the node before it, not in the queue, so only the first kernel per call counts.
         # As a mask (1 byte per kernel), not row numbers (8): the loop below selects from it.
-        counted = np.zeros(len(start), bool)
-        counted[first_kernel_per_call(pid_all, corr_all, start)] = True
+        counted = first_of_each_call(pid_all, corr_all, start)
         counted &= api_end >= 0
         del corr_all
         others = [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"])
@@ -222,8 +184,7 @@ class QueueDelay(Rule):
             lo, hi = int(k_start.min()), int(k_end.max())
             del starts, ends, k_start, k_end
             span = max(1, hi - lo)
-            # Busy time inside [lo, hi] from the merged intervals (busy_ns would merge them again).
-            busy_share = int(np.clip(np.minimum(busy[1], hi) - np.maximum(busy[0], lo), 0, None).sum()) / span
+            busy_share = busy_within(busy, lo, hi) / span
             launches = counted if on is None else counted & on
             for stream in sorted(pd.unique(stream_all[launches])):
                 grp = launches & (stream_all == stream)
@@ -238,8 +199,8 @@ class QueueDelay(Rule):
                 prof = queue_profile(start[pick], end[pick], api_end[pick], busy, opts.min_queue_ns, (lo, hi))
                 if prof.median_queue < opts.min_queue_ns or prof.ratio < opts.min_ratio:
                     continue
-                held_back = prof.idle_while_queued >= opts.warning_share * span
-                gpu_bound = busy_share >= opts.gpu_bound_share and not held_back
+                held_back = prof.idle_while_queued >= opts.warn_share_pct / 100 * span
+                gpu_bound = busy_share >= opts.gpu_bound_pct / 100 and not held_back
                 severity = Severity.WARNING if held_back else Severity.INFO
                 head = (f"Kernels on stream {stream} (GPU {dev}) waited a median {prof.median_queue / 1e3:.1f} us "
                         f"(p90 {prof.p90_queue / 1e3:.1f} us) in the queue for a median run of "

@@ -8,21 +8,21 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.findings import Finding, Severity
+from nsys_rules.job.compare import diff_command, ms, need_collectives, need_ranks, need_steps, rank_label, t_statistic
 from nsys_rules.job.model import Job
 from nsys_rules.job.rule import JobContext, JobRule, step_list
-from nsys_rules.rule import metric
-
-from ._common import pct
-from ._ranks import diff_command, ms, need_collectives, need_ranks, need_steps, rank_label, t_statistic
+from nsys_rules.rule import Renamed, metric
+from nsys_rules.units import pct
 
 
 @dataclass(frozen=True)
 class Options:
     """Options of rank-imbalance."""
 
-    min_excess: float = field(default=0.05, metadata={
-        "help": "report when the busiest rank's GPU time (or step time) per step exceeds the other ranks' median by this share"})
-    warn_excess: float = field(default=0.15, metadata={"help": "that excess (share) from which the finding is a warning"})
+    min_excess_pct: float = field(default=5.0, metadata={
+        "help": "report when the busiest rank's GPU time (or step time) per step exceeds the other ranks' median by this "
+                "percent"})
+    warn_excess_pct: float = field(default=15.0, metadata={"help": "that excess (percent) from which the finding is a warning"})
     significance: float = field(default=3.0, metadata={
         "help": "the per-step excess must be this many standard errors above zero (noise guard)"})
     min_steps: int = field(default=3, metadata={"help": "steps needed before per-step times are compared"})
@@ -88,7 +88,7 @@ class RankImbalance(JobRule):
     What it detects: per step (steps cut at the job's repeating collectives), each rank's GPU
     compute time (kernels other than communication) and its own step time; the busiest rank
     against the others' median (with two ranks, the other one), when its excess is at least
-    `min_excess` of it and repeats step after step (`significance` standard errors above zero,
+    `min_excess_pct` of it and repeats step after step (`significance` standard errors above zero,
     so jitter does not count).
     Why it hurts: ranks meet at every collective, so each step lasts as long as the busiest
     rank's work; the others idle in their communication kernels for the difference. With N
@@ -102,7 +102,7 @@ class RankImbalance(JobRule):
     sequences by length), even pipeline stages (layers per stage, the embedding and loss on
     lighter stages), balanced MoE routing (load-balancing loss, expert placement), an even
     split of heads and vocabulary in tensor parallelism; then compare the two ranks' kernels.
-    Options: `min_excess`, `warn_excess`, `significance`, `min_steps`.
+    Options: `min_excess_pct`, `warn_excess_pct`, `significance`, `min_steps`.
     Requires: the kernel table of every rank; collectives to cut the steps.
     False positives: work that is uneven by design (the last pipeline stage computes the loss,
     rank 0 does extra bookkeeping) is still reported: the numbers say what it costs. Steps cut
@@ -114,6 +114,7 @@ class RankImbalance(JobRule):
     title = "Ranks do uneven GPU work per step"
     default_severity = Severity.WARNING
     Options = Options
+    renamed_options = {"min_excess": Renamed("min_excess_pct", 100), "warn_excess": Renamed("warn_excess_pct", 100)}
 
     def check(self, ctx: JobContext) -> Iterable[Finding]:  # type: ignore[override]
         job, opts = ctx.job, ctx.options
@@ -122,7 +123,7 @@ class RankImbalance(JobRule):
         need_steps(job, opts.min_steps)
         for found in judged(job):
             share = found.excess / found.reference if found.reference > 0 else 0.0
-            if share < opts.min_excess or found.significance < opts.significance:
+            if share < opts.min_excess_pct / 100 or found.significance < opts.significance:
                 continue
             yield self._finding(ctx, found, found.reference, share)
             return  # one finding per job: the compute imbalance explains the step time when both differ
@@ -164,7 +165,7 @@ class RankImbalance(JobRule):
             "sequences by length), even pipeline stages (layers per stage), balanced MoE routing, an even split of "
             "heads and vocabulary under tensor parallelism."
             + (f" See which kernels differ: `{diff}`." if diff else ""))
-        severity = Severity.WARNING if share >= opts.warn_excess else Severity.INFO
+        severity = Severity.WARNING if share >= opts.warn_excess_pct / 100 else Severity.INFO
         return ctx.finding(message, recommendation, rank=job.ranks[found.busiest].rank, severity=severity,
                            metrics=metrics, estimated_savings_ns=found.balanced_gain * steps)
 

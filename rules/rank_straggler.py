@@ -8,12 +8,13 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.findings import Finding, Severity
+from nsys_rules.job.compare import (diff_command, full_rows, ms, need_collectives, need_ranks, others_median, rank_label,
+                                    signed_rank_z)
 from nsys_rules.job.model import Job
 from nsys_rules.job.rule import JobContext, JobRule, step_list
-from nsys_rules.rule import metric
+from nsys_rules.rule import Renamed, metric
+from nsys_rules.units import pct
 
-from ._common import pct
-from ._ranks import diff_command, full_rows, ms, need_collectives, need_ranks, others_median, rank_label, signed_rank_z
 
 #: What a rank can do instead of arriving, in the order they are named.
 CAUSES = ("compute", "host stall", "sync", "allocation", "copies")
@@ -25,15 +26,15 @@ class Options:
 
     min_collectives: int = field(default=5, metadata={
         "help": "collectives where every rank meets needed before arrivals are judged"})
-    min_held_share: float = field(default=0.5, metadata={
-        "help": "the straggler causes at least this share (0-1) of all the waiting at those collectives"})
+    min_held_pct: float = field(default=50.0, metadata={
+        "help": "the straggler causes at least this percent of all the waiting at those collectives"})
     significance: float = field(default=2.5, metadata={
         "help": "z score one of two tests must reach: its arrivals against the others' (signed-rank), or its share of "
                 "the waiting against a random order of arrival (2.5: about 0.6 % chance each under random jitter)"})
-    min_share: float = field(default=0.01, metadata={
-        "help": "report when the time it holds the others up is at least this share (0-1) of the steps' time"})
-    warn_share: float = field(default=0.05, metadata={
-        "help": "that share (0-1) from which the finding is a warning"})
+    min_share_pct: float = field(default=1.0, metadata={
+        "help": "report when the time it holds the others up is at least this percent of the steps' time"})
+    warn_share_pct: float = field(default=5.0, metadata={
+        "help": "that percent from which the finding is a warning"})
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def find_straggler(job: Job, opts: Options) -> Straggling | None:
     counts = np.bincount(last, minlength=job.size)
     col = int(np.lexsort((counts, held_by))[-1])
     share = float(held_by[col] / held_by.sum()) if held_by.sum() > 0 else 0.0
-    if share < opts.min_held_share:
+    if share < opts.min_held_pct / 100:
         return None
     arrival_z = signed_rank_z(start[:, col] - others_median(start)[:, col])
     weighted_z = held_z(lateness, last, col, job.size)
@@ -137,7 +138,7 @@ class RankStraggler(JobRule):
     What it detects: in a job of several ranks (one trace per rank, or several processes and
     GPUs in one trace), the rank whose communication kernels start last and so hold the others
     up: at each collective where all ranks meet, the last rank holds the others up by the gap to
-    the next-to-last arrival. The straggler causes at least `min_held_share` of all that waiting
+    the next-to-last arrival. The straggler causes at least `min_held_pct` percent of all that waiting
     and is beyond noise by one of two tests reaching `significance` (z): it arrives last at most
     collectives (a signed-rank test of its arrivals against the other ranks' median), or it is
     late by far more than the jitter at some of them (its share of the waiting against a random
@@ -159,7 +160,7 @@ class RankStraggler(JobRule):
     host work (logging, checkpointing, evaluation on rank 0, data loading) off the step or
     give it more loader workers when it stalls; remove its host syncs or allocations when those
     grew. Compare its trace with another rank's with `nsys-rules diff`.
-    Options: `min_collectives`, `min_held_share`, `significance`, `min_share`, `warn_share`.
+    Options: `min_collectives`, `min_held_pct`, `significance`, `min_share_pct`, `warn_share_pct`.
     Requires: the kernel table of every rank with communication kernels (NCCL, the custom
     all-reduce kernels of vLLM/SGLang/TensorRT-LLM, or any kernel that ends together on every
     rank); the API table for sync and allocation time; `TARGET_INFO_SESSION_START_TIME` to put
@@ -174,6 +175,8 @@ class RankStraggler(JobRule):
     title = "One rank arrives last at collectives and the others wait"
     default_severity = Severity.WARNING
     Options = Options
+    renamed_options = {"min_held_share": Renamed("min_held_pct", 100), "min_share": Renamed("min_share_pct", 100),
+                       "warn_share": Renamed("warn_share_pct", 100)}
 
     def check(self, ctx: JobContext) -> Iterable[Finding]:  # type: ignore[override]
         job, opts = ctx.job, ctx.options
@@ -185,7 +188,7 @@ class RankStraggler(JobRule):
         total_time = ctx.step_time_ns()
         held_total = float(found.held.sum())
         share = held_total / total_time if total_time else 0.0
-        if share < opts.min_share:
+        if share < opts.min_share_pct / 100:
             return
         steps = max(1, job.steps.count)
         per_step_held = job.step_sums(_column(found.held, found.col, job.size))[:, found.col] if job.steps.count else None
@@ -216,7 +219,7 @@ class RankStraggler(JobRule):
             f"({pct(held_total, total_time):.1f} % of the {ms(total_time / steps)} step), {ms(held_total)} in total"
             f"{when}. {_instead_text(per_step, cause)} Clocks: {job.clock.source}, residual skew "
             f"{job.clock.residual_skew_ns / 1e3:.1f} us.")
-        severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
+        severity = Severity.WARNING if share >= opts.warn_share_pct / 100 else Severity.INFO
         span = _step_span(job, worst[0]) if len(worst) else None
         yield ctx.finding(message, _recommendation(job, found.col, cause), rank=job.ranks[found.col].rank,
                           severity=severity, metrics=metrics, estimated_savings_ns=held_total, step_span=span)

@@ -13,10 +13,9 @@ from nsys_rules.analysis.intervals import point_in
 from nsys_rules.analysis.names import ALLOC_APIS, MODULE_LOADS, SYNC_APIS, in_set
 from nsys_rules.errors import MissingData
 from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
 from nsys_rules.taxonomy import base_name
-
-from ._common import pct
+from nsys_rules.units import pct
 
 _COPY_KINDS = {1: "host-to-device", 2: "device-to-host", 8: "device-to-device", 10: "peer-to-peer"}
 
@@ -35,7 +34,7 @@ class Options:
     min_excess_pct: float = field(default=10.0, metadata={
         "help": "the least excess over the median, in percent, for a step to count as slow by deviation"})
     min_steps: int = field(default=8, metadata={"help": "fewest steady steps to judge outliers against a median"})
-    warn_share: float = field(default=5.0, metadata={
+    warn_share_pct: float = field(default=5.0, metadata={
         "help": "percent of the steady state that the slow steps' excess over the median must reach for a warning"})
     listed: int = field(default=4, metadata={"help": "slow steps named one by one in the message"})
 
@@ -96,7 +95,7 @@ class StepOutliers(Rule):
     or where the loop idles; module loading and new kernels: warm up every shape before measuring,
     `CUDA_MODULE_LOADING=EAGER`; allocation: allocate before the loop; host stalls: find the host
     code at those steps (garbage collection, logging, scheduling).
-    Options: `slow_ratio`, `tail_ratio`, `outlier_mads`, `min_excess_pct`, `min_steps`, `warn_share`, `listed`.
+    Options: `slow_ratio`, `tail_ratio`, `outlier_mads`, `min_excess_pct`, `min_steps`, `warn_share_pct`, `listed`.
     Requires: a step model (steady steps) and the GPU tables; the API table for host causes.
     False positives: steps that legitimately do more work (a growing sequence, a different batch)
     are slow by design; the cause then reads "kernels ran longer".
@@ -113,6 +112,7 @@ class StepOutliers(Rule):
                "kernels": ("start", "end", "name"), "memset": ("start", "end"), "graph_trace": ("start", "end")}
     window = "steady"
     Options = Options
+    renamed_options = {"warn_share": Renamed("warn_share_pct")}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -133,7 +133,7 @@ class StepOutliers(Rule):
         growth = part_growth(budget, slow)
         cause = self._cause(ctx, slow, growth)
         share = pct(excess, budget.total_ns)
-        severity = Severity.WARNING if share >= opts.warn_share else Severity.INFO
+        severity = Severity.WARNING if share >= opts.warn_share_pct else Severity.INFO
         listed = ", ".join(f"step {i + 1} {durations[i] / 1e6:.2f} ms" for i in
                            slow[np.argsort(-durations[slow], kind="stable")][:opts.listed])
         period = _period(slow)

@@ -9,10 +9,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.copies import copy_groups
 from nsys_rules.findings import Finding, Severity
-from nsys_rules.rule import Rule, RuleContext
-
-from ._copies import copy_groups
+from nsys_rules.rule import Renamed, Rule, RuleContext
 
 HTOD, DTOD = 1, 8
 #: Runtime `cudaMemcpy*` and driver `cuMemcpy*` calls; the Async ones are excluded separately.
@@ -34,8 +33,8 @@ class Options:
                 "returns before they reach the GPU)"})
     include_driver_api: bool = field(default=True, metadata={
         "help": "also flag driver `cuMemcpy*` calls without Async (nsys only matches `cudaMemcpy*`)"})
-    warning_share: float = field(default=0.05, metadata={
-        "help": "warning when the host time of the flagged calls reaches this share of the judged time"})
+    warn_share_pct: float = field(default=5.0, metadata={
+        "help": "warning when the host time of the flagged calls reaches this percent of the judged time"})
 
 
 def flag_sync_copies(copies: pd.DataFrame, api_raw: np.ndarray, *, max_small_htod_bytes: int = 64_000,
@@ -69,7 +68,7 @@ class SyncMemcpy(Rule):
     synchronize only where the value is consumed (an event); keep results on the GPU when the
     host does not need them (e.g. sample on the GPU instead of copying logits back).
     Options: `window`, `report`, `max_findings`, `max_small_htod_bytes`, `include_driver_api`,
-    `warning_share`.
+    `warn_share_pct`.
     Requires: the memcpy and API tables (`--trace=cuda`).
     False positives: a copy at the very end of a run (the final result) is not a stall worth
     fixing; judge with `window=steady`.
@@ -85,6 +84,7 @@ class SyncMemcpy(Rule):
     window = "full"
     aliases = ("cuda_memcpy_sync",)
     Options = Options
+    renamed_options = {"warning_share": Renamed("warn_share_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -95,7 +95,7 @@ class SyncMemcpy(Rule):
         if not mask.any():
             return
         for cg in copy_groups(ctx, copies, api, mask, opts.report, opts.max_findings):
-            severity = Severity.WARNING if cg.host_ns >= opts.warning_share * cg.judged_ns else Severity.INFO
+            severity = Severity.WARNING if cg.host_ns >= opts.warn_share_pct / 100 * cg.judged_ns else Severity.INFO
             one = f"A synchronous {cg.direction} copy ({cg.src} -> {cg.dst}, {cg.nbytes} B)"
             what = (one if cg.group.single else
                     f"{cg.count} synchronous {cg.direction} copies ({cg.src} -> {cg.dst}, "

@@ -9,12 +9,11 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.copies import MEMORY_KINDS
+from nsys_rules.analysis.flagged import split_flagged
 from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
-
-from ._common import pct
-from ._gpu_activity import split_flagged
-from ._copies import MEMORY_KINDS
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
+from nsys_rules.units import pct
 
 #: Runtime `cudaMemset*` and driver `cuMemsetD*` calls; the async ones are excluded separately.
 SET_API = re.compile(r"^cu(?:da)?Memset")
@@ -35,8 +34,8 @@ class Options:
                 "is asynchronous to the host)"})
     include_driver_api: bool = field(default=True, metadata={
         "help": "also flag driver `cuMemsetD*` calls without Async (nsys only matches `cudaMemset*`)"})
-    warning_share: float = field(default=0.05, metadata={
-        "help": "warning when the host time of the flagged calls reaches this share of the judged time"})
+    warn_share_pct: float = field(default=5.0, metadata={
+        "help": "warning when the host time of the flagged calls reaches this percent of the judged time"})
 
 
 def flag_sync_memsets(memsets: pd.DataFrame, api_raw: np.ndarray, *, memory_kinds: tuple = (1, 4),
@@ -60,7 +59,7 @@ class SyncMemset(Rule):
     time range of the flagged memsets.
     Next optimizations: use `cudaMemsetAsync` on the work stream, or initialise the buffer in
     a kernel that already runs; zero a device buffer instead of a host-visible one.
-    Options: `window`, `report`, `max_findings`, `memory_kinds`, `include_driver_api`, `warning_share`.
+    Options: `window`, `report`, `max_findings`, `memory_kinds`, `include_driver_api`, `warn_share_pct`.
     Requires: the memset and API tables (`--trace=cuda`).
     False positives: one-off initialisation during loading (judge with `window=steady`).
     """
@@ -74,6 +73,7 @@ class SyncMemset(Rule):
     window = "full"
     aliases = ("cuda_memset_sync",)
     Options = Options
+    renamed_options = {"warning_share": Renamed("warn_share_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -97,7 +97,7 @@ class SyncMemset(Rule):
             api_name, mem_kind, stream = group.key
             kind = MEMORY_KINDS.get(int(mem_kind), str(mem_kind))
             share = pct(host, judged)
-            severity = Severity.WARNING if host >= opts.warning_share * judged else Severity.INFO
+            severity = Severity.WARNING if host >= opts.warn_share_pct / 100 * judged else Severity.INFO
             what = (f"A synchronous memset of {nbytes} B of {kind} memory" if group.single else
                     f"{len(g)} synchronous memsets of {kind} memory ({nbytes / 1e6:.3f} MB in all)")
             yield ctx.finding(

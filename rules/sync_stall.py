@@ -8,18 +8,14 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
-
-from ._common import pct
 from nsys_rules.analysis.activity import gpu_ops
 from nsys_rules.analysis.host import blocking_calls, copy_directions
-from nsys_rules.analysis.intervals import merge_intervals
-from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS as _GRAPH_LAUNCH_APIS
-
-from ._loop import gpu_launches, loop_span
-
-GRAPH_LAUNCH_APIS = tuple(sorted(_GRAPH_LAUNCH_APIS))
+from nsys_rules.analysis.intervals import busy_within, merge_intervals
+from nsys_rules.analysis.loop import gpu_launches, loop_span
+from nsys_rules.analysis.names import DEVICE_SYNC_APIS, GRAPH_LAUNCH_APIS, in_set
+from nsys_rules.findings import Finding, Location, Severity
+from nsys_rules.rule import Renamed, Rule, RuleContext, metric
+from nsys_rules.units import pct
 
 
 @dataclass(frozen=True)
@@ -28,7 +24,7 @@ class Options:
 
     min_calls: int = field(default=3, metadata={
         "help": "blocking calls needed in the window (after dropping the final sync) before they count as a pattern"})
-    warn_share: float = field(default=5.0, metadata={
+    warn_share_pct: float = field(default=5.0, metadata={
         "help": "percent of the steady-state time the GPU idles after the syncs (the saving) at or above which the "
                 "finding is a warning"})
     structural_block_pct: float = field(default=50.0, metadata={
@@ -57,14 +53,8 @@ def idle_after(times: np.ndarray, union: tuple[np.ndarray, np.ndarray], horizon:
     return np.where(busy, 0, np.clip(gap, 0, None))
 
 
-def busy_within(union: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> int:
-    """Busy time of ``union`` inside ``[lo, hi]``."""
-    us, ue = union
-    return int(np.clip(np.minimum(ue, hi) - np.maximum(us, lo), 0, None).sum())
-
-
 def in_loop(calls: pd.DataFrame, span: tuple[int, int] | None) -> np.ndarray:
-    """Which blocking calls start inside the loop's ``span`` (see :func:`rules._loop.loop_span`).
+    """Which blocking calls start inside the loop's ``span`` (see :func:`nsys_rules.analysis.loop.loop_span`).
 
     Before the loop is set-up; after it (past the last step, or past the last GPU launch when
     no steps are known) is tear-down, the final sync of a run: nothing queued after it can be
@@ -103,7 +93,7 @@ class SyncStall(Rule):
     GPU activity), steady-state GPU idle time, how many calls the SYNCHRONIZATION table confirms.
     `estimated_savings_ns` is what removing the round trip gives back to the step: the GPU's idle
     stretch after each sync returned (the bubble), no more than the budget's after-sync idle part;
-    the range runs up to that part. Severity follows that GPU time (warning at `warn_share` percent
+    the range runs up to that part. Severity follows that GPU time (warning at `warn_share_pct` percent
     of the steady state), with one exception said in the message: a sync in every step that
     parks the launching thread for `structural_block_pct` percent of the steady state or more is a
     warning, since all host work of the loop then runs in series with the GPU.
@@ -111,7 +101,7 @@ class SyncStall(Rule):
     `non_blocking=True`/`cudaMemcpyAsync`, record an event, consume the value one step later);
     sample on the GPU and overlap it with the next step; replace device-wide syncs with an event
     wait on the one stream that matters; keep the decode loop inside a CUDA graph.
-    Options: `min_calls`, `warn_share`, `structural_block_pct`.
+    Options: `min_calls`, `warn_share_pct`, `structural_block_pct`.
     Requires: The API table; kernel, memcpy, memset and graph-trace rows for the loop, the
     bubble and the idle time; the SYNCHRONIZATION table (optional) to cross-check.
     False positives: a loop that must hand every result to the host before it can continue (an
@@ -135,6 +125,7 @@ class SyncStall(Rule):
         "sync": ("start", "end", "device_id", "pid", "correlation_id", "sync_type"),
     }
     Options = Options
+    renamed_options = {"warn_share": Renamed("warn_share_pct")}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
@@ -142,7 +133,7 @@ class SyncStall(Rule):
         api = ctx.frame("api")
         names = ctx.api_base_names()
         memcpy = ctx.frame("memcpy") if trace.has("memcpy") else None
-        # No memcpy rows (graph-replayed decode): no per-call copy table (35 MB on 2.2M calls).
+        # No memcpy rows (graph-replayed decode): no copy table as long as the API calls.
         copies = copy_directions(api, memcpy) if memcpy is not None and len(memcpy) else None
         calls = blocking_calls(api, names, copies)
         del copies
@@ -216,7 +207,7 @@ class SyncStall(Rule):
         # of the loop (scheduling, sampling, detokenizing) in series with the GPU, however small the
         # captured benchmark's own host work is.
         structural = per_step_rate is not None and per_step_rate >= 0.9 and share >= opts.structural_block_pct
-        severity = Severity.WARNING if pct(savings, steady_ns) >= opts.warn_share or structural else Severity.INFO
+        severity = Severity.WARNING if pct(savings, steady_ns) >= opts.warn_share_pct or structural else Severity.INFO
 
         apis = ", ".join(f"{int(r['size'])} {api_name} ({r['sum'] / 1e6:.2f} ms)" for api_name, r in by_api.head(4).iterrows())
         rate = f" ({per_step_rate:.2g} per step over {steps} steps)" if per_step_rate is not None else ""
@@ -228,7 +219,7 @@ class SyncStall(Rule):
         check = "" if confirmed is None else f" The SYNCHRONIZATION table confirms {confirmed} of the calls."
         why = (f" Although the GPU loses little here, the host is parked in a sync {share:.0f} % of every step: "
                "any host work the loop adds per step lands on the GPU's critical path."
-               if structural and pct(savings, steady_ns) < opts.warn_share else "")
+               if structural and pct(savings, steady_ns) < opts.warn_share_pct else "")
         message = (
             f"{len(calls)} blocking calls in the steady state{rate}: {apis}. The host waits {blocked / 1e6:.2f} ms "
             f"in total ({share:.1f} % of the {steady_ns / 1e6:.1f} ms steady state on the busiest thread), "
@@ -237,7 +228,7 @@ class SyncStall(Rule):
             f"removing the round trip saves about {savings / 1e6:.2f} ms ({pct(savings, steady_ns):.1f} % of the "
             f"steady state).{why}{check}"
             + (f" {dropped} set-up or final sync call(s) outside the loop were left out." if dropped else ""))
-        graph_launch = names.isin(GRAPH_LAUNCH_APIS).to_numpy()
+        graph_launch = in_set(names, GRAPH_LAUNCH_APIS)
         if graph_launch.any() and trace.capture.graph_trace_mode == "Node":
             # Node-level graph tracing costs host time per node inside the launch call, and the launch
             # sits between the sync and the GPU's next work: the traced bubble is longer than the real one.
@@ -294,7 +285,7 @@ def _recommendation(top_api: str, readbacks: int, calls: pd.DataFrame, python: b
     steps: list[str] = []
     if readbacks:
         steps.append(_readback_fix(top_api, python, llm))
-    if top_api in ("cudaDeviceSynchronize", "cuCtxSynchronize", "cudaThreadSynchronize"):
+    if top_api in DEVICE_SYNC_APIS:
         steps.append(f"replace the device-wide `{top_api}` with an event recorded on the one stream whose result "
                      "is needed (`cudaEventRecord` + `cudaEventSynchronize`/`cudaStreamWaitEvent`), or drop it")
     elif not readbacks:

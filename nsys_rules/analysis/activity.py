@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..loaders.export import one_value
+from ..loaders.columns import one_value
 from ..taxonomy import CLASSES, classify
 from ..trace import Trace
 from .launches import launching_rows

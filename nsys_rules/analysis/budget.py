@@ -177,7 +177,7 @@ def _budget(trace: Trace, model: StepModel) -> Budget | None:
         busy_all = Coverage(*everything).within(a, b)
     per_step["contention"] = busy_all - own_busy
     gaps = complement(everything[0], everything[1], lo, hi)
-    del everything  # the union is not needed past its gaps (16 MB on a million busy periods)
+    del everything  # the union is not needed past its gaps: freed before the gaps are judged
     idle = _idle_parts(trace, sub, gaps, steps)
     per_step.update(idle)
     durations = b - a

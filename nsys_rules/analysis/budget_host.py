@@ -9,12 +9,7 @@ import pandas as pd
 
 from ..trace import Trace
 from .intervals import Coverage, merge_intervals
-from .names import ALLOC_APIS, MODULE_LOAD_APIS, MODULE_LOADS, SYNC_APIS, flag_names, in_set
-
-
-def is_blocking_transfer(name: str) -> bool:
-    """A synchronous copy or memset call: the host waits for the GPU inside it."""
-    return name.startswith(("cudaMemcpy", "cuMemcpy", "cudaMemset", "cuMemset")) and "Async" not in name
+from .names import ALLOC_APIS, MODULE_LOAD_APIS, MODULE_LOADS, SYNC_APIS, flag_names, in_set, is_blocking_transfer
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,8 +63,8 @@ def host_timelines(trace: Trace, pids: np.ndarray, tids: np.ndarray,
                    cache: dict[tuple[int, int], HostTimeline]) -> dict[tuple[int, int], HostTimeline]:
     """The timelines of the distinct (pid, tid) pairs given, built once into ``cache``.
 
-    The caller owns the cache (the budget keeps it for one computation): a launching thread of a
-    1M-kernel trace has millions of calls, 50 MB of arrays not worth keeping for the whole run.
+    The caller owns the cache (the budget keeps it for one computation): a launching thread can
+    have millions of calls, arrays not worth keeping for the whole run.
     """
     wanted = _pairs(pids, tids)
     missing = [key for key in wanted if key not in cache]

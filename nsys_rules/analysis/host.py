@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .launches import find_keys, sorted_keys
 from .names import NAMED_DTOH_ASYNC_COPIES, NAMED_DTOH_SYNC_COPIES, SYNC_APIS, flag_names
 
 DTOH = 2  # CUPTI copyKind of a device-to-host copy
@@ -26,15 +27,12 @@ def copy_directions(api: pd.DataFrame, memcpy: pd.DataFrame | None) -> pd.DataFr
     rows = memcpy[["pid", "correlation_id", "copy_kind", "bytes"]].dropna()
     rows = rows.groupby(["pid", "correlation_id"], sort=True, observed=True).agg(
         copy_kind=("copy_kind", "first"), bytes=("bytes", "sum")).reset_index()
-    # A sorted-key lookup instead of a merge: the API table has millions of rows, memcpy few.
-    key = (rows["pid"].to_numpy(np.int64) << 32) | (rows["correlation_id"].to_numpy(np.int64) & 0xFFFFFFFF)
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    api_key = (api["pid"].to_numpy(np.int64) << 32) | (api["correlation_id"].to_numpy(np.int64) & 0xFFFFFFFF)
-    pos = np.searchsorted(key, api_key).clip(0, len(key) - 1)
-    found = key[pos] == api_key
-    out["copy_kind"] = np.where(found, rows["copy_kind"].to_numpy(np.int64)[order][pos], -1)
-    out["bytes"] = np.where(found, rows["bytes"].to_numpy(np.int64)[order][pos], 0)
+    # The launch join seen from the API side (a sorted-key lookup, not a merge: the API table has
+    # millions of rows, memcpy few).
+    at, found = find_keys(*sorted_keys(rows["pid"].to_numpy(np.int64), rows["correlation_id"].to_numpy(np.int64)),
+                          api["pid"].to_numpy(np.int64), api["correlation_id"].to_numpy(np.int64))
+    out["copy_kind"] = np.where(found, rows["copy_kind"].to_numpy(np.int64)[at], -1)
+    out["bytes"] = np.where(found, rows["bytes"].to_numpy(np.int64)[at], 0)
     return out
 
 
@@ -48,8 +46,8 @@ def blocking_calls(api: pd.DataFrame, names: pd.Series, copies: pd.DataFrame | N
     whose previous call on the same thread queued an asynchronous device-to-host copy: the
     ``.item()`` pattern of copy-then-wait).
     """
-    # Judge each distinct name once and map by category code: 2.2M API rows carry ~30 names,
-    # and string operations per row cost seconds on a 1M-kernel trace.
+    # Judge each distinct name once and map by category code: millions of API rows carry a few
+    # dozen names, and a string operation per row would dominate the run.
     is_copy, is_async, named_dtoh, sync = _name_flags(names)
     # A copy's direction comes from its memcpy row; the name decides only when no row matched.
     if copies is None:
@@ -69,7 +67,7 @@ def blocking_calls(api: pd.DataFrame, names: pd.Series, copies: pd.DataFrame | N
         prev_rows = rows - 1
         return _blocking_frame(api, names, copies, start, pid, tid, rows, after, prev_rows, readback)
     order = _thread_order(start, pid, tid)  # rows by (pid, tid, start), stable
-    # One reordered id column at a time (9 MB each on 2.2M calls), not both held together.
+    # One reordered id column at a time, not both held together.
     ordered = pid[order]
     same_thread = ordered[1:] == ordered[:-1]
     ordered = tid[order]
@@ -125,7 +123,7 @@ def _name_flags(names: pd.Series) -> tuple[np.ndarray, ...]:
 def _thread_order(start: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
     """Row order by (pid, tid, start), stable, without a 3-key sort when the rows are in time order already."""
     if len(start) > 1 and bool((start[1:] >= start[:-1]).all()) and int(tid.max(initial=0)) < (1 << 24):
-        thread = np.left_shift(pid, 24, dtype=np.int64)  # in place: 18 MB per temporary on 2.2M calls
+        thread = np.left_shift(pid, 24, dtype=np.int64)  # built in place: one key array, no temporaries
         thread |= np.bitwise_and(tid, 0xFFFFFF, dtype=np.int64)
         return np.argsort(thread, kind="stable")
     return np.lexsort((start, tid, pid))

@@ -3,8 +3,12 @@
 nsys records a ``correlationId`` on both sides: a GPU row (kernel, copy, memset, graph replay)
 belongs to the API call of the same process with the same id. GPU work belongs to a window or a
 step by the time of that call, on any thread of the process (the design's launch-time rule).
-Every rule and the step model go through these functions; the sorted key index is built once
-per trace.
+Every rule, the step model and the stats reports go through these functions; the sorted key
+index of a trace's API table is built once per trace.
+
+The join key is :func:`launch_key` (pid in the high 32 bits, the id in the low ones). Frame-level
+pieces (:func:`sorted_keys`, :func:`find_keys`, :func:`launch_pairs`) serve callers that hold
+their own frames; :func:`launching_rows` and :func:`launch_times` join against the trace's API table.
 """
 
 from __future__ import annotations
@@ -46,19 +50,13 @@ def api_key_index(trace: Trace) -> tuple[np.ndarray, np.ndarray | None]:
     """The API table's (pid << 32 | correlationId) keys sorted, and the row order (None: already in order).
 
     Computed once per trace and shared by every launch join (``launch_times``, rules that need
-    the launching call's end or name): 2.2M keys are 18 MB and a sort.
+    the launching call's end or name): a key per API call and a sort, not one per caller.
     """
     api = trace.frame("api", ["start", "correlation_id", "pid"])
     hit = _API_INDEX.get(trace)
     if hit is not None and hit[0] is api:
         return hit[1], hit[2]
-    api_key = _key(api["pid"].to_numpy(), api["correlation_id"].to_numpy())
-    order: np.ndarray | None = None
-    # The API table is in call order and correlation ids grow with calls, so the keys are
-    # usually sorted already: skip the 2M-row argsort (0.3 s) when they are.
-    if len(api_key) > 1 and not bool((api_key[1:] >= api_key[:-1]).all()):
-        order = np.argsort(api_key, kind="stable")
-        api_key = api_key[order]
+    api_key, order = sorted_keys(api["pid"].to_numpy(), api["correlation_id"].to_numpy())
     api_key.flags.writeable = False
     _API_INDEX[trace] = (api, api_key, order)
     return api_key, order
@@ -70,8 +68,7 @@ def launching_rows(trace: Trace, pid: np.ndarray, corr: np.ndarray) -> tuple[np.
     ``rows`` is only meaningful where ``found``. The first matching API row wins.
 
     One process whose correlation ids rise row by row (the usual nsys export) needs no key array:
-    the id column itself is the sorted index, so nothing is built or kept (the (pid << 32 | id)
-    keys of 2.2M API rows are 18 MB held for the whole run).
+    the id column itself is the sorted index, so nothing is built or held for the whole run.
     """
     api = trace.frame("api", ["start", "correlation_id", "pid"])
     single = _single_pid(trace, api)
@@ -83,12 +80,9 @@ def launching_rows(trace: Trace, pid: np.ndarray, corr: np.ndarray) -> tuple[np.
         found &= corr > 0
         found &= pid == single
         return rows, found
-    sorted_key, order = api_key_index(trace)
-    gpu_key = _key(pid, corr)
-    pos = np.searchsorted(sorted_key, gpu_key).clip(0, len(sorted_key) - 1)
-    found = (sorted_key[pos] == gpu_key) & (corr > 0)
-    del gpu_key
-    return (pos if order is None else order[pos]), found
+    rows, found = find_keys(*api_key_index(trace), pid, corr)
+    found &= corr > 0
+    return rows, found
 
 
 def _single_pid(trace: Trace, api: pd.DataFrame) -> int | None:
@@ -122,8 +116,80 @@ def _launch_times(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
     return np.where(found, api_start[rows], starts)
 
 
-def _key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
-    return (pid.astype(np.int64) << 32) | (corr.astype(np.int64) & 0xFFFFFFFF)
+def launch_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """The join key of each row: ``pid << 32 | correlationId`` (the id's low 32 bits), int64."""
+    key = np.left_shift(np.asarray(pid), 32, dtype=np.int64)
+    key |= np.bitwise_and(np.asarray(corr), 0xFFFFFFFF, dtype=np.int64)
+    return key
+
+
+def sorted_keys(pid: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """The rows' :func:`launch_key` sorted (stable: equal keys keep row order), and the order (None: already sorted)."""
+    key = launch_key(pid, corr)
+    # An API table is in call order and correlation ids grow with calls, so its keys are usually
+    # sorted already: no argsort then.
+    if len(key) < 2 or bool((key[1:] >= key[:-1]).all()):
+        return key, None
+    order = np.argsort(key, kind="stable")
+    return key[order], order
+
+
+def find_keys(sorted_key: np.ndarray, order: np.ndarray | None, pid: np.ndarray, corr: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Row (of the side :func:`sorted_keys` indexed) with the same key as each (pid, corr), and where one is.
+
+    The first matching row wins; ``rows`` is only meaningful where ``found``.
+    """
+    if not len(sorted_key):
+        return np.zeros(len(pid), np.int64), np.zeros(len(pid), bool)
+    key = launch_key(pid, corr)
+    pos = np.searchsorted(sorted_key, key)
+    np.minimum(pos, len(sorted_key) - 1, out=pos)
+    found = sorted_key[pos] == key
+    del key
+    return (pos if order is None else order[pos]), found
+
+
+def launch_pairs(gpu_pid: np.ndarray, gpu_corr: np.ndarray, api_pid: np.ndarray, api_corr: np.ndarray,
+                 null: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices (gpu, api) of every GPU row paired with its launching call, as an SQL inner join does.
+
+    Rows whose id is ``null`` (the loader's NULL) join nothing. Where a correlationId repeats
+    within a process (odd exports) every match is a pair, as in nsys's own SQL; otherwise each
+    GPU row has at most one call.
+    """
+    gpu_ok = np.flatnonzero(gpu_corr != null)
+    api_ok = np.flatnonzero(api_corr != null)
+    key, order = sorted_keys(api_pid[api_ok], api_corr[api_ok])
+    order = api_ok if order is None else api_ok[order]
+    if not len(key):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if not bool((key[1:] > key[:-1]).all()):
+        merged = pd.DataFrame({"key": launch_key(gpu_pid[gpu_ok], gpu_corr[gpu_ok]), "gpu": gpu_ok}).merge(
+            pd.DataFrame({"key": launch_key(api_pid[api_ok], api_corr[api_ok]), "api": api_ok}), on="key", how="inner",
+            sort=False)
+        return merged["gpu"].to_numpy(), merged["api"].to_numpy()
+    rows, found = find_keys(key, None, gpu_pid[gpu_ok], gpu_corr[gpu_ok])
+    return gpu_ok[found], order[rows[found]]
+
+
+def first_of_each_call(pid: np.ndarray, corr: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+    """Which GPU rows are the first of their launch call (same pid and correlationId), as a mask.
+
+    First in row order, or by ``start`` when given (stable). A graph launch or a multi-kernel
+    call launches several rows at once; only its first is a launch of its own.
+    """
+    order = None if start is None or len(start) < 2 or bool((start[1:] >= start[:-1]).all()) else \
+        np.argsort(start, kind="stable")
+    key = launch_key(pid, corr) if order is None else launch_key(pid[order], corr[order])
+    if len(key) < 2 or bool((key[1:] > key[:-1]).all()):  # one row per call, ids rising: no hashing
+        return np.ones(len(key), bool)
+    first = ~pd.Series(key, copy=False).duplicated(keep="first").to_numpy()
+    if order is None:
+        return first
+    out = np.zeros(len(key), bool)
+    out[order[first]] = True
+    return out
 
 
 def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True, api_rows: np.ndarray | None = None
@@ -153,11 +219,10 @@ def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True, api_row
     out: dict[str, object] = {"api_start": _at(api["start"].to_numpy(), rows, found, every),
                               "api_end": _at(api["end"].to_numpy(), rows, found, every)}
     if names:
-        # Names by category code, gathered only for the matched rows: materializing 2.2M API names
-        # as Python strings took 1.2 s per call on the 1M-kernel trace.
+        # Names by category code, gathered only for the matched rows: never a Python string per call.
         out["api_name"] = _names_at(trace.api_names(), rows, found)
         out["api_raw"] = _names_at(api["name"], rows, found)
-    # copy=False: the columns are fresh arrays; a consolidating copy doubled them (16-32 MB per call).
+    # copy=False: the columns are fresh arrays; a consolidating copy would double them.
     return pd.DataFrame(out, copy=False)
 
 
@@ -173,7 +238,7 @@ def _names_at(names: pd.Series, rows: np.ndarray, found: np.ndarray) -> pd.Categ
     """``names`` at ``rows`` as a categorical, missing where not ``found`` or NULL.
 
     Categorical, not an object column: pandas 3 turns an object column of str into an Arrow
-    string column on assignment, which cost ~0.5 s per million rows.
+    string column on assignment, a conversion per row.
     """
     cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
     codes = np.where(found, cat.cat.codes.to_numpy()[rows], -1)

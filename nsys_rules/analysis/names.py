@@ -12,8 +12,9 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-#: Calls that launch one kernel each (runtime and driver). Kernels launched by a graph launch
-#: are not here: they share their launch call with the rest of the graph.
+#: Calls that launch one kernel each (runtime and driver, the legacy ``cudaLaunch`` and
+#: ``cuLaunchGrid*`` included: they launch one kernel like the rest). Kernels launched by a graph
+#: launch are not here: they share their launch call with the rest of the graph.
 KERNEL_LAUNCH_APIS = frozenset({
     "cudaLaunch", "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
     "cudaLaunchCooperativeKernelMultiDevice", "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
@@ -23,14 +24,43 @@ KERNEL_LAUNCH_APIS = frozenset({
 #: Calls that replay a whole CUDA graph (its kernels and copies share the call's correlationId).
 GRAPH_LAUNCH_APIS = frozenset({"cudaGraphLaunch", "cuGraphLaunch"})
 
-#: Every call whose GPU work lands in the kernel table (compat: "no kernel ran" needs both kinds).
+#: Every call whose GPU work lands in the kernel table (one kernel or a whole graph): a trace with
+#: such calls and no kernel rows lost its GPU activity.
 ANY_KERNEL_LAUNCH_APIS = KERNEL_LAUNCH_APIS | GRAPH_LAUNCH_APIS
+
+#: Host calls whose duration is the GPU's, not the host's: they wait for queued work (syncs,
+#: synchronous copies and memsets, queries, profiler range calls, cross-stream waits), so their
+#: spread is the GPU's schedule, not a host-side tail. Matched with ``re.search``.
+WAITING_API_PATTERN = re.compile(
+    r"Synchronize|cudaMemcpy$|cudaMemcpy2D$|cudaMemcpy3D$|cuMemcpy(DtoH|HtoD|DtoD)?$|"
+    r"cudaMemcpyToSymbol$|cudaMemcpyFromSymbol$|cudaMemset$|cuMemsetD\d+$|cudaEventQuery|"
+    r"cudaStreamQuery|cudaProfilerStart|cudaProfilerStop|cuProfilerStart|cuProfilerStop|"
+    r"cudaStreamWaitEvent|cuStreamWaitEvent")
+
+
+def is_waiting_call(name: str) -> bool:
+    """Whether a call's duration is time spent waiting for the GPU (:data:`WAITING_API_PATTERN`)."""
+    return bool(WAITING_API_PATTERN.search(name))
+
+
+def is_blocking_transfer(name: str) -> bool:
+    """A synchronous copy or memset call: the host waits for the GPU inside it."""
+    return name.startswith(("cudaMemcpy", "cuMemcpy", "cudaMemset", "cuMemset")) and "Async" not in name
+
+
+def is_any_launch(name: str) -> bool:
+    """A launch call of any kind (kernel, graph, host function): such a call blocks when the device's launch
+    queue is full, so its slow instances are the GPU being behind, not a slow host."""
+    return "Launch" in name
 
 #: Calls that block the calling thread until GPU work finishes.
 SYNC_APIS = frozenset({
     "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaThreadSynchronize",
     "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
 })
+
+#: The synchronizations that wait for the whole device (every stream), not one stream or event.
+DEVICE_SYNC_APIS = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize", "cudaThreadSynchronize"})
 
 #: Synchronous copies whose direction is in the name: always device (or array) to host.
 NAMED_DTOH_SYNC_COPIES = frozenset({"cuMemcpyDtoH", "cuMemcpyAtoH"})
@@ -128,6 +158,8 @@ def flag_names(names: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray
     return table[codes]
 
 
-def in_set(names: pd.Series, members: frozenset[str] | Mapping[str, object]) -> np.ndarray:
-    """Which rows' names are in ``members`` (judged once per distinct name)."""
+def in_set(names: pd.Series | np.ndarray, members: frozenset[str] | Mapping[str, object]) -> np.ndarray:
+    """Which rows' names are in ``members`` (a Series is judged once per distinct name)."""
+    if not isinstance(names, pd.Series):
+        return np.isin(np.asarray(names, dtype=object), sorted(members))
     return flag_names(names, members.__contains__)

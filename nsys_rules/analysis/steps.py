@@ -32,7 +32,8 @@ from .activity import COLUMNS as ACTIVITY_COLUMNS
 from .activity import GpuOps, gpu_ops
 from .intervals import point_in
 from .names import ALLOC_APIS, MODULE_LOADS, PROFILER_START_APIS, PROFILER_STOP_APIS, SYNC_APIS, in_set
-from .step_detectors import Bound, Found, graph_steps, kernel_steps, marker_steps, nvtx_steps
+from .step_detectors import Bound, Found, graph_steps, marker_steps, nvtx_steps
+from .step_period import kernel_steps
 
 #: Allocation calls whose first use in the loop is warm-up (frees are not: they follow allocations).
 _ALLOCATING = frozenset(name for name in ALLOC_APIS if "Free" not in name and "Destroy" not in name

@@ -19,7 +19,7 @@ from .common import FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_f
 from .outputs import add_output_flags, finish, prepare
 
 if TYPE_CHECKING:
-    from ..engine import Report
+    from ..report import Report
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -108,7 +108,7 @@ def _run(args: argparse.Namespace) -> int:
     if report.exit_code == ExitCode.BAD_INPUT:
         # No trace recorded any CUDA activity: nothing at all was judged. Exit 3 is one line, as for
         # an unreadable input (a mixed run reports such a trace in its own line instead).
-        names = ", ".join(clip_value(os.path.basename(r.info["path"]), 120) for r in report.results[:5])
+        names = ", ".join(clip_value(os.path.basename(r.info.path), 120) for r in report.results[:5])
         raise InputError(f"{names}{', ...' if len(report.results) > 5 else ''}: no CUDA activity (no CUDA API "
                          "call, kernel, copy or memset was recorded), so there is nothing to judge; capture with "
                          "`nsys profile --trace=cuda` and check that the program uses the GPU")
@@ -131,9 +131,9 @@ def failure_lines(report: Report) -> list[str]:
     plugin_of = {r["name"]: r.get("plugin", "") for r in report.rules}
     lines = []
     for e in report.all_errors:
-        rule = e.get("rule")
+        rule = e.rule
         who = (f"rule {rule}" + (f" (plugin {plugin_of[rule]})" if plugin_of.get(rule) else "") if rule
-               else f"plugin {e.get('plugin')}" if e.get("plugin") else "trace")
-        where = f" on {e['trace']}" if e.get("trace") else ""
-        lines.append(f"nsys-rules: {clip_value(who, 120)} failed{clip_value(where, 200)}: {clip_value(e['error'], 300)}")
+               else f"plugin {e.plugin}" if e.plugin else "trace")
+        where = f" on {e.trace}" if e.trace else ""
+        lines.append(f"nsys-rules: {clip_value(who, 120)} failed{clip_value(where, 200)}: {clip_value(e.error, 300)}")
     return lines

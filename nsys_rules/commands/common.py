@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config import (FAIL_ON, Settings, find_config, load_config, parse_percent, parse_seconds, parse_set,
-                      parse_size, resolve_rule_name)
+                      resolve_rule_name)
 from ..errors import UsageError
 from ..textsafe import clip_value
+from ..units import parse_size
 
 if TYPE_CHECKING:
-    from ..plugins import Registry
+    from ..registry import Registry
 
 
 def add_plugin_flags(parser: argparse.ArgumentParser) -> None:

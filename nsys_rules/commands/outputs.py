@@ -19,8 +19,8 @@ from ..outpaths import append_atomic, guard_outputs, write_atomic
 
 if TYPE_CHECKING:  # imported when a command runs: parsing the flags needs none of them
     from ..config import Settings
-    from ..engine import Report
-    from ..plugins import Registry
+    from ..report import Report
+    from ..registry import Registry
 
 
 def add_output_flags(p: argparse.ArgumentParser) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .. import capture
 from ..capture import CaptureOptions, Problem
-from ..engine import effective_options, select_rules
+from ..options import effective_options, select_rules
 from ..errors import ExitCode, InputError, UsageError
 from ..nsys_locate import NsysLocation, importer_problem, locate_nsys, missing_message, off_path_note
 from ..textsafe import terminal_safe

@@ -29,5 +29,5 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(tabulate([[r["name"], r["severity"], r["plugin"], r["title"]] for r in rows],
                                   headers=["rule", "severity", "plugin", "title"]) + "\n")
         for e in registry.errors:
-            sys.stderr.write(f"plugin error: {e['plugin']}: {e['error']}\n")
+            sys.stderr.write(f"plugin error: {e.plugin}: {e.error}\n")
     return 4 if registry.errors else 0

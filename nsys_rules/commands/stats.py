@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..config import parse_size
+from ..units import parse_size
 from ..errors import UsageError
 from ..inputs import EXPORT_FORMATS, open_trace
 from ..loaders.arrowdir import folder_kind

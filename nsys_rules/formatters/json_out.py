@@ -8,7 +8,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from ..engine import SCHEMA_VERSION, Report, tool_info
+from ..report import SCHEMA_VERSION, Report, tool_info
 
 
 def envelope(report: Report) -> dict[str, Any]:
@@ -16,11 +16,11 @@ def envelope(report: Report) -> dict[str, Any]:
     out = {
         "schema_version": SCHEMA_VERSION,
         "tool": tool_info(report),
-        "traces": [r.info for r in report.results],
+        "traces": [r.info.to_json() for r in report.results],
         "rules": report.rules,
         "findings": [f.to_json() for f in report.findings],
-        "skipped": report.all_skipped,
-        "errors": [{k: v for k, v in e.items() if k != "traceback"} for e in report.all_errors],
+        "skipped": [s.to_json() for s in report.all_skipped],
+        "errors": [e.to_json() for e in report.all_errors],
         "summary": report.summary(),
     }
     if getattr(report, "cross_trace", None) is not None:

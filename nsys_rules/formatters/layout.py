@@ -17,11 +17,13 @@ import sys
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
-from ..engine import Report, TraceResult
 from ..findings import Finding
+from ..records import TraceInfo
+from ..report import Report, TraceResult
 from ..textsafe import terminal_safe
+from ..units import human_ns
 
 #: Below this many columns the table does not fit: the compact layout is used instead.
 COMPACT_BELOW = 120
@@ -94,25 +96,14 @@ def shorten(text: str, limit: int) -> str:
 _NUMBER = re.compile(r"[-+]?\d[\d.,]*[%a-zA-Z]{0,3}")
 
 
-def human_ns(ns: float | int | None) -> str:
-    """``1234567`` -> ``1.23 ms``."""
-    if ns is None:
-        return ""
-    ns = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.3g} {unit}"
-    return f"{ns:.0f} ns"
-
-
 def ms(ns: float | int) -> str:
     """A budget figure in milliseconds, three decimals: the parts line up in one column."""
     return f"{ns / 1e6:.3f} ms"
 
 
-def gpu_names(info: dict[str, Any]) -> str:
+def gpu_names(info: TraceInfo) -> str:
     """The trace's GPUs, each model once with its count (``8 x NVIDIA H200``)."""
-    names = Counter(str(g.get("name") or "GPU") for g in info.get("gpus", []))
+    names = Counter(str(g.get("name") or "GPU") for g in info.gpus)
     return ", ".join(f"{n} x {one_line(name)}" if n > 1 else one_line(name) for name, n in names.items()) \
         or "GPU unknown"
 
@@ -158,9 +149,9 @@ LAUNCH_SPLIT = (("median_step_launch_api_ns", "in CUDA launch calls (launch API)
                 ("median_step_host_ns", "in host code outside CUDA calls"))
 
 
-def budget_view(info: dict[str, Any]) -> BudgetView | None:
-    """The budget of ``traces[i]`` (its JSON form) as rows of the median step; None without one."""
-    budget = info.get("budget")
+def budget_view(info: TraceInfo) -> BudgetView | None:
+    """The trace's budget (its JSON form) as rows of the median step; None without one."""
+    budget = info.budget
     if not budget or not budget.get("steps"):
         return None
     parts = [p for p in budget["parts"] if p["ns"] > 0]
@@ -182,11 +173,11 @@ def budget_view(info: dict[str, Any]) -> BudgetView | None:
                       int(step["max"]), median, tuple(rows))
 
 
-def budget_lines(info: dict[str, Any], label_width: int = 40) -> list[str]:
+def budget_lines(info: TraceInfo, label_width: int = 40) -> list[str]:
     """The budget as plain-text lines (table and compact layouts): the headline, then one line per part."""
     view = budget_view(info)
     if view is None:
-        reason = info.get("budget_reason")
+        reason = info.budget_reason
         return [f"step budget: none ({one_line(reason)})"] if reason else []
     out = [f"step time: {view.headline()}",
            f"{'the median step by part:':<{label_width + 2}}{'median step':>12}{'share':>9}{'mean/step':>12}"]
@@ -258,7 +249,7 @@ def answer(report: Report) -> Answer:
 
 
 def _steady_ns(result: TraceResult) -> int:
-    budget = result.info.get("budget") or {}
+    budget = result.info.budget or {}
     return int(budget.get("total_ns") or 0)
 
 
@@ -307,7 +298,9 @@ def skipped_lines(report: Report, verbose: bool) -> list[str]:
     if not skipped:
         return []
     if verbose:
-        return ["skipped:"] + [one_line(f"  {s['rule']}: {s['reason']}" + (f"; fix: {s['fix']}" if s.get("fix")
-                                                                          else "")) for s in skipped]
-    names = ", ".join(dict.fromkeys(one_line(s["rule"]) for s in skipped))
+        return ["skipped:"] + [one_line(f"  {s.rule}: {s.reason}" + (f"; fix: {s.fix}" if s.fix else ""))
+                               for s in skipped]
+    names = ", ".join(dict.fromkeys(one_line(s.rule) for s in skipped))
     return [f"skipped: {len(skipped)} rule run(s) had nothing to judge ({names}); -v says why"]
+
+

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine import Report, TraceResult
 from ..findings import Finding
+from ..records import TraceInfo
+from ..report import Report, TraceResult
 from ..textsafe import markdown_code, markdown_safe
-from .layout import NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, human_ns, ms, savings_note, \
-    savings_share, savings_text, shorten
+from ..units import human_ns
+from .layout import (NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, ms, savings_note, savings_share,
+                     savings_text, shorten)
 
 #: Findings listed in full; the rest are counted.
 TOP_FINDINGS = 10
@@ -66,15 +68,15 @@ def format_markdown(report: Report) -> str:
     skipped = [x for r in report.results if r.has_cuda or report.verbose for x in r.skipped]
     skipped += report.job.skipped if report.job is not None else []
     if skipped and not report.verbose:
-        names = ", ".join(code_cell(name) for name in dict.fromkeys(str(x["rule"]) for x in skipped))
+        names = ", ".join(code_cell(name) for name in dict.fromkeys(x.rule for x in skipped))
         lines += [f"{len(skipped)} rule run(s) had nothing to judge ({names}); `check -v` lists why.", ""]
     elif skipped:
         lines += [f"<details><summary>{len(skipped)} rule(s) skipped</summary>", ""]
-        lines += [f"- {code_cell(x['rule'])}: {cell(x['reason'], 300)}"
-                  + (f" (fix: {cell(x['fix'], 300)})" if x.get("fix") else "") for x in skipped]
+        lines += [f"- {code_cell(x.rule)}: {cell(x.reason, 300)}" + (f" (fix: {cell(x.fix, 300)})" if x.fix else "")
+                  for x in skipped]
         lines += ["", "</details>", ""]
     for e in report.all_errors:
-        lines.append(f"> **error** in {code_cell(e.get('rule') or e.get('plugin'))}: {cell(e['error'], 300)}")
+        lines.append(f"> **error** in {code_cell(e.rule or e.plugin)}: {cell(e.error, 300)}")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -84,23 +86,23 @@ format_markdown.needs_profile = True  # type: ignore[attr-defined]
 
 def _trace_block(result: TraceResult) -> list[str]:
     info = result.info
-    head = f"**{code_cell(info['path'], 300)}** · nsys {cell(info.get('nsys_version') or '?')} · {cell(gpu_names(info))}"
+    head = f"**{code_cell(info.path, 300)}** · nsys {cell(info.nsys_version or '?')} · {cell(gpu_names(info))}"
     out = [head, ""]
     # What the loader dropped or patched: the numbers cover less than the file.
-    out.extend(f"⚠ damaged export: {cell(note)}" for note in info.get("damage", []))
+    out.extend(f"⚠ damaged export: {cell(note)}" for note in info.damage)
     if not result.has_cuda:
         return out + [cell(NO_CUDA, 400), ""]
-    steady = info.get("window", {}).get("steady", {}).get("source")
+    steady = info.window.get("steady", {}).get("source")
     if steady:
         out += [f"steady state: {cell(steady)}", ""]
     return out + _budget_table(info)
 
 
-def _budget_table(info: dict[str, Any]) -> list[str]:
+def _budget_table(info: TraceInfo) -> list[str]:
     """The step budget: the headline, then the median step's parts (the launch wait split in two)."""
     view = budget_view(info)
     if view is None:
-        reason = info.get("budget_reason")
+        reason = info.budget_reason
         return [f"step budget: none ({cell(reason, 300)})", ""] if reason else []
     out = [f"**Step time** {view.headline()}", "",
            "| the median step by part | median step | share | mean/step |", "|---|---:|---:|---:|"]
@@ -142,7 +144,7 @@ def _kernel_table(result: TraceResult, many: bool) -> list[str]:
     p: dict[str, Any] | None = result.profile
     if not p or not p.get("kernels"):
         return []
-    title = "### GPU time per step" + (f" — {code_cell(result.info['path'].rsplit('/', 1)[-1])}" if many else "")
+    title = "### GPU time per step" + (f" — {code_cell(result.info.path.rsplit('/', 1)[-1])}" if many else "")
     out = [title, ""]
     classes = " · ".join(f"{cell(c['class'])} {100.0 * c['share']:.0f} %" for c in p["classes"] if c["share"] >= 0.005)
     if classes:

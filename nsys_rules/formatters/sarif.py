@@ -21,9 +21,9 @@ from typing import Any
 from urllib.parse import quote
 
 from ..docs import doc_sections, rule_markdown
-from ..engine import Report, tool_info
+from ..report import Report, tool_info
 from ..findings import Finding, Severity
-from ..plugins import BUILTIN
+from ..registry import BUILTIN
 from .json_out import finite
 from ..textsafe import markdown_safe, sarif_text
 
@@ -61,7 +61,7 @@ def sarif_log(report: Report) -> dict[str, Any]:
     registry = report.registry
     descriptors = [_descriptor(entry, registry) for entry in report.rules]
     index = {d["id"]: i for i, d in enumerate(descriptors)}
-    traces = [r.info["path"] for r in report.results]
+    traces = [r.info.path for r in report.results]
     artifacts = [{"location": _artifact_location(t), "roles": ["analysisTarget"]} for t in traces]
     art_index = {t: i for i, t in enumerate(traces)}
     results = [_result(rank, f, index, art_index) for rank, f in enumerate(report.findings, 1)]
@@ -77,20 +77,20 @@ def sarif_log(report: Report) -> dict[str, Any]:
     skipped = report.all_skipped
     if skipped:
         invocation["toolConfigurationNotifications"] = [
-            {"level": "note", "descriptor": {"id": s["rule"]},
-             "message": {"text": sarif_text(f"{s['rule']} skipped on {s.get('trace', '?')}: {s['reason']}"
-                                            + (f"; fix: {s['fix']}" if s.get("fix") else ""))}} for s in skipped]
+            {"level": "note", "descriptor": {"id": s.rule},
+             "message": {"text": sarif_text(f"{s.rule} skipped on {s.trace}: {s.reason}"
+                                            + (f"; fix: {s.fix}" if s.fix else ""))}} for s in skipped]
     notifications = [
-        {"level": "error", "message": {"text": sarif_text(f"{e.get('rule') or e.get('plugin') or '?'}: {e['error']}")}}
+        {"level": "error", "message": {"text": sarif_text(f"{e.rule or e.plugin or '?'}: {e.error}")}}
         for e in report.all_errors]
     # Damage the loader repaired: the results cover less than the file holds.
-    notifications += [{"level": "warning", "message": {"text": sarif_text(f"damaged export {r.info['path']}: {note}")}}
-                      for r in report.results for note in r.info.get("damage", [])]
+    notifications += [{"level": "warning", "message": {"text": sarif_text(f"damaged export {r.info.path}: {note}")}}
+                      for r in report.results for note in r.info.damage]
     if notifications:
         invocation["toolExecutionNotifications"] = notifications
     run: dict[str, Any] = {"tool": tool, "artifacts": artifacts, "invocations": [invocation], "results": results,
                            "columnKind": "unicodeCodePoints",
-                           "properties": {"windows": {r.info["path"]: r.info.get("window", {}) for r in report.results}}}
+                           "properties": {"windows": {r.info.path: r.info.window for r in report.results}}}
     return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
 
 

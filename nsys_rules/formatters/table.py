@@ -9,19 +9,17 @@ asks for that layout at any width.
 
 from __future__ import annotations
 
-import os
 import textwrap
-from typing import Any
 
 from tabulate import tabulate
 
-from ..engine import Report
+from ..report import Report
 from ..textsafe import clip
-from .layout import (COMPACT_BELOW, FILE_WIDTH, NO_CUDA, Answer, answer, budget_lines, explains_line, fit, gpu_names,
-                     human_ns, one_line, savings_note, savings_share, savings_text, shorten, skipped_lines,
-                     terminal_width, trace_name)
+from .layout import (COMPACT_BELOW, FILE_WIDTH, Answer, answer, explains_line, fit, one_line, savings_note, savings_share,
+                     savings_text, terminal_width, trace_name)
+from .sections import header_lines, tail_lines
 
-__all__ = ["format_table", "human_ns", "header_lines", "tail_lines"]
+__all__ = ["format_table", "findings_table"]
 
 #: Widest the message and recommendation columns get, however wide the terminal (long lines read badly).
 MESSAGE_MAX, NEXT_MAX = 90, 70
@@ -39,65 +37,6 @@ def format_table(report: Report, width: int | None = None) -> str:
     table = findings_table(ranked, width, several=len(report.results) > 1) if ranked.entries else "no findings"
     lines = [*fit(header_lines(report, width), width), table, *fit(tail_lines(report, ranked, width), width)]
     return "\n".join(lines) + "\n"
-
-
-def header_lines(report: Report, width: int) -> list[str]:
-    """Per trace: what it is, its steady state, and its step budget (before any finding)."""
-    lines: list[str] = []
-    for i, result in enumerate(report.results):
-        info = result.info
-        if i:
-            lines.append("")
-        # Exports before nsys 2022.1 name no version: say so, with what the export's shapes suggest.
-        version = info.get("nsys_version") or "unknown" + (
-            f", inferred {info['nsys_version_inferred']}" if info.get("nsys_version_inferred") else "")
-        lines.append(f"{one_line(info['path'])}  (nsys {one_line(version)}, {gpu_names(info)})")
-        # What the loader dropped or patched: the numbers below cover less than the file.
-        lines.extend(f"damaged export: {one_line(note)}" for note in info.get("damage", []))
-        if not result.has_cuda:
-            lines.append(NO_CUDA)
-            continue
-        steady = info.get("window", {}).get("steady", {}).get("source")
-        if steady:
-            lines.append(f"steady state: {one_line(steady)}")
-        lines += budget_lines(info, label_width=min(40, max(24, width - 38)))
-    return lines
-
-
-def tail_lines(report: Report, ranked: Answer, width: int) -> list[str]:
-    """After the findings: the minor ones, skipped rules, errors, the cross-trace and job summaries, the counts."""
-    lines: list[str] = []
-    minor = ranked.minor_line()
-    if minor:
-        lines.append(minor)
-    lines += skipped_lines(report, report.verbose)
-    for e in report.all_errors:
-        lines.append(one_line(f"error: {e.get('rule') or e.get('plugin')}: {e['error']}"))
-    if report.cross_trace:
-        lines.extend(cross_trace_lines(report.cross_trace, width))
-    if report.job is not None:
-        from ..job.run import summary_lines as job_lines
-
-        lines.extend(job_lines(report.job.info))
-    s = report.summary()["by_severity"]
-    lines.append(f"{s['error']} error(s), {s['warning']} warning(s), {s['info']} info")
-    return lines
-
-
-def cross_trace_lines(summary: dict[str, Any], width: int) -> list[str]:
-    """The cross-trace summary; its kernel table as one short block per kernel when the table is too wide."""
-    from ..parallel import summary_lines
-
-    lines = summary_lines(summary)
-    if all(len(line) <= width for text in lines for line in text.split("\n")):
-        return lines
-    out = lines[:1] + ["kernels shared by the traces, by the slowest trace's excess over the median:"]
-    for k in summary["kernels"]:
-        ratio = f" ({k['max_over_median']:.2f}x)" if k.get("max_over_median") else ""
-        out.append(f"  {shorten(one_line(k['kernel']), max(20, width - 4))}")
-        out.append(f"    median {human_ns(k['median_ns'])}, max {human_ns(k['max_ns'])}{ratio}, excess "
-                   f"{human_ns(k['excess_ns'])} in {one_line(os.path.basename(str(k['slowest'])))}")
-    return out
 
 
 def findings_table(ranked: Answer, width: int, several: bool = False) -> str:
@@ -129,5 +68,5 @@ def findings_table(ranked: Answer, width: int, several: bool = False) -> str:
 
 
 def _fill(text: str, width: int) -> list[str]:
-    # Finding texts are bounded (findings.Finding): wrapping a recorded 4 MB command took 83 s.
+    # Finding texts are bounded (findings.Finding), so wrapping them stays cheap whatever the trace recorded.
     return textwrap.wrap(text, width, break_on_hyphens=False) or [""]

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.intervals import Coverage, coverage
+from ..analysis.names import ALLOC_APIS, SYNC_APIS, in_set
 from ..trace import Trace
-from .intervals import Busy, busy
 from .names import CommNames, comm_names, family_per_row, name_codes
 from .ranks import RankHint, trace_hint
 
@@ -106,7 +107,7 @@ def collect_ranks(trace: Trace, several: bool, window: Any = None, names: CommNa
         return []  # one process on one GPU and no name that could be communication: no job, nothing more read
     kernels = trace.frame("kernels", _KERNEL_COLUMNS)
     if window is not None and len(kernels):
-        from ..windows import launch_times
+        from ..analysis.launches import launch_times
 
         kernels = kernels.loc[window.mask(launch_times(trace, kernels))].reset_index(drop=True)
     if not len(kernels):
@@ -140,7 +141,7 @@ def collect_ranks(trace: Trace, several: bool, window: Any = None, names: CommNa
         rows = np.flatnonzero((comm & mine) | is_candidate)
         rows = rows[np.argsort(start[rows], kind="stable")]
         overlap, cum_s, cum_e = _timelines(trace, start, end, (device, unit_device), comm, rows, is_candidate[rows],
-                                           host.get(unit_pid, (Busy.empty(), Busy.empty())))
+                                           host.get(unit_pid, (Coverage.empty(), Coverage.empty())))
         uniq, first, inverse = np.unique(code[rows], return_index=True, return_inverse=True)
         families = [str(family[r]) if family is not None and comm[r] else BEHAVIOUR for r in rows[first]]
         out.append(RankData(
@@ -153,31 +154,31 @@ def collect_ranks(trace: Trace, several: bool, window: Any = None, names: CommNa
 
 
 def _timelines(trace: Trace, start: np.ndarray, end: np.ndarray, gpu_of: tuple[np.ndarray, int], comm: np.ndarray,
-               rows: np.ndarray, candidate: np.ndarray, host: tuple[Busy, Busy]) -> tuple[np.ndarray, ...]:
+               rows: np.ndarray, candidate: np.ndarray, host: tuple[Coverage, Coverage]) -> tuple[np.ndarray, ...]:
     """For the instances ``rows``: time compute overlapped each, and the running totals at their starts and ends.
 
     ``gpu_of`` is (each kernel's device, the rank's device). One busy timeline at a time, freed
-    after use: a million kernels make ~24 MB per timeline.
+    after use: each holds arrays as long as the kernels.
     """
     on_device = gpu_of[0] == gpu_of[1]
     s, e = start[rows], end[rows]
     cum_s = np.zeros((len(rows), len(CATEGORIES)), np.int64)
     cum_e = np.zeros((len(rows), len(CATEGORIES)), np.int64)
 
-    def record(column: str, timeline: Busy) -> None:
-        cum_s[:, CATEGORIES.index(column)] = timeline.until(s)
-        cum_e[:, CATEGORIES.index(column)] = timeline.until(e)
+    def record(column: str, timeline: Coverage) -> None:
+        cum_s[:, CATEGORIES.index(column)] = timeline.before(s)
+        cum_e[:, CATEGORIES.index(column)] = timeline.before(e)
 
     compute_rows = on_device & ~comm
-    compute = busy(start[compute_rows], end[compute_rows])
-    overlap = compute.between(s, e)
+    compute = coverage(start[compute_rows], end[compute_rows])
+    overlap = compute.within(s, e)
     record("compute", compute)
     del compute
     if candidate.any():  # a candidate is compute itself: what overlaps it is where two compute kernels run
-        overlap[candidate] = busy(start[compute_rows], end[compute_rows], depth=2).between(s[candidate], e[candidate])
+        overlap[candidate] = coverage(start[compute_rows], end[compute_rows], depth=2).within(s[candidate], e[candidate])
     copies = _copy_busy(trace, gpu_of[1])
     record("copy", copies)
-    gpu = busy(np.concatenate([start[on_device], copies.starts]), np.concatenate([end[on_device], copies.ends]))
+    gpu = coverage(np.concatenate([start[on_device], copies.starts]), np.concatenate([end[on_device], copies.ends]))
     record("gpu", gpu)
     del gpu
     record("sync", host[0])
@@ -245,7 +246,7 @@ def _candidates(code: np.ndarray, n_codes: int, comm: np.ndarray, unit_of: np.nd
     return ok[np.argsort(-time_by[ok], kind="stable")[:BEHAVIOUR_NAMES]]
 
 
-def _copy_busy(trace: Trace, device: int) -> Busy:
+def _copy_busy(trace: Trace, device: int) -> Coverage:
     starts, ends = [], []
     for table in ("memcpy", "memset"):
         if trace.has(table):
@@ -254,32 +255,25 @@ def _copy_busy(trace: Trace, device: int) -> Busy:
             starts.append(f["start"].to_numpy(np.int64)[mask])
             ends.append(f["end"].to_numpy(np.int64)[mask])
     if not starts:
-        return Busy.empty()
-    return busy(np.concatenate(starts), np.concatenate(ends))
+        return Coverage.empty()
+    return coverage(np.concatenate(starts), np.concatenate(ends))
 
 
-def _host_activity(trace: Trace) -> dict[int, tuple[Busy, Busy]]:
+def _host_activity(trace: Trace) -> dict[int, tuple[Coverage, Coverage]]:
     """Per process: time its threads spent in blocking synchronization, and in allocation calls."""
     if not trace.has("api"):
         return {}
-    # One list of blocking and allocation calls. It moves from the rules that judge them into
-    # nsys_rules.analysis.names (main, issue 11); either place serves until the branches meet.
-    try:
-        from ..analysis.names import ALLOC_APIS, SYNC_APIS  # type: ignore[import-not-found]
-    except ImportError:
-        from ..rules.alloc_churn import ALLOC_APIS
-        from ..rules.sync_stall import SYNC_APIS
-
     api = trace.frame("api", ["start", "end", "pid", "name"])
     names = trace.api_names()
-    is_sync = names.isin(list(SYNC_APIS)).to_numpy()
-    is_alloc = names.isin(list(ALLOC_APIS)).to_numpy()
+    is_sync = in_set(names, SYNC_APIS)
+    is_alloc = in_set(names, ALLOC_APIS)
     pid = _ints(api["pid"])
     start, end = api["start"].to_numpy(np.int64), api["end"].to_numpy(np.int64)
-    out: dict[int, tuple[Busy, Busy]] = {}
+    out: dict[int, tuple[Coverage, Coverage]] = {}
     for p in np.unique(pid[is_sync | is_alloc]):
         mine = pid == p
-        out[int(p)] = (busy(start[mine & is_sync], end[mine & is_sync]), busy(start[mine & is_alloc], end[mine & is_alloc]))
+        out[int(p)] = (coverage(start[mine & is_sync], end[mine & is_sync]),
+                       coverage(start[mine & is_alloc], end[mine & is_alloc]))
     return out
 
 
@@ -312,7 +306,7 @@ def _nvtx_launched(trace: Trace, kernels: pd.DataFrame, names: CommNames) -> np.
     ranges = nvtx[(by_name | in_domain) & (nvtx["event_type"] != 75) & (nvtx["end"] > nvtx["start"])]
     if not len(ranges):
         return none
-    from ..windows import launching_rows
+    from ..analysis.launches import launching_rows
 
     api = trace.frame("api", ["start", "correlation_id", "pid", "tid"])
     rows, found = launching_rows(trace, _ints(kernels["pid"]), _ints(kernels["correlation_id"]))
@@ -322,7 +316,7 @@ def _nvtx_launched(trace: Trace, kernels: pd.DataFrame, names: CommNames) -> np.
     inside = np.zeros(len(kernels), bool)
     for t in np.unique(r_thread):
         mask = r_thread == t
-        spans = busy(ranges["start"].to_numpy(np.int64)[mask], ranges["end"].to_numpy(np.int64)[mask])
+        spans = coverage(ranges["start"].to_numpy(np.int64)[mask], ranges["end"].to_numpy(np.int64)[mask])
         mine = found & (thread == t)
         if mine.any():
             i = np.searchsorted(spans.starts, launch[mine], side="right") - 1

@@ -18,6 +18,8 @@ import numpy as np
 
 from ..errors import InputError, MissingData, UsageError
 from ..findings import Finding
+from ..options import effective_options
+from ..records import RunError, Skipped
 from ..trace import Trace
 from .extract import RankData, collect_ranks
 from .model import Job, build_job
@@ -34,7 +36,7 @@ class Collected:
     """What the traces of one run contributed: their ranks, and any error met reading them."""
 
     ranks: list[RankData] = field(default_factory=list)
-    errors: list[dict[str, str]] = field(default_factory=list)
+    errors: list[RunError] = field(default_factory=list)
 
     def extend(self, other: "Collected") -> None:
         """Add another trace's contribution (in input order: it numbers the traces)."""
@@ -72,8 +74,8 @@ class JobOutcome:
 
     info: dict[str, Any]
     findings: list[Finding] = field(default_factory=list)
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    errors: list[dict[str, str]] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    errors: list[RunError] = field(default_factory=list)
 
 
 def run_job(collected: Collected, rules: Iterable[type], settings: Any) -> JobOutcome | None:
@@ -110,8 +112,6 @@ def _run_job(collected: Collected, rules: Iterable[type], settings: Any) -> JobO
     if job.rows.count == 0 and not collected.errors:
         return None
     outcome = JobOutcome(describe_job(job), errors=list(collected.errors))
-    from ..engine import effective_options
-
     for rule in selected:
         try:
             ctx = JobContext(job, rule(), effective_options(rule, settings))
@@ -122,7 +122,7 @@ def _run_job(collected: Collected, rules: Iterable[type], settings: Any) -> JobO
             override = settings.severity.get(rule.name)
             outcome.findings.extend(dataclasses.replace(f, severity=override) if override else f for f in found)
         except MissingData as gap:
-            outcome.skipped.append({"rule": rule.name, "trace": "job", "reason": gap.reason, "fix": gap.fix})
+            outcome.skipped.append(Skipped(rule.name, "job", gap.reason, gap.fix))
         except (UsageError, InputError):
             raise
         except Exception as exc:  # noqa: BLE001 - one rule failing must not hide the others
@@ -130,9 +130,9 @@ def _run_job(collected: Collected, rules: Iterable[type], settings: Any) -> JobO
     return outcome
 
 
-def _error(rule: str, exc: BaseException, trace: str) -> dict[str, str]:
-    return {"rule": rule, "trace": trace, "error": f"{type(exc).__name__}: {exc}",
-            "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+def _error(rule: str, exc: BaseException, trace: str) -> RunError:
+    return RunError(f"{type(exc).__name__}: {exc}", rule=rule, trace=trace,
+                    traceback="".join(traceback.format_exception(exc))[-4000:])
 
 
 def describe_job(job: Job) -> dict[str, Any]:
@@ -167,18 +167,3 @@ def describe_job(job: Job) -> dict[str, Any]:
     }
 
 
-def summary_lines(info: dict[str, Any]) -> list[str]:
-    """The job section as text lines for the table output."""
-    from ..formatters.table import human_ns
-
-    ranks = info.get("ranks", [])
-    if not ranks:
-        return []
-    clock = info["clock"]
-    comm = info["communication"]
-    names = ", ".join(f"{k['name']} ({k['family']}, {k['instances']})" for k in comm["kernels"][:4]) or "none found"
-    correction = f", corrected by up to {human_ns(clock['max_correction_ns'])}" if clock["max_correction_ns"] else ""
-    return [f"job: {len(ranks)} ranks; clocks: {clock['source']}{correction}, residual skew "
-            f"{human_ns(clock['residual_skew_ns'])}; {comm['collectives']} collectives "
-            f"({comm['collectives_all_ranks_meet']} where all ranks meet), {info['steps']['count']} steps; "
-            f"communication kernels: {names}"]

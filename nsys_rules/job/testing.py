@@ -160,5 +160,5 @@ def run_job_rules(rules: Iterable[str], paths: Iterable[str | Path], *,
     outcome = run_job(collected, classes, settings)
     if outcome is not None and outcome.errors:
         first = outcome.errors[0]
-        raise AssertionError(f"job rule raised: {first['error']}\n{first.get('traceback', '')}")
+        raise AssertionError(f"job rule raised: {first.error}\n{first.traceback}")
     return outcome

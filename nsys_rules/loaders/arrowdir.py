@@ -3,9 +3,8 @@
 nsys writes one file per table (``CUPTI_ACTIVITY_KIND_KERNEL.parquet``, ``StringIds.arrow``, ...)
 with the same table and column names as its SQLite export, so the canonical tables of
 :mod:`nsys_rules.loaders.tables` map onto them unchanged. Parquet is columnar: only the
-columns asked for are decoded (the 1M-kernel capture's kernel, API and NVTX columns in about
-0.15 s on 2 cores, against about 1.2 s for the same columns from SQLite). Arrow IPC files are
-memory-mapped, so integer columns become numpy arrays without a copy.
+columns asked for are decoded, several times faster than the same columns from SQLite. Arrow
+IPC files are memory-mapped, so integer columns become numpy arrays without a copy.
 
 Nothing in the folder is ever written; a file that is not a regular file (a FIFO would block
 ``open``) is never opened.
@@ -23,7 +22,7 @@ import numpy as np
 from ..errors import InputError
 from ..malloc_tune import release_free_memory
 from . import damage as damage_fix
-from . import readahead
+from . import claims
 from .batches import fill_columns, note_column, stoppable
 from .export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, has_nsys_tables
 
@@ -69,7 +68,7 @@ class ArrowDirExport(ColumnarExport):
     Raises :class:`InputError` with a one-line reason when the folder is not a readable nsys export.
     """
 
-    #: A Parquet read of the 1M-kernel trace's tables takes ~0.2 s; two in flight would add ~70 MB to the peak.
+    #: Parquet reads are cheap: two in flight would gain little time and add both reads' transients to the peak.
     parallel_reads = False
 
     def __init__(self, path: str | os.PathLike[str], kind: str | None = None) -> None:
@@ -106,7 +105,7 @@ class ArrowDirExport(ColumnarExport):
             raise InputError(f"{self.path}: {what}; {_HINT}")
         self._schemas: dict[str, tuple[str, ...]] = {}
         self._counts: dict[str, int] = {}
-        self._ahead = readahead.claim(self.path)  # columns read before the folder was opened (check, one trace)
+        self._ahead = claims.claim(self.path)  # columns read before the folder was opened (check, one trace)
 
     # -- schema --------------------------------------------------------------------------
     def columns_of(self, table: str) -> tuple[str, ...]:
@@ -213,8 +212,8 @@ class ArrowDirExport(ColumnarExport):
                 batches = iter(self._ipc(source))
             out = fill_columns((batch.select(src_cols) for batch in stoppable(batches, stop)), src_cols,
                                self.count(source), narrow, damage=self.damage, what=source)
-        # Arrow's pool keeps the freed batches' pages (~30 MB after a 2M-row table): hand them back
-        # before the next table is read, so they do not add to its peak.
+        # Arrow's pool keeps the freed batches' pages: hand them back before the next table is read,
+        # so they do not add to its peak.
         release_free_memory()
         return out
 
@@ -230,8 +229,8 @@ class ArrowDirExport(ColumnarExport):
     def _parquet(self, table: str) -> Any:
         import pyarrow.parquet as pq
 
-        # Column chunks streamed 1 MB at a time instead of read whole (a 2.2M-row table's chunks are
-        # tens of MB): the read's peak above its final arrays drops from ~60 to ~30 MB, and it is faster.
+        # Column chunks streamed a buffer at a time instead of read whole: a big table's chunks would
+        # otherwise sit beside the arrays being filled from them.
         return pq.ParquetFile(self._files[table], memory_map=False, pre_buffer=False, buffer_size=READ_BUFFER)
 
     def _ipc(self, table: str) -> Any:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence, runtime_che
 import numpy as np
 
 from . import damage as damage_fix
+from .columns import ONE_VALUE_ROWS, dense_codes, isnull, one_value
 from .tables import Column, Table
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ class ColumnarExport(ABC):
             code_of_id[uniq] = np.arange(len(uniq))
             inverse = None
         else:
-            uniq, inverse = _dense_codes(ids.astype(np.int64, copy=False), valid, all_valid)
+            uniq, inverse = dense_codes(ids.astype(np.int64, copy=False), valid, all_valid)
         del picked
         sid, svalue = self._string_table()
         pos = np.searchsorted(sid, uniq).clip(0, max(len(sid) - 1, 0))
@@ -283,7 +284,7 @@ class ColumnarExport(ABC):
             if col.required and picks[col.name] is not None:
                 values = raw[picks[col.name]]
                 # Integer columns arrive with NULL as NULL_INT: no nsys time or string id is negative.
-                keep &= (values != NULL_INT) if values.dtype.kind in "iu" else ~_isnull(values)
+                keep &= (values != NULL_INT) if values.dtype.kind in "iu" else ~isnull(values)
         if not keep.all():
             required = ", ".join(c.name for c in wanted if c.required)
             self.damage.append(f"{table.name}: {int((~keep).sum())} row(s) with NULL {required} dropped")
@@ -324,7 +325,7 @@ class ColumnarExport(ABC):
         if col.sources[1] in present:
             ids = damage_fix.to_int(raw[col.sources[1]][keep], NULL_INT)
             registered = pd.Series(np.asarray(self.resolve_strings(ids, "nvtx.name"), dtype=object))
-            names = names.where(~_isnull(text), registered)
+            names = names.where(~isnull(text), registered)
         return pd.Categorical(names)
 
     def _convert(self, col: Column, values: np.ndarray | None, n: int, what: str) -> Any:
@@ -334,7 +335,7 @@ class ColumnarExport(ABC):
             if values is None:
                 return pd.Categorical.from_codes(np.full(n, -1), categories=pd.Index([], dtype=object))
             if col.kind == "text":
-                return pd.Categorical(pd.Series(values, dtype=object).where(~_isnull(values), None))
+                return pd.Categorical(pd.Series(values, dtype=object).where(~isnull(values), None))
             ids = values if values.dtype.kind in "iu" else damage_fix.to_int(values, NULL_INT)  # int32 as read
             if not col.required:
                 self._note_unreadable(values, ids, what)
@@ -349,15 +350,15 @@ class ColumnarExport(ABC):
         ints = damage_fix.to_int(values, NULL_INT)
         if not col.required:  # a required column's unreadable rows are dropped, with their own note
             self._note_unreadable(values, ints, what)
-        # pid/tid are 24-bit fields of a serialized global id: int32 holds them (half the memory of
-        # int64 on 2.2M API rows); small ids and launch dimensions too, when every value fits.
+        # pid/tid are 24-bit fields of a serialized global id: int32 holds them in half the memory of
+        # int64; small ids and launch dimensions too, when every value fits.
         if col.kind in ("pid", "tid"):
             if len(ints) >= ONE_VALUE_ROWS and ints[0] >= 0 and (ints == ints[0]).all():
                 # One process (one thread): the one value, no per-row array at all (see one_value).
                 single = (int(ints[0]) >> 24) & 0xFFFFFF if col.kind == "pid" else int(ints[0]) & 0xFFFFFF
                 return np.broadcast_to(np.array([single], np.int32), (len(ints),))
-            # Straight into int32 (the ufunc casts chunk by chunk; the low 24 bits survive the cast):
-            # no int64 temporaries, 18 MB each on 2.2M API rows, while the other big table loads too.
+            # Straight into int32 (the ufunc casts chunk by chunk; the low 24 bits survive the cast): no
+            # int64 temporaries while the other big table loads in parallel.
             out = np.empty(len(ints), np.int32)
             if col.kind == "pid":
                 np.right_shift(ints, 24, out=out, casting="unsafe")
@@ -377,66 +378,9 @@ class ColumnarExport(ABC):
                                          "read as unknown")
 
 
-#: Rows from which an id column holding one value throughout is kept as that value alone.
-ONE_VALUE_ROWS = 4096
-
-
-def one_value(values: Any) -> Any:
-    """An integer column with one value in every row as a read-only view of that value (0 bytes per row).
-
-    Ids often are: one process, one GPU, one stream, grid z and block z of 1, no graph node.
-    A million-kernel trace holds a dozen such columns; frames and arrays built from them read
-    the same values (the canonical frames are read-only under copy-on-write anyway).
-    """
-    if (not isinstance(values, np.ndarray) or values.dtype.kind not in "iub" or len(values) < ONE_VALUE_ROWS
-            or values.strides == (0,)):
-        return values
-    first = values[0]
-    if not (values == first).all():
-        return values
-    return np.broadcast_to(values[:1].copy(), values.shape)
-
-
 def has_nsys_tables(names: Iterable[str]) -> bool:
     """True when ``names`` include a table of an nsys family (besides StringIds)."""
     return any(t.startswith(NSYS_PREFIXES) for t in names)
-
-
-def _dense_codes(ids: np.ndarray, valid: np.ndarray, all_valid: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct valid ids (sorted) and each row's index into them (-1 for invalid rows).
-
-    StringIds ids are small dense integers, so a lookup table indexed by id replaces the
-    sort inside ``np.unique`` (0.6 s -> 0.03 s on 2.2M API rows); huge sparse ids (odd
-    exports) fall back to ``np.unique``.
-    """
-    picked = ids if all_valid else ids[valid]
-    if not len(picked):
-        return np.empty(0, np.int64), np.full(len(ids), -1, np.int32)
-    top = int(picked.max())
-    if top <= 4 * len(ids) + 1_000_000:
-        used = np.zeros(top + 1, bool)
-        used[picked] = True
-        uniq = np.flatnonzero(used).astype(np.int64)
-        code_of = np.full(top + 1, -1, np.int32)
-        code_of[uniq] = np.arange(len(uniq), dtype=np.int32)
-        inverse = code_of[ids.clip(0)] if not all_valid else code_of[ids]
-    else:
-        uniq, inv = np.unique(picked, return_inverse=True)
-        inverse = np.full(len(ids), -1, np.int32)
-        inverse[valid] = inv
-    if not all_valid:
-        inverse[~valid] = -1
-    return uniq, inverse
-
-
-def _isnull(values: np.ndarray) -> np.ndarray:
-    import pandas as pd
-
-    if values.dtype.kind in "iub":
-        return np.zeros(len(values), bool)
-    if values.dtype.kind == "f":
-        return np.isnan(values)
-    return pd.isna(values)
 
 
 def _empty_frame(columns: list[Column]) -> pd.DataFrame:

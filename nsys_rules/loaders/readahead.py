@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from . import claims
+
 #: Canonical columns read early, by table: every check reads them (the GPU activity table and
 #: the step model), whatever rules are selected.
 EARLY_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -74,13 +76,13 @@ class ReadAhead:
 
     # -- worker side -----------------------------------------------------------------------
     def _make_plan(self) -> dict[str, Future[_Early | None]]:
-        _worker.opening = True  # this export reads for the read-ahead: it must not claim it
+        claims.worker.opening = True  # this export reads for the read-ahead: it must not claim it
         try:
             export = _open(self.path)
         except Exception:  # noqa: BLE001 - not readable here: the export opened later says why
             return {}
         finally:
-            _worker.opening = False
+            claims.worker.opening = False
         if hasattr(export, "_answers"):
             export._answers = self.answers  # its one-row answers go to the export that claims this read-ahead
         plans = []
@@ -243,37 +245,23 @@ def _open(path: Path) -> Any:
     return SqliteExport(path)
 
 
-_current: ReadAhead | None = None
-_worker = threading.local()
-
-
-def identity(path: Path) -> tuple[Any, ...] | None:
-    """What tells that a later open is of the same file, unchanged: its resolved path and status."""
-    try:
-        st = os.stat(path)
-        return (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    except (OSError, RuntimeError):
-        return None
-
-
 def start(trace: str, limit_set: bool) -> None:
     """Begin the early reads of ``trace`` (a ``.sqlite`` file or an export folder) in background threads.
 
     ``limit_set``: the user gave a memory limit (flag or config), so nothing is read before the guard.
     """
-    global _current
     stop()
     path = Path(trace)
     if limit_set or not (path.suffix.lower() == ".sqlite" or path.is_dir()):
         return  # a .nsys-rep is exported first; other suffixes may belong to a plugin's loader
-    found = identity(path)
+    found = claims.identity(path)
     if found is None:
         return
     _import_for_workers(path.is_dir())
     # The kernel and API tables at once where there are two cores, and the metadata queries beside them.
     # Parquet reads are cheap, and two in flight add their batches to the peak.
     workers = 3 if (os.cpu_count() or 1) >= 2 and not path.is_dir() else 1
-    _current = ReadAhead(path, found, workers)
+    claims.publish(ReadAhead(path, found, workers))
 
 
 def _import_for_workers(folder: bool) -> None:
@@ -301,16 +289,11 @@ def _import_for_workers(folder: bool) -> None:
 
 def claim(path: Path) -> ReadAhead | None:
     """The read-ahead of ``path`` when one was started for this very file (unchanged since), else None."""
-    ahead = _current
-    if ahead is None or ahead._claimed or getattr(_worker, "opening", False) or identity(path) != ahead.identity:
-        return None
-    ahead._claimed = True
-    return ahead
+    return claims.claim(path)
 
 
 def stop() -> None:
     """Stop any read-ahead and wait for its threads (at the end of a run, or before starting another)."""
-    global _current
-    ahead, _current = _current, None
+    ahead = claims.withdraw()
     if ahead is not None:
         ahead.stop()

@@ -1,7 +1,7 @@
 """Read-only access to an nsys SQLite export.
 
-Why both drivers: ADBC (adbc-driver-sqlite) fetches columns straight into Arrow and is
-~5x faster than ``pandas.read_sql`` on million-row tables; the stdlib ``sqlite3`` module
+Why both drivers: ADBC (adbc-driver-sqlite) fetches columns straight into Arrow, several times
+faster than ``pandas.read_sql`` on million-row tables; the stdlib ``sqlite3`` module
 serves the small metadata queries and is the fallback when ADBC's per-batch type
 inference trips over a column whose type changes mid-table (damaged or odd exports).
 
@@ -23,9 +23,9 @@ import numpy as np
 
 from ..errors import InputError
 from . import damage as damage_fix
-from . import readahead, split
+from . import claims, split
 from .batches import fill_columns, stoppable
-from .export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, _dense_codes, has_nsys_tables
+from .export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, has_nsys_tables
 from .guard import SQLITE_MAGIC, check_file, pending_sidecar, private_copy, remove_folder
 from .tables import TABLES
 
@@ -93,7 +93,7 @@ class SqliteExport(ColumnarExport):
         self._counts: dict[str, int] = {}
         self._ordered: dict[str, bool] = {}
         # Columns read before this file was opened (check, one trace): never from a private copy.
-        self._ahead = readahead.claim(self.path) if self._private_dir is None else None
+        self._ahead = claims.claim(self.path) if self._private_dir is None else None
         self._answers: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] | None = (
             self._ahead.answers if self._ahead is not None else None)
 
@@ -167,9 +167,9 @@ class SqliteExport(ColumnarExport):
         cols = self.columns_of("StringIds")
         if "id" not in cols or "value" not in cols:
             return np.empty(0, np.int64), np.empty(0, object)
-        # Cut in SQL, so a planted multi-MB string never reaches Python (rules run regexes
-        # over names: 5 MB made one run take 20 s). Not reported as damage: real exports
-        # hold long non-name strings (captured program output, metric configs; 333 KB seen).
+        # Cut in SQL, so a planted multi-MB string never reaches Python (rules run regexes over
+        # names). Not reported as damage: real exports hold long non-name strings (captured
+        # program output, metric configs).
         rows = self.query('SELECT "id", substr("value", 1, ?) FROM "StringIds" '
                           'WHERE typeof("id") = \'integer\'', (MAX_STRING,))
         ids = np.fromiter((r[0] for r in rows), np.int64, len(rows))
@@ -297,4 +297,4 @@ def _fetch_arrow(path: Path, sql: str, names: list[str], expected_rows: int,
         return fill_columns(stoppable(reader, stop), names, expected_rows, narrow)
 
 
-__all__ = ["SqliteExport", "NULL_INT", "MAX_STRING", "SQLITE_MAGIC", "TABLES", "_dense_codes"]
+__all__ = ["SqliteExport", "NULL_INT", "MAX_STRING", "SQLITE_MAGIC", "TABLES"]

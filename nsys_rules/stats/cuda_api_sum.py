@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analysis.grouped import group_stats
 from ..trace import Trace
 from ..windows import Window
-from .common import (PERCENTILES, StatsResult, duration_summary, group_stats, nsys_api_name, order_rows,
-                     rows_from_columns)
+from .common import PERCENTILES, StatsResult, duration_summary, nsys_api_name, order_rows, rows_from_columns
 from .filters import host_mask
 
 NAME = "cuda_api_sum"

@@ -9,9 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..analysis.grouped import group_stats
 from ..trace import Trace
 from ..windows import Window
-from .common import PERCENTILES, StatsResult, duration_summary, group_stats, order_rows, rows_from_columns
+from .common import PERCENTILES, StatsResult, duration_summary, order_rows, rows_from_columns
 from .filters import gpu_mask
 
 NAME = "cuda_gpu_kern_sum"

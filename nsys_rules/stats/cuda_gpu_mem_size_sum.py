@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..analysis.grouped import group_stats
 from ..trace import Trace
 from ..windows import Window
-from .common import PERCENTILES, StatsResult, group_stats, order_rows, python_values, round_half_up, rows_from_columns
+from .common import PERCENTILES, StatsResult, order_rows, python_values, round_half_up, rows_from_columns
 from .memops import load_memops
 
 NAME = "cuda_gpu_mem_size_sum"

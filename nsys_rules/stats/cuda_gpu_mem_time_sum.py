@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from ..analysis.grouped import group_stats
 from ..trace import Trace
 from ..windows import Window
-from .common import PERCENTILES, StatsResult, duration_summary, group_stats, order_rows, rows_from_columns
+from .common import PERCENTILES, StatsResult, duration_summary, order_rows, rows_from_columns
 from .memops import load_memops
 
 NAME = "cuda_gpu_mem_time_sum"

@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..loaders.sqlite import NULL_INT
+from ..analysis.grouped import first_rows, group_ids, group_stats
+from ..analysis.launches import launch_pairs
+from ..loaders.export import NULL_INT
 from ..trace import Trace
 from ..windows import Window
-from .common import (PERCENTILES, StatsResult, combine_codes, group_stats, nsys_api_name, python_values,
-                     round_half_up, rows_from_columns)
+from .common import PERCENTILES, StatsResult, nsys_api_name, python_values, round_half_up, rows_from_columns
 from .cuda_gpu_kern_sum import frame_columns, kernel_names
 
 NAME = "cuda_kern_exec_sum"
@@ -37,28 +38,6 @@ def _columns(percentiles: bool) -> list[str]:
     return cols + ["API Name", "Kernel Name"]
 
 
-def join_launches(kernels: pd.DataFrame, api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices (kernel, api) of every kernel matched to its launching call (pid + correlationId)."""
-    k_corr = kernels["correlation_id"].to_numpy()
-    a_corr = api["correlation_id"].to_numpy()
-    k_key = (kernels["pid"].to_numpy().astype(np.int64) << 32) | (k_corr.astype(np.int64) & 0xFFFFFFFF)
-    a_key = (api["pid"].to_numpy().astype(np.int64) << 32) | (a_corr.astype(np.int64) & 0xFFFFFFFF)
-    k_ok = np.flatnonzero(k_corr != NULL_INT)
-    a_ok = np.flatnonzero(a_corr != NULL_INT)
-    order = a_ok[np.argsort(a_key[a_ok], kind="stable")]
-    sorted_keys = a_key[order]
-    if len(sorted_keys) and not (np.diff(sorted_keys) > 0).all():
-        # A correlationId repeats within a process (odd export): a SQL join pairs every match.
-        merged = pd.DataFrame({"key": k_key[k_ok], "k": k_ok}).merge(
-            pd.DataFrame({"key": a_key[a_ok], "a": a_ok}), on="key", how="inner", sort=False)
-        return merged["k"].to_numpy(), merged["a"].to_numpy()
-    if not len(sorted_keys):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    pos = np.searchsorted(sorted_keys, k_key[k_ok]).clip(0, len(sorted_keys) - 1)
-    found = sorted_keys[pos] == k_key[k_ok]
-    return k_ok[found], order[pos[found]]
-
-
 def build(trace: Trace, window: Window | None, variant: str | None = None, percentiles: bool = False) -> StatsResult:
     """Run the report on ``trace`` restricted to ``window``."""
     columns = _columns(percentiles)
@@ -70,7 +49,8 @@ def build(trace: Trace, window: Window | None, variant: str | None = None, perce
                            "(CUPTI_ACTIVITY_KIND_RUNTIME); capture with `nsys profile --trace=cuda`")
     kernels = trace.frame("kernels", frame_columns(variant, True) + ["device_id"])
     api = trace.frame("api", ["start", "end", "correlation_id", "pid", "tid", "name"])
-    k_idx, a_idx = join_launches(kernels, api)
+    k_idx, a_idx = launch_pairs(kernels["pid"].to_numpy(), kernels["correlation_id"].to_numpy(), api["pid"].to_numpy(),
+                                api["correlation_id"].to_numpy(), NULL_INT)
     a_start = api["start"].to_numpy()[a_idx]
     if window is not None:
         # The launch time is the API call's start, the same rule as everywhere else in nsys-rules.
@@ -94,7 +74,9 @@ def build(trace: Trace, window: Window | None, variant: str | None = None, perce
     pid = api["pid"].to_numpy()[a_idx]
     tid = api["tid"].to_numpy()[a_idx]
     dev = kernels["device_id"].to_numpy()[k_idx]
-    group, n_groups, first = combine_codes(pid, tid, dev, api_code, kernel_codes)
+    group = group_ids([pid, tid, dev, api_code, kernel_codes])
+    first = first_rows(group)
+    n_groups = len(first)
 
     queue = k_start - a_end
     queued = queue >= 0

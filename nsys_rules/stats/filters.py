@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from ..trace import Trace
-from ..windows import Window, launch_times, user_window
+from ..analysis.launches import launch_times
+from ..windows import Window, user_window
 
 def stats_window(trace: Trace, filter_time: str | None, filter_nvtx: str | None) -> Window | None:
     """The window the filters select, or None when there is no filter (the whole capture)."""

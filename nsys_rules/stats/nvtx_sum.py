@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analysis.grouped import first_rows, group_ids, group_stats
 from ..loaders.sqlite import NULL_INT
 from ..trace import Trace
 from ..windows import Window
-from .common import (PERCENTILES, StatsResult, combine_codes, duration_summary, group_stats, order_rows,
-                     rows_from_columns)
+from .common import PERCENTILES, StatsResult, duration_summary, order_rows, rows_from_columns
 from .filters import host_mask
 
 NAME = "nvtx_sum"
@@ -52,7 +52,9 @@ def build(trace: Trace, window: Window | None, variant: str | None = None, perce
                     dtype=object)
     styles = np.array([STYLES[int(t)] for t in event_type[idx]], dtype=object)
     durations = np.where(raw_end[idx] == NULL_INT, last, raw_end[idx]) - start[idx]
-    group, n_groups, first = combine_codes(tags, styles)
+    group = group_ids([tags, styles])
+    first = first_rows(group)
+    n_groups = len(first)
     stats = group_stats(group, durations, n_groups, PERCENTILES if percentiles else ())
     cols = duration_summary(stats, [str(tags[first[g]]) for g in stats.group], "Range", "Instances", percentiles)
     ranges = cols.pop("Range")

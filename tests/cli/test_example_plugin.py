@@ -86,7 +86,7 @@ def test_autoload_env_var_hides_it(trace):
 def test_explain_renders_its_docs():
     proc = run_cli("explain", RULE)
     assert proc.returncode == 0
-    assert "## What it detects" in proc.stdout and "`min_uncovered_share`" in proc.stdout
+    assert "## What it detects" in proc.stdout and "`min_uncovered_pct`" in proc.stdout
 
 
 def sql_coverage(path) -> tuple[int, int, int, int]:
@@ -120,7 +120,7 @@ def sql_coverage(path) -> tuple[int, int, int, int]:
 def test_numbers_match_plain_sql_on_real_traces(h200, name):
     path = h200 / name
     gpu_time, uncovered, ops, uncovered_ops = sql_coverage(path)
-    proc = run_cli("check", "--format", "json", "--select", RULE, "--set", f"{RULE}.min_uncovered_share=0",
+    proc = run_cli("check", "--format", "json", "--select", RULE, "--set", f"{RULE}.min_uncovered_pct=0",
                    "--set", f"{RULE}.min_gpu_time_ns=0", str(path))
     (finding,) = validate_report(proc.stdout)["findings"]
     values = {k: m["value"] for k, m in finding["metrics"].items()}

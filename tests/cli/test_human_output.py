@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from nsys_rules.config import Settings
-from nsys_rules.engine import Report, TraceResult, run_check
+from nsys_rules.engine import run_check
+from nsys_rules.records import TraceInfo
+from nsys_rules.report import Report, TraceResult
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.formatters.compact import format_compact
 from nsys_rules.formatters.markdown import format_markdown
@@ -89,10 +91,14 @@ def _synthetic_report() -> Report:
                      estimated_savings_ns=5_000, minor=True)
     info = _finding("gemv-dominance", Severity.INFO, None)
     bigger = _finding("sync-memcpy", Severity.WARNING, 80_000_000)
-    result = TraceResult({"path": "t.sqlite", "gpus": [{"name": "NVIDIA H200"}] * 8, "tables": {"kernels": 10},
-                          "budget": None, "budget_reason": "no steps"},
+    result = TraceResult(_info(gpus=[{"name": "NVIDIA H200"}] * 8, tables={"kernels": 10}, budget_reason="no steps"),
                          findings=[info, small, symptom, withheld, cause, error, small2, bigger])
     return Report(rules=[], plugins=[], fail_on="error", results=[result])
+
+
+def _info(**fields) -> TraceInfo:
+    return TraceInfo(**{"path": "t.sqlite", "nsys_version": None, "export_schema_version": None, "gpus": [],
+                        "capture": {}, "tables": {}, **fields})
 
 
 def test_ranking_folds_symptoms_and_minor_findings():
@@ -123,7 +129,7 @@ def test_markdown_folds_the_same_way_and_never_cuts_a_number():
 def test_withheld_savings_say_why():
     f = _finding("queue-delay", Severity.INFO, None, savings_note="withheld: launch-blocking says so")
     report = Report(rules=[], plugins=[], fail_on="error",
-                    results=[TraceResult({"path": "t.sqlite", "gpus": [], "tables": {"kernels": 1}}, findings=[f])])
+                    results=[TraceResult(_info(tables={"kernels": 1}), findings=[f])])
     assert "savings: withheld: launch-blocking says so" in format_compact(report, 80)
     assert "savings: withheld: launch-blocking says so" in format_table(report, 160)
 

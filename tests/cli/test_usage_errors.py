@@ -22,8 +22,8 @@ E = str(EXAMPLE)
 LONG = "n" * 100_000
 
 FLAG_CASES = {
-    "--set nan": ["check", "--set", "kernel-tail.min_share=nan", E],
-    "--set -inf (sarif)": ["check", "--format", "sarif", "--set", "kernel-tail.min_share=-inf", E],
+    "--set nan": ["check", "--set", "kernel-tail.min_share_pct=nan", E],
+    "--set -inf (sarif)": ["check", "--format", "sarif", "--set", "kernel-tail.min_share_pct=-inf", E],
     "--set inf int": ["check", "--set", "kernel-tail.min_count=1e999", E],
     "--set huge size": ["check", "--set", "gemv-dominance.weight_bytes=1e999", E],
     "--set nan size": ["check", "--set", "gemv-dominance.weight_bytes=nan", E],
@@ -71,9 +71,9 @@ CONFIG_CASES = {
     "max-memory 1e999": "max-memory = 1e999\n",
     "rule-timeout text": 'rule-timeout = "soon"\n',
     "rule-timeout 0": "rule-timeout = 0\n",
-    "option nan": "[rules.kernel-tail]\nmin_share = nan\n",
-    "option inf": "[rules.kernel-tail]\nmin_share = inf\n",
-    "option 1e400": "[rules.kernel-tail]\nmin_share = 1e400\n",
+    "option nan": "[rules.kernel-tail]\nmin_share_pct = nan\n",
+    "option inf": "[rules.kernel-tail]\nmin_share_pct = inf\n",
+    "option 1e400": "[rules.kernel-tail]\nmin_share_pct = 1e400\n",
     "size option 1e999": '[rules.gemv-dominance]\nweight_bytes = "1e999"\n',
     "select ALL and a typo": 'select = ["ALL", "kernel-tial"]\n',
 }

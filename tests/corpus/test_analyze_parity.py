@@ -55,7 +55,7 @@ def test_parity_rules_cover_nvidia_rows(trace: str) -> None:
     result = run_rules(list(PARITY), H200 / f"{trace}.sqlite",
                        options={rule: opts for rule, (_, opts) in PARITY.items()})
     assert not result.errors, result.errors
-    skipped = {s["rule"] for s in result.skipped}
+    skipped = {s.rule for s in result.skipped}
     for rule, (nsys_rule, _) in PARITY.items():
         ref = _reference(trace, nsys_rule)
         if ref is None:

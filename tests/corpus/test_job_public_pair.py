@@ -67,7 +67,7 @@ def test_exposed_communication_is_every_nccl_nanosecond(pair, which):
         "JOIN StringIds ks ON ks.id = k.shortName WHERE cs.value LIKE 'nccl%' AND ks.value NOT LIKE 'nccl%'").fetchone()[0]
     db.close()
     assert overlapping == 0
-    outcome = run_job_rules(["exposed-comm"], [path], options={"exposed-comm": {"min_share": 0.0}})
+    outcome = run_job_rules(["exposed-comm"], [path], options={"exposed-comm": {"min_share_pct": 0.0}})
     m = metric_values(only_finding(outcome.findings, "exposed-comm"))
     assert m["comm_per_step"] == pytest.approx(sum(per_rank) / 2, rel=1e-6)  # the median of two ranks
     assert m["exposed_per_step"] == pytest.approx(m["comm_per_step"], rel=1e-9)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from nsys_rules import cli
-from nsys_rules.engine import CUDA_TABLES
+from nsys_rules.report import CUDA_TABLES
 from nsys_rules.inputs import open_trace
 from tests.conftest import CORPUS, validate_report
 

@@ -29,9 +29,9 @@ AUDITED: dict[str, dict[str, str]] = {
         "largest": "max() of the sizes above",
     },
     "nsys_rules/testing.py": {
-        "table": "TraceBuilder writes tests' files; table names are keys of the constant _DDL",
-        "_DDL['StringIds']": "constant DDL",
-        "_DDL[table]": "constant DDL, keyed by the table names above",
+        "table": "TraceBuilder writes tests' files; table names are keys of the constant EXPORT_DDL",
+        "EXPORT_DDL['StringIds']": "constant DDL",
+        "EXPORT_DDL[table]": "constant DDL, keyed by the table names above",
         "marks": "a run of '?' placeholders",
     },
     "nsys_rules/loaders/sqlite.py": {

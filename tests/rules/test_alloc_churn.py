@@ -101,10 +101,10 @@ def test_min_spread_boundary(tmp_path):
     for i in range(6):  # the loop goes on without allocations
         b.memcpy(140_700_000 + i * 100_000, 10_000, 4096, launch_at=140_690_000 + i * 100_000)
     path = b.write(tmp_path / "t.sqlite")
-    spread_value = values(run_rule("alloc-churn", path, options={"min_spread": 0.0})[0])["loop_spread"]
+    spread_value = values(run_rule("alloc-churn", path, options={"min_spread_pct": 0.0})[0])["loop_spread"]
     assert 0.3 <= spread_value <= 0.7
-    assert len(run_rule("alloc-churn", path, options={"min_spread": spread_value, "min_calls": 5})) == 1
-    assert run_rule("alloc-churn", path, options={"min_spread": spread_value + 0.05, "min_calls": 5}) == []
+    assert len(run_rule("alloc-churn", path, options={"min_spread_pct": 100 * spread_value, "min_calls": 5})) == 1
+    assert run_rule("alloc-churn", path, options={"min_spread_pct": 100 * spread_value + 5, "min_calls": 5}) == []
 
 
 def test_stream_ordered_pool_churn_is_info(tmp_path):
@@ -154,8 +154,8 @@ def test_warn_share_boundary(tmp_path):
     path = b.write(tmp_path / "t.sqlite")
     m = values(run_rule("alloc-churn", path)[0])
     share = 100 * m["gpu_idle_in_allocation"] / m["steady_time"]  # the GPU time at stake decides
-    assert run_rule("alloc-churn", path, options={"warn_share": share - 1e-3})[0].severity.value == "warning"
-    assert run_rule("alloc-churn", path, options={"warn_share": share + 1e-3})[0].severity.value == "info"
+    assert run_rule("alloc-churn", path, options={"warn_share_pct": share - 1e-3})[0].severity.value == "warning"
+    assert run_rule("alloc-churn", path, options={"warn_share_pct": share + 1e-3})[0].severity.value == "info"
 
 
 def test_memory_usage_events_add_bytes(tmp_path):

@@ -50,5 +50,5 @@ def test_profiler_api_capture_is_quiet(tmp_path):
 def test_outside_share_threshold(tmp_path, share, fires):
     b = TraceBuilder()
     program(b, steady_at=S // 2 + 100_000_000, steps=20, step_ns=20_000_000)  # 0.6 s before, 0.4 s steady
-    found = run_rule("capture-scope", b.write(tmp_path / "t.sqlite"), options={"min_outside_share": share})
+    found = run_rule("capture-scope", b.write(tmp_path / "t.sqlite"), options={"min_outside_pct": 100 * share})
     assert bool(found) is fires

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nsys_rules.testing import TraceBuilder, run_rule
-from nsys_rules.rules.debug_build import command_evidence
+from nsys_rules.analysis.commands import command_evidence
 
 PEAK = 4_814_304_000_000
 PERIOD = 1_000_000
@@ -141,7 +141,7 @@ def test_no_command_and_no_kernels_is_skipped(tmp_path):
     from nsys_rules.testing import run_rules
 
     result = run_rules(["debug-build"], b.write(tmp_path / "t.sqlite"))
-    assert result.findings == [] and result.skipped and "command line" in result.skipped[0]["reason"]
+    assert result.findings == [] and result.skipped and "command line" in result.skipped[0].reason
 
 
 def test_real_debug_and_release_traces(h200):

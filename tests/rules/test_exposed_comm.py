@@ -35,7 +35,7 @@ def test_exposed_time_matches_the_hand_computation(tmp_path):
     # Overlap could hide the moving part under the step's compute (gemm + elementwise, 2.15 ms): 9 x 0.25 ms.
     assert m["hideable_total"] == 9 * (transfer - overlap)
     assert f.estimated_savings_ns == 9 * (transfer - overlap)
-    assert f.severity is Severity.INFO  # 7.3 % of the step: under warn_share 10 %
+    assert f.severity is Severity.INFO  # 7.3 % of the step: under warn_share_pct 10
     assert "waits for later ranks" in f.message and "rank-straggler" in f.message
 
 
@@ -60,8 +60,8 @@ def test_min_share_boundary(tmp_path):
     # 100 us of exposed transfer in a ~2.12 ms step: 4.7 %.
     plan = JobPlan(ranks=2, steps=8, transfer=100_000)
     sim = write_job(tmp_path, plan)
-    assert only_finding(run_job_rules([RULE], sim.paths, options={RULE: {"min_share": 0.04}}).findings, RULE)
-    assert run_job_rules([RULE], sim.paths, options={RULE: {"min_share": 0.05}}).findings == []
+    assert only_finding(run_job_rules([RULE], sim.paths, options={RULE: {"min_share_pct": 4.0}}).findings, RULE)
+    assert run_job_rules([RULE], sim.paths, options={RULE: {"min_share_pct": 5.0}}).findings == []
 
 
 def test_one_rank_alone_still_gets_its_exposed_communication(tmp_path):

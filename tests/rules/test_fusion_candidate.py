@@ -36,7 +36,7 @@ def test_pointwise_chain_after_gemms_is_a_candidate(tmp_path):
 def test_min_share_boundary(tmp_path, share, fires):
     b = TraceBuilder()
     gemm_steps(b, gemm_ns=850_000, pointwise_ns=150_000)  # 15 %
-    found = run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite"), options={"min_share": share})
+    found = run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite"), options={"min_share_pct": share})
     assert bool(found) is fires
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nsys_rules.testing import GpuSpec, TraceBuilder, run_rule
-from nsys_rules.rules.gemv_dominance import achieved_bandwidth, per_step_time, weights_read_per_step
+from nsys_rules.analysis.bandwidth import achieved_bandwidth, per_step_time, weights_read_per_step
 from nsys_rules.testing import metric_values as values
 
 PEAK = 4_814_304_000_000  # TraceBuilder's H200
@@ -98,7 +98,7 @@ def test_low_bandwidth_with_small_savings_stays_info(tmp_path):
     path = b.write(tmp_path / "t.sqlite")
     [f] = run_rule("gemv-dominance", path, options={"weight_bytes": weight})
     assert f.severity.value == "warning"
-    [f] = run_rule("gemv-dominance", path, options={"weight_bytes": weight, "min_savings_share": 0.2})
+    [f] = run_rule("gemv-dominance", path, options={"weight_bytes": weight, "min_savings_pct": 20.0})
     assert f.severity.value == "info"
 
 

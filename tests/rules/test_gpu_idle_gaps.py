@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from nsys_rules.findings import Severity
-from nsys_rules.rules._gpu_activity import chunk_utilization, idle_gaps, merge_intervals, merge_low_chunks
+from nsys_rules.analysis.device_time import chunk_utilization, merge_low_chunks
+from nsys_rules.analysis.intervals import idle_gaps, merge_intervals
 from nsys_rules.testing import TraceBuilder, run_rule
 from nsys_rules.testing import metric_values as values
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nsys_rules.rules.kernel_tail import (clean_range_name, group_ids, group_quantiles, periodic_tail, positional_tail, slow_runs,
-                                          step_index, tail_table)
+from nsys_rules.analysis.grouped import group_ids, group_quantiles
+from nsys_rules.analysis.tails import (clean_range_name, periodic_tail, positional_tail, slow_runs, step_index,
+                                       tail_table)
 from nsys_rules.testing import TraceBuilder, run_rule
 from nsys_rules.testing import metric_values as values
 
@@ -71,12 +72,12 @@ def test_share_boundaries(tmp_path):
     loop(b, moe_like())
     path = b.write(tmp_path / "t.sqlite")
     share = 20 * 180_000 / (180 * 20_000 + 20 * 200_000)
-    [f] = kernel_findings(run_rule("kernel-tail", path, options={"warn_share": share}))
+    [f] = kernel_findings(run_rule("kernel-tail", path, options={"warn_share_pct": 100 * share}))
     assert f.severity.value == "warning"
-    [f] = kernel_findings(run_rule("kernel-tail", path, options={"warn_share": share * 1.001}))
+    [f] = kernel_findings(run_rule("kernel-tail", path, options={"warn_share_pct": 100 * share * 1.001}))
     assert f.severity.value == "info"
-    assert kernel_findings(run_rule("kernel-tail", path, options={"min_share": share, "warn_share": 0.99}))
-    assert kernel_findings(run_rule("kernel-tail", path, options={"min_share": share * 1.001})) == []
+    assert kernel_findings(run_rule("kernel-tail", path, options={"min_share_pct": 100 * share, "warn_share_pct": 99.0}))
+    assert kernel_findings(run_rule("kernel-tail", path, options={"min_share_pct": 100 * share * 1.001})) == []
 
 
 def test_small_tail_of_a_small_kernel_is_not_reported(tmp_path):
@@ -94,7 +95,7 @@ def test_outlier_ratio_boundary(tmp_path, slow, fires):
     rows[7][4] = slow  # one outlier: max/p50 = 2.0 (not above) or 2.02; p99/p50 stays 1
     b = TraceBuilder()
     loop(b, rows)
-    found = kernel_findings(run_rule("kernel-tail", b.write(tmp_path / "t.sqlite"), options={"min_share": 0.0}))
+    found = kernel_findings(run_rule("kernel-tail", b.write(tmp_path / "t.sqlite"), options={"min_share_pct": 0.0}))
     assert bool(found) is fires
     if fires:
         assert "Outlier invocations: 1 of 200" in found[0].message
@@ -108,7 +109,7 @@ def test_tail_ratio_boundary(tmp_path, slow, fires):
         rows[i][n] = slow
     b = TraceBuilder()
     loop(b, rows)
-    found = kernel_findings(run_rule("kernel-tail", b.write(tmp_path / "t.sqlite"), options={"min_share": 0.0}))
+    found = kernel_findings(run_rule("kernel-tail", b.write(tmp_path / "t.sqlite"), options={"min_share_pct": 0.0}))
     assert bool(found) is fires
     if fires:
         assert values(found[0])["p99_over_p50"] == pytest.approx(slow / 20_000)
@@ -160,10 +161,10 @@ def test_api_tail_is_info_and_skips_waiting_calls(tmp_path):
         b.api("cudaStreamSynchronize_v3020", s + 500_000, 900_000 if i % 2 else 10_000)  # waits: not judged
     path = b.write(tmp_path / "t.sqlite")
     assert [f for f in run_rule("kernel-tail", path) if f.title == "Host API tail"] == []
-    [f] = [f for f in run_rule("kernel-tail", path, options={"api_min_share": 0.03}) if f.title == "Host API tail"]
+    [f] = [f for f in run_rule("kernel-tail", path, options={"api_min_share_pct": 3.0}) if f.title == "Host API tail"]
     assert f.severity.value == "info" and f.location.api == "cudaMalloc"
     assert values(f)["tail_cost"] == 4 * 395_000
-    assert [f for f in run_rule("kernel-tail", path, options={"api": False, "api_min_share": 0.0})
+    assert [f for f in run_rule("kernel-tail", path, options={"api": False, "api_min_share_pct": 0.0})
             if f.title == "Host API tail"] == []
 
 

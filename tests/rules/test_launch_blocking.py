@@ -64,7 +64,7 @@ def test_blocking_share_threshold(tmp_path, share, fires):
     for j in range(100):  # and 100 asynchronous ones
         k = later + 10_000 + j * 10_000
         b.kernel("late", start=k, duration=2_000, launch_at=k - 5_000)
-    found = run_rule("launch-blocking", b.write(tmp_path / "t.sqlite"), options={"blocking_share": share})
+    found = run_rule("launch-blocking", b.write(tmp_path / "t.sqlite"), options={"blocking_pct": 100 * share})
     assert bool(found) is fires
     if fires:
         assert values(found[0])["blocking_share"] == 50.0

@@ -39,7 +39,7 @@ def test_busy_gpu_is_not_launch_bound(tmp_path):
 def test_busy_share_threshold(tmp_path, busy_limit, fires):
     b = TraceBuilder()
     eager_steps(b, kernel_ns=2_500)  # ~25 % busy
-    found = run_rule("launch-bound", b.write(tmp_path / "t.sqlite"), options={"max_busy_share": busy_limit})
+    found = run_rule("launch-bound", b.write(tmp_path / "t.sqlite"), options={"max_busy_pct": 100 * busy_limit})
     assert bool(found) is fires
 
 
@@ -64,7 +64,7 @@ def test_small_saving_is_info(tmp_path):
     b = TraceBuilder()
     # 0.3 us gaps, 87 % busy; the launch call (3 us) returns 0.1 us after the GPU ran dry
     eager_steps(b, steps=1, per_step=500, period_ns=2_300, kernel_ns=2_000, lead_ns=3_200)
-    found = run_rule("launch-bound", b.write(tmp_path / "t.sqlite"), options={"max_busy_share": 0.95,
+    found = run_rule("launch-bound", b.write(tmp_path / "t.sqlite"), options={"max_busy_pct": 95.0,
                                                                                "graph_gap_ns": 250})
     assert len(found) == 1 and found[0].severity == Severity.INFO
 

@@ -27,12 +27,12 @@ def test_a_load_in_one_step_is_left_to_step_outliers(tmp_path):
     assert run_rule("module-loading", b.write(tmp_path / "t.sqlite")) == []
 
 
-def test_min_step_share_boundary(tmp_path):
+def test_min_step_pct_boundary(tmp_path):
     b = TraceBuilder()
     sync_loop(b, steps=20, host_work={i: ("cuModuleLoadData", 200_000) for i in (3, 9, 15)})
     path = b.write(tmp_path / "t.sqlite")
-    assert len(run_rule("module-loading", path, options={"min_step_share": 15.0})) == 1
-    assert run_rule("module-loading", path, options={"min_step_share": 16.0}) == []
+    assert len(run_rule("module-loading", path, options={"min_step_pct": 15.0})) == 1
+    assert run_rule("module-loading", path, options={"min_step_pct": 16.0}) == []
 
 
 def test_without_steps_it_skips_with_the_reason(tmp_path):

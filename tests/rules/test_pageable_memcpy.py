@@ -85,7 +85,7 @@ def test_copies_in_the_loop_save_step_time_and_warn_by_share(tmp_path):
     # The host blocks 0.4 ms per step in the staging call while the GPU waits: launch wait, 20 % of a step.
     assert f.severity == Severity.WARNING and f.budget_part == "launch_wait"
     assert 0 < f.estimated_savings_ns <= 8 * 400_000
-    [f] = run_rule("pageable-memcpy", path, options={"warning_share": 0.9})
+    [f] = run_rule("pageable-memcpy", path, options={"warn_share_pct": 90.0})
     assert f.severity == Severity.INFO
 
 

@@ -26,7 +26,7 @@ def test_a_rank_with_more_work_per_step(tmp_path, ranks):
     assert f.location.rank == ranks - 1 and m["busiest_rank"] == ranks - 1
     assert m["busiest_per_step"] == 2_000_000 + extra and m["others_median_per_step"] == 2_000_000
     assert m["excess_per_step"] == extra and m["excess_share"] == pytest.approx(20.0)
-    assert f.severity is Severity.WARNING  # 20 % >= warn_excess 15 %
+    assert f.severity is Severity.WARNING  # 20 % >= warn_excess_pct 15
     # An even split of the same work: the busiest rank gives away its excess over the mean, nine steps long.
     balanced = extra - extra / ranks
     assert m["balanced_gain_per_step"] == pytest.approx(balanced)
@@ -42,9 +42,9 @@ def test_equal_work_with_jitter_is_quiet(tmp_path):
 
 def test_min_excess_boundary(tmp_path):
     sim = write_job(tmp_path, JobPlan(ranks=4, steps=10, extra_compute={0: 80_000}))  # 4 % more
-    found = run_job_rules([RULE], sim.paths, options={RULE: {"min_excess": 0.03}}).findings
+    found = run_job_rules([RULE], sim.paths, options={RULE: {"min_excess_pct": 3.0}}).findings
     assert only_finding(found, RULE).severity is Severity.INFO
-    assert run_job_rules([RULE], sim.paths, options={RULE: {"min_excess": 0.05}}).findings == []
+    assert run_job_rules([RULE], sim.paths, options={RULE: {"min_excess_pct": 5.0}}).findings == []
 
 
 def test_excess_in_one_step_only_is_not_beyond_noise(tmp_path):
@@ -57,4 +57,4 @@ def test_excess_in_one_step_only_is_not_beyond_noise(tmp_path):
 def test_too_few_steps_is_skipped(tmp_path):
     outcome = imbalance(tmp_path, JobPlan(ranks=2, steps=3, extra_compute={1: 500_000}))
     assert outcome.findings == []
-    assert outcome.skipped[0]["rule"] == RULE and "too few" in outcome.skipped[0]["reason"]
+    assert outcome.skipped[0].rule == RULE and "too few" in outcome.skipped[0].reason

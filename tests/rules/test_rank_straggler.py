@@ -139,17 +139,17 @@ def test_late_at_half_the_steps_with_ties_elsewhere_is_a_straggler(tmp_path):
 
 
 def test_min_share_boundary(tmp_path):
-    # 100 us late per ~2.4 ms step is about 4 %: reported at min_share 0.03, not at 0.05.
+    # 100 us late per ~2.4 ms step is about 4 %: reported at min_share_pct 3, not at 5.
     plan = JobPlan(ranks=2, steps=12, stall={1: 100_000}, jitter=2_000)
     sim = write_job(tmp_path, plan)
-    found = run_job_rules([RULE], sim.paths, options={RULE: {"min_share": 0.03}}).findings
-    assert only_finding(found, RULE).severity is Severity.INFO  # below warn_share 0.05
-    assert run_job_rules([RULE], sim.paths, options={RULE: {"min_share": 0.05}}).findings == []
+    found = run_job_rules([RULE], sim.paths, options={RULE: {"min_share_pct": 3.0}}).findings
+    assert only_finding(found, RULE).severity is Severity.INFO  # below warn_share_pct 5
+    assert run_job_rules([RULE], sim.paths, options={RULE: {"min_share_pct": 5.0}}).findings == []
 
 
 def test_one_rank_is_skipped_with_the_reason(tmp_path):
     sim = write_job(tmp_path, JobPlan(ranks=1, steps=6))
     outcome = run_job_rules([RULE], sim.paths)
     assert outcome.findings == []
-    assert outcome.skipped[0]["rule"] == RULE and "1 rank(s)" in outcome.skipped[0]["reason"]
-    assert "%q{RANK}" in outcome.skipped[0]["fix"]
+    assert outcome.skipped[0].rule == RULE and "1 rank(s)" in outcome.skipped[0].reason
+    assert "%q{RANK}" in outcome.skipped[0].fix

@@ -34,7 +34,7 @@ def test_missing_tables_skip_the_rule(tmp_path):
     b = TraceBuilder()
     b.kernel("k", start=T0, duration=10_000)
     result = run_rules(["pageable-memcpy", "sync-memcpy", "sync-memset"], b.write(tmp_path / "t.sqlite"))
-    assert {s["rule"] for s in result.skipped} == {"pageable-memcpy", "sync-memcpy", "sync-memset"}
+    assert {s.rule for s in result.skipped} == {"pageable-memcpy", "sync-memcpy", "sync-memset"}
 
 
 def test_nvidia_names_are_aliases():

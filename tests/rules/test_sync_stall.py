@@ -151,8 +151,8 @@ def test_warn_share_boundary(tmp_path):
     [f] = run_rule("sync-stall", path)
     share = 100 * f.estimated_savings_ns / values(f)["steady_time"]  # the GPU time at stake decides
     plain = {"structural_block_pct": 100.0}  # leave the per-step round-trip rule out of this boundary
-    assert run_rule("sync-stall", path, options={**plain, "warn_share": share - 1e-3})[0].severity.value == "warning"
-    assert run_rule("sync-stall", path, options={**plain, "warn_share": share + 1e-3})[0].severity.value == "info"
+    assert run_rule("sync-stall", path, options={**plain, "warn_share_pct": share - 1e-3})[0].severity.value == "warning"
+    assert run_rule("sync-stall", path, options={**plain, "warn_share_pct": share + 1e-3})[0].severity.value == "info"
 
 
 def test_a_round_trip_every_step_that_parks_the_host_is_a_warning(tmp_path):

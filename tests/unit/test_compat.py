@@ -100,5 +100,5 @@ def test_engine_and_context_skips_use_the_specific_reason(tmp_path):
     b = TraceBuilder()
     b.kernel("k", start=10_000, duration=1_000)
     result = run_rules([_NeedsMemset, _ReadsMemset], b.write(tmp_path / "t.sqlite"))
-    assert [s["rule"] for s in result.skipped] == ["needs-memset", "reads-memset"] and not result.errors
-    assert all("made no memset" in s["reason"] and s["fix"] for s in result.skipped)
+    assert [s.rule for s in result.skipped] == ["needs-memset", "reads-memset"] and not result.errors
+    assert all("made no memset" in s.reason and s.fix for s in result.skipped)

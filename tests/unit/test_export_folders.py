@@ -74,7 +74,7 @@ def test_rules_give_the_same_findings_on_all_three_formats(tmp_path):
     def outcome(path: Path) -> tuple:
         result = run_rules(rules, path)
         return (sorted((f.rule, f.severity.value, f.fingerprint) for f in result.findings),
-                sorted(s["rule"] for s in result.skipped), result.errors)
+                sorted(s.rule for s in result.skipped), result.errors)
 
     expected = outcome(sqlite_path)
     assert expected[0] and not expected[2]  # something fired, nothing failed

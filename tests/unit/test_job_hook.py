@@ -75,7 +75,7 @@ def test_a_plugin_job_rule_runs_once_over_all_ranks(tmp_path):
 def test_rules_registered_through_the_wrong_hook_are_refused():
     registry = build_registry(autoload=False, extra=(
         ("mixed", plugin(register_rules=lambda: [CountRanks], register_job_rules=lambda: [TraceRule])),))
-    errors = sorted(e["error"] for e in registry.errors)
+    errors = sorted(e.error for e in registry.errors)
     assert errors == ["rule count-ranks is a job rule: register it with register_job_rules",
                       "rule per-trace is a trace rule: register it with register_rules"]
     assert "count-ranks" not in registry.rules and "per-trace" not in registry.rules
@@ -86,8 +86,8 @@ def test_a_failing_job_rule_is_an_error_entry_and_exit_4(tmp_path):
     registry = build_registry(autoload=False, extra=(
         ("broken", plugin(register_job_rules=lambda: [Broken, CountRanks])),))
     report = run_check(sim.paths, registry, Settings(select=["broken-job-rule", "count-ranks"]), open_trace)
-    assert [e["rule"] for e in report.all_errors] == ["broken-job-rule"]
-    assert "bug in a job rule" in report.all_errors[0]["error"]
+    assert [e.rule for e in report.all_errors] == ["broken-job-rule"]
+    assert "bug in a job rule" in report.all_errors[0].error
     assert [f.message for f in report.findings] == ["2 ranks"]  # the other job rule still ran
     assert report.exit_code == ExitCode.INCOMPLETE
 

@@ -8,11 +8,11 @@ import pytest
 from nsys_rules.job import clock as clocks
 from nsys_rules.job.collectives import MAX_SHIFT, match
 from nsys_rules.job.extract import RankData
-from nsys_rules.job.intervals import busy
+from nsys_rules.analysis.intervals import coverage
 from nsys_rules.job.names import comm_names, parse_comm_names
 from nsys_rules.job.ranks import RankHint, Unit, assign_ranks, rank_from_environment, rank_from_name, trace_hint
 from nsys_rules.job.steps import collective_period, job_steps
-from nsys_rules.rules._ranks import signed_rank_z
+from nsys_rules.job.compare import signed_rank_z
 
 
 @pytest.mark.parametrize("path,rank", [
@@ -60,13 +60,13 @@ def test_name_list_is_data():
 
 def test_busy_union_depth_and_running_total():
     # Three kernels: [0, 10), [5, 20), [30, 40).
-    union = busy(np.array([0, 5, 30]), np.array([10, 20, 40]))
+    union = coverage(np.array([0, 5, 30]), np.array([10, 20, 40]))
     assert union.total == 30
-    assert union.until(np.array([0, 7, 25, 35, 100])).tolist() == [0, 7, 20, 25, 30]
-    assert union.between(np.array([8]), np.array([32])).tolist() == [14]
-    both = busy(np.array([0, 5, 30]), np.array([10, 20, 40]), depth=2)
+    assert union.before(np.array([0, 7, 25, 35, 100])).tolist() == [0, 7, 20, 25, 30]
+    assert union.within(np.array([8]), np.array([32])).tolist() == [14]
+    both = coverage(np.array([0, 5, 30]), np.array([10, 20, 40]), depth=2)
     assert (both.starts.tolist(), both.ends.tolist()) == ([5], [10])
-    touching = busy(np.array([0, 10]), np.array([10, 20]), depth=2)  # end meets start: no overlap
+    touching = coverage(np.array([0, 10]), np.array([10, 20]), depth=2)  # end meets start: no overlap
     assert touching.total == 0
 
 

@@ -6,11 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nsys_rules.rules import kernel_tail as kt
-from nsys_rules.rules._gpu_activity import busy_ns, chunk_utilization, device_intervals
+from nsys_rules.analysis import grouped, tails
+from nsys_rules.analysis.device_time import chunk_utilization, device_intervals
+from nsys_rules.analysis.intervals import busy_ns
 from nsys_rules.testing import TraceBuilder, run_rule
 from nsys_rules.inputs import open_trace
-from nsys_rules.windows import launch_times, launching_rows
+from nsys_rules.analysis.launches import launch_times, launching_rows
 
 
 def _plain_tail(group: np.ndarray, durations: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -42,7 +43,7 @@ def test_tail_sums_from_packed_key_equal_row_sums(seed):
     if seed % 2:
         group = group.astype(np.int32)
     durations = rng.integers(0, (4, 1000, 10**9)[seed % 3], n).astype(np.int64)  # ties, half-ns medians
-    counts, (p50, p95, p99, mx), total, tail = kt._sums_from_key(group, durations)
+    counts, (p50, p95, p99, mx), total, tail = tails._sums_from_packed(group, durations)
     ref = _plain_tail(group, durations)
     present = ref[0] > 0
     assert counts.tolist() == ref[0].tolist()
@@ -55,7 +56,7 @@ def test_tail_sums_from_packed_key_equal_row_sums(seed):
 def test_tail_table_float_durations_take_the_plain_path():
     group = np.array([0, 0, 0, 1, 1])
     durations = np.array([1.5, 2.25, 10.0, 3.0, 3.0])
-    table = kt.tail_table(group, durations)
+    table = tails.tail_table(group, durations)
     assert table["tail_cost"].tolist() == [7.75, 0.0] and table["total"].tolist() == [13.75, 6.0]
 
 
@@ -66,10 +67,10 @@ def test_positional_tail_without_order_equals_identity_order():
     step = np.repeat(np.arange(20), n // 20)
     step[::37] = -1  # some launches outside every step
     durations = rng.integers(1, 500, n).astype(np.int64)
-    p50 = kt.group_quantiles(group, durations, (0.5,))[1][0]
-    with_order = kt.positional_tail(group, step, np.arange(n), durations, p50)
-    without = kt.positional_tail(group, step, None, durations, p50)
-    floats = kt.positional_tail(group, step, np.arange(n), durations.astype(np.float64), p50)
+    p50 = grouped.group_quantiles(group, durations, (0.5,))[1][0]
+    with_order = tails.positional_tail(group, step, np.arange(n), durations, p50)
+    without = tails.positional_tail(group, step, None, durations, p50)
+    floats = tails.positional_tail(group, step, np.arange(n), durations.astype(np.float64), p50)
     pd.testing.assert_frame_equal(with_order, without)
     assert np.allclose(floats.to_numpy(dtype=float), with_order.to_numpy(dtype=float))
 
@@ -78,7 +79,7 @@ def test_packed_lexsort_with_narrow_and_float_keys_matches_np_lexsort():
     rng = np.random.default_rng(2)
     keys = (rng.integers(0, 50, 300).astype(np.int32), rng.integers(0, 4, 300).astype(np.float64),
             rng.integers(0, 7, 300).astype(np.uint16))
-    assert kt._lexsort(keys).tolist() == np.lexsort(keys).tolist()
+    assert grouped.packed_lexsort(keys).tolist() == np.lexsort(keys).tolist()
 
 
 def test_busy_and_chunks_in_place_match_plain():

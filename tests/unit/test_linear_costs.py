@@ -12,7 +12,13 @@ import pyarrow as pa
 
 from nsys_rules.taxonomy import CLASSES, DEFAULT, Taxonomy, _base_names, base_name, classify
 from nsys_rules.testing import TraceBuilder, run_rules
-from nsys_rules.windows import Window, _merge, intersect
+from nsys_rules.analysis.intervals import merge_intervals
+from nsys_rules.windows import Window, intersect
+
+
+def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[tuple[int, int], ...]:
+    merged_s, merged_e = merge_intervals(starts, ends)
+    return tuple(zip(merged_s.tolist(), merged_e.tolist(), strict=True))
 
 
 def _merge_reference(starts: np.ndarray, ends: np.ndarray) -> tuple[tuple[int, int], ...]:
@@ -52,7 +58,7 @@ def test_filter_nvtx_over_thousands_of_ranges_keeps_every_step_inside(tmp_path):
             b.kernel(f"k{j}", s + 10_000 + j * 15_000, 5_000, launch_at=s + 5_000 + j * 15_000)
     b.nvtx("outside", t0 - 500_000, t0 - 100_000)
     result = run_rules(["gpu-idle-gaps"], b.write(tmp_path / "t.sqlite"), filter_nvtx="step")
-    window = result.info["window"]["filter"]
+    window = result.info.window["filter"]
     assert window["start_ns"] == t0 and window["end_ns"] == t0 + 2_999 * 60_000 + 50_000
     assert window["steps"] == 3_000 and window["step_range"] == "step"
 

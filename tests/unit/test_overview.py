@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from nsys_rules.inputs import open_trace
-from nsys_rules.overview import build_profile, busy_ns, classify_kernels, step_index
+from nsys_rules.analysis.intervals import busy_by_group
+from nsys_rules.overview import build_profile, classify_kernels, step_index
 from nsys_rules.testing import TraceBuilder
 from nsys_rules.windows import steady_state_window
 
@@ -46,7 +47,7 @@ def test_busy_counts_overlap_once_per_group():
     start = np.array([0, 5, 20, 100, 100])
     end = np.array([10, 15, 30, 110, 105])
     group = np.array([0, 0, 0, 1, 1])
-    busy = busy_ns(start, end, group)
+    busy = busy_by_group(start, end, group)
     assert busy[0] == 25  # [0,15] + [20,30]
     assert busy[1] == 10  # nested interval adds nothing
 

@@ -7,25 +7,27 @@ import pandas as pd
 import pytest
 
 from nsys_rules.inputs import open_trace
-from nsys_rules.loaders.sqlite import _dense_codes, _fetch_arrow
+from nsys_rules.loaders.columns import dense_codes
+from nsys_rules.loaders.sqlite import _fetch_arrow
 from nsys_rules.loaders.damage import _shared_start
 from nsys_rules.rule import _contiguous
-from nsys_rules.rules._gpu_activity import merge_intervals
-from nsys_rules.rules.queue_delay import _overlap
+from nsys_rules.analysis.intervals import merge_intervals
 from nsys_rules.testing import TraceBuilder
-from nsys_rules.windows import Window, api_key_index, launch_times
+from nsys_rules.analysis.intervals import overlap_length
+from nsys_rules.analysis.launches import api_key_index, launch_times
+from nsys_rules.windows import Window
 
 
 def test_dense_codes_match_np_unique():
     rng = np.random.default_rng(0)
     ids = rng.integers(-1, 50, 1000)
     valid = ids >= 0
-    uniq, inverse = _dense_codes(ids, valid, bool(valid.all()))
+    uniq, inverse = dense_codes(ids, valid, bool(valid.all()))
     ref_uniq, ref_inverse = np.unique(ids[valid], return_inverse=True)
     assert uniq.tolist() == ref_uniq.tolist()
     assert inverse[valid].tolist() == ref_inverse.tolist() and (inverse[~valid] == -1).all()
     huge = np.array([5, 10**15, 5, 7])  # sparse ids take the np.unique path
-    uniq, inverse = _dense_codes(huge, huge >= 0, True)
+    uniq, inverse = dense_codes(huge, huge >= 0, True)
     assert uniq.tolist() == [5, 7, 10**15] and inverse.tolist() == [0, 2, 0, 1]
 
 
@@ -62,7 +64,7 @@ def test_overlap_equals_merging_both_lists():
         b_lo, b_hi = merge_intervals(c, c + rng.integers(0, 40, m))
         both_lo, both_hi = merge_intervals(np.concatenate([q_lo, b_lo]), np.concatenate([q_hi, b_hi]))
         union_minus_b = int((both_hi - both_lo).sum() - (b_hi - b_lo).sum())
-        assert int((q_hi - q_lo).sum() - _overlap(q_lo, q_hi, b_lo, b_hi)) == union_minus_b
+        assert int((q_hi - q_lo).sum() - overlap_length((q_lo, q_hi), (b_lo, b_hi))) == union_minus_b
 
 
 def test_merge_intervals_sorted_and_unsorted_agree():
@@ -125,7 +127,7 @@ def test_narrow_columns_are_int32_and_widen_when_a_value_does_not_fit(tmp_path):
 
 
 def test_packed_lexsort_matches_numpy():
-    from nsys_rules.rules.kernel_tail import _lexsort
+    from nsys_rules.analysis.grouped import packed_lexsort
 
     rng = np.random.default_rng(3)
     for _ in range(100):
@@ -134,4 +136,4 @@ def test_packed_lexsort_matches_numpy():
                      (rng.integers(0, 2**40, n), rng.integers(0, 2**30, n)),  # too wide: numpy
                      (rng.random(n), rng.integers(0, 3, n)),  # fractions: numpy
                      (rng.integers(-5, 5, n), rng.integers(0, 3, n))):  # negative: numpy
-            assert _lexsort(keys).tolist() == np.lexsort(keys).tolist()
+            assert packed_lexsort(keys).tolist() == np.lexsort(keys).tolist()

@@ -282,8 +282,8 @@ def test_plugin_hanging_at_import_is_stopped(tmp_path, monkeypatch):
     started = time.monotonic()
     registry = build_registry(autoload=True)
     assert time.monotonic() - started < 10
-    (error,) = [e for e in registry.errors if e["plugin"] == "slow-plugin"]
-    assert "did not return within" in error["error"]
+    (error,) = [e for e in registry.errors if e.plugin == "slow-plugin"]
+    assert "did not return within" in error.error
     assert "graph-trace-hidden" in registry.rules
 
 

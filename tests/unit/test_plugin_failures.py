@@ -82,8 +82,8 @@ def test_misspelled_hook_is_an_error(tmp_path, monkeypatch):
     root = install_plugin(tmp_path / "p", "typo-plugin", "typo_plugin", src)
     monkeypatch.syspath_prepend(str(root))
     registry = build_registry(autoload=True)
-    errors = [e for e in registry.errors if e["plugin"] == "typo-plugin"]
-    assert len(errors) == 1 and "register_rule" in errors[0]["error"] and "register_rules" in errors[0]["error"]
+    errors = [e for e in registry.errors if e.plugin == "typo-plugin"]
+    assert len(errors) == 1 and "register_rule" in errors[0].error and "register_rules" in errors[0].error
     assert len([n for n in registry.rules if registry.rule_plugin[n] == BUILTIN]) == _builtin_count()
 
 
@@ -91,7 +91,7 @@ def test_two_misspelled_plugins_are_both_named(tmp_path, monkeypatch):
     for i, hook in enumerate(("register_rule", "register_formatter")):
         src = f"from nsys_rules.hooks import hookimpl\n\n@hookimpl\ndef {hook}():\n    return []\n"
         monkeypatch.syspath_prepend(str(install_plugin(tmp_path / f"p{i}", f"typo-{i}", f"typo_{i}", src)))
-    assert sorted(e["plugin"] for e in build_registry(autoload=True).errors) == ["typo-0", "typo-1"]
+    assert sorted(e.plugin for e in build_registry(autoload=True).errors) == ["typo-0", "typo-1"]
 
 
 def test_misspelled_hook_exits_4_and_the_rest_runs(tmp_path, trace):
@@ -130,8 +130,8 @@ def test_hook_that_raises_is_isolated(tmp_path, monkeypatch):
     src = "from nsys_rules.hooks import hookimpl\n\n@hookimpl\ndef register_rules():\n    raise ValueError('bad')\n"
     monkeypatch.syspath_prepend(str(install_plugin(tmp_path / "p", "raising-plugin", "raising_plugin", src)))
     registry = build_registry(autoload=True)
-    (error,) = [e for e in registry.errors if e["plugin"] == "raising-plugin"]
-    assert "ValueError: bad" in error["error"]
+    (error,) = [e for e in registry.errors if e.plugin == "raising-plugin"]
+    assert "ValueError: bad" in error.error
     assert len(registry.rules) >= _builtin_count()
 
 
@@ -140,8 +140,8 @@ def test_duplicate_rule_name_cannot_shadow_a_builtin(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(install_plugin(tmp_path / "p", "dup-plugin", "dup_plugin", source)))
     registry = build_registry(autoload=True)
     assert registry.rule_plugin["graph-trace-hidden"] == "nsys-rules (built-in)"
-    (error,) = [e for e in registry.errors if e["plugin"] == "dup-plugin"]
-    assert "already registered" in error["error"]
+    (error,) = [e for e in registry.errors if e.plugin == "dup-plugin"]
+    assert "already registered" in error.error
 
 
 def test_plugin_formatter_is_used(tmp_path, trace):

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from nsys_rules.findings import Severity
+from nsys_rules.api import Severity, TraceBuilder, metric_values, only_finding, run_rule, run_rules
 from nsys_rules.loaders.tables import TABLES
 from nsys_rules.plugins import build_registry
-from nsys_rules.testing import TraceBuilder, metric_values, only_finding, run_rule, run_rules
 from tests.conftest import ROOT
 
 DOC = ROOT / "docs" / "plugins.md"
@@ -78,11 +77,11 @@ def test_a_mistake_fails_the_authors_test_with_the_users_message(tmp_path, mista
     # What users get when the plugin is installed: the rule refused, the plugin named, exit 4.
     registry = build_registry(autoload=False, extra=(("authors-plugin", plugin),))
     (error,) = registry.errors
-    assert error["plugin"] == "authors-plugin" and error["error"].startswith(expected)
+    assert error.plugin == "authors-plugin" and error.error.startswith(expected)
     # What the author's own test gets: the same line, before any trace is read.
     with pytest.raises(AssertionError) as failed:
         run_rule(plugin.BigKernels, dominated_trace(tmp_path / "t.sqlite"))
-    assert str(failed.value) == f"the engine refuses this rule: {error['error']}"
+    assert str(failed.value) == f"the engine refuses this rule: {error.error}"
 
 
 def test_an_unregistered_name_says_why(tmp_path):
@@ -100,8 +99,8 @@ def test_window_full_judges_what_the_steady_window_leaves_out(tmp_path):
         b.kernel("loop_kernel", start=10_000_000 + i * 1_000_000, duration=100_000)
     path = b.write(tmp_path / "t.sqlite")
     plugin = load_plugin(doc_example().replace('window = "full"', 'window = "steady"'), tmp_path)
-    steady = run_rules([plugin.BigKernels], path, options={"big-kernels": {"min_share": 0.0}})
-    full = run_rules([plugin.BigKernels], path, options={"big-kernels": {"min_share": 0.0}}, window="full")
+    steady = run_rules([plugin.BigKernels], path, options={"big-kernels": {"min_share_pct": 0.0}})
+    full = run_rules([plugin.BigKernels], path, options={"big-kernels": {"min_share_pct": 0.0}}, window="full")
     (s,), (f,) = steady.findings, full.findings
     assert metric_values(s)["share"] == 1.0  # only the loop
     assert metric_values(f)["kernel_time"] == 2_400_000 and metric_values(f)["share"] == pytest.approx(2.4 / 4.4)

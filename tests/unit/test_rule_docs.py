@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from nsys_rules.docs import doc_sections, missing_sections, options_without_help, rule_markdown, write_rule_docs
+from nsys_rules.docs import (REGENERATE, doc_sections, missing_sections, options_without_help, rule_markdown,
+                             write_rule_docs)
 from nsys_rules.plugins import BUILTIN, build_registry
 from nsys_rules.rule import DOC_SECTIONS, Rule
 from tests.conftest import run_cli
@@ -82,12 +84,14 @@ def test_explain_needs_a_rule_or_all():
     assert run_cli("explain", "--all", "graph-trace-hidden").returncode == 2
 
 
-def test_docs_module_writes_builtin_rules_only(tmp_path):
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, "-m", "nsys_rules.docs", str(tmp_path)], capture_output=True, text=True)
+def test_committed_rule_pages_are_what_explain_generates(tmp_path):
+    """docs/rules/ is generated (REGENERATE): a rule whose docstring or options changed needs its page regenerated."""
+    proc = run_cli(*REGENERATE.split()[1:-1], str(tmp_path))
     assert proc.returncode == 0, proc.stderr
+    committed = Path(__file__).resolve().parents[2] / "docs" / "rules"
+    generated = {p.name: p.read_text() for p in tmp_path.glob("*.md")}
+    assert sorted(generated) == sorted(p.name for p in committed.glob("*.md"))
     registry = build_registry(autoload=False)
-    builtins = [n for n, p in registry.rule_plugin.items() if p == BUILTIN]
-    assert sorted(p.stem for p in tmp_path.glob("*.md")) == sorted([*builtins, "index"])
+    assert sorted(generated) == sorted([f"{n}.md" for n, p in registry.rule_plugin.items() if p == BUILTIN] + ["index.md"])
+    stale = [name for name, text in generated.items() if (committed / name).read_text() != text]
+    assert not stale, f"regenerate with `{REGENERATE}`: {', '.join(stale)}"

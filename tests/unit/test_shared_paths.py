@@ -10,7 +10,7 @@ from nsys_rules.analysis.intervals import Coverage, clip, complement, counts_in,
 from nsys_rules.analysis.names import flag_names
 from nsys_rules.inputs import open_trace
 from nsys_rules.job.extract import collect_ranks
-from nsys_rules.loaders.export import ONE_VALUE_ROWS, one_value
+from nsys_rules.loaders.columns import ONE_VALUE_ROWS, one_value
 from nsys_rules.testing import TraceBuilder
 
 
@@ -169,7 +169,7 @@ def test_blocking_calls_of_one_in_order_thread_equal_the_thread_sorted_path(seed
 
 @pytest.mark.parametrize("seed", range(5))
 def test_positional_tail_of_some_groups_equals_their_rows_of_the_whole(seed):
-    from nsys_rules.rules import kernel_tail as kt
+    from nsys_rules.analysis import tails
 
     rng = np.random.default_rng(seed)
     n, groups = 4000, 12
@@ -177,9 +177,9 @@ def test_positional_tail_of_some_groups_equals_their_rows_of_the_whole(seed):
     step = np.sort(rng.integers(-1, 40, n)).astype(np.int32)
     durations = rng.integers(1, 5000, n).astype(np.int64)
     order = rng.permutation(n) if seed % 2 else None
-    p50 = kt.tail_table(group, durations)["p50"].to_numpy()
-    whole = kt.positional_tail(group, step, order, durations, p50)
+    p50 = tails.tail_table(group, durations)["p50"].to_numpy()
+    whole = tails.positional_tail(group, step, order, durations, p50)
     chosen = np.array([1, 4, 7])
     rows = np.flatnonzero(np.isin(group, chosen))
-    part = kt.positional_tail(group[rows], step[rows], None if order is None else order[rows], durations[rows], p50)
+    part = tails.positional_tail(group[rows], step[rows], None if order is None else order[rows], durations[rows], p50)
     assert part.loc[chosen].equals(whole.loc[chosen])

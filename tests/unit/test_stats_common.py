@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nsys_rules.stats.common import (combine_codes, group_stats, nsys_api_name, order_rows, percent,
-                                     round_half_up)
+from nsys_rules.analysis.grouped import first_rows, group_ids, group_stats
+from nsys_rules.stats.common import nsys_api_name, order_rows, percent, round_half_up
 
 
 def test_group_stats_exact_numbers():
@@ -79,13 +79,12 @@ def test_nsys_strips_only_four_digit_version_suffixes(stored, printed):
     assert nsys_api_name(stored) == printed
 
 
-def test_combine_codes_dense_groups_and_first_rows():
+def test_group_ids_dense_groups_and_first_rows():
     a = np.array([5, 5, 7, 5, 7])
-    b = np.array(["x", "y", "x", "x", "x"], dtype=object)
-    group, n, first = combine_codes(a, b)
-    assert n == 3
-    assert group.tolist() == [0, 1, 2, 0, 2]
-    assert first.tolist() == [0, 1, 2]
+    b = np.array(["x", "y", "x", "x", None], dtype=object)
+    group = group_ids([a, b])
+    assert group.tolist() == [0, 1, 2, 0, 3]  # a missing name is a group of its own
+    assert first_rows(group).tolist() == [0, 1, 2, 4]
 
 
 def test_order_rows_multi_key_stable():

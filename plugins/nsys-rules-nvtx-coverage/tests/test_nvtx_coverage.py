@@ -1,6 +1,6 @@
 """Tests of nvtx-coverage, written the way any plugin author tests a rule.
 
-Scenarios are built with ``nsys_rules.testing.TraceBuilder`` (a real nsys-schema SQLite
+Scenarios are built with ``nsys_rules.api.TraceBuilder`` (a real nsys-schema SQLite
 file) and run through the real engine with ``run_rule``.
 """
 
@@ -10,8 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nsys_rules.findings import Severity
-from nsys_rules.testing import TraceBuilder, metric_values, only_finding, run_rule, run_rules, skip_reason
+from nsys_rules.api import Severity, TraceBuilder, metric_values, only_finding, run_rule, run_rules, skip_reason
 
 # The core's test run collects these too (pyproject testpaths); without the plugin installed they skip, saying how.
 pytest.importorskip("nsys_rules_nvtx_coverage", reason="the example plugin is not installed: "
@@ -50,10 +49,10 @@ def test_quiet_when_everything_is_annotated(tmp_path):
     assert run_rule("nvtx-coverage", path) == []
 
 
-@pytest.mark.parametrize(("threshold", "fires"), [(0.5, True), (0.5000001, False)])
-def test_min_uncovered_share_boundary(tmp_path, threshold, fires):
+@pytest.mark.parametrize(("threshold", "fires"), [(50.0, True), (50.00001, False)])
+def test_min_uncovered_pct_boundary(tmp_path, threshold, fires):
     path = _steps(TraceBuilder(), steps=10, annotated=5).write(tmp_path / "t.sqlite")  # exactly 50 % uncovered
-    findings = run_rule("nvtx-coverage", path, options={"min_uncovered_share": threshold})
+    findings = run_rule("nvtx-coverage", path, options={"min_uncovered_pct": threshold})
     assert bool(findings) is fires
 
 
@@ -127,7 +126,7 @@ def test_skipped_without_kernels(tmp_path):
     b = TraceBuilder()
     b.nvtx("step", 0, MS)
     result = run_rules(["nvtx-coverage"], b.write(tmp_path / "t.sqlite"))
-    assert [s["rule"] for s in result.skipped] == ["nvtx-coverage"] and not result.findings
+    assert [s.rule for s in result.skipped] == ["nvtx-coverage"] and not result.findings
 
 
 def test_rule_class_runs_without_installing(tmp_path):

@@ -12,9 +12,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from nsys_rules.errors import MissingData
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
+from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, find_keys,
+                            merge_intervals, metric, point_in, sorted_keys)
 
 #: NVTX_EVENTS.eventType of a push/pop range: bound to the thread that pushed it.
 PUSH_POP = 59
@@ -32,8 +31,8 @@ _GPU_COLUMNS = ("start", "end", "pid", "correlation_id")
 class Options:
     """Options of nvtx-coverage."""
 
-    min_uncovered_share: float = field(default=0.2, metadata={
-        "help": "report when at least this share (0-1) of GPU time was launched outside every NVTX range"})
+    min_uncovered_pct: float = field(default=20.0, metadata={
+        "help": "report when at least this percent of GPU time was launched outside every NVTX range"})
     min_gpu_time_ns: int = field(default=1_000_000, metadata={
         "help": "ignore traces with less GPU time than this (ns) in the window: too little to annotate"})
     top_kernels: int = field(default=3, metadata={"help": "how many unannotated kernels to name in the message"})
@@ -60,50 +59,33 @@ def nvtx_ranges(nvtx: pd.DataFrame) -> pd.DataFrame:
                          "start": sub["start"].to_numpy(dtype=np.int64), "end": end})
 
 
-class LaunchIndex:
-    """The API table sorted by (pid, correlationId), built once and used for every GPU table.
-
-    Holds only what the lookup needs (keys, thread, start), so a million-call API table costs
-    about 32 bytes a call here.
-    """
-
-    def __init__(self, api: pd.DataFrame) -> None:
-        key = _key(api["pid"].to_numpy(dtype=np.int64, na_value=-1),
-                   api["correlation_id"].to_numpy(dtype=np.int64, na_value=0))
-        order = np.argsort(key, kind="stable")
-        self.keys = key[order]
-        del key
-        self.tids = api["tid"].to_numpy(dtype=np.int64, na_value=ANY_THREAD)[order]
-        self.starts = api["start"].to_numpy(dtype=np.int64)[order]
-
-    def lookup(self, gpu: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        """For each GPU row: the thread and start time of the API call that launched it.
-
-        The match is (pid, correlationId), as nsys links them. Rows with no launching call in
-        the trace (correlationId 0: unified-memory migrations; or API rows not captured) get
-        thread ``ANY_THREAD`` and their own GPU start.
-        """
-        n = len(gpu)
-        tids = np.full(n, ANY_THREAD, np.int64)
-        times = gpu["start"].to_numpy(dtype=np.int64).copy()
-        if not n or not len(self.keys):
-            return tids, times
-        corr = gpu["correlation_id"].to_numpy(dtype=np.int64, na_value=0)
-        gpu_key = _key(gpu["pid"].to_numpy(dtype=np.int64, na_value=-1), corr)
-        pos = np.searchsorted(self.keys, gpu_key).clip(0, len(self.keys) - 1)
-        found = (self.keys[pos] == gpu_key) & (corr > 0)
-        tids[found] = self.tids[pos[found]]
-        times[found] = self.starts[pos[found]]
-        return tids, times
-
-
 def launching_threads(api: pd.DataFrame, gpu: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """For each GPU row: the thread and start time of its launching API call (see :class:`LaunchIndex`)."""
-    return LaunchIndex(api).lookup(gpu)
+    """For each GPU row: the thread and start time of the API call that launched it.
+
+    The match is (pid, correlationId), as nsys links them (nsys-rules' launch join). Rows with no
+    launching call in the trace (correlationId 0: unified-memory migrations; or API rows not
+    captured) get thread ``ANY_THREAD`` and their own GPU start.
+    """
+    return _launching(_api_index(api), api, gpu)
 
 
-def _key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
-    return (pid << 32) | (corr & 0xFFFFFFFF)
+def _api_index(api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray | None]:
+    """The API table's launch keys, sorted once for every GPU table."""
+    return sorted_keys(api["pid"].to_numpy(dtype=np.int64, na_value=-1),
+                       api["correlation_id"].to_numpy(dtype=np.int64, na_value=0))
+
+
+def _launching(index: tuple[np.ndarray, np.ndarray | None], api: pd.DataFrame, gpu: pd.DataFrame
+               ) -> tuple[np.ndarray, np.ndarray]:
+    corr = gpu["correlation_id"].to_numpy(dtype=np.int64, na_value=0)
+    rows, found = find_keys(*index, gpu["pid"].to_numpy(dtype=np.int64, na_value=-1), corr)
+    found &= corr > 0
+    tids = np.full(len(gpu), ANY_THREAD, np.int64)
+    times = gpu["start"].to_numpy(dtype=np.int64).copy()
+    if found.any():
+        tids[found] = api["tid"].to_numpy(dtype=np.int64, na_value=ANY_THREAD)[rows[found]]
+        times[found] = api["start"].to_numpy(dtype=np.int64)[rows[found]]
+    return tids, times
 
 
 def covered(pids: np.ndarray, tids: np.ndarray, times: np.ndarray, ranges: pd.DataFrame) -> np.ndarray:
@@ -117,26 +99,13 @@ def covered(pids: np.ndarray, tids: np.ndarray, times: np.ndarray, ranges: pd.Da
     if not len(times) or not len(ranges):
         return out
     for (pid, tid), group in ranges.groupby(["pid", "tid"], sort=False):
-        starts, cummax_end = _reach(group)
+        # Nested and overlapping ranges of a thread cover the union of their spans.
+        starts, ends = merge_intervals(group["start"].to_numpy(), group["end"].to_numpy())
         on_pid = pids == pid
         rows = on_pid if tid == ANY_THREAD else on_pid & ((tids == tid) | (tids == ANY_THREAD))
         if rows.any():
-            out[rows] |= _inside(times[rows], starts, cummax_end)
+            out[rows] |= point_in(times[rows], starts, ends) >= 0
     return out
-
-
-def _reach(group: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Range starts in order and, for each, the furthest end of the ranges begun so far."""
-    order = np.argsort(group["start"].to_numpy(), kind="stable")
-    return group["start"].to_numpy()[order], np.maximum.accumulate(group["end"].to_numpy()[order])
-
-
-def _inside(times: np.ndarray, starts: np.ndarray, cummax_end: np.ndarray) -> np.ndarray:
-    # The last range begun at or before t covers t when the furthest end so far reaches t.
-    idx = np.searchsorted(starts, times, side="right") - 1
-    hit = idx >= 0
-    hit[hit] = cummax_end[idx[hit]] >= times[hit]
-    return hit
 
 
 @dataclass(frozen=True)
@@ -165,13 +134,13 @@ def coverage(frames: Sequence[pd.DataFrame], api: pd.DataFrame, ranges: pd.DataF
     One frame at a time and no concatenation: on a million-kernel trace the rule stays within a
     few arrays of the kernel count. Kernel names stay categorical (time per name by code).
     """
-    index = LaunchIndex(api)
+    index = _api_index(api)
     gpu_time = uncovered_time = ops = uncovered_ops = unlinked = 0
     first: list[int] = []
     last: list[int] = []
     per_name: dict[str, int] = {}
     for gpu in frames:
-        tids, times = index.lookup(gpu)
+        tids, times = _launching(index, api, gpu)
         inside = covered(gpu["pid"].to_numpy(dtype=np.int64, na_value=-1), tids, times, ranges)
         duration = (gpu["end"].to_numpy(dtype=np.int64) - gpu["start"].to_numpy(dtype=np.int64)).clip(0)
         outside = ~inside
@@ -215,7 +184,7 @@ class NvtxCoverage(Rule):
     (`torch.cuda.nvtx.range("name")`, `nvtx.annotate("name")` from the `nvtx` package, or
     `nvtxRangePushA`/`nvtxRangePop` in C/C++), at least one range per step or request, and
     capture with `nsys profile --trace=cuda,nvtx`.
-    Options: `min_uncovered_share`, `min_gpu_time_ns`, `top_kernels`, `window`.
+    Options: `min_uncovered_pct`, `min_gpu_time_ns`, `top_kernels`, `window`.
     Requires: CUDA kernels and the CUDA API table (to find the launching thread); NVTX
     events, or capture metadata that shows NVTX was traced.
     False positives: work launched by a library thread the program cannot annotate (for
@@ -234,6 +203,8 @@ class NvtxCoverage(Rule):
                "nvtx": ("start", "end", "raw_end", "event_type", "pid", "tid")}
     window = "full"
     Options = Options
+    #: The option was a fraction before it became a percent; the old name works for one release.
+    renamed_options = {"min_uncovered_share": Renamed("min_uncovered_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         trace = ctx.trace
@@ -252,7 +223,7 @@ class NvtxCoverage(Rule):
                   for name in GPU_FRAMES if trace.has(name)]
         opts = ctx.options
         result = coverage(frames, trace.frame("api", self.columns["api"]), ranges, opts.top_kernels)
-        if result.gpu_time < opts.min_gpu_time_ns or result.uncovered_share < opts.min_uncovered_share:
+        if result.gpu_time < opts.min_gpu_time_ns or result.uncovered_share < opts.min_uncovered_pct / 100:
             return
         share = result.uncovered_share
         metrics = {"gpu_time": metric(result.gpu_time, "ns"), "uncovered_gpu_time": metric(result.uncovered_time, "ns"),

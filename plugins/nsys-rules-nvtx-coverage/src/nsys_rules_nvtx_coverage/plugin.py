@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nsys_rules.hooks import hookimpl
+from nsys_rules.api import hookimpl
 
 from .coverage import NvtxCoverage
 

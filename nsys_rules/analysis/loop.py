@@ -8,16 +8,19 @@ last GPU launch of the window.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from nsys_rules.rule import RuleContext
+from .device_time import GPU_OP_TABLES
 
-GPU_ACTIVITY_TABLES = ("kernels", "memcpy", "memset", "graph_trace")
+if TYPE_CHECKING:
+    from ..rule import RuleContext
 
 
-def gpu_launches(ctx: RuleContext) -> np.ndarray:
-    """Launch times (start of the launching API call) of the window's GPU work, unsorted."""
-    out = [ctx.frame(t)["launch_start"].to_numpy(np.int64) for t in GPU_ACTIVITY_TABLES if ctx.trace.has(t)]
+def gpu_launches(ctx: "RuleContext") -> np.ndarray:
+    """Launch times (start of the launching API call) of the window's GPU work (:data:`GPU_OP_TABLES`), unsorted."""
+    out = [ctx.frame(t)["launch_start"].to_numpy(np.int64) for t in GPU_OP_TABLES if ctx.trace.has(t)]
     return np.concatenate(out) if out else np.empty(0, np.int64)
 
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the job rules (numbers over ranks and the words that name them, no judgement)."""
+"""Numbers over the ranks of a job and the words that name them, shared by the job rules (no judgement)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nsys_rules.errors import MissingData
-from nsys_rules.job.model import Job
+from ..errors import MissingData
+from .model import Job
 
 #: Past this many ranks, "the others" of a rank are approximated by all ranks (one median per row).
 EXACT_OTHERS_UP_TO = 64

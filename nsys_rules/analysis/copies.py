@@ -8,16 +8,17 @@ judged time. Only the flagging and the words differ, so those stay in the rules.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 import pandas as pd
 
-from nsys_rules.findings import Location, Metric
-from nsys_rules.rule import RuleContext, metric
+from ..findings import Location, Metric, metric
+from ..units import pct
+from .flagged import FlaggedGroup, split_flagged
 
-from ._common import pct
-from ._gpu_activity import FlaggedGroup, split_flagged
+if TYPE_CHECKING:
+    from ..rule import RuleContext
 
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
 MEMORY_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device static",
@@ -61,7 +62,7 @@ class CopyGroup:
         return Location(pid=int(rows["pid"].iloc[0]), device=int(rows["device_id"].iloc[0]), stream=int(self.stream),
                         api=self.api, start_ns=self.group.start, end_ns=self.group.end)
 
-    def in_loop(self, ctx: RuleContext) -> bool:
+    def in_loop(self, ctx: "RuleContext") -> bool:
         """Whether the copies were launched inside the steady steps (else they belong to loading or tear-down)."""
         span = ctx.steps.host_span if ctx.steps is not None else None
         if span is None:
@@ -76,7 +77,7 @@ class CopyGroup:
         return f"{self.direction}{self.group.key_suffix}"
 
 
-def copy_groups(ctx: RuleContext, copies: pd.DataFrame, api: pd.DataFrame, mask: np.ndarray, report: str,
+def copy_groups(ctx: "RuleContext", copies: pd.DataFrame, api: pd.DataFrame, mask: np.ndarray, report: str,
                 max_findings: int) -> Iterator[CopyGroup]:
     """Group the copies selected by ``mask`` (``api``: their launching calls, from ``launch_api_rows``)."""
     rows = copies.loc[mask].reset_index(drop=True)

@@ -1,0 +1,139 @@
+"""GPU time per process and device: the operations that occupy a device, and how full equal chunks of it are.
+
+The whole-capture GPU rules (idle gaps, low utilization, as ``nsys analyze`` judges them) read
+the same operations: kernels, copies and memsets, and graph replays traced in graph mode.
+Pure numbers, no judgement; times are int64 ns.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..errors import MissingData
+from .intervals import rising
+
+if TYPE_CHECKING:
+    from ..rule import RuleContext
+
+#: Canonical GPU tables whose rows occupy a device: nsys's gpu_gaps/gpu_time_util count kernels, copies
+#: and memsets; graph replays traced in graph mode (whose kernels have no rows) are GPU work too.
+GPU_OP_TABLES = ("kernels", "memcpy", "memset", "graph_trace")
+
+
+def gpu_op_frames(ctx: "RuleContext") -> list[pd.DataFrame]:
+    """The window's rows of :data:`GPU_OP_TABLES` (start, end, pid, device_id, correlation_id).
+
+    Raises :class:`MissingData` when the trace has none of the tables, so the whole-capture
+    GPU rules are skipped with the capture fix, as nsys analyze skips them.
+    """
+    tables = [t for t in GPU_OP_TABLES if ctx.trace.has(t)]
+    if not tables:
+        raise MissingData("the trace has no GPU operations (kernel, memcpy, memset or graph-trace tables)",
+                          "capture with `nsys profile --trace=cuda`")
+    return [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"]) for t in tables]
+
+
+def device_intervals(frames: Sequence[pd.DataFrame]) -> Iterator[tuple[object, object, np.ndarray, np.ndarray]]:
+    """(pid, device_id, starts, ends) of the rows of ``frames`` per process and device, in (pid, device) order.
+
+    The order of one pair's rows is unspecified (callers take unions and sums). One process on
+    one device (the usual trace) needs no concatenated frame and no group-by, and its rows come
+    in start order when each frame's do.
+    """
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return
+    pairs = set()
+    for f in frames:
+        pid, dev = f["pid"].to_numpy(), f["device_id"].to_numpy()
+        if pid.dtype.kind not in "iu" or dev.dtype.kind not in "iu" or pid.min() != pid.max() or dev.min() != dev.max():
+            pairs.add(None)
+            break
+        pairs.add((int(pid[0]), int(dev[0])))
+    if len(pairs) == 1 and None not in pairs:
+        pid, dev = frames[0]["pid"].iloc[0], frames[0]["device_id"].iloc[0]
+        if len(frames) == 1:
+            yield pid, dev, frames[0]["start"].to_numpy(), frames[0]["end"].to_numpy()
+            return
+        parts = sorted(((f["start"].to_numpy(), f["end"].to_numpy()) for f in frames), key=lambda p: -len(p[0]))
+        if all(rising(p[0]) for p in parts):
+            # The smaller tables (memsets, copies) inserted into the kernels at their place in time: the
+            # result stays in start order, so the interval merge needs no sort.
+            starts, ends = parts[0]
+            for other_s, other_e in parts[1:]:
+                at = np.searchsorted(starts, other_s, side="right")
+                starts, ends = np.insert(starts, at, other_s), np.insert(ends, at, other_e)
+            yield pid, dev, starts, ends
+        else:
+            yield pid, dev, np.concatenate([f["start"].to_numpy() for f in frames]), \
+                np.concatenate([f["end"].to_numpy() for f in frames])
+        return
+    ops = pd.concat([f[["start", "end", "pid", "device_id"]] for f in frames], ignore_index=True)
+    for (pid, dev), grp in ops.groupby(["pid", "device_id"], sort=True, observed=True):
+        yield pid, dev, grp["start"].to_numpy(), grp["end"].to_numpy()
+
+
+def chunk_utilization(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int,
+                      chunks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cut [lo, hi] into ``chunks`` equal chunks (length rounded up to whole ns, the last one clipped).
+
+    Returns (chunk starts, chunk lengths, in-use percent). In-use sums the durations of
+    the operations inside each chunk, so concurrent operations add up and it can pass
+    100 %, as nsys's gpu_time_util computes it.
+    """
+    span = max(0, hi - lo)
+    length = -(-span // chunks) if span else 0
+    if not length:
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0)
+    edges = lo + length * np.arange(chunks + 1, dtype=np.int64)
+    edges[-1] = min(edges[-1], hi)
+    edges = np.minimum(edges, hi)
+    s = np.asarray(starts, np.int64)
+    e = np.asarray(ends, np.int64)
+    # Per chunk, covered time = integral of the "active operations" count. Using the
+    # cumulative busy time C(t) = sum(clip(t - s, 0, e - s)), chunk k gets C(b) - C(a).
+    # Starts and ends need only be sorted each on its own: rows in order need no sorted copy.
+    order_s = s if rising(s) else np.sort(s)
+    order_e = e if rising(e) else np.sort(e)
+    cs = np.zeros(len(s) + 1)
+    np.cumsum(order_s, dtype=np.float64, out=cs[1:])
+    ce = np.zeros(len(e) + 1)
+    np.cumsum(order_e, dtype=np.float64, out=ce[1:])
+
+    def covered(t: np.ndarray) -> np.ndarray:
+        ns_ = np.searchsorted(order_s, t, side="right")
+        ne_ = np.searchsorted(order_e, t, side="right")
+        started = ns_ * t.astype(np.float64) - cs[ns_]  # sum over started ops of (t - s)
+        ended = ne_ * t.astype(np.float64) - ce[ne_]  # minus what ended ops did not run past e
+        return started - ended
+
+    cum = covered(edges)
+    lengths = np.diff(edges)
+    used = np.diff(cum)
+    keep = lengths > 0
+    pct = np.where(keep, 100.0 * used / np.where(keep, lengths, 1), 0.0)
+    return edges[:-1][keep], lengths[keep], pct[keep]
+
+
+def merge_low_chunks(starts: np.ndarray, lengths: np.ndarray, pct: np.ndarray,
+                     below: float) -> list[tuple[int, int, float]]:
+    """Consecutive chunks under ``below`` percent merged: (start, length, duration-weighted percent)."""
+    out: list[tuple[int, int, float]] = []
+    low = pct < below
+    i = 0
+    n = len(pct)
+    while i < n:
+        if not low[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and low[j + 1]:
+            j += 1
+        seg_len = int(lengths[i:j + 1].sum())
+        weighted = float((pct[i:j + 1] * lengths[i:j + 1]).sum() / seg_len) if seg_len else 0.0
+        out.append((int(starts[i]), seg_len, weighted))
+        i = j + 1
+    return out

@@ -1,0 +1,39 @@
+"""Which rules run and with which options: selection, per-rule overrides and the window each rule judges."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import Settings, option_setting, resolve_rule_name
+from .errors import UsageError
+from .registry import Registry
+from .rule import Rule
+
+
+def select_rules(registry: Registry, settings: Settings) -> list[type[Rule]]:
+    """The rules to run, in registry order: ``select`` (default all) minus ``ignore``; aliases accepted."""
+    aliases = registry.aliases()
+    names = list(registry.rules)
+    if settings.select and not any(s.upper() == "ALL" for s in settings.select):
+        names = [resolve_rule_name(s, registry.rules, aliases, "--select") for s in settings.select]
+    ignored = {resolve_rule_name(s, registry.rules, aliases, "--ignore") for s in settings.ignore}
+    return [registry.rules[n] for n in dict.fromkeys(names) if n not in ignored]
+
+
+def effective_options(rule: type[Rule], settings: Settings) -> Any:
+    """``rule.Options`` with the configured overrides applied."""
+    overrides = settings.rule_options.get(rule.name, {})
+    if any(key in rule.renamed_options for key in overrides):  # set from code (run_rule(options=...)), not --set
+        overrides = dict(option_setting(rule, key, value, "options") for key, value in overrides.items())
+    try:
+        return rule.Options(**overrides)
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        raise UsageError(f"options of {rule.name}: {exc}") from None
+
+
+def rule_window_kind(rule: type[Rule], options: Any) -> str:
+    """``steady`` or ``full``: an ``Options.window`` field wins over the class default."""
+    kind = getattr(options, "window", rule.window)
+    if kind not in ("steady", "full"):
+        raise UsageError(f"{rule.name}.window must be 'steady' or 'full', not {kind!r}")
+    return kind

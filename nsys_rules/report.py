@@ -1,0 +1,98 @@
+"""What a ``check`` run produced: the report the formatters read, and the JSON envelope's version.
+
+Formatters, plugins' formats included, take a :class:`Report` and only format it: every number
+comes from here. The engine (:mod:`nsys_rules.engine`) fills it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import __version__
+from .errors import ExitCode
+from .findings import Finding, Severity, rank_key
+from .records import RunError, Skipped, TraceInfo
+from .registry import Registry
+
+SCHEMA_VERSION = "1.1"
+
+
+@dataclass
+class TraceResult:
+    """What one trace produced."""
+
+    info: TraceInfo
+    findings: list[Finding] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    errors: list[RunError] = field(default_factory=list)
+    # The steady-state profile (nsys_rules.overview) for formats that draw it; None unless asked for.
+    profile: dict[str, Any] | None = None
+
+    @property
+    def has_cuda(self) -> bool:
+        """Whether the trace recorded any CUDA API call or GPU operation (else no rule has anything to judge)."""
+        return any(self.info.tables.get(t) for t in CUDA_TABLES)
+
+
+#: Tables whose rows mean the program used CUDA (runtime or driver calls, or GPU work).
+CUDA_TABLES = ("api", "kernels", "memcpy", "memset", "graph_trace")
+
+
+@dataclass
+class Report:
+    """The result of a ``check`` run over one or more traces."""
+
+    rules: list[dict[str, Any]]
+    plugins: list[dict[str, str]]
+    fail_on: str
+    results: list[TraceResult] = field(default_factory=list)
+    errors: list[RunError] = field(default_factory=list)  # plugin errors, and traces a worker could not analyze
+    registry: Registry | None = None
+    cross_trace: dict[str, Any] | None = None  # set by nsys_rules.parallel when several traces ran
+    job: Any = None  # nsys_rules.job.run.JobOutcome when the traces held a multi-rank job
+    verbose: bool = False  # human formats list skipped rules one by one (check -v)
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Every finding of every trace and of the job rules, ranked (savings, then severity)."""
+        job = self.job.findings if self.job is not None else []
+        return sorted([*(f for r in self.results for f in r.findings), *job], key=rank_key)
+
+    @property
+    def all_errors(self) -> list[RunError]:
+        """Plugin errors plus rule errors (job rules included)."""
+        return self.errors + [e for r in self.results for e in r.errors] + (self.job.errors if self.job else [])
+
+    @property
+    def all_skipped(self) -> list[Skipped]:
+        """Rules skipped on each trace, then job rules skipped."""
+        return [s for r in self.results for s in r.skipped] + (self.job.skipped if self.job else [])
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """4 when anything failed; 3 when no trace recorded CUDA activity (nothing could be judged);
+        else 1 when a finding reaches ``fail_on``, else 0."""
+        if self.all_errors:
+            return ExitCode.INCOMPLETE
+        if self.results and not any(r.has_cuda for r in self.results) and not self.findings:
+            return ExitCode.BAD_INPUT  # no trace recorded any CUDA activity: nothing at all could be judged
+        if self.fail_on != "never":
+            floor = Severity(self.fail_on).rank
+            if any(f.severity.rank >= floor for f in self.findings):
+                return ExitCode.FINDINGS
+        return ExitCode.OK
+
+    def summary(self) -> dict[str, Any]:
+        """Counts by severity and the exit code."""
+        counts = {s.value: 0 for s in Severity}
+        for f in self.findings:
+            counts[f.severity.value] += 1
+        return {"findings": sum(counts.values()), "by_severity": counts,
+                "skipped": len(self.all_skipped), "errors": len(self.all_errors),
+                "exit_code": int(self.exit_code)}
+
+
+def tool_info(report: Report) -> dict[str, Any]:
+    """The ``tool`` object of the envelope."""
+    return {"name": "nsys-rules", "version": __version__, "plugins": report.plugins}

@@ -1,0 +1,42 @@
+"""Numbers as people read and write them: percentages, durations, sizes. No judgement, no trace."""
+
+from __future__ import annotations
+
+import math
+
+from .errors import UsageError
+from .textsafe import clip_value
+
+
+def pct(part: float, whole: float) -> float:
+    """Percent, 0 when ``whole`` is 0."""
+    return 100.0 * part / whole if whole else 0.0
+
+
+def human_ns(ns: float | int | None) -> str:
+    """``1234567`` -> ``1.23 ms`` (three significant digits, the largest unit that fits); ``""`` for None."""
+    if ns is None:
+        return ""
+    ns = float(ns)
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.0f} ns"
+
+
+_SIZE = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3,
+         "t": 1024**4, "tb": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """``512MB``, ``2G``, ``1048576`` -> bytes; at least one byte, finite, at most 2**62."""
+    raw = str(text).strip().lower().replace("ib", "b")
+    num = raw.rstrip("kmgtb")
+    unit = raw[len(num):]
+    try:
+        value = float(num) * _SIZE[unit]
+    except (ValueError, KeyError):
+        value = math.nan
+    if not math.isfinite(value) or value < 1 or value > 2**62:
+        raise UsageError(f"bad size {clip_value(text, 40)!r}: use a number of bytes with K, M, G or T (e.g. 2G)")
+    return int(value)

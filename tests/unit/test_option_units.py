@@ -1,0 +1,90 @@
+"""One unit per kind of option: shares are percents named ``*_pct``; the former names still work for one release."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from nsys_rules.config import load_config, parse_set
+from nsys_rules.plugins import build_registry
+from nsys_rules.testing import TraceBuilder, run_rule
+from tests.conftest import EXAMPLE, run_cli
+
+REGISTRY = build_registry(autoload=True)
+RULES = REGISTRY.rules
+
+
+def _fields(rule: type) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(rule.Options)}
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_shares_and_fractions_are_percents(name):
+    """An option that is a share of something has the unit in its name, and it is a percent."""
+    for option, f in _fields(RULES[name]).items():
+        help_text = str(f.metadata.get("help", ""))
+        if option.endswith("_pct"):
+            assert "percent" in help_text, f"{name}.{option}: say 'percent' in the help"
+            assert "fraction" not in help_text and "(0-1)" not in help_text, f"{name}.{option}: {help_text}"
+        else:
+            assert not ("share" in option or "fraction" in option), f"{name}.{option}: a share is a percent, *_pct"
+            assert "this share" not in help_text and "this fraction" not in help_text, f"{name}.{option}: {help_text}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, r in RULES.items() if r.renamed_options))
+def test_each_former_name_points_at_a_current_option(name):
+    fields = _fields(RULES[name])
+    for old, renamed in RULES[name].renamed_options.items():
+        assert old not in fields and renamed.new in fields and renamed.factor in (1, 100)
+
+
+def test_old_name_through_set_is_converted_with_one_warning(capsys):
+    got = parse_set(["kernel-tail.warn_share=0.07", "kernel-tail.warn_share=0.07", "sync-stall.warn_share=4"], RULES,
+                    REGISTRY.aliases())
+    assert got == {"kernel-tail": {"warn_share_pct": 7.0}, "sync-stall": {"warn_share_pct": 4.0}}
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "nsys-rules: kernel-tail.warn_share is deprecated and goes away in the next release; write "
+        "kernel-tail.warn_share_pct=7 (a percent, not a fraction)",
+        "nsys-rules: sync-stall.warn_share is deprecated and goes away in the next release; write "
+        "sync-stall.warn_share_pct=4"]
+
+
+def test_old_name_in_the_config_file_is_converted(tmp_path, capsys):
+    path = tmp_path / "nsys-rules.toml"
+    path.write_text("[rules.gemv-dominance]\nroofline_fraction = 0.9\n[rules.queue-delay]\nwarning_share = 0.2\n")
+    settings = load_config(path, RULES, REGISTRY.aliases())
+    assert settings.rule_options == {"gemv-dominance": {"roofline_pct": 90.0}, "queue-delay": {"warn_share_pct": 20.0}}
+    err = capsys.readouterr().err
+    assert "gemv-dominance.roofline_fraction is deprecated" in err and "gemv-dominance.roofline_pct=90" in err
+
+
+def test_old_and_new_name_judge_alike(tmp_path):
+    b = TraceBuilder()
+    for step in range(30):  # a kernel whose every tenth launch runs 10x longer
+        b.nvtx("step", step * 1_000_000, step * 1_000_000 + 900_000)
+        for k in range(10):
+            b.kernel("gemv_kernel", start=step * 1_000_000 + 10_000 + k * 60_000,
+                     duration=500_000 if (step + k) % 10 == 0 and k == 0 else 50_000)
+    path = b.write(tmp_path / "t.sqlite")
+    new = run_rule("kernel-tail", path, options={"warn_share_pct": 90.0, "min_share_pct": 0.5})
+    old = run_rule("kernel-tail", path, options={"warn_share": 0.9, "min_share": 0.005})
+    assert new and [(f.severity, f.metrics) for f in new] == [(f.severity, f.metrics) for f in old]
+
+
+def test_old_name_on_the_command_line_warns_once_and_the_report_shows_the_new_name():
+    proc = run_cli("check", str(EXAMPLE), "--format", "json", "--fail-on", "never", "--no-plugins",
+                   "--set", "kernel-tail.min_share=0.02", "--set", "launch-blocking.blocking_share=0.5")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "nsys-rules: kernel-tail.min_share is deprecated and goes away in the next release; write "
+        "kernel-tail.min_share_pct=2 (a percent, not a fraction)",
+        "nsys-rules: launch-blocking.blocking_share is deprecated and goes away in the next release; write "
+        "launch-blocking.blocking_pct=50 (a percent, not a fraction)"]
+    assert '"min_share_pct": 2.0' in proc.stdout and '"blocking_pct": 50.0' in proc.stdout
+
+
+def test_a_name_that_never_existed_is_still_a_usage_error():
+    proc = run_cli("check", str(EXAMPLE), "--set", "kernel-tail.min_shares=2")
+    assert proc.returncode == 2 and "did you mean" in proc.stderr

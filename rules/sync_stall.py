@@ -91,10 +91,12 @@ class SyncStall(Rule):
     Evidence: calls per step, host time blocked (total, per call p50/max, share of the steady
     state, busiest thread), the bubble after each sync (GPU idle from the sync's end to the next
     GPU activity), steady-state GPU idle time, how many calls the SYNCHRONIZATION table confirms.
-    `estimated_savings_ns` is what removing the round trip gives back to the step: the GPU's idle
-    stretch after each sync returned (the bubble), no more than the budget's after-sync idle part;
-    the range runs up to that part. Severity follows that GPU time (warning at `warn_share_pct` percent
-    of the steady state), with one exception said in the message: a sync in every step that
+    `estimated_savings_ns` is what removing the round trip gives back to the step: per call, the
+    GPU's idle stretch after the sync returned (the bubble) but no more than the host waited in
+    it (a host-bound loop keeps its own pace without the sync; a GPU-bound one loses the bubble),
+    in all no more than the budget's after-sync idle part; the range runs up to that part.
+    Severity follows that GPU time (warning at `warn_share_pct` percent of the steady state),
+    with one exception said in the message: a sync in every step that
     parks the launching thread for `structural_block_pct` percent of the steady state or more is a
     warning, since all host work of the loop then runs in series with the GPU.
     Next optimizations: read results back asynchronously (copy into pinned memory with
@@ -169,10 +171,15 @@ class SyncStall(Rule):
         bubble_total = int((bubble_union[1] - bubble_union[0]).sum())
         gpu_idle = budget.idle_ns if budget is not None else (
             max(0, steady_ns - busy_within(union, lo, hi)) if len(union[0]) else steady_ns)
-        # What removing the sync gives back: the GPU's idle stretch after each sync returned (the
-        # bubble), up to the budget's after-sync idle, which also counts the wake-up before the return.
+        # What removing the sync gives back: per call, the GPU's idle stretch after it returned (the
+        # bubble), but never more than the host waited in it. Without the wait the host runs its own
+        # work back to back: a host that needs longer than the GPU per step (launch-bound) still
+        # needs that time, so only its blocked time goes; a GPU-bound loop loses the bubble instead.
+        # In total no more than the bubbles' union and the budget's after-sync idle (which also
+        # counts the wake-up before the return).
         after_sync = budget.ns("after_sync") if budget is not None else gpu_idle
-        savings = min(bubble_total, after_sync)
+        recoverable = int(np.minimum(durations, bubbles).sum())
+        savings = min(recoverable, bubble_total, after_sync)
         p50, longest = per_call_stats(durations)
         steps = ctx.steps.count if ctx.steps is not None else len(ctx.window.steps)
         by_api = calls.assign(d=durations).groupby("api", observed=True)["d"].agg(["size", "sum"]).sort_values(
@@ -191,6 +198,7 @@ class SyncStall(Rule):
             "bubble_time": metric(bubble_total, "ns"),
             "bubble_p50": metric(float(np.median(bubbles)), "ns"),
             "bubble_max": metric(int(bubbles.max()), "ns"),
+            "recoverable_time": metric(recoverable, "ns"),
             "after_sync_idle": metric(after_sync, "ns"),
             "gpu_idle_time": metric(gpu_idle, "ns"),
             "steady_time": metric(steady_ns, "ns"),
@@ -217,6 +225,10 @@ class SyncStall(Rule):
             readback = (f" {readback_waits + sync_readbacks} of them wait on a device-to-host readback"
                         f"{' queued just before' if readback_waits else ''}{pattern}.")
         check = "" if confirmed is None else f" The SYNCHRONIZATION table confirms {confirmed} of the calls."
+        # Say why the saving is below the bubbles when the host's own pace limits it.
+        host_bound = (f" Most of each bubble is the host's own work before its next launch, which it needs with or "
+                      f"without the sync (it waited only {recoverable / 1e6:.2f} ms in them): the loop is host-bound."
+                      if recoverable < min(bubble_total, after_sync) * 0.5 else "")
         why = (f" Although the GPU loses little here, the host is parked in a sync {share:.0f} % of every step: "
                "any host work the loop adds per step lands on the GPU's critical path."
                if structural and pct(savings, steady_ns) < opts.warn_share_pct else "")
@@ -226,7 +238,7 @@ class SyncStall(Rule):
             f"p50 {p50 / 1e3:.1f} us and max {longest / 1e3:.1f} us per call.{readback} After each sync the GPU idles "
             f"{np.median(bubbles) / 1e3:.1f} us (p50; {bubble_total / 1e6:.2f} ms in total) before new work arrives: "
             f"removing the round trip saves about {savings / 1e6:.2f} ms ({pct(savings, steady_ns):.1f} % of the "
-            f"steady state).{why}{check}"
+            f"steady state).{host_bound}{why}{check}"
             + (f" {dropped} set-up or final sync call(s) outside the loop were left out." if dropped else ""))
         graph_launch = in_set(names, GRAPH_LAUNCH_APIS)
         if graph_launch.any() and trace.capture.graph_trace_mode == "Node":

@@ -1,10 +1,13 @@
 """What kind of program the trace shows, so advice speaks its language.
 
 LLM wording (tokens, decode steps, ``.item()``, KV caches) fits only when the steps look like a
-model's forward pass; an OpenMP solver, a database join or a CuPy script gets generic CUDA advice.
+model's forward pass; an OpenMP solver, a database join or a CuPy script gets generic CUDA advice,
+and so does a training loop (its ``.item()`` logs a loss, it samples no token).
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -14,10 +17,24 @@ from .budget import Budget
 
 #: Share of busy time in matrix products that, with attention or normalization kernels, marks a forward pass.
 MIN_MATMUL_SHARE = 0.3
+#: Kernels only a training step runs: backward passes and optimizer updates (PyTorch's fused and
+#: foreach optimizers run as multi_tensor_apply kernels). Word starts keep "Hadamard" out of "adam".
+TRAINING_KERNEL = re.compile(r"backward|_bwd|bwd_|multi_tensor_apply|\badam|_adam|\bsgd_|_sgd_", re.IGNORECASE)
+
+
+def looks_like_training(trace: Trace) -> bool:
+    """Whether any kernel of the trace is a backward pass or an optimizer update (judged per distinct name)."""
+    if not trace.has("kernels"):
+        return False
+    names = trace.frame("kernels", ["name"])["name"]
+    distinct = names.cat.categories if hasattr(names, "cat") else names.dropna().unique()
+    return any(TRAINING_KERNEL.search(str(name)) for name in distinct)
 
 
 def looks_like_model(trace: Trace, budget: Budget | None) -> bool:
     """Whether the loop's GPU work looks like a language model's forward pass (tokens, decode steps).
+
+    Never for a training loop (:func:`looks_like_training`).
 
     Matrix products (GEMV or GEMM) take at least :data:`MIN_MATMUL_SHARE` of the kernel time,
     normalization or attention kernels run too, and the model is a transformer: attention kernels,
@@ -42,4 +59,5 @@ def looks_like_model(trace: Trace, budget: Budget | None) -> bool:
         return False
     mm = by_class["gemv"] + by_class["gemm"]
     transformer = by_class["attention"] > 0 or by_class["gemv"] >= MIN_MATMUL_SHARE * kernels
-    return bool(mm >= MIN_MATMUL_SHARE * kernels and by_class["attention"] + by_class["norm"] > 0 and transformer)
+    forward = mm >= MIN_MATMUL_SHARE * kernels and by_class["attention"] + by_class["norm"] > 0 and transformer
+    return bool(forward and not looks_like_training(trace))

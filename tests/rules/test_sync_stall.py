@@ -191,6 +191,26 @@ def test_gpu_bound_loop_savings_are_the_idle_gaps(tmp_path):
     assert f.estimated_savings_ns == m["gpu_idle_time"] < m["blocked_time"] / 10
 
 
+def test_host_bound_loop_saves_only_the_waits(tmp_path):
+    # The host needs the whole step for its own work (Python before each launch); the GPU's 50 us
+    # kernel is done long before the 12 us readback wait. After each sync the GPU idles ~940 us, but
+    # that is the host's own pace, which it keeps without the sync: only the waits come back.
+    b = TraceBuilder()
+    for i in range(10):
+        s = T0 + i * PERIOD
+        b.nvtx("decode_step", s, s + PERIOD - 10_000)
+        b.kernel("small", start=s + 150_000, duration=50_000, launch_at=s + 140_000)
+        b.memcpy(s + 200_000, 2_000, 4, kind="DtoH", src="device", dst="pinned", api="cudaMemcpyAsync_v3020",
+                 launch_at=s + 195_000)
+        b.sync(s + 198_000, 12_000)
+    [f] = run_rule("sync-stall", b.write(tmp_path / "t.sqlite"))
+    m = values(f)
+    assert m["bubble_p50"] > 900_000 and m["per_call_p50"] == 12_000
+    assert f.estimated_savings_ns == m["recoverable_time"] <= m["blocked_time"] == 10 * 12_000
+    assert f.estimated_savings_ns >= 9 * 12_000  # every wait inside the loop
+    assert f.severity.value == "info" and "host-bound" in f.message
+
+
 def test_synchronous_device_to_host_copy_is_a_readback(tmp_path):
     b = TraceBuilder()
     for i in range(5):

@@ -46,6 +46,7 @@ class GpuSpec:
     sm_count: int = 132
     clock_hz: int = 1_980_000_000
     total_memory: int = 150_109_880_320
+    compute_capability: tuple[int, int] = (9, 0)
 
 
 @dataclass
@@ -225,7 +226,7 @@ class TraceBuilder:
             ("EXPORT_SCHEMA_VERSION_MICRO", micro)]
         self._rows["TARGET_INFO_GPU"] = [
             (VM_BITS, g.id, g.name, f"0000:00:{g.id:02x}.0", 1, 50_331_648, g.total_memory, g.memory_bandwidth,
-             g.clock_hz, g.sm_count, "GH100", 9, 0) for g in self.gpus]
+             g.clock_hz, g.sm_count, "GH100", *g.compute_capability) for g in self.gpus]
         self._rows["ThreadNames"] = [(self.string("main"), 0, self.global_tid())]
         if self.session_start_utc_ns is not None:
             self._rows["TARGET_INFO_SESSION_START_TIME"] = [(self.session_start_utc_ns, None, None, None)]

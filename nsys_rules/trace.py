@@ -8,6 +8,7 @@ frame with ``has(name)`` False, never an error.
 from __future__ import annotations
 
 import os
+import dataclasses
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ class GpuInfo:
     memory_bandwidth: int | None = None  # bytes per second; None when the export lacks it
     clock_hz: int | None = None
     total_memory: int | None = None
+    #: (major, minor), e.g. (9, 0) for Hopper; None when the export does not record it.
+    compute_capability: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,11 @@ def _read_gpus(export: Export) -> dict[int, GpuInfo]:
             gid = _int_or_none(row[0])
             if gid is not None:
                 gpus[gid] = _gpu(export, "TARGET_INFO_GPU", gid, row)
+        if "computeMajor" in cols and "computeMinor" in cols:
+            for gid, major, minor in export.rows("TARGET_INFO_GPU", [id_col, "computeMajor", "computeMinor"]):
+                key, major, minor = _int_or_none(gid), _int_or_none(major), _int_or_none(minor)
+                if key in gpus and major is not None and minor is not None and 0 < major < 100 and 0 <= minor < 100:
+                    gpus[key] = dataclasses.replace(gpus[key], compute_capability=(major, minor))
     if not gpus and "deviceId" in export.columns_of("TARGET_INFO_CUDA_GPU"):
         # 2020-2021 exports: the GPU table had other names and bandwidth in bytes/s.
         for row in export.rows("TARGET_INFO_CUDA_GPU", ["deviceId", "name", "numMultiprocessors",

@@ -15,12 +15,13 @@ from . import debug_build
 from . import sync_stall, alloc_churn
 from . import pageable_memcpy, sync_memcpy, sync_memset, gpu_idle_gaps, gpu_low_utilization  # nsys analyze parity
 from . import launch_bound, launch_blocking, queue_delay, capture_scope, step_outliers, module_loading, fusion_candidate
+from . import fp32_gemm
 from . import rank_straggler, exposed_comm, rank_imbalance  # job rules: all ranks together
 
 #: Built-in rule modules, one rule each; order is the order of ``nsys-rules rules``.
 MODULES = [graph_trace_hidden, gemv_dominance, kernel_tail, debug_build, sync_stall, alloc_churn]
 MODULES += [pageable_memcpy, sync_memcpy, sync_memset, gpu_idle_gaps, gpu_low_utilization, launch_bound,
-            launch_blocking, queue_delay, capture_scope, step_outliers, module_loading, fusion_candidate]
+            launch_blocking, queue_delay, capture_scope, step_outliers, module_loading, fusion_candidate, fp32_gemm]
 
 
 #: Built-in job rule modules (over all ranks of a job), in ``nsys-rules rules`` order after the others.

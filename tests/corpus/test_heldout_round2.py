@@ -73,3 +73,12 @@ def test_training_loop_gets_no_decode_advice(reports):
     # Backward and optimizer kernels mark a training loop: its .item() logs a loss, no token is sampled.
     text = " ".join(f["message"] + " " + f["recommendation"] for f in reports["ho_train.sqlite"]["findings"])
     assert reports["ho_train.sqlite"]["findings"] and not re.search(r"token|decode|\.item\(\)` pattern", text)
+
+
+def test_fp32_gemms_lead_the_training_report(reports):
+    # Written after the capture, with the fp32-gemm rule: the fp32 encoder's GEMMs run on FFMA kernels
+    # (69 % of the step); TF32 is the first thing to fix there, and no bf16 decode loop gets the advice.
+    top = reports["ho_train.sqlite"]["findings"][0]
+    assert top["rule"] == "fp32-gemm" and top["severity"] == "warning"
+    others = [n for n, r in reports.items() if n != "ho_train.sqlite" and any(f["rule"] == "fp32-gemm" for f in r["findings"])]
+    assert others == []

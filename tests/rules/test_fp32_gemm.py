@@ -1,0 +1,72 @@
+"""fp32-gemm: FP32 GEMMs on CUDA cores of a GPU with tensor cores."""
+
+from __future__ import annotations
+
+import pytest
+
+from nsys_rules.rules.fp32_gemm import is_simt_gemm
+from nsys_rules.testing import GpuSpec, TraceBuilder, run_rule
+from nsys_rules.testing import metric_values as values
+
+T0 = 100_000_000
+SIMT = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel"
+
+
+def steps(b: TraceBuilder, gemm: str = SIMT, *, gemm_ns: int = 500_000, steps: int = 6) -> None:
+    """Steps of 1 ms: one GEMM, one elementwise kernel, then idle."""
+    for i in range(steps):
+        s = T0 + i * 1_000_000
+        b.nvtx("train_step", s, s + 1_000_000)
+        b.kernel(gemm, start=s + 10_000, duration=gemm_ns, launch_at=s + 1_000)
+        b.kernel("vectorized_elementwise_kernel", start=s + 10_000 + gemm_ns, duration=50_000, launch_at=s + 2_000)
+
+
+def test_simt_gemms_on_hopper_are_told_to_use_tf32(tmp_path):
+    b = TraceBuilder()
+    steps(b)
+    [f] = run_rule("fp32-gemm", b.write(tmp_path / "t.sqlite"))
+    m = values(f)
+    assert f.severity.value == "warning" and f.budget_part == "gemm"
+    assert m["fp32_gemm_time"] == 6 * 500_000 and m["launches"] == 6 and m["compute_capability"] == 9.0
+    assert m["share_of_steady_time"] == pytest.approx(100 * 3_000_000 / m["steady_time"])
+    assert f.estimated_savings_ns == 2_000_000  # 3x faster: two thirds of the time come back
+    assert f.savings_range == (1_500_000, 2_625_000)
+    assert "allow_tf32" in f.recommendation and "CUBLAS_TF32_TENSOR_OP_MATH" in f.recommendation
+
+
+def test_turing_gets_fp16_mixed_precision_not_tf32(tmp_path):
+    b = TraceBuilder(gpus=(GpuSpec(name="NVIDIA GeForce RTX 2080", compute_capability=(7, 5)),))
+    steps(b, "volta_sgemm_128x64_nn")
+    [f] = run_rule("fp32-gemm", b.write(tmp_path / "t.sqlite"))
+    assert "no TF32" in f.recommendation and "float16" in f.recommendation and "allow_tf32" not in f.recommendation
+
+
+def test_gpu_without_tensor_cores_is_quiet(tmp_path):
+    b = TraceBuilder(gpus=(GpuSpec(name="NVIDIA GeForce GTX 1050", compute_capability=(6, 1)),))
+    steps(b, "maxwell_sgemm_128x64_nn")
+    assert run_rule("fp32-gemm", b.write(tmp_path / "t.sqlite")) == []
+
+
+@pytest.mark.parametrize("name", ["sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x16", "ampere_tf32_s1688gemm_128x128",
+                                  "cutlass_80_tensorop_s1688gemm_64x64_32x6_tn_align4", "nvjet_sm90_tst_128x8_64x12",
+                                  "gemv2T_kernel_val<int, int, float, float, float, float, 128, 16>"])
+def test_tensor_core_and_gemv_kernels_are_quiet(tmp_path, name):
+    b = TraceBuilder()
+    steps(b, name)
+    assert run_rule("fp32-gemm", b.write(tmp_path / "t.sqlite")) == []
+
+
+@pytest.mark.parametrize("gemm_ns,fires", [(15_000, False), (25_000, True)])
+def test_min_share_boundary(tmp_path, gemm_ns, fires):
+    b = TraceBuilder()
+    steps(b, gemm_ns=gemm_ns)  # 1.5 % or 2.5 % of a ~1 ms step
+    assert bool(run_rule("fp32-gemm", b.write(tmp_path / "t.sqlite"))) is fires
+
+
+@pytest.mark.parametrize("name,simt", [
+    ("ampere_sgemm_128x64_nn", True), ("void cutlass::Kernel<cutlass_80_simt_sgemm_128x256_8x4_nt_align1>(T1::Params)", True),
+    ("sm90_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_ffma", True), ("ampere_dgemm_64x32_nn", False),
+    ("cutlass_simt_dgemm_128x128_8x2_nn", False), ("ampere_bf16_s16816gemm_bf16_128x128", False),
+    ("void at::native::vectorized_elementwise_kernel<4, float>", False)])
+def test_names(name, simt):
+    assert is_simt_gemm(name) is simt

@@ -159,6 +159,15 @@ class Coverage:
         return out
 
 
+def union_coverage(starts: np.ndarray, ends: np.ndarray) -> Coverage:
+    """:class:`Coverage` of the union of intervals: the intervals themselves when each ends before the next
+    starts (one thread's calls, the usual case), with no merged copy (2 x 18 MB on 2.2M calls)."""
+    s, e = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    if len(s) < 2 or bool((s[1:] >= e[:-1]).all()) and bool((e >= s).all()):
+        return Coverage(s, e)
+    return Coverage(*merge_intervals(s, e))
+
+
 def coverage(starts: np.ndarray, ends: np.ndarray, depth: int = 1) -> Coverage:
     """The time during which at least ``depth`` (1 or 2) of the intervals run at once, ready for overlap queries.
 

@@ -58,14 +58,18 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
     something the trace does not show (another process, a cross-stream dependency).
     """
     # Summaries first, then only the waiting kernels are kept: one row-length temporary at a time.
+    # The quantiles partition these temporaries in place (overwrite_input: the same order statistics,
+    # no copy each), after the sums and the row-aligned mask are taken.
     dur = k_end - k_start
-    median_kernel, kernel_total = float(np.median(dur)), int(dur.sum())
+    kernel_total = int(dur.sum())
+    median_kernel = float(np.median(dur, overwrite_input=True))
     del dur
     queue = np.subtract(k_start, api_end)
     np.maximum(queue, 0, out=queue)
-    count, median_queue, p90_queue, queue_total = (len(queue), float(np.median(queue)),
-                                                   float(np.percentile(queue, 90)), int(queue.sum()))
+    count, queue_total = len(queue), int(queue.sum())
     waiting = queue > min_queue_ns
+    median_queue = float(np.median(queue, overwrite_input=True))
+    p90_queue = float(np.percentile(queue, 90, overwrite_input=True))
     del queue
     q_from = api_end[waiting]
     q_from += min_queue_ns

@@ -1,0 +1,55 @@
+"""Chunked computations (bounded temporaries on big traces) give what the whole-array computation gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nsys_rules.analysis.grouped import CHUNK_ROWS, code_durations, masked_durations
+from nsys_rules.analysis.intervals import busy_ns, busy_within, merge_intervals, point_in, union_coverage
+
+#: More rows than two chunks, so chunk edges fall inside busy periods.
+ROWS = 2 * CHUNK_ROWS + 12_345
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_busy_ns_equals_the_union_length(seed):
+    rng = np.random.default_rng(seed)
+    starts = np.sort(rng.integers(0, 50 * ROWS, ROWS))
+    ends = starts + rng.integers(-3, 400, ROWS)  # overlaps, touching and damaged (end < start) intervals
+    if seed == 2:
+        rng.shuffle(starts)  # out of start order: sorted inside
+    for lo, hi in ((None, None), (int(starts.min()) + 1000, None), (None, 25 * ROWS), (10 * ROWS, 40 * ROWS)):
+        expect = busy_within(merge_intervals(starts, ends), lo, hi)
+        assert busy_ns(starts, ends, lo, hi) == expect
+        assert expect > 0
+
+
+def test_code_durations_and_masked_durations_match_the_plain_sums():
+    rng = np.random.default_rng(5)
+    codes = rng.integers(-1, 30, ROWS).astype(np.int8)
+    start = rng.integers(0, 10**12, ROWS)
+    end = start + rng.integers(0, 10**6, ROWS)
+    count, total = code_durations(codes, start, end, 30)
+    known = codes >= 0
+    assert count.tolist() == np.bincount(codes[known], minlength=30).tolist()
+    assert total.tolist() == np.bincount(codes[known], weights=(end - start)[known], minlength=30).tolist()
+    mask = rng.random(ROWS) < 0.3
+    assert np.array_equal(masked_durations(start, end, mask), (end - start)[mask])
+
+
+def test_union_coverage_and_point_in_match_the_plain_forms():
+    rng = np.random.default_rng(9)
+    starts = np.cumsum(rng.integers(0, 50, 5000))
+    ends = starts + rng.integers(0, 30, 5000)
+    serial = ends[:-1] <= starts[1:]
+    a, b = np.sort(rng.integers(0, int(ends[-1]), (2, 3000)), axis=0)
+    merged = merge_intervals(starts, ends)
+    plain = union_coverage(*merged).within(a, b)
+    assert np.array_equal(union_coverage(starts, ends).within(a, b), plain)
+    assert not serial.all()  # the merged path was taken, and the serial one by the union itself
+    times = rng.integers(0, int(ends[-1]), 4000)
+    pos = np.searchsorted(merged[0], times, side="right") - 1
+    expect = np.where((pos >= 0) & (times <= merged[1][np.maximum(pos, 0)]), pos, -1)
+    got = point_in(times, *merged)
+    assert got.dtype == np.int64 and np.array_equal(got, expect)

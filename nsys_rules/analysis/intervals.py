@@ -121,6 +121,40 @@ def idle_gaps(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndar
     return e[:-1], s[1:] - e[:-1]
 
 
+def gaps_at_least(starts: np.ndarray, ends: np.ndarray, min_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """The :func:`idle_gaps` at least ``min_ns`` long: (gap start, gap length), in time order.
+
+    Found in chunks with the running end carried over: no union of the intervals, no lengths of
+    every gap (a million kernels have a gap before nearly each), only the long gaps are kept.
+    """
+    s = np.asarray(starts, np.int64)
+    e = np.asarray(ends, np.int64)
+    if not rising(s):
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+    found_s: list[np.ndarray] = []
+    found_len: list[np.ndarray] = []
+    reach: int | None = None  # the latest end before the chunk
+    for first in range(0, len(s), _CHUNK):
+        cs, ce = s[first:first + _CHUNK], e[first:first + _CHUNK]
+        before = np.empty(len(cs), np.int64)  # the latest end before each interval
+        np.maximum.accumulate(ce[:-1], out=before[1:])
+        if reach is None:
+            before[0] = cs[0]  # the first interval of all opens no gap
+            reach = int(ce[0]) if len(cs) == 1 else max(int(before[-1]), int(ce[-1]))
+        else:
+            before[0] = reach
+            np.maximum(before[1:], reach, out=before[1:])
+            reach = max(int(before[-1]), int(ce[-1]))
+        before_gap = cs - before
+        long = before_gap >= max(min_ns, 1)
+        found_s.append(before[long])
+        found_len.append(before_gap[long])
+    if not found_s:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate(found_s), np.concatenate(found_len)
+
+
 class Coverage:
     """Cumulative covered length of one disjoint interval set, for overlap queries.
 
@@ -236,7 +270,9 @@ def overlap_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.nda
     """Length shared by two disjoint interval sets."""
     if not len(a[0]) or not len(b[0]):
         return 0
-    return int(Coverage(*b).within(a[0], a[1]).sum())
+    cover = Coverage(*b)
+    # ``a``'s intervals looked up in chunks: each lookup makes a few temporaries as long as its queries.
+    return sum(int(cover.within(a[0][i:i + _CHUNK], a[1][i:i + _CHUNK]).sum()) for i in range(0, len(a[0]), _CHUNK))
 
 
 def union(*sets: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

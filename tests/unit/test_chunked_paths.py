@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from nsys_rules.analysis.grouped import CHUNK_ROWS, code_durations, masked_durations
-from nsys_rules.analysis.intervals import busy_ns, busy_within, merge_intervals, point_in, union_coverage
+from nsys_rules.analysis.intervals import (Coverage, busy_ns, busy_within, gaps_at_least, idle_gaps, merge_intervals,
+                                          overlap_length, point_in, union_coverage)
 
 #: More rows than two chunks, so chunk edges fall inside busy periods.
 ROWS = 2 * CHUNK_ROWS + 12_345
@@ -53,3 +54,24 @@ def test_union_coverage_and_point_in_match_the_plain_forms():
     expect = np.where((pos >= 0) & (times <= merged[1][np.maximum(pos, 0)]), pos, -1)
     got = point_in(times, *merged)
     assert got.dtype == np.int64 and np.array_equal(got, expect)
+
+
+@pytest.mark.parametrize("min_ns", [0, 1, 150])
+def test_gaps_at_least_are_the_long_idle_gaps(min_ns):
+    rng = np.random.default_rng(min_ns)
+    starts = np.sort(rng.integers(0, 300 * ROWS, ROWS))
+    ends = starts + rng.integers(-2, 500, ROWS)
+    gap_start, gap_len = idle_gaps(starts, ends)
+    keep = gap_len >= min_ns
+    got_start, got_len = gaps_at_least(starts, ends, min_ns)
+    assert keep.sum() > 1000
+    assert np.array_equal(got_start, gap_start[keep]) and np.array_equal(got_len, gap_len[keep])
+
+
+def test_overlap_length_in_chunks_is_the_whole_overlap():
+    rng = np.random.default_rng(3)
+    a = merge_intervals(*(lambda s: (s, s + rng.integers(0, 30, ROWS)))(np.sort(rng.integers(0, 100 * ROWS, ROWS))))
+    b = merge_intervals(*(lambda s: (s, s + rng.integers(0, 30, ROWS)))(np.sort(rng.integers(0, 100 * ROWS, ROWS))))
+    expect = int(Coverage(*b).within(a[0], a[1]).sum())
+    assert len(a[0]) > CHUNK_ROWS and expect > 0
+    assert overlap_length(a, b) == expect

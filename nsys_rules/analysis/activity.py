@@ -295,7 +295,9 @@ def _symbols(kernels: pd.DataFrame) -> np.ndarray:
             if c not in kernels:
                 continue
             np.multiply(key, np.uint64(1_000_003), out=key)
-            field = kernels[c].to_numpy() if kernels[c].dtype.kind in "iu" else _int(kernels, c, np.int64)
+            dtype = kernels[c].dtype  # a numpy integer column as it is; nullable or float ones through _int
+            field = kernels[c].to_numpy() if isinstance(dtype, np.dtype) and dtype.kind in "iu" else _int(
+                kernels, c, np.int64)
             if field.strides == (0,):  # one launch dimension for every kernel (loaders.columns.one_value)
                 field = field[:1].astype(np.int64)
             np.bitwise_xor(key, field, out=key, casting="unsafe", dtype=np.uint64)  # sign-extended, as int64 -> uint64

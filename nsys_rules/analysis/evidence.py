@@ -68,12 +68,14 @@ def host_overhead(trace: Trace, model: StepModel,
     else:
         values, counts = np.unique(tid_column[ops.api_row[mine]], return_counts=True)
         tid = values[np.argmax(counts)]  # the thread that launched most of the work
+    start, end = api["start"].to_numpy(), api["end"].to_numpy()
     known = timelines.get((int(model.pid), int(tid))) if timelines and model.pid is not None else None
-    if known is not None:
+    # The budget's union takes calls that never nest as they are; with a damaged call (end before
+    # start) only a merged union is the same as before, so that case builds its own.
+    if known is not None and bool((end >= start).all()):
         calls = known.any_call
     else:
         rows = (tid_column == tid) & (api["pid"].to_numpy() == model.pid if model.pid is not None else True)
-        start, end = api["start"].to_numpy(), api["end"].to_numpy()
         calls = union_coverage(start, end) if rows.all() else union_coverage(start[rows], end[rows])
         del rows
     a, b = model.host[:, 0], model.host[:, 1]

@@ -49,6 +49,15 @@ def test_union_coverage_and_point_in_match_the_plain_forms():
     plain = union_coverage(*merged).within(a, b)
     assert np.array_equal(union_coverage(starts, ends).within(a, b), plain)
     assert not serial.all()  # the merged path was taken, and the serial one by the union itself
+    # Calls that follow one another, touching or empty: taken as they are, the same numbers as merged.
+    gaps = rng.integers(0, 3, 5000)
+    lengths = rng.integers(0, 4, 5000)
+    serial_s = np.cumsum(gaps + np.concatenate(([0], lengths[:-1])))
+    serial_e = serial_s + lengths
+    assert (serial_e[:-1] <= serial_s[1:]).all() and ((serial_e[:-1] == serial_s[1:]) & (lengths[1:] > 0)).any()
+    qa, qb = np.sort(rng.integers(0, int(serial_e[-1]) + 5, (2, 3000)), axis=0)
+    assert np.array_equal(union_coverage(serial_s, serial_e).within(qa, qb),
+                          Coverage(*merge_intervals(serial_s, serial_e)).within(qa, qb))
     times = rng.integers(0, int(ends[-1]), 4000)
     pos = np.searchsorted(merged[0], times, side="right") - 1
     expect = np.where((pos >= 0) & (times <= merged[1][np.maximum(pos, 0)]), pos, -1)

@@ -84,3 +84,16 @@ def test_overlap_length_in_chunks_is_the_whole_overlap():
     expect = int(Coverage(*b).within(a[0], a[1]).sum())
     assert len(a[0]) > CHUNK_ROWS and expect > 0
     assert overlap_length(a, b) == expect
+
+
+def test_prefix_sums_at_are_the_cumulative_sums_bit_for_bit():
+    from nsys_rules.analysis.device_time import prefix_sums_at
+
+    rng = np.random.default_rng(11)
+    values = np.sort(rng.integers(10**15, 4 * 10**15, ROWS))  # sums far past 2**53: float rounding on every add
+    whole = np.concatenate(([0.0], np.cumsum(values, dtype=np.float64)))
+    at = np.sort(rng.integers(0, ROWS + 1, 5000))
+    at[:3] = (0, CHUNK_ROWS, ROWS)
+    got = prefix_sums_at(values, at)
+    assert got.tobytes() == whole[at].tobytes()
+    assert whole[-1] != float(sum(int(v) for v in values))  # the float sums did round: order matters

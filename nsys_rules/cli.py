@@ -112,9 +112,10 @@ def _leave(code: int) -> None:
 
     Tearing down frees every module and a big trace's frames one by one (~0.08 s after a check
     of a 1M-kernel trace) for nothing: the system takes the memory back at once. So when no
-    thread but daemon ones is alive and no profiler or tracer watches, the exit handlers run (``atexit``: temporary folders,
-    logging, plugins' handlers) and both streams flush, the process leaves with ``os._exit``;
-    otherwise (a flush fails: the reader left the pipe) through ``sys.exit`` as before.
+    thread but daemon ones is alive and no profiler or tracer watches, the exit handlers run
+    (``atexit``: temporary folders, logging, plugins' handlers) and both streams flush, the
+    process leaves with ``os._exit``; otherwise (or when a flush fails: the reader left the
+    pipe) it exits through ``sys.exit`` as before.
     """
     import atexit
     import threading

@@ -14,6 +14,10 @@ run needs from the SQLite export, and nothing else; every figure, Parquet ones i
 multiple of it. Peak RSS comes from ``wait4`` (the same number ``/usr/bin/time -v`` prints as
 "Maximum resident set size").
 
+Before measuring, the package's modules are byte-compiled (``compileall``), as ``pip install``
+does: with ``PYTHONDONTWRITEBYTECODE`` set (or a read-only checkout) an editable install would
+otherwise compile ~110 modules in every run (~0.16 s), which no installed copy pays.
+
 ``--growth`` builds 2x, 4x, 8x traces of both formats with ``benchmarks/replicate.py`` and shows
 how ``check`` time and memory grow with size (linear is the target).
 """
@@ -41,17 +45,17 @@ BIG_PARQUET_PARTS = SHARED / "traces" / "big"
 BARE = SHARED / "tools" / "bare_read.py"
 FORMATS = ("sqlite", "parquetdir")
 
-#: The 15 built-in rules, whatever plugins the environment has installed.
+#: All built-in rules, whatever plugins the environment has installed.
 _CHECK = ["-m", "nsys_rules", "check", "{t}", "--fail-on", "never", "--no-plugins"]
 #: (figure, format, command after the trace is substituted for {t}, time target as a multiple of the floor;
 #: None: shown for reference only)
 FIGURES: tuple[tuple[str, str, list[str], float | None], ...] = (
-    ("check, 15 built-in rules", "sqlite", _CHECK, 1.5),
+    ("check, all built-in rules", "sqlite", _CHECK, 1.5),
     ("check --format json", "sqlite", _CHECK + ["--format", "json"], 1.5),
     ("stats --report cuda_gpu_kern_sum", "sqlite", ["-m", "nsys_rules", "stats", "{t}", "--report",
                                                     "cuda_gpu_kern_sum"], 1.5),
     ("bare pyarrow read (same columns)", "parquetdir", ["-c", "{bare_parquet}", "{t}"], None),
-    ("check, 15 built-in rules", "parquetdir", _CHECK, 0.8),
+    ("check, all built-in rules", "parquetdir", _CHECK, 0.8),
     ("check --format json", "parquetdir", _CHECK + ["--format", "json"], 0.8),
     ("stats --report cuda_gpu_kern_sum", "parquetdir", ["-m", "nsys_rules", "stats", "{t}", "--report",
                                                         "cuda_gpu_kern_sum"], 0.8),
@@ -154,6 +158,16 @@ def unpack_big_parquet(workdir: Path) -> Path:
     return target
 
 
+def byte_compile() -> None:
+    """Write the bytecode caches of the code a check imports (the package, its rule folder and plugins), as an
+    installed copy has them."""
+    import compileall
+
+    for folder in ("nsys_rules", "rules", "plugins"):
+        if (ROOT / folder).is_dir():
+            compileall.compile_dir(str(ROOT / folder), quiet=1)
+
+
 def _median(runs: list[Run]) -> Run:
     return Run(statistics.median(r.seconds for r in runs), statistics.median(r.rss_mb for r in runs),
                max(r.status for r in runs), statistics.median(r.cpu for r in runs))
@@ -244,7 +258,7 @@ def growth(traces: dict[str, Path], formats: list[str], factors: list[int], work
             rows.append([f"{factor}x", fmt, f"{_size_mb(path):.0f}", f"{floor.seconds:.2f}", f"{floor.rss_mb:.0f}",
                          f"{check.seconds:.2f}", f"{check.seconds / floor.seconds:.2f}", f"{check.rss_mb:.0f}",
                          f"{check.seconds / base[fmt] / factor:.2f}", f"{check.rss_mb / floor.rss_mb:.2f}"])
-    print("growth: check with the 15 built-in rules on replicated traces, against the bare SQLite read of the same size "
+    print("growth: check with all built-in rules on replicated traces, against the bare SQLite read of the same size "
           "(time/1x/factor near 1.0 or below = linear)")
     print_table(["size", "format", "MB", "floor s", "floor MB", "check s", "ratio", "check MB", "time/1x/factor",
                  "MB/floor MB"], rows)
@@ -263,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-main", action="store_true", help="only the growth table")
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
+    byte_compile()
     if not BARE.exists():
         raise SystemExit(f"{BARE} is absent: the floor needs ../shared/tools/bare_read.py")
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]

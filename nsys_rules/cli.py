@@ -104,7 +104,34 @@ def console() -> None:
             except (AttributeError, OSError, ValueError):
                 pass
         os._exit(130)
-    sys.exit(code)
+    _leave(code)
+
+
+def _leave(code: int) -> None:
+    """Exit with ``code``, skipping the interpreter's teardown when nothing needs it.
+
+    Tearing down frees every module and a big trace's frames one by one (~0.08 s after a check
+    of a 1M-kernel trace) for nothing: the system takes the memory back at once. So when no
+    thread but daemon ones is alive and no profiler or tracer watches, the exit handlers run
+    (``atexit``: temporary folders, logging, plugins' handlers) and both streams flush, the
+    process leaves with ``os._exit``; otherwise (or when a flush fails: the reader left the
+    pipe) it exits through ``sys.exit`` as before.
+    """
+    import atexit
+    import threading
+
+    # A profiler or tracer around the run (cProfile, coverage) writes its results after the code returns.
+    watched = sys.getprofile() is not None or sys.gettrace() is not None
+    if watched or any(t is not threading.main_thread() and not t.daemon for t in threading.enumerate()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            sys.exit(code)
+    os._exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

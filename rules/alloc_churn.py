@@ -10,7 +10,7 @@ import pandas as pd
 
 from nsys_rules.analysis.device_time import GPU_OP_TABLES
 from nsys_rules.analysis.loop import gpu_launches, loop_span, spread
-from nsys_rules.analysis.names import ALLOC_APIS
+from nsys_rules.analysis.names import ALLOC_APIS, in_set
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Renamed, Rule, RuleContext, metric
 from nsys_rules.units import pct
@@ -50,7 +50,7 @@ def context_init_rows(names: np.ndarray, pids: np.ndarray, starts: np.ndarray) -
     if not len(names):
         return out
     series = pd.Series(names, copy=False)
-    rows = np.flatnonzero(series.isin(list(ALLOC_APIS)).to_numpy())  # filter first: millions of rows, few allocs
+    rows = np.flatnonzero(in_set(series, ALLOC_APIS))  # filter first: millions of rows, few allocs
     if not len(rows):
         return out
     frame = pd.DataFrame({"name": series.iloc[rows].astype(object).to_numpy(), "pid": np.asarray(pids)[rows],
@@ -67,7 +67,8 @@ def churn_calls(api: pd.DataFrame, names: pd.Series, exclude: np.ndarray) -> pd.
     managed, pinned host, virtual memory), ``duration``.
     """
     # isin on the categorical judges each distinct name once; astype(str) per row cost seconds on 2M rows.
-    keep = names.isin(list(ALLOC_APIS)).to_numpy() & ~exclude
+    keep = in_set(names, ALLOC_APIS)  # narrow codes compared per matching name: no int64 copy of every row's code
+    keep[exclude] = False
     picked = np.asarray(names.iloc[np.flatnonzero(keep)].astype(object).to_numpy(), dtype=object)
     out = pd.DataFrame({"start": api["start"].to_numpy(np.int64)[keep], "end": api["end"].to_numpy(np.int64)[keep],
                         "pid": api["pid"].to_numpy()[keep], "tid": api["tid"].to_numpy()[keep], "api": picked})

@@ -10,7 +10,7 @@ import pandas as pd
 
 from nsys_rules.analysis.device_time import device_intervals, gpu_op_frames
 from nsys_rules.analysis.flagged import split_flagged
-from nsys_rules.analysis.intervals import idle_gaps, merge_intervals
+from nsys_rules.analysis.intervals import gaps_at_least, merge_intervals
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Renamed, Rule, RuleContext, metric
 from nsys_rules.units import pct
@@ -45,11 +45,10 @@ def device_gaps(ops: pd.DataFrame | list[pd.DataFrame], min_gap_ns: int) -> pd.D
     """
     out = []
     for pid, dev, op_starts, op_ends in device_intervals(ops if isinstance(ops, list) else [ops]):
-        starts, lengths = idle_gaps(op_starts, op_ends)
-        keep = lengths >= min_gap_ns
-        if keep.any():
-            out.append(pd.DataFrame({"pid": pid, "device_id": dev, "start": starts[keep],
-                                     "end": starts[keep] + lengths[keep], "duration": lengths[keep]}))
+        starts, lengths = gaps_at_least(op_starts, op_ends, min_gap_ns)
+        if len(starts):
+            out.append(pd.DataFrame({"pid": pid, "device_id": dev, "start": starts,
+                                     "end": starts + lengths, "duration": lengths}))
     if not out:
         return pd.DataFrame(columns=["pid", "device_id", "start", "end", "duration"])
     return pd.concat(out, ignore_index=True)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.analysis.budget import part_of_class, require_visible_kernels
-from nsys_rules.analysis.grouped import column_codes, first_rows, group_ids
+from nsys_rules.analysis.grouped import code_durations, column_codes, first_rows, group_ids, masked_durations
 from nsys_rules.analysis.launches import launching_rows
 from nsys_rules.analysis.names import is_any_launch, is_waiting_call
 from nsys_rules.analysis.tails import (clean_range_name, nvtx_path, periodic_tail, positional_tail, slow_runs, step_index,
@@ -306,26 +306,19 @@ class KernelTail(Rule):
         waiting = np.array([is_waiting_call(str(n)) for n in uniques] + [True], bool)  # last: NULL
         lo, hi = ctx.window_bounds()
         window_ns = float(max(hi - lo, 1))
-        sub = ~waiting[codes]
-        sub &= codes >= 0
-        if not sub.any():
-            return
-        # Only the judged calls, as int64 ns (exact; tail_table's sums and quantiles come out the
-        # same as from float64) and int32 group ids: the smallest arrays that hold them.
-        durations = api["end"].to_numpy()[sub]
-        durations -= api["start"].to_numpy()[sub]
-        picked = codes[sub]
-        del sub
+        start, end = api["start"].to_numpy(), api["end"].to_numpy()
         # Names whose calls add up to less than the share a tail must reach (a tail is at most the
         # calls' whole time), or too few calls, cannot be reported: left out before the sort.
-        reportable = (np.bincount(picked, weights=durations, minlength=len(uniques)) / window_ns >= opts.api_min_share_pct / 100
-                      ) & (np.bincount(picked, minlength=len(uniques)) >= opts.min_count)
+        count, total = code_durations(codes, start, end, len(uniques))
+        reportable = ~waiting[:-1] & (total / window_ns >= opts.api_min_share_pct / 100) & (count >= opts.min_count)
         if not reportable.any():
             return
-        if not reportable[picked].all():
-            keep = reportable[picked]
-            durations, picked = durations[keep], picked[keep]
-            del keep
+        # Only the reportable calls, as int64 ns (exact; tail_table's sums and quantiles come out the
+        # same as from float64) and their name codes: the smallest arrays that hold them.
+        sub = np.append(reportable, False)[codes]  # code -1 (NULL) reads the appended False
+        durations = masked_durations(start, end, sub)
+        picked = codes[sub]
+        del sub
         group, first = pd.factorize(picked)  # first: the name code of each group
         group = group.astype(np.int32)
         del picked

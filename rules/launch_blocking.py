@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.analysis.commands import recapture_command
-from nsys_rules.analysis.launches import launch_key
+from nsys_rules.analysis.launches import keys_rising, launch_key
 from nsys_rules.analysis.names import KERNEL_LAUNCH_APIS, in_set
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Renamed, Rule, RuleContext, metric
@@ -47,8 +47,10 @@ def blocking_share(kernel_start: np.ndarray, kernel_end: np.ndarray, api_start: 
     if not len(kernel_end):
         return 0.0, 0, False
     waited = api_end >= kernel_end
+    # The median first (partitioning its own temporary), then the kernels' lengths: one 8 MB array at a time.
+    typical_call = np.median(api_end - api_start, overwrite_input=True)
     long = np.subtract(kernel_end, kernel_start)
-    long = long > np.median(api_end - api_start)
+    long = long > typical_call
     if long.sum() >= min_long_kernels:
         return float(waited[long].mean()), int(long.sum()), True
     return float(waited.mean()), len(waited), False
@@ -59,10 +61,9 @@ def per_launch_call(pid: np.ndarray, corr: np.ndarray, k_start: np.ndarray, k_en
     """Kernels merged per launch call (pid + correlationId): first kernel start, last kernel end, the call."""
     # copy=False: no consolidated 2-D copy of the four columns.
     frame = pd.DataFrame({"k_start": k_start, "k_end": k_end, "a_start": a_start, "a_end": a_end}, copy=False)
-    keys = launch_key(pid, corr)
-    rising = len(keys) < 2 or bool((keys[1:] > keys[:-1]).all())  # rising keys cannot repeat: skip the hash
-    if rising:  # the usual case: one kernel per launch call, no group-by needed
+    if keys_rising(pid, corr):  # rising keys cannot repeat: one kernel per launch call (the usual case)
         return frame
+    keys = launch_key(pid, corr)
     key = pd.Series(keys, copy=False)
     shared = key.duplicated(keep=False).to_numpy()
     if not shared.any():

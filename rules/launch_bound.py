@@ -70,7 +70,7 @@ def launch_profile(kernels: pd.DataFrame, api_end: np.ndarray, lo: int, hi: int,
     if len(s) > 1 and not bool((s[1:] >= s[:-1]).all()):  # kernels usually come in start order: no sort
         order = np.argsort(s, kind="stable")
         s, e, launched = s[order], e[order], launched[order]
-    median = float(np.median(e - s)) if len(s) else 0.0
+    median = float(np.median(e - s, overwrite_input=True)) if len(s) else 0.0  # partitions its own temporary
     if len(s) > 1:
         # Ends in order need no running max (a view), and the masks are combined in place: no
         # temporary as long as the kernels beyond the ones needed.

@@ -58,14 +58,18 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
     something the trace does not show (another process, a cross-stream dependency).
     """
     # Summaries first, then only the waiting kernels are kept: one row-length temporary at a time.
+    # The quantiles partition these temporaries in place (overwrite_input: the same order statistics,
+    # no copy each), after the sums and the row-aligned mask are taken.
     dur = k_end - k_start
-    median_kernel, kernel_total = float(np.median(dur)), int(dur.sum())
+    kernel_total = int(dur.sum())
+    median_kernel = float(np.median(dur, overwrite_input=True))
     del dur
     queue = np.subtract(k_start, api_end)
     np.maximum(queue, 0, out=queue)
-    count, median_queue, p90_queue, queue_total = (len(queue), float(np.median(queue)),
-                                                   float(np.percentile(queue, 90)), int(queue.sum()))
+    count, queue_total = len(queue), int(queue.sum())
     waiting = queue > min_queue_ns
+    median_queue = float(np.median(queue, overwrite_input=True))
+    p90_queue = float(np.percentile(queue, 90, overwrite_input=True))
     del queue
     q_from = api_end[waiting]
     q_from += min_queue_ns
@@ -78,19 +82,28 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
         if not inside.all():
             q_lo, q_hi = q_lo[inside], q_hi[inside]
         del inside
-    b_lo, b_hi = device_busy
-    if len(b_lo) > 1:
-        # Gaps of a few us between back-to-back kernels are the device's own dispatch latency
-        # (a graph's nodes, a queue of launches), not time lost to something else: close them.
-        keep = np.ones(len(b_lo), bool)
-        keep[1:] = (b_lo[1:] - b_hi[:-1]) >= min_queue_ns
-        closes = np.ones(len(b_lo), bool)  # boolean selection: no index arrays of 8 bytes per interval
-        closes[:-1] = keep[1:]
-        b_lo, b_hi = b_lo[keep], b_hi[closes]
-        del keep, closes
+    b_lo, b_hi = close_short_gaps(device_busy, min_queue_ns)
     # |Q u B| - |B| = |Q| - |Q n B| for disjoint sorted Q and B: no merge of the two.
     idle_queued = int((q_hi - q_lo).sum() - overlap_length((q_lo, q_hi), (b_lo, b_hi)))
     return QueueProfile(count, median_queue, p90_queue, median_kernel, queue_total, kernel_total, max(0, idle_queued))
+
+
+def close_short_gaps(busy: tuple[np.ndarray, np.ndarray], min_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """The device's busy periods with gaps shorter than ``min_ns`` closed (the same set when none is).
+
+    Gaps of a few us between back-to-back kernels are the device's own dispatch latency (a
+    graph's nodes, a queue of launches), not time lost to something else.
+    """
+    b_lo, b_hi = busy
+    if len(b_lo) < 2:
+        return b_lo, b_hi
+    keep = np.ones(len(b_lo), bool)
+    np.greater_equal(b_lo[1:] - b_hi[:-1], min_ns, out=keep[1:])
+    if keep.all():  # already closed (the caller closes them once for every stream): no copies
+        return b_lo, b_hi
+    closes = np.ones(len(b_lo), bool)  # boolean selection: no index arrays of 8 bytes per interval
+    closes[:-1] = keep[1:]
+    return b_lo[keep], b_hi[closes]
 
 
 def _ids(column: pd.Series) -> np.ndarray:
@@ -185,6 +198,7 @@ class QueueDelay(Rule):
             del starts, ends, k_start, k_end
             span = max(1, hi - lo)
             busy_share = busy_within(busy, lo, hi) / span
+            busy = close_short_gaps(busy, opts.min_queue_ns)  # once for every stream, the unclosed set freed
             launches = counted if on is None else counted & on
             for stream in sorted(pd.unique(stream_all[launches])):
                 grp = launches & (stream_all == stream)

@@ -259,15 +259,20 @@ def _first_seen(ctx: RuleContext, slow: np.ndarray, limit: int = 3) -> str:
     model = ctx.steps
     assert model is not None
     ops = gpu_ops(ctx.trace)
+    every_symbol = kernel_symbols(ctx.trace)  # built (and cached) before this rule's own row arrays
     mine = (ops.kind == KERNEL) & (ops.launch >= 0)
     if model.pid is not None:
         mine &= ops.pid == model.pid
-    step = np.full(len(ops), -1, np.int64)
-    step[mine] = point_in(ops.launch[mine], model.host[:, 0], model.host[:, 1])
+    # Placed in steps on every row (a view, no gathered launch times), then the other rows unset.
+    step = point_in(ops.launch, model.host[:, 0], model.host[:, 1])
+    np.logical_not(mine, out=mine)
+    step[mine] = -1
+    del mine
     held = step >= 0
     if not held.any():
         return ""
-    symbols, steps_of = kernel_symbols(ctx.trace)[held], step[held]
+    symbols, steps_of = every_symbol[held], step[held]
+    del step
     # Per symbol (dense codes): its earliest step, and its first row, which orders the names.
     first_step = np.full(int(symbols.max()) + 1, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(first_step, symbols, steps_of)

@@ -267,11 +267,16 @@ def kernel_symbols(trace: Trace) -> np.ndarray:
     if hit is not None:
         return hit
     ops = gpu_ops(trace)
-    out = np.full(len(ops), -1, np.int64)
     kernels = ops.kind == KERNEL
     if kernels.any():
-        frame = trace.frame("kernels", COLUMNS["kernels"])
-        out[kernels] = _symbols(frame)[ops.table_row[kernels]]
+        symbols = _symbols(trace.frame("kernels", COLUMNS["kernels"]))
+        # Every row gathered by its table row (clipped: a copy's row may lie past the kernels), then
+        # the other kinds set to -1: no masked row-number and value arrays beside the result.
+        out = np.take(symbols, ops.table_row, mode="clip")
+        del symbols
+        out[~kernels] = -1
+    else:
+        out = np.full(len(ops), -1, np.int64)
     out.flags.writeable = False
     _SYMBOLS[trace] = out
     return out
@@ -284,12 +289,20 @@ def _symbols(kernels: pd.DataFrame) -> np.ndarray:
     """Codes of (name, grid, block) per kernel row: a 64-bit mix of the fields, then one hash factorization."""
     key = kernels["name"].cat.codes.to_numpy().astype(np.uint64) if "name" in kernels else np.zeros(
         len(kernels), np.uint64)
+    # In place (the same bits as int64 -> uint64 conversions): one key array, not four temporaries per field.
     with np.errstate(over="ignore"):
         for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"):
-            if c in kernels:
-                key = key * np.uint64(1_000_003) ^ _int(kernels, c, np.int64).astype(np.uint64)
+            if c not in kernels:
+                continue
+            np.multiply(key, np.uint64(1_000_003), out=key)
+            dtype = kernels[c].dtype  # a numpy integer column as it is; nullable or float ones through _int
+            field = kernels[c].to_numpy() if isinstance(dtype, np.dtype) and dtype.kind in "iu" else _int(
+                kernels, c, np.int64)
+            if field.strides == (0,):  # one launch dimension for every kernel (loaders.columns.one_value)
+                field = field[:1].astype(np.int64)
+            np.bitwise_xor(key, field, out=key, casting="unsafe", dtype=np.uint64)  # sign-extended, as int64 -> uint64
     codes, _ = pd.factorize(key)
-    return codes.astype(np.int64)
+    return codes.astype(np.int64, copy=False)
 
 
 def graph_replays(trace: Trace, ops: GpuOps | None = None) -> pd.DataFrame:

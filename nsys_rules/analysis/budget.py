@@ -178,7 +178,9 @@ def _budget(trace: Trace, model: StepModel) -> Budget | None:
     per_step["contention"] = busy_all - own_busy
     gaps = complement(everything[0], everything[1], lo, hi)
     del everything  # the union is not needed past its gaps: freed before the gaps are judged
-    idle = _idle_parts(trace, sub, gaps, steps)
+    # The launching threads' timelines, kept for the evidence's host overhead (the same unions).
+    timelines: dict[tuple[int, int], HostTimeline] = {}
+    idle = _idle_parts(trace, sub, gaps, steps, timelines)
     per_step.update(idle)
     durations = b - a
     median_step = int(np.argsort(durations, kind="stable")[(len(durations) - 1) // 2])
@@ -199,7 +201,7 @@ def _budget(trace: Trace, model: StepModel) -> Budget | None:
     per_step = {k: v for k, v in per_step.items() if not k.startswith("_")}
     kept = tuple(p for p in parts if p.ns or p.kind == "idle")
     busy = sum(p.ns for p in kept if p.kind == "busy" and p.name != "contention")
-    facts = evidence(trace, model, {p.name: p.ns for p in kept}, busy)
+    facts = evidence(trace, model, {p.name: p.ns for p in kept}, busy, timelines)
     return Budget(len(steps), int(durations.sum()), durations, kept, per_step, model.device, model.pid, streams,
                   median_step, facts)
 
@@ -257,10 +259,11 @@ def _own_work(ops: GpuOps, model: StepModel) -> tuple[np.ndarray, tuple[int, ...
 GAP_BATCH = 8192
 
 
-def _idle_parts(trace: Trace, ops: GpuOps, gaps: tuple[np.ndarray, np.ndarray], steps: np.ndarray
-                ) -> dict[str, np.ndarray]:
+def _idle_parts(trace: Trace, ops: GpuOps, gaps: tuple[np.ndarray, np.ndarray], steps: np.ndarray,
+                timelines: dict[tuple[int, int], HostTimeline]) -> dict[str, np.ndarray]:
     """Idle time per step by cause (see the module docstring).
 
+    ``timelines`` caches the launching threads' timelines (filled here, read by the evidence).
     A gap's cause is judged on the whole gap (what the GPU waits for, whether a sync released the
     host at its start); a step boundary inside a gap only splits its time between the two steps.
     """
@@ -268,15 +271,16 @@ def _idle_parts(trace: Trace, ops: GpuOps, gaps: tuple[np.ndarray, np.ndarray], 
     out = {name: np.zeros(n, np.int64) for name in ("launch_wait", "after_sync", "allocation", "module_loading",
                                                    "graph_internal", "idle_other", "_launch_api", "_launch_host")}
     gaps_s, gaps_e = gaps
-    timelines: dict[tuple[int, int], HostTimeline] = {}
+    recurring: dict[tuple[int, int], bool] = {}  # per thread, whether it loads modules in most steps
     for first in range(0, len(gaps_s), GAP_BATCH):
         _idle_batch(trace, ops, gaps_s[first:first + GAP_BATCH], gaps_e[first:first + GAP_BATCH], steps, out,
-                    timelines)
+                    timelines, recurring)
     return out
 
 
 def _idle_batch(trace: Trace, ops: GpuOps, gap_s: np.ndarray, gap_e: np.ndarray, steps: np.ndarray,
-                out: dict[str, np.ndarray], timelines: dict[tuple[int, int], HostTimeline]) -> None:
+                out: dict[str, np.ndarray], timelines: dict[tuple[int, int], HostTimeline],
+                recurring: dict[tuple[int, int], bool]) -> None:
     nxt = np.searchsorted(ops.start, gap_e, side="left")  # the operation that ends the gap
     has_next = nxt < len(ops)
     nxt_c = np.minimum(nxt, len(ops) - 1)
@@ -302,8 +306,10 @@ def _idle_batch(trace: Trace, ops: GpuOps, gap_s: np.ndarray, gap_e: np.ndarray,
             after = np.zeros(len(gap_s), bool)
             after[gaps] = timeline.sync_ended_in(gap_s[gaps], gap_e[gaps])
             sel = gaps[owner]
+            if key not in recurring:  # the same answer for every batch: judged once
+                recurring[key] = _loads_recur(timeline.load_starts, steps)
             _attribute(out, timeline, piece_s[sel], piece_e[sel], step[sel], after[owner][sel],
-                       compiles=not _loads_recur(timeline.load_starts, steps))
+                       compiles=not recurring[key])
 
 
 def _loads_recur(load_starts: np.ndarray, steps: np.ndarray) -> bool:

@@ -18,7 +18,8 @@ import numpy as np
 
 from ..trace import Trace
 from .activity import KERNEL, gpu_ops, kernel_symbols
-from .intervals import Coverage, merge_intervals, point_in
+from .budget_host import HostTimeline
+from .intervals import point_in, union_coverage
 from .step_detectors import periodic_run
 from .steps import StepModel
 
@@ -30,10 +31,12 @@ DECODE = re.compile(r"decode|generat|token", re.IGNORECASE)
 FUSION_SHARE = 0.15
 
 
-def evidence(trace: Trace, model: StepModel, parts: dict[str, int], busy_ns: int) -> dict[str, Any]:
-    """The budget's evidence for ``model``'s steady steps (``parts``: part name -> ns)."""
+def evidence(trace: Trace, model: StepModel, parts: dict[str, int], busy_ns: int,
+             timelines: dict[tuple[int, int], HostTimeline] | None = None) -> dict[str, Any]:
+    """The budget's evidence for ``model``'s steady steps (``parts``: part name -> ns; ``timelines``: the
+    budget's host timelines, see :func:`host_overhead`)."""
     out: dict[str, Any] = {}
-    host = host_overhead(trace, model)
+    host = host_overhead(trace, model, timelines)
     if host:
         out["host"] = host
     fusion = fusion_share(parts, busy_ns)
@@ -45,8 +48,13 @@ def evidence(trace: Trace, model: StepModel, parts: dict[str, int], busy_ns: int
     return out
 
 
-def host_overhead(trace: Trace, model: StepModel) -> dict[str, Any] | None:
-    """The launching thread's time per host step inside and outside CUDA calls (medians over the steps)."""
+def host_overhead(trace: Trace, model: StepModel,
+                  timelines: dict[tuple[int, int], HostTimeline] | None = None) -> dict[str, Any] | None:
+    """The launching thread's time per host step inside and outside CUDA calls (medians over the steps).
+
+    ``timelines``: the budget's host timelines; the thread's calls are taken from there when it has them
+    (the same union, built once).
+    """
     if not trace.has("api") or not model.count:
         return None
     ops = gpu_ops(trace)
@@ -54,11 +62,22 @@ def host_overhead(trace: Trace, model: StepModel) -> dict[str, Any] | None:
     if not mine.any():
         return None
     api = trace.frame("api", ["start", "end", "pid", "tid"])
-    tids = api["tid"].to_numpy()[ops.api_row[mine]]
-    values, counts = np.unique(tids, return_counts=True)
-    tid = values[np.argmax(counts)]  # the thread that launched most of the work
-    rows = (api["tid"].to_numpy() == tid) & (api["pid"].to_numpy() == model.pid if model.pid is not None else True)
-    calls = Coverage(*merge_intervals(api["start"].to_numpy()[rows], api["end"].to_numpy()[rows]))
+    tid_column = api["tid"].to_numpy()
+    if tid_column.strides == (0,):  # one thread made every call (loaders.columns.one_value)
+        tid = tid_column[0]
+    else:
+        values, counts = np.unique(tid_column[ops.api_row[mine]], return_counts=True)
+        tid = values[np.argmax(counts)]  # the thread that launched most of the work
+    start, end = api["start"].to_numpy(), api["end"].to_numpy()
+    known = timelines.get((int(model.pid), int(tid))) if timelines and model.pid is not None else None
+    # The budget's union takes calls that never nest as they are; with a damaged call (end before
+    # start) only a merged union is the same as before, so that case builds its own.
+    if known is not None and bool((end >= start).all()):
+        calls = known.any_call
+    else:
+        rows = (tid_column == tid) & (api["pid"].to_numpy() == model.pid if model.pid is not None else True)
+        calls = union_coverage(start, end) if rows.all() else union_coverage(start[rows], end[rows])
+        del rows
     a, b = model.host[:, 0], model.host[:, 1]
     inside = calls.within(a, b)
     length = np.maximum(b - a, 1)

@@ -40,22 +40,55 @@ def total_length(starts: np.ndarray, ends: np.ndarray) -> int:
     return int(np.subtract(ends, starts).sum()) if len(starts) else 0
 
 
+#: Rows per chunk of :func:`busy_ns`: its temporaries (2 MB as int64) stay under malloc's mmap threshold.
+_CHUNK = 1 << 18
+
+
 def busy_ns(starts: np.ndarray, ends: np.ndarray, lo: int | None = None, hi: int | None = None) -> int:
-    """Time covered by at least one interval, optionally clipped to [lo, hi]."""
-    return busy_within(merge_intervals(starts, ends), lo, hi)
+    """Time covered by at least one interval, optionally clipped to [lo, hi].
+
+    In start order, each interval adds the part of it past the latest end seen so far (the
+    earlier intervals cover everything from its start up to that end): summed in chunks, with
+    no merged copy of the intervals (two arrays as long as the busy periods, plus clipped
+    copies of both: ~32 MB on a million kernels). Whole ns, so the same sum as the union's.
+    """
+    s = np.asarray(starts, np.int64)
+    e = np.asarray(ends, np.int64)
+    if not rising(s):
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+    total = 0
+    reach = np.iinfo(np.int64).min  # the latest end before the chunk
+    for first in range(0, len(s), _CHUNK):
+        cs, ce = s[first:first + _CHUNK], e[first:first + _CHUNK]
+        floor = np.empty(len(cs), np.int64)  # where each interval's new part starts
+        floor[0] = reach
+        np.maximum.accumulate(ce[:-1], out=floor[1:])
+        np.maximum(floor, reach, out=floor)
+        reach = max(reach, int(floor[-1]), int(ce[-1]))
+        np.maximum(floor, cs, out=floor)
+        if lo is not None:
+            np.maximum(floor, lo, out=floor)
+        top = np.minimum(ce, hi) if hi is not None else ce.copy()
+        top -= floor
+        np.maximum(top, 0, out=top)
+        total += int(top.sum())
+    return total
 
 
 def busy_within(union: tuple[np.ndarray, np.ndarray], lo: int | None = None, hi: int | None = None) -> int:
     """Covered length of a disjoint interval set (``merge_intervals``' result) inside [lo, hi]."""
-    s, e = union
-    if not len(s):
-        return 0
-    # Fresh arrays clipped in place: one copy per side, not a temporary per operation.
-    s = np.maximum(s, lo) if lo is not None else s.copy()
-    e = np.minimum(e, hi) if hi is not None else e.copy()
-    e -= s
-    np.maximum(e, 0, out=e)
-    return int(e.sum())
+    starts, ends = union
+    total = 0
+    # In chunks, clipped in place: no copy as long as the union (2 x 8 MB on a million busy periods).
+    for first in range(0, len(starts), _CHUNK):
+        s, e = starts[first:first + _CHUNK], ends[first:first + _CHUNK]
+        s = np.maximum(s, lo) if lo is not None else s.astype(np.int64)
+        e = np.minimum(e, hi) if hi is not None else e.astype(np.int64)
+        e -= s
+        np.maximum(e, 0, out=e)
+        total += int(e.sum())
+    return total
 
 
 def busy_by_group(start: np.ndarray, end: np.ndarray, group: np.ndarray | None = None) -> pd.Series:
@@ -86,6 +119,40 @@ def idle_gaps(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndar
     if len(s) < 2:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     return e[:-1], s[1:] - e[:-1]
+
+
+def gaps_at_least(starts: np.ndarray, ends: np.ndarray, min_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """The :func:`idle_gaps` at least ``min_ns`` long: (gap start, gap length), in time order.
+
+    Found in chunks with the running end carried over: no union of the intervals, no lengths of
+    every gap (a million kernels have a gap before nearly each), only the long gaps are kept.
+    """
+    s = np.asarray(starts, np.int64)
+    e = np.asarray(ends, np.int64)
+    if not rising(s):
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+    found_s: list[np.ndarray] = []
+    found_len: list[np.ndarray] = []
+    reach: int | None = None  # the latest end before the chunk
+    for first in range(0, len(s), _CHUNK):
+        cs, ce = s[first:first + _CHUNK], e[first:first + _CHUNK]
+        before = np.empty(len(cs), np.int64)  # the latest end before each interval
+        np.maximum.accumulate(ce[:-1], out=before[1:])
+        if reach is None:
+            before[0] = cs[0]  # the first interval of all opens no gap
+            reach = int(ce[0]) if len(cs) == 1 else max(int(before[-1]), int(ce[-1]))
+        else:
+            before[0] = reach
+            np.maximum(before[1:], reach, out=before[1:])
+            reach = max(int(before[-1]), int(ce[-1]))
+        before_gap = cs - before
+        long = before_gap >= max(min_ns, 1)
+        found_s.append(before[long])
+        found_len.append(before_gap[long])
+    if not found_s:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate(found_s), np.concatenate(found_len)
 
 
 class Coverage:
@@ -159,6 +226,15 @@ class Coverage:
         return out
 
 
+def union_coverage(starts: np.ndarray, ends: np.ndarray) -> Coverage:
+    """:class:`Coverage` of the union of intervals: the intervals themselves when each ends before the next
+    starts (one thread's calls, the usual case), with no merged copy (2 x 18 MB on 2.2M calls)."""
+    s, e = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    if len(s) < 2 or bool((s[1:] >= e[:-1]).all()) and bool((e >= s).all()):
+        return Coverage(s, e)
+    return Coverage(*merge_intervals(s, e))
+
+
 def coverage(starts: np.ndarray, ends: np.ndarray, depth: int = 1) -> Coverage:
     """The time during which at least ``depth`` (1 or 2) of the intervals run at once, ready for overlap queries.
 
@@ -194,7 +270,9 @@ def overlap_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.nda
     """Length shared by two disjoint interval sets."""
     if not len(a[0]) or not len(b[0]):
         return 0
-    return int(Coverage(*b).within(a[0], a[1]).sum())
+    cover = Coverage(*b)
+    # ``a``'s intervals looked up in chunks: each lookup makes a few temporaries as long as its queries.
+    return sum(int(cover.within(a[0][i:i + _CHUNK], a[1][i:i + _CHUNK]).sum()) for i in range(0, len(a[0]), _CHUNK))
 
 
 def union(*sets: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -259,10 +337,15 @@ def point_in(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
         return np.full(len(times), -1, np.int64)
     pos = np.searchsorted(starts, times, side="right")
     pos -= 1
-    # Gathers over every row (clipped) beat boolean-mask selections on a million launches.
-    inside = times <= ends[np.maximum(pos, 0)]
+    # Gathers over every row (clipped) beat boolean-mask selections on a million launches; the
+    # answer is written into the positions themselves (one row-length array fewer at the peak).
+    reach = ends[np.maximum(pos, 0)]
+    inside = times <= reach
+    del reach
     inside &= pos >= 0
-    return np.where(inside, pos, -1)
+    np.logical_not(inside, out=inside)
+    pos[inside] = -1
+    return pos.astype(np.int64, copy=False)
 
 
 def counts_in(sorted_times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

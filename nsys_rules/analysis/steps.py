@@ -26,6 +26,7 @@ import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from ..trace import Trace
 from .activity import COLUMNS as ACTIVITY_COLUMNS
@@ -234,10 +235,13 @@ def _project(ops: GpuOps, host: np.ndarray, pid: int | None
     work = np.full((len(host), 2), -1, np.int64)
     if not held.any():
         return work, None, (), launches
-    devices, inverse = np.unique(ops.device[held], return_inverse=True)
-    busy = np.bincount(inverse, weights=ops.duration[held])
-    device = int(devices[np.argmax(busy)])
-    held &= ops.device == device
+    if ops.device.strides == (0,):  # one GPU ran everything (loaders.columns.one_value): no sort, no mask
+        device = int(ops.device[0])
+    else:
+        devices, inverse = np.unique(ops.device[held], return_inverse=True)
+        busy = np.bincount(inverse, weights=ops.duration[held])
+        device = int(devices[np.argmax(busy)])
+        held &= ops.device == device
     streams = loop_streams(ops.stream[held], index[held], len(host), ops.duration[held])
     held &= np.isin(ops.stream, streams)
     first = np.full(len(host), np.iinfo(np.int64).max, np.int64)
@@ -252,9 +256,11 @@ def _project(ops: GpuOps, host: np.ndarray, pid: int | None
 def loop_streams(stream: np.ndarray, step: np.ndarray, steps: int, duration: np.ndarray) -> tuple[int, ...]:
     """Streams with work in at least half of the steps (else the busiest one)."""
     out = []
-    for s in np.unique(stream):
+    values = np.sort(pd.unique(stream))  # the distinct streams by hash: no sort of a million rows
+    for s in values:
         # Distinct steps of the stream by a count per step (steps are 0..steps-1): no sort of a million rows.
-        if np.count_nonzero(np.bincount(step[stream == s], minlength=steps)) >= 0.5 * steps:
+        of_stream = step if len(values) == 1 else step[stream == s]
+        if np.count_nonzero(np.bincount(of_stream, minlength=steps)) >= 0.5 * steps:
             out.append(int(s))
     if not out and len(stream):
         values, inverse = np.unique(stream, return_inverse=True)

@@ -183,3 +183,24 @@ def test_positional_tail_of_some_groups_equals_their_rows_of_the_whole(seed):
     rows = np.flatnonzero(np.isin(group, chosen))
     part = tails.positional_tail(group[rows], step[rows], None if order is None else order[rows], durations[rows], p50)
     assert part.loc[chosen].equals(whole.loc[chosen])
+
+
+@pytest.mark.parametrize("case", ["rising", "repeat", "two_pids", "negative", "wide"])
+def test_keys_rising_reads_the_ids_as_the_keys_would(case):
+    from nsys_rules.analysis.launches import keys_rising, launch_key
+
+    rng = np.random.default_rng(4)
+    corr = np.cumsum(rng.integers(1, 5, 10_000)).astype(np.int32)
+    pid = np.broadcast_to(np.array([77], np.int32), corr.shape)  # one process, as loaders.columns.one_value keeps it
+    if case == "repeat":
+        corr[500] = corr[499]
+    elif case == "two_pids":
+        pid = np.where(np.arange(len(corr)) < 5000, 5, 3).astype(np.int32)
+    elif case == "negative":
+        corr[0] = -7  # low 32 bits of -7 sort after every positive id
+    elif case == "wide":
+        corr = corr.astype(np.int64) + (1 << 33)
+    key = launch_key(pid, corr)
+    assert keys_rising(pid, corr) == bool((key[1:] > key[:-1]).all())
+    assert keys_rising(pid, corr) is {"rising": True, "repeat": False, "two_pids": False, "negative": False,
+                                      "wide": True}[case]

@@ -21,6 +21,7 @@ from .records import RunError, Skipped, TraceInfo
 from .registry import Registry
 from .report import Report, TraceResult
 from .rule import Rule, RuleContext
+from .rule_threads import run_all, thread_count
 from .textsafe import clip
 from .trace import Trace
 from .windows import FULL, SteadyOptions, Window, require_activity, steady_state_window, user_window
@@ -72,12 +73,16 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
     model = windows.model()
     steps = model if model is not None and model.count else None
     budget = step_budget(trace, steps) if steps is not None else None
-    for rule, options in runnable:
-        if progress:
-            progress(rule.name)
-        # Isolated and time-limited (nsys_rules.isolation): a failing, hanging or lying rule is an error entry.
-        outcome = run_rule(rule, functools.partial(_context, trace, rule, options, windows, steps, budget),
-                           trace.label, settings.rule_timeout)
+    # Isolated and time-limited (nsys_rules.isolation): a failing, hanging or lying rule is an error entry.
+    # On many cores the rules run side by side (nsys_rules.rule_threads); the outcomes keep their order.
+    outcomes = run_all(
+        runnable,
+        lambda item: run_rule(item[0], functools.partial(_context, trace, item[0], item[1], windows, steps, budget),
+                              trace.label, settings.rule_timeout),
+        thread_count(len(runnable), settings.max_memory is not None),
+        started=(lambda item: progress(item[0].name)) if progress else None,
+        shareable=lambda item: item[0].__module__.startswith("nsys_rules."))
+    for (rule, _), outcome in zip(runnable, outcomes, strict=True):
         override = settings.severity.get(rule.name)
         result.findings.extend(dataclasses.replace(f, severity=override) if override else f for f in outcome.findings)
         result.skipped.extend([outcome.skipped] if outcome.skipped else [])

@@ -77,9 +77,10 @@ class Fp32Gemm(Rule):
         if kernels.empty:
             return
         budget = ctx.budget
-        if budget is not None:
-            kernels = kernels.loc[kernels["device_id"].to_numpy() == budget.device]
         simt = flag_names(kernels["name"], is_simt_gemm)
+        if budget is not None and simt.any():
+            # The budget's device only, as a mask: no copy of every kernel row for the usual trace without any.
+            simt &= kernels["device_id"].to_numpy() == budget.device
         if not simt.any():
             return
         rows = kernels.loc[simt]
@@ -96,7 +97,8 @@ class Fp32Gemm(Rule):
             return
         tf32 = cc[0] >= 8
         # The saving comes out of the GEMM part of the step: never more than that part holds.
-        ceiling = budget.ns("gemm") if budget is not None and budget.ns("gemm") > 0 else spent
+        gemm_part = budget.ns("gemm") if budget is not None else 0
+        ceiling = gemm_part if gemm_part > 0 else spent
         saving = min(spent * (1 - 1 / opts.speedup), ceiling)
         by_name = (rows.assign(d=durations).groupby("name", observed=True)["d"].sum()
                    .sort_values(ascending=False).head(3))

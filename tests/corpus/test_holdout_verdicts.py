@@ -13,24 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli, validate_report
+from tests.capture_verdicts import check_json, verdict_problems
 
 HERE = Path(__file__).resolve().parents[1] / "data" / "holdout"
-LEVEL = {"info": 0, "warning": 1, "error": 2}
 SPEC = json.loads((HERE / "expected.json").read_text())["traces"]
 
 
 @pytest.mark.parametrize("name", sorted(SPEC))
 def test_holdout_verdicts(name):
-    proc = run_cli("check", "--format", "json", "--fail-on", "never", str(HERE / name))
-    assert proc.returncode == 0, proc.stderr
-    worst: dict[str, int] = {}
-    for f in validate_report(proc.stdout)["findings"]:
-        worst[f["rule"]] = max(worst.get(f["rule"], -1), LEVEL[f["severity"]])
-    expected = SPEC[name]
-    missing = [r for r, floor in expected["must"].items() if worst.get(r, -1) < LEVEL[floor]]
-    false = [r for r in expected["must_not"] if worst.get(r, -1) > LEVEL["info"]]
-    assert not missing and not false, f"missing {missing}, false {false}"
+    assert verdict_problems(check_json(HERE / name)["findings"], SPEC[name]) == []
 
 
 def test_steady_state_without_nvtx_comes_from_the_per_step_readback():

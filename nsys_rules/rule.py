@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping
 
@@ -11,7 +12,7 @@ import pandas as pd
 
 from .analysis.activity import frame_api_rows
 from .analysis.budget import Budget
-from .analysis.launches import launch_api_rows, launch_times
+from .analysis.launches import launch_api_rows, launch_times, shared_api_rows
 from .analysis.steps import StepModel
 from .analysis.workload import looks_like_model
 from .compat import missing_table
@@ -129,18 +130,20 @@ class RuleContext:
             self._cache[key] = sub.reset_index(drop=True)
         return self._cache[key]
 
-    def launch_calls(self, name: str, names: bool = True) -> pd.DataFrame:
+    def launch_calls(self, name: str, names: bool = True, columns: Iterable[str] | None = None) -> pd.DataFrame:
         """:func:`~nsys_rules.analysis.launches.launch_api_rows` of ``frame(name)``, from the trace's shared
-        launch join (the GPU activity table) instead of a join per rule."""
+        launch join (the GPU activity table) instead of a join per rule; ``columns`` narrows what is gathered."""
         gpu = self.frame(name, ["start", "pid", "correlation_id"])
-        rows = frame_api_rows(self.trace, name)
         full = self.trace.frame(name, ["start", "pid", "correlation_id"])
+        rows = shared_api_rows(self.trace, full)
+        if rows is None:
+            rows = frame_api_rows(self.trace, name)
         if rows is None or len(rows) != len(full):
-            return launch_api_rows(self.trace, gpu, names)
+            return launch_api_rows(self.trace, gpu, names, columns=columns)
         span, mask = self._selection(name, full)
         if span is not None:
             rows = rows[span[0]:span[1]] if span[0] >= 0 else rows[mask]
-        return launch_api_rows(self.trace, gpu, names, api_rows=rows)
+        return launch_api_rows(self.trace, gpu, names, api_rows=rows, columns=columns)
 
     def _selection(self, name: str, full: pd.DataFrame) -> tuple[tuple[int, int] | None, np.ndarray | None]:
         """The window's rows of the trace's frame ``name`` as :func:`_contiguous` says (and the mask when
@@ -177,14 +180,21 @@ class RuleContext:
 
     def span(self) -> tuple[int, int]:
         """First and last timestamp of GPU and API activity in the whole trace."""
+        frames = [self.trace.frame(name, ["start", "end"]) for name in ("kernels", "memcpy", "memset", "api")
+                  if self.trace.has(name)]
+        # Several rules ask, and each answer is four scans of million-row columns: kept per trace
+        # (for as long as the trace holds these very frames).
+        hit = self.trace.__dict__.get("_activity_span")
+        if hit is not None and len(hit[0]) == len(frames) and all(a() is b for a, b in zip(hit[0], frames, strict=True)):
+            return hit[1]
         lo, hi = [], []
-        for name in ("kernels", "memcpy", "memset", "api"):
-            if self.trace.has(name):
-                f = self.trace.frame(name, ["start", "end"])
-                if len(f):
-                    lo.append(int(f["start"].min()))
-                    hi.append(int(f["end"].max()))
-        return (min(lo), max(hi)) if lo else (0, 0)
+        for f in frames:
+            if len(f):
+                lo.append(int(f["start"].min()))
+                hi.append(int(f["end"].max()))
+        span = (min(lo), max(hi)) if lo else (0, 0)
+        self.trace.__dict__["_activity_span"] = ([weakref.ref(f) for f in frames], span)  # never pins a frame
+        return span
 
     def window_bounds(self) -> tuple[int, int]:
         """The window clipped to the trace's activity span."""

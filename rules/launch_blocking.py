@@ -113,7 +113,7 @@ class LaunchBlocking(Rule):
         first_ns = last_ns = None
         if ctx.trace.has("kernels") and ctx.trace.has("api"):
             kernels = ctx.frame("kernels")
-            api = ctx.launch_calls("kernels")
+            api = ctx.launch_calls("kernels", columns=("api_start", "api_end", "api_name"))
             # One row per launch call: a graph launch or a multi-kernel call is not a single launch.
             rows = in_set(api["api_name"], KERNEL_LAUNCH_APIS)
             # Every kernel launched one by one (the usual eager trace): views, not six gathered copies.

@@ -135,7 +135,7 @@ class LaunchBound(Rule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
         kernels = ctx.frame("kernels")
-        api = ctx.launch_calls("kernels", names=True)
+        api = ctx.launch_calls("kernels", columns=("api_start", "api_end", "api_name"))
         # Kernels replayed from a CUDA graph are already launched as one: only kernels launched one
         # by one can be launch-bound, and a graph replay loop is never told to use CUDA graphs.
         by_graph = in_set(api["api_name"], GRAPH_LAUNCH_APIS)

@@ -158,7 +158,7 @@ class QueueDelay(Rule):
         if kernels.empty:
             return
         # Only the launch call's end is used: keep that column, not the whole frame.
-        api_end = ctx.launch_calls("kernels", names=False)["api_end"].to_numpy()
+        api_end = ctx.launch_calls("kernels", columns=("api_end",))["api_end"].to_numpy()
         start = kernels["start"].to_numpy()
         end = kernels["end"].to_numpy()
         # Damaged exports can lack ids (NULL or dropped columns): -1 keeps them one group, not a crash.

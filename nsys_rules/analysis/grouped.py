@@ -31,21 +31,28 @@ def group_ids(columns: Sequence[np.ndarray]) -> np.ndarray:
     ids = np.zeros(n, np.int64)
     if not n:
         return ids
+    bound = 1  # every id so far is below this: no scan of the ids per column
     for col in columns:
         col = np.asarray(col)
         if col.dtype.kind not in "iu":
             col = pd.factorize(col, use_na_sentinel=False)[0].astype(np.int64)
+        if col.strides == (0,):  # one value in every row (loaders.columns.one_value): splits nothing
+            continue
         low = int(col.min())
         span = int(col.max()) - low + 1
-        if int(ids.max()) * span >= (1 << 40):
+        if span == 1:
+            continue
+        if bound * span >= (1 << 40):
             ids = pd.factorize(ids)[0].astype(np.int64)
-            if int(ids.max()) * span >= (1 << 62):
+            bound = int(ids.max()) + 1
+            if bound * span >= (1 << 62):
                 codes = pd.factorize(col)[0].astype(np.int64)
                 col, low, span = codes, 0, int(codes.max()) + 1
         ids *= span  # in place: the key columns of a million rows would each be another temporary
         ids += col
         if low:
             ids -= low
+        bound *= span
     return pd.factorize(ids)[0].astype(np.int64, copy=False)
 
 
@@ -65,7 +72,7 @@ def first_rows(ids: np.ndarray) -> np.ndarray:
 def column_codes(column: pd.Series) -> np.ndarray:
     """Integer values of a key column: category codes for names (NULL = -1), -1 for missing numbers."""
     if isinstance(column.dtype, pd.CategoricalDtype):  # narrow codes: group_ids widens as it folds
-        return column.cat.codes.to_numpy()
+        return column.array.codes  # a view (``.cat.codes`` copies them)
     if column.dtype.kind in "iu":  # plain numpy integers: no NULLs to fill, no copy
         return column.to_numpy()
     return column.fillna(-1).to_numpy().astype(np.int64)

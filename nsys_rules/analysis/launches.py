@@ -14,6 +14,7 @@ their own frames; :func:`launching_rows` and :func:`launch_times` join against t
 from __future__ import annotations
 
 import weakref
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -112,8 +113,45 @@ def _launch_times(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
     api_start = trace.frame("api", ["start", "correlation_id", "pid"])["start"].to_numpy()
     if not len(api_start):
         return starts.copy()
+    shared = shared_api_rows(trace, gpu)
+    if shared is not None:  # the GPU activity table's join: a gather, not a search per row
+        out = np.take(api_start, shared, mode="clip")  # -1 reads the first row; replaced just below
+        np.copyto(out, starts, where=shared < 0)
+        return out
     rows, found = launching_rows(trace, gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
     return np.where(found, api_start[rows], starts)
+
+
+def shared_api_rows(trace: Trace, gpu: pd.DataFrame) -> np.ndarray | None:
+    """The launching API row of each row of one of the trace's own GPU frames (-1: none), read-only;
+    None for any other frame, or before the GPU activity table is built.
+
+    Taken from the activity table's join (:func:`~nsys_rules.analysis.activity.frame_api_rows`, a
+    scatter by row number) and kept per trace: the frame's launch times and every rule's
+    ``launch_calls`` share it (4 bytes a row), where each used to search the API ids again.
+    """
+    name = next((n for n, f in getattr(trace, "_frames", {}).items() if f is gpu), None)
+    if name is None:
+        return None
+    cache = _ROWS_CACHE.setdefault(trace, {})
+    hit = cache.get(name)
+    if hit is not None and hit[0] is gpu:
+        return hit[1]
+    from . import activity  # imported here: the activity table is built from this module's join
+
+    if activity._CACHE.get(trace) is None:  # not built: the join costs less than the whole table
+        return None
+    rows = activity.frame_api_rows(trace, name)
+    if rows is None or len(rows) != len(gpu):
+        return None
+    rows.flags.writeable = False
+    cache[name] = (gpu, rows)
+    return rows
+
+
+#: trace -> {table: (frame, API rows)}; weak on the trace so closing it frees the arrays.
+_ROWS_CACHE: "weakref.WeakKeyDictionary[Trace, dict[str, tuple[pd.DataFrame, np.ndarray]]]" = (
+    weakref.WeakKeyDictionary())
 
 
 def launch_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
@@ -209,54 +247,65 @@ def first_of_each_call(pid: np.ndarray, corr: np.ndarray, start: np.ndarray | No
     return out
 
 
-def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True, api_rows: np.ndarray | None = None
-                    ) -> pd.DataFrame:
+def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True, api_rows: np.ndarray | None = None,
+                    columns: Iterable[str] | None = None) -> pd.DataFrame:
     """For each GPU row (with ``pid`` and ``correlation_id``), its launching API call.
 
     Columns ``api_start``, ``api_end`` (-1 where the call is not in the trace) and, with
     ``names``, ``api_name`` (base name, ``_v<digits>`` removed; missing where the call is
     not in the trace) and ``api_raw`` (as nsys stores it), both categorical, aligned with ``gpu``.
+    ``columns`` narrows them to those named (each is a row-length gather).
     ``api_rows``, when the join is already known (the shared GPU activity table), gives each
     row's API row (-1: none) and skips it.
     """
+    wanted = tuple(columns) if columns is not None else (
+        ("api_start", "api_end", "api_name", "api_raw") if names else ("api_start", "api_end"))
     n = len(gpu)
     api = trace.frame("api", ["start", "end", "correlation_id", "pid", "name"]) if n and trace.has("api") else None
     if api is None or not len(api):
-        cols: dict[str, object] = {"api_start": np.full(n, -1, np.int64), "api_end": np.full(n, -1, np.int64)}
-        if names:
-            cols.update({"api_name": np.full(n, None, object), "api_raw": np.full(n, None, object)})
-        return pd.DataFrame(cols)
+        empty = {"api_start": lambda: np.full(n, -1, np.int64), "api_end": lambda: np.full(n, -1, np.int64),
+                 "api_name": lambda: np.full(n, None, object), "api_raw": lambda: np.full(n, None, object)}
+        return pd.DataFrame({c: empty[c]() for c in wanted}, index=pd.RangeIndex(n))
     if api_rows is not None:
         found = api_rows >= 0
-        rows = np.maximum(api_rows, 0)
+        rows = api_rows
     else:
         # The same join as launch_times (sorted keys shared per trace, or none needed for one process).
         rows, found = launching_rows(trace, gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
     every = bool(found.all())
-    out: dict[str, object] = {"api_start": _at(api["start"].to_numpy(), rows, found, every),
-                              "api_end": _at(api["end"].to_numpy(), rows, found, every)}
-    if names:
+    if rows.dtype != np.intp and len(wanted) > 1:
+        rows = rows.astype(np.intp)  # once, not once per gathered column
+    sources = {"api_start": lambda: api["start"].to_numpy(), "api_end": lambda: api["end"].to_numpy(),
+               "api_name": trace.api_names, "api_raw": lambda: api["name"]}
+    out: dict[str, object] = {}
+    for column in wanted:
+        values = sources[column]()
         # Names by category code, gathered only for the matched rows: never a Python string per call.
-        out["api_name"] = _names_at(trace.api_names(), rows, found)
-        out["api_raw"] = _names_at(api["name"], rows, found)
+        out[column] = _names_at(values, rows, found, every) if column in ("api_name", "api_raw") else \
+            _at(values, rows, found, every)
     # copy=False: the columns are fresh arrays; a consolidating copy would double them.
-    return pd.DataFrame(out, copy=False)
+    return pd.DataFrame(out, copy=False, index=pd.RangeIndex(n))
 
 
 def _at(values: np.ndarray, rows: np.ndarray, found: np.ndarray, every: bool) -> np.ndarray:
-    """``values[rows]``, -1 where not ``found``: one gathered array, patched in place (not a second from np.where)."""
-    out = values[rows]
+    """``values[rows]``, -1 where not ``found``: one gathered array, patched in place (not a second from np.where).
+
+    Rows not found may hold -1 (the shared join's mark): clipped, then patched.
+    """
+    out = np.take(values, rows, mode="clip")
     if not every:
         out[~found] = -1
     return out
 
 
-def _names_at(names: pd.Series, rows: np.ndarray, found: np.ndarray) -> pd.Categorical:
+def _names_at(names: pd.Series, rows: np.ndarray, found: np.ndarray, every: bool) -> pd.Categorical:
     """``names`` at ``rows`` as a categorical, missing where not ``found`` or NULL.
 
     Categorical, not an object column: pandas 3 turns an object column of str into an Arrow
     string column on assignment, a conversion per row.
     """
     cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
-    codes = np.where(found, cat.cat.codes.to_numpy()[rows], -1)
+    codes = np.take(cat.array.codes, rows, mode="clip")  # ``.cat.codes`` would copy every code first
+    if not every:
+        codes[~found] = -1
     return pd.Categorical.from_codes(codes, categories=cat.cat.categories, validate=False)

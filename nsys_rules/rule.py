@@ -170,9 +170,7 @@ class RuleContext:
         hit = cache.get(self.window)
         if hit is not None and hit[0] is names:
             return hit[1].copy(deep=False)  # a new object: a rule writing into it cannot touch the cache
-        full = self.trace.frame("api", ["start"])
-        mask = self.window.mask(full["start"].to_numpy())
-        span = _contiguous(mask)
+        span, mask = self._selection("api", self.trace.frame("api", ["start"]))  # the rows frame("api") holds
         out = names if span is None else (names.iloc[span[0]:span[1]] if span[0] >= 0 else names[mask])
         out = out.reset_index(drop=True)
         cache[self.window] = (names, out)

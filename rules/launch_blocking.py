@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.analysis.commands import recapture_command
+from nsys_rules.analysis.grouped import duration_sum
 from nsys_rules.analysis.launches import keys_rising, launch_key
 from nsys_rules.analysis.names import KERNEL_LAUNCH_APIS, in_set
 from nsys_rules.findings import Finding, Location, Severity
@@ -125,8 +126,8 @@ class LaunchBlocking(Rule):
                 share, judged, long_only = blocking_share(
                     per_call["k_start"].to_numpy(), per_call["k_end"].to_numpy(), per_call["a_start"].to_numpy(),
                     per_call["a_end"].to_numpy(), opts.min_long_kernels)
-                kernel_ns = int((per_call["k_end"] - per_call["k_start"]).sum())
-                api_ns = int((per_call["a_end"] - per_call["a_start"]).sum())
+                kernel_ns = duration_sum(per_call["k_start"].to_numpy(), per_call["k_end"].to_numpy())
+                api_ns = duration_sum(per_call["a_start"].to_numpy(), per_call["a_end"].to_numpy())
                 first_ns, last_ns = int(per_call["a_start"].min()), int(per_call["k_end"].max())
         behaves = judged > 0 and share >= opts.blocking_pct / 100
         if not env_set and not behaves:

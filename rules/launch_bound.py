@@ -8,6 +8,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.grouped import duration_sum
 from nsys_rules.analysis.intervals import busy_ns
 from nsys_rules.analysis.launches import first_of_each_call
 from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS, in_set
@@ -167,7 +168,7 @@ class LaunchBound(Rule):
                 sel = slice(None)  # type: ignore[assignment]
             sub = kernels.iloc[sel]
             launching = first_of_call[sel]
-            call_ns = int((api_end[sel][launching] - api_start[sel][launching]).sum())
+            call_ns = duration_sum(api_start[sel], api_end[sel], launching)
             prof = launch_profile(sub, api_end[sel], lo, hi, call_ns,
                                   int(launching.sum()), opts.max_launch_gap_ns, opts.graph_gap_ns)
             on_loop = budget is not None and budget.device == int(dev)

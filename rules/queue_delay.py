@@ -200,8 +200,10 @@ class QueueDelay(Rule):
             busy_share = busy_within(busy, lo, hi) / span
             busy = close_short_gaps(busy, opts.min_queue_ns)  # once for every stream, the unclosed set freed
             launches = counted if on is None else counted & on
-            for stream in sorted(pd.unique(stream_all[launches])):
-                grp = launches & (stream_all == stream)
+            one_stream = stream_all.strides == (0,) and len(stream_all)  # loaders.columns.one_value: no scans
+            streams = ([stream_all[0]] if launches.any() else []) if one_stream else sorted(pd.unique(stream_all[launches]))
+            for stream in streams:
+                grp = launches if one_stream else launches & (stream_all == stream)
                 n_grp = int(grp.sum())
                 if n_grp < opts.min_kernels:
                     continue

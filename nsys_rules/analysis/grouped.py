@@ -260,6 +260,22 @@ def masked_durations(start: np.ndarray, end: np.ndarray, mask: np.ndarray) -> np
     return out
 
 
+def duration_sum(start: np.ndarray, end: np.ndarray, mask: np.ndarray | slice | None = None) -> int:
+    """Sum of ``end - start`` over the rows in ``mask`` (all rows when None), as an exact int, in chunks:
+    no row-length difference or gathered copies (8 MB each per million rows)."""
+    if isinstance(mask, slice):
+        start, end, mask = start[mask], end[mask], None
+    total = 0
+    for lo in range(0, len(start), CHUNK_ROWS):
+        hi = lo + CHUNK_ROWS
+        if mask is None:
+            total += int(np.subtract(end[lo:hi], start[lo:hi], dtype=np.int64).sum())
+        else:
+            part = mask[lo:hi]
+            total += int(np.subtract(end[lo:hi][part], start[lo:hi][part], dtype=np.int64).sum())
+    return total
+
+
 @dataclass(frozen=True)
 class GroupStats:
     """Per-group statistics, one array entry per non-empty group, in group order.

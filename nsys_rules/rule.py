@@ -145,6 +145,15 @@ class RuleContext:
             rows = rows[span[0]:span[1]] if span[0] >= 0 else rows[mask]
         return launch_api_rows(self.trace, gpu, names, api_rows=rows, columns=columns)
 
+    def window_rows(self, name: str) -> slice | np.ndarray:
+        """The rows of the trace's frame ``name`` that ``frame(name)`` holds, in order: a slice when they
+        form one block (the usual window), else a boolean mask."""
+        full = self.trace.frame(name, ["start"])
+        span, mask = self._selection(name, full)
+        if span is None:
+            return slice(None)
+        return slice(span[0], span[1]) if span[0] >= 0 else mask  # type: ignore[return-value]
+
     def _selection(self, name: str, full: pd.DataFrame) -> tuple[tuple[int, int] | None, np.ndarray | None]:
         """The window's rows of the trace's frame ``name`` as :func:`_contiguous` says (and the mask when
         they are not one block): GPU rows by their launch time, host rows by their start.

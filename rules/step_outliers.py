@@ -287,6 +287,7 @@ def _first_seen(ctx: RuleContext, slow: np.ndarray, limit: int = 3) -> str:
     # Per symbol (dense codes): its earliest step, and its first row, which orders the names.
     first_step = np.full(int(symbols.max()) + 1, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(first_step, symbols, steps_of)
+    del steps_of  # freed before the row numbers take its place
     first_row = np.full(len(first_step), len(symbols), np.int64)
     np.minimum.at(first_row, symbols, np.arange(len(symbols)))
     seen = np.flatnonzero(first_row < len(symbols))

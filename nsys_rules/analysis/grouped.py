@@ -237,11 +237,12 @@ def code_durations(codes: np.ndarray, start: np.ndarray, end: np.ndarray, n_code
     for lo in range(0, len(codes), CHUNK_ROWS):
         part = codes[lo:lo + CHUNK_ROWS]
         length = np.subtract(end[lo:lo + CHUNK_ROWS], start[lo:lo + CHUNK_ROWS], dtype=np.int64)
-        known = part >= 0
-        if not known.all():
+        if len(part) and int(part.min()) < 0:
+            known = part >= 0
             part, length = part[known], length[known]
-        counts += np.bincount(part, minlength=n_codes)
-        totals += np.bincount(part, weights=length, minlength=n_codes)
+        index = part.astype(np.intp)  # widened once for both counts (bincount widens on each call)
+        counts += np.bincount(index, minlength=n_codes)
+        totals += np.bincount(index, weights=length, minlength=n_codes)
     return counts, totals
 
 

@@ -11,6 +11,7 @@ from nsys_rules.analysis.grouped import CHUNK_ROWS, duration_sum, group_ids
 from nsys_rules.analysis.launches import launch_api_rows, launch_times, launching_rows, shared_api_rows
 from nsys_rules.analysis.names import rows_with_codes
 from nsys_rules.inputs import open_trace
+from nsys_rules.loaders.columns import all_equal
 from nsys_rules.loaders.damage import drop_invalid_required
 from nsys_rules.testing import TraceBuilder
 
@@ -105,3 +106,30 @@ def test_drop_invalid_required_by_range_drops_what_the_masks_drop():
     out = drop_invalid_required("kernels", bad, ["start", "end"], -1, damage)
     assert out["correlation_id"].tolist() == [1, 2, 3, 5, 6, 8, 9, 10]
     assert len(damage) == 2
+
+
+@pytest.mark.parametrize("at", [None, 1, 4093, 9_999])
+def test_all_equal_by_sample_and_range_equals_a_comparison_of_every_row(at):
+    values = np.full(10_000, 5, np.int32)
+    if at is not None:
+        values[at] = 6  # one differing row, on or off the sampled positions
+    assert all_equal(values) == bool((values == values[0]).all())
+    assert all_equal(values.astype(bool)) == bool((values.astype(bool) == bool(values[0])).all())
+
+
+def test_string_codes_gathered_in_chunks_equal_a_lookup_per_row(tmp_path):
+    b = TraceBuilder()
+    ids = [b.string(f"name{i}") for i in range(40)]
+    b.kernel("gemv", 1_000, 500)
+    trace = open_trace(b.write(tmp_path / "s.sqlite"))
+    try:
+        rng = np.random.default_rng(3)
+        refs = rng.choice(np.array(ids + [-1], np.int32), 600_000)  # -1: a NULL string id
+        names = trace.export.resolve_strings(refs, "test")
+        sid, svalue = trace.export._string_table()
+        text = dict(zip(sid.tolist(), svalue.tolist(), strict=True))
+        assert [None if pd.isna(v) else v for v in names[:2000]] == [text.get(int(r)) for r in refs[:2000]]
+        assert list(pd.isna(names)) == list(refs < 0)
+        assert names.codes.dtype == np.int8
+    finally:
+        trace.close()

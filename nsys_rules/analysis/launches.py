@@ -273,6 +273,8 @@ def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True, api_row
         # The same join as launch_times (sorted keys shared per trace, or none needed for one process).
         rows, found = launching_rows(trace, gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
     every = bool(found.all())
+    if rows.dtype != np.intp and len(wanted) > 1:
+        rows = rows.astype(np.intp)  # widened once (a gather widens its index on every call, 8 MB each)
     sources = {"api_start": lambda: api["start"].to_numpy(), "api_end": lambda: api["end"].to_numpy(),
                "api_name": trace.api_names, "api_raw": lambda: api["name"]}
     out: dict[str, object] = {}

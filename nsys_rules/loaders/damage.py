@@ -106,6 +106,8 @@ def drop_duplicate_rows(table: str, frame: pd.DataFrame, damage: list[str]) -> p
     if not {"start", "end", "correlation_id"} <= set(key):
         return frame  # too few columns read to tell a repeat from two real events
     # Cheap first pass on one column: only rows sharing a start time can be repeats.
+    if rises_strictly(frame["start"].to_numpy()):  # no start shared: nothing can repeat (no masks built)
+        return frame
     same_start = _shared_start(frame["start"].to_numpy())
     if not same_start.any():
         return frame
@@ -116,6 +118,25 @@ def drop_duplicate_rows(table: str, frame: pd.DataFrame, damage: list[str]) -> p
         return frame
     note(damage, f"{table}: {int(repeat.sum())} duplicate row(s) dropped (same correlationId, start and end)")
     return frame.loc[~repeat].reset_index(drop=True)
+
+
+#: Rows per chunk of the checks below (their temporaries stay under malloc's mmap threshold).
+CHECK_ROWS = 1 << 18
+
+
+def rises_strictly(values: np.ndarray) -> bool:
+    """Whether each value is above the one before it, checked in chunks (no row-length mask)."""
+    for lo in range(0, len(values) - 1, CHECK_ROWS):
+        part = values[lo:lo + CHECK_ROWS + 1]
+        if not bool((part[1:] > part[:-1]).all()):
+            return False
+    return True
+
+
+def any_below(values: np.ndarray, bound: np.ndarray) -> bool:
+    """Whether some ``values[i] < bound[i]``, checked in chunks (no row-length mask)."""
+    return any(bool((values[lo:lo + CHECK_ROWS] < bound[lo:lo + CHECK_ROWS]).any())
+               for lo in range(0, len(values), CHECK_ROWS))
 
 
 def _shared_start(start: np.ndarray) -> np.ndarray:

@@ -288,16 +288,22 @@ class ColumnarExport(ABC):
         damage_fix.note_missing_columns(table.name, source, [c for c in wanted if picks[c.name] is None], self.damage)
         raw = self._fetch(source, src_cols, narrow)
         n = len(next(iter(raw.values()))) if raw else self.count(source)
-        keep = np.ones(n, bool)
+        keep: np.ndarray | None = None  # built only when a required column may hold a NULL
         for col in wanted:
             if col.required and picks[col.name] is not None:
                 values = raw[picks[col.name]]
-                # Integer columns arrive with NULL as NULL_INT: no nsys time or string id is negative.
-                keep &= (values != NULL_INT) if values.dtype.kind in "iu" else ~isnull(values)
-        if not keep.all():
+                # Integer columns arrive with NULL as NULL_INT: no nsys time or string id is negative. A
+                # column whose minimum is above it holds none: no mask of its rows.
+                if values.dtype.kind in "iu" and (not len(values) or int(values.min()) > NULL_INT):
+                    continue
+                present_rows = (values != NULL_INT) if values.dtype.kind in "iu" else ~isnull(values)
+                keep = present_rows if keep is None else keep & present_rows
+        all_kept = keep is None or bool(keep.all())
+        if keep is None:
+            keep = np.ones(n, bool) if any(c.kind == "nvtx_name" for c in wanted) else np.ones(0, bool)
+        if not all_kept:
             required = ", ".join(c.name for c in wanted if c.required)
             self.damage.append(f"{table.name}: {int((~keep).sum())} row(s) with NULL {required} dropped")
-        all_kept = bool(keep.all())
         data: dict[str, Any] = {}
         for col in wanted:
             src = picks[col.name]
@@ -305,14 +311,16 @@ class ColumnarExport(ABC):
             if col.kind == "nvtx_name":
                 data[col.name] = self._nvtx_names(col, raw, keep, present)
                 continue
-            data[col.name] = self._convert(col, values, int(keep.sum()), f"{table.name}.{col.name}")
+            data[col.name] = self._convert(col, values, n if all_kept else int(keep.sum()), f"{table.name}.{col.name}")
             if col.kind in ("pid", "tid") or col.name in NARROW_COLUMNS:
                 data[col.name] = one_value(data[col.name])
         frame = pd.DataFrame(data, copy=False)
         frame = damage_fix.drop_invalid_required(table.name, frame, [c.name for c in wanted if c.required],
                                                  NULL_INT, self.damage)
         if "start" in frame and "end" in frame and len(frame):
-            bad = frame["end"].to_numpy() < frame["start"].to_numpy()
+            ends, starts = frame["end"].to_numpy(), frame["start"].to_numpy()
+            # Checked in chunks first: the mask of every row only where a row ends before it starts.
+            bad = ends < starts if table.name == "nvtx" or damage_fix.any_below(ends, starts) else np.zeros(0, bool)
             if table.name == "nvtx":
                 # NVTX marks and unfinished ranges have no end: treat them as instants.
                 # A new array, not an in-place patch: `raw_end` may share the same buffer and must keep NULLs.

@@ -12,7 +12,7 @@ from nsys_rules.analysis.launches import launch_api_rows, launch_times, launchin
 from nsys_rules.analysis.names import rows_with_codes
 from nsys_rules.inputs import open_trace
 from nsys_rules.loaders.columns import all_equal
-from nsys_rules.loaders.damage import drop_invalid_required
+from nsys_rules.loaders.damage import any_below, drop_invalid_required, rises_strictly
 from nsys_rules.testing import TraceBuilder
 
 
@@ -133,3 +133,14 @@ def test_string_codes_gathered_in_chunks_equal_a_lookup_per_row(tmp_path):
         assert names.codes.dtype == np.int8
     finally:
         trace.close()
+
+
+@pytest.mark.parametrize("at", [None, 0, CHUNK_ROWS - 1, CHUNK_ROWS, CHUNK_ROWS + 5])
+def test_chunked_row_checks_equal_the_whole_masks(at):
+    start = np.arange(CHUNK_ROWS + 10, dtype=np.int64) * 10
+    end = start + 3
+    if at is not None:
+        start[at + 1] = start[at]  # a shared start, on or across a chunk edge
+        end[at] = start[at] - 1  # and a row ending before it starts
+    assert rises_strictly(start) == bool((start[1:] > start[:-1]).all())
+    assert any_below(end, start) == bool((end < start).any())

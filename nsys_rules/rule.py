@@ -12,7 +12,8 @@ import pandas as pd
 
 from .analysis.activity import frame_api_rows
 from .analysis.budget import Budget
-from .analysis.launches import launch_api_rows, launch_times, shared_api_rows
+from .analysis.launch_rows import frame_launch_times, shared_api_rows
+from .analysis.launches import launch_api_rows
 from .analysis.steps import StepModel
 from .analysis.workload import looks_like_model
 from .compat import missing_table
@@ -119,7 +120,7 @@ class RuleContext:
             sub = full[cols] if span is None else (full[cols].iloc[span[0]:span[1]] if span[0] >= 0
                                                   else full.loc[mask, cols])
             if name in GPU_TABLES:
-                launch = launch_times(self.trace, full)
+                launch = frame_launch_times(self.trace, full)
                 shared = _launch_series(self.trace, full, launch)
                 if shared is not None and span is not None and span[0] < 0:
                     sub["launch_start"] = launch[mask]
@@ -164,7 +165,7 @@ class RuleContext:
         hit = cache.get((name, self.window))
         if hit is not None and hit[0] == len(full):
             return hit[1], hit[2]
-        times = launch_times(self.trace, full) if name in GPU_TABLES else full["start"].to_numpy()
+        times = frame_launch_times(self.trace, full) if name in GPU_TABLES else full["start"].to_numpy()
         mask = self.window.mask(times)
         span = _contiguous(mask)
         picked = mask if span is not None and span[0] < 0 else None

@@ -22,10 +22,11 @@ import pandas as pd
 from ..trace import Trace
 
 
-def launch_times(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
+def launch_times(trace: Trace, gpu: pd.DataFrame, api_rows: np.ndarray | None = None) -> np.ndarray:
     """For each GPU row, the start of the API call that launched it (same pid + correlationId).
 
     Falls back to the GPU start when no launching call is in the trace (API not traced).
+    ``api_rows``, when the join is already known (each row's API row, -1: none), skips it.
     The result is cached per trace and frame (every rule's ``ctx.frame`` asks for it): treat
     it as read-only.
     """
@@ -33,7 +34,7 @@ def launch_times(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
     hit = cache.get(id(gpu))
     if hit is not None and hit[0] is gpu:
         return hit[1]
-    result = _launch_times(trace, gpu)
+    result = _launch_times(trace, gpu, api_rows)
     if any(gpu is f for f in getattr(trace, "_frames", {}).values()):
         # Only the trace's own frames are cached (a rule's temporary subset would pin memory).
         # Keyed by id() with the frame kept alongside, so a recycled id can never match.
@@ -106,52 +107,19 @@ _API_INDEX: "weakref.WeakKeyDictionary[Trace, tuple[pd.DataFrame, np.ndarray, np
 _SINGLE_PID: "weakref.WeakKeyDictionary[Trace, tuple[pd.DataFrame, int | None]]" = weakref.WeakKeyDictionary()
 
 
-def _launch_times(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
+def _launch_times(trace: Trace, gpu: pd.DataFrame, api_rows: np.ndarray | None) -> np.ndarray:
     starts = gpu["start"].to_numpy()
     if not len(gpu) or not trace.has("api") or "correlation_id" not in gpu:
         return starts.copy()
     api_start = trace.frame("api", ["start", "correlation_id", "pid"])["start"].to_numpy()
     if not len(api_start):
         return starts.copy()
-    shared = shared_api_rows(trace, gpu)
-    if shared is not None:  # the GPU activity table's join: a gather, not a search per row
-        out = np.take(api_start, shared, mode="clip")  # -1 reads the first row; replaced just below
-        np.copyto(out, starts, where=shared < 0)
+    if api_rows is not None:  # the join already known (the GPU activity table's): a gather, not a search per row
+        out = np.take(api_start, api_rows, mode="clip")  # -1 reads the first row; replaced just below
+        np.copyto(out, starts, where=api_rows < 0)
         return out
     rows, found = launching_rows(trace, gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
     return np.where(found, api_start[rows], starts)
-
-
-def shared_api_rows(trace: Trace, gpu: pd.DataFrame) -> np.ndarray | None:
-    """The launching API row of each row of one of the trace's own GPU frames (-1: none), read-only;
-    None for any other frame, or before the GPU activity table is built.
-
-    Taken from the activity table's join (:func:`~nsys_rules.analysis.activity.frame_api_rows`, a
-    scatter by row number) and kept per trace: the frame's launch times and every rule's
-    ``launch_calls`` share it (4 bytes a row), where each used to search the API ids again.
-    """
-    name = next((n for n, f in getattr(trace, "_frames", {}).items() if f is gpu), None)
-    if name is None:
-        return None
-    cache = _ROWS_CACHE.setdefault(trace, {})
-    hit = cache.get(name)
-    if hit is not None and hit[0] is gpu:
-        return hit[1]
-    from . import activity  # imported here: the activity table is built from this module's join
-
-    if activity._CACHE.get(trace) is None:  # not built: the join costs less than the whole table
-        return None
-    rows = activity.frame_api_rows(trace, name)
-    if rows is None or len(rows) != len(gpu):
-        return None
-    rows.flags.writeable = False
-    cache[name] = (gpu, rows)
-    return rows
-
-
-#: trace -> {table: (frame, API rows)}; weak on the trace so closing it frees the arrays.
-_ROWS_CACHE: "weakref.WeakKeyDictionary[Trace, dict[str, tuple[pd.DataFrame, np.ndarray]]]" = (
-    weakref.WeakKeyDictionary())
 
 
 def launch_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:

@@ -8,7 +8,8 @@ import pytest
 
 from nsys_rules.analysis.activity import COLUMNS, gpu_ops
 from nsys_rules.analysis.grouped import CHUNK_ROWS, duration_sum, group_ids
-from nsys_rules.analysis.launches import launch_api_rows, launch_times, launching_rows, shared_api_rows
+from nsys_rules.analysis.launch_rows import frame_launch_times, shared_api_rows
+from nsys_rules.analysis.launches import launch_api_rows, launch_times, launching_rows
 from nsys_rules.analysis.names import rows_with_codes
 from nsys_rules.inputs import open_trace
 from nsys_rules.loaders.columns import all_equal
@@ -85,11 +86,11 @@ def test_launch_rows_from_the_activity_table_equal_the_join(tmp_path):
             frame = trace.frame(table, ["start", "pid", "correlation_id"])
             shared = shared_api_rows(trace, frame)
             assert shared is not None and shared.tolist() == rows.tolist()
-            assert launch_times(trace, frame).tolist() == times.tolist()
+            assert frame_launch_times(trace, frame).tolist() == times.tolist()
             pd.testing.assert_frame_equal(launch_api_rows(trace, frame, api_rows=shared), calls)
             narrow = launch_api_rows(trace, frame, api_rows=shared, columns=("api_end", "api_name"))
             pd.testing.assert_frame_equal(narrow, calls[["api_end", "api_name"]])
-        assert (launch_times(trace, trace.frame("kernels", ["start"])) == trace.frame("kernels", ["start"])[
+        assert (frame_launch_times(trace, trace.frame("kernels", ["start"])) == trace.frame("kernels", ["start"])[
             "start"].to_numpy()).sum() == 1  # the one kernel no traced call launched keeps its own start
     finally:
         trace.close()

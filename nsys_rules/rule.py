@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping
 
@@ -11,7 +12,8 @@ import pandas as pd
 
 from .analysis.activity import frame_api_rows
 from .analysis.budget import Budget
-from .analysis.launches import launch_api_rows, launch_times
+from .analysis.launch_rows import frame_launch_times, shared_api_rows
+from .analysis.launches import launch_api_rows
 from .analysis.steps import StepModel
 from .analysis.workload import looks_like_model
 from .compat import missing_table
@@ -118,7 +120,7 @@ class RuleContext:
             sub = full[cols] if span is None else (full[cols].iloc[span[0]:span[1]] if span[0] >= 0
                                                   else full.loc[mask, cols])
             if name in GPU_TABLES:
-                launch = launch_times(self.trace, full)
+                launch = frame_launch_times(self.trace, full)
                 shared = _launch_series(self.trace, full, launch)
                 if shared is not None and span is not None and span[0] < 0:
                     sub["launch_start"] = launch[mask]
@@ -129,18 +131,29 @@ class RuleContext:
             self._cache[key] = sub.reset_index(drop=True)
         return self._cache[key]
 
-    def launch_calls(self, name: str, names: bool = True) -> pd.DataFrame:
+    def launch_calls(self, name: str, names: bool = True, columns: Iterable[str] | None = None) -> pd.DataFrame:
         """:func:`~nsys_rules.analysis.launches.launch_api_rows` of ``frame(name)``, from the trace's shared
-        launch join (the GPU activity table) instead of a join per rule."""
+        launch join (the GPU activity table) instead of a join per rule; ``columns`` narrows what is gathered."""
         gpu = self.frame(name, ["start", "pid", "correlation_id"])
-        rows = frame_api_rows(self.trace, name)
         full = self.trace.frame(name, ["start", "pid", "correlation_id"])
+        rows = shared_api_rows(self.trace, full)
+        if rows is None:
+            rows = frame_api_rows(self.trace, name)
         if rows is None or len(rows) != len(full):
-            return launch_api_rows(self.trace, gpu, names)
+            return launch_api_rows(self.trace, gpu, names, columns=columns)
         span, mask = self._selection(name, full)
         if span is not None:
             rows = rows[span[0]:span[1]] if span[0] >= 0 else rows[mask]
-        return launch_api_rows(self.trace, gpu, names, api_rows=rows)
+        return launch_api_rows(self.trace, gpu, names, api_rows=rows, columns=columns)
+
+    def window_rows(self, name: str) -> slice | np.ndarray:
+        """The rows of the trace's frame ``name`` that ``frame(name)`` holds, in order: a slice when they
+        form one block (the usual window), else a boolean mask."""
+        full = self.trace.frame(name, ["start"])
+        span, mask = self._selection(name, full)
+        if span is None:
+            return slice(None)
+        return slice(span[0], span[1]) if span[0] >= 0 else mask  # type: ignore[return-value]
 
     def _selection(self, name: str, full: pd.DataFrame) -> tuple[tuple[int, int] | None, np.ndarray | None]:
         """The window's rows of the trace's frame ``name`` as :func:`_contiguous` says (and the mask when
@@ -152,7 +165,7 @@ class RuleContext:
         hit = cache.get((name, self.window))
         if hit is not None and hit[0] == len(full):
             return hit[1], hit[2]
-        times = launch_times(self.trace, full) if name in GPU_TABLES else full["start"].to_numpy()
+        times = frame_launch_times(self.trace, full) if name in GPU_TABLES else full["start"].to_numpy()
         mask = self.window.mask(times)
         span = _contiguous(mask)
         picked = mask if span is not None and span[0] < 0 else None
@@ -167,9 +180,7 @@ class RuleContext:
         hit = cache.get(self.window)
         if hit is not None and hit[0] is names:
             return hit[1].copy(deep=False)  # a new object: a rule writing into it cannot touch the cache
-        full = self.trace.frame("api", ["start"])
-        mask = self.window.mask(full["start"].to_numpy())
-        span = _contiguous(mask)
+        span, mask = self._selection("api", self.trace.frame("api", ["start"]))  # the rows frame("api") holds
         out = names if span is None else (names.iloc[span[0]:span[1]] if span[0] >= 0 else names[mask])
         out = out.reset_index(drop=True)
         cache[self.window] = (names, out)
@@ -177,14 +188,21 @@ class RuleContext:
 
     def span(self) -> tuple[int, int]:
         """First and last timestamp of GPU and API activity in the whole trace."""
+        frames = [self.trace.frame(name, ["start", "end"]) for name in ("kernels", "memcpy", "memset", "api")
+                  if self.trace.has(name)]
+        # Several rules ask, and each answer is four scans of million-row columns: kept per trace
+        # (for as long as the trace holds these very frames).
+        hit = self.trace.__dict__.get("_activity_span")
+        if hit is not None and len(hit[0]) == len(frames) and all(a() is b for a, b in zip(hit[0], frames, strict=True)):
+            return hit[1]
         lo, hi = [], []
-        for name in ("kernels", "memcpy", "memset", "api"):
-            if self.trace.has(name):
-                f = self.trace.frame(name, ["start", "end"])
-                if len(f):
-                    lo.append(int(f["start"].min()))
-                    hi.append(int(f["end"].max()))
-        return (min(lo), max(hi)) if lo else (0, 0)
+        for f in frames:
+            if len(f):
+                lo.append(int(f["start"].min()))
+                hi.append(int(f["end"].max()))
+        span = (min(lo), max(hi)) if lo else (0, 0)
+        self.trace.__dict__["_activity_span"] = ([weakref.ref(f) for f in frames], span)  # never pins a frame
+        return span
 
     def window_bounds(self) -> tuple[int, int]:
         """The window clipped to the trace's activity span."""

@@ -69,9 +69,11 @@ def churn_calls(api: pd.DataFrame, names: pd.Series, exclude: np.ndarray) -> pd.
     # isin on the categorical judges each distinct name once; astype(str) per row cost seconds on 2M rows.
     keep = in_set(names, ALLOC_APIS)  # narrow codes compared per matching name: no int64 copy of every row's code
     keep[exclude] = False
-    picked = np.asarray(names.iloc[np.flatnonzero(keep)].astype(object).to_numpy(), dtype=object)
-    out = pd.DataFrame({"start": api["start"].to_numpy(np.int64)[keep], "end": api["end"].to_numpy(np.int64)[keep],
-                        "pid": api["pid"].to_numpy()[keep], "tid": api["tid"].to_numpy()[keep], "api": picked})
+    rows = np.flatnonzero(keep)  # a few calls among millions: gathered by row number, not four scans of the mask
+    del keep
+    picked = np.asarray(names.iloc[rows].astype(object).to_numpy(), dtype=object)
+    out = pd.DataFrame({"start": api["start"].to_numpy(np.int64)[rows], "end": api["end"].to_numpy(np.int64)[rows],
+                        "pid": api["pid"].to_numpy()[rows], "tid": api["tid"].to_numpy()[rows], "api": picked})
     out["kind"] = out["api"].map(ALLOC_APIS)
     out["duration"] = out["end"] - out["start"]
     return out
@@ -149,9 +151,8 @@ class AllocChurn(Rule):
         full = trace.frame("api", ["start", "pid"])
         full_names = trace.api_names().array  # categorical: per-name work, not per-row strings
         init = context_init_rows(full_names, full["pid"].to_numpy(), full["start"].to_numpy())
-        in_window = ctx.window.mask(full["start"].to_numpy())
         api = ctx.frame("api")
-        calls = churn_calls(api, ctx.api_base_names(), init[in_window])
+        calls = churn_calls(api, ctx.api_base_names(), init[ctx.window_rows("api")])
         # Judge the loop only: the steps, or without steps the first to the last GPU launch, so load
         # (weights, workspaces) and tear-down (frees at exit) stay out even in a whole-capture window.
         span = loop_span(ctx.window.steps, gpu_launches(ctx))

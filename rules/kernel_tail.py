@@ -11,7 +11,7 @@ import pandas as pd
 from nsys_rules.analysis.budget import part_of_class, require_visible_kernels
 from nsys_rules.analysis.grouped import code_durations, column_codes, first_rows, group_ids, masked_durations
 from nsys_rules.analysis.launches import launching_rows
-from nsys_rules.analysis.names import is_any_launch, is_waiting_call
+from nsys_rules.analysis.names import category_codes, is_any_launch, is_waiting_call, rows_with_codes
 from nsys_rules.analysis.tails import (clean_range_name, nvtx_path, periodic_tail, positional_tail, slow_runs, step_index,
                                        tail_table)
 from nsys_rules.findings import Finding, Location, Severity
@@ -133,7 +133,9 @@ class KernelTail(Rule):
             device_time = pd.Series([durations.sum()], index=pd.Index(device[:1]))
         else:
             device_time = pd.Series(durations).groupby(device).sum()
-        table["device"] = device[first_rows(group)]
+        # One GPU (a one-value column): its id for every group, without a scan for the groups' first rows.
+        table["device"] = np.full(len(table), device[0]) if device.strides == (0,) and len(device) else \
+            device[first_rows(group)]
         table["gpu_time"] = device_time.reindex(table["device"]).to_numpy()
         table["share"] = table["tail_cost"] / table["gpu_time"]
         gated = ((table["max_p50"] > opts.outlier_ratio) | (table["p99_p50"] > opts.tail_ratio)) & \
@@ -301,7 +303,7 @@ class KernelTail(Rule):
             return
         # Judge each distinct name once, then map by category code: never a regex per call.
         names = ctx.api_base_names()
-        codes = names.cat.codes.to_numpy()
+        codes = category_codes(names)  # a view: ``.cat.codes`` copies 2.2M codes
         uniques = names.cat.categories
         waiting = np.array([is_waiting_call(str(n)) for n in uniques] + [True], bool)  # last: NULL
         lo, hi = ctx.window_bounds()
@@ -315,13 +317,16 @@ class KernelTail(Rule):
             return
         # Only the reportable calls, as int64 ns (exact; tail_table's sums and quantiles come out the
         # same as from float64) and their name codes: the smallest arrays that hold them.
-        sub = np.append(reportable, False)[codes]  # code -1 (NULL) reads the appended False
+        sub = rows_with_codes(codes, np.flatnonzero(reportable), np.append(reportable, False))
         durations = masked_durations(start, end, sub)
-        picked = codes[sub]
+        if int(np.count_nonzero(reportable)) == 1 and len(durations):  # one name (usual): one group, no factorize
+            group, first = np.zeros(len(durations), np.int32), np.flatnonzero(reportable)
+        else:
+            picked = codes[sub]
+            group, first = pd.factorize(picked)  # first: the name code of each group
+            group = group.astype(np.int32)
+            del picked
         del sub
-        group, first = pd.factorize(picked)  # first: the name code of each group
-        group = group.astype(np.int32)
-        del picked
         table = tail_table(group, durations)
         del group, durations
         table["api"] = [str(uniques[c]) for c in first]

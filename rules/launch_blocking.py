@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.analysis.commands import recapture_command
+from nsys_rules.analysis.grouped import duration_sum
 from nsys_rules.analysis.launches import keys_rising, launch_key
 from nsys_rules.analysis.names import KERNEL_LAUNCH_APIS, in_set
 from nsys_rules.findings import Finding, Location, Severity
@@ -113,7 +114,7 @@ class LaunchBlocking(Rule):
         first_ns = last_ns = None
         if ctx.trace.has("kernels") and ctx.trace.has("api"):
             kernels = ctx.frame("kernels")
-            api = ctx.launch_calls("kernels")
+            api = ctx.launch_calls("kernels", columns=("api_start", "api_end", "api_name"))
             # One row per launch call: a graph launch or a multi-kernel call is not a single launch.
             rows = in_set(api["api_name"], KERNEL_LAUNCH_APIS)
             # Every kernel launched one by one (the usual eager trace): views, not six gathered copies.
@@ -125,8 +126,8 @@ class LaunchBlocking(Rule):
                 share, judged, long_only = blocking_share(
                     per_call["k_start"].to_numpy(), per_call["k_end"].to_numpy(), per_call["a_start"].to_numpy(),
                     per_call["a_end"].to_numpy(), opts.min_long_kernels)
-                kernel_ns = int((per_call["k_end"] - per_call["k_start"]).sum())
-                api_ns = int((per_call["a_end"] - per_call["a_start"]).sum())
+                kernel_ns = duration_sum(per_call["k_start"].to_numpy(), per_call["k_end"].to_numpy())
+                api_ns = duration_sum(per_call["a_start"].to_numpy(), per_call["a_end"].to_numpy())
                 first_ns, last_ns = int(per_call["a_start"].min()), int(per_call["k_end"].max())
         behaves = judged > 0 and share >= opts.blocking_pct / 100
         if not env_set and not behaves:

@@ -8,6 +8,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.analysis.grouped import duration_sum
 from nsys_rules.analysis.intervals import busy_ns
 from nsys_rules.analysis.launches import first_of_each_call
 from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS, in_set
@@ -135,7 +136,7 @@ class LaunchBound(Rule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
         kernels = ctx.frame("kernels")
-        api = ctx.launch_calls("kernels", names=True)
+        api = ctx.launch_calls("kernels", columns=("api_start", "api_end", "api_name"))
         # Kernels replayed from a CUDA graph are already launched as one: only kernels launched one
         # by one can be launch-bound, and a graph replay loop is never told to use CUDA graphs.
         by_graph = in_set(api["api_name"], GRAPH_LAUNCH_APIS)
@@ -161,15 +162,18 @@ class LaunchBound(Rule):
             by_device = {int(device[0]): None}  # one device (the usual case): no row index of every kernel
         else:
             by_device = kernels.groupby("device_id", sort=True).groups
+        # The launch calls' time per device first: the calls' starts are then freed before the profiles.
+        devices = []
         for dev, idx in by_device.items():
             sel = np.asarray(idx) if idx is not None else slice(None)
             if not isinstance(sel, slice) and len(sel) == len(kernels):  # one device: the frame itself, no copies
                 sel = slice(None)  # type: ignore[assignment]
-            sub = kernels.iloc[sel]
             launching = first_of_call[sel]
-            call_ns = int((api_end[sel][launching] - api_start[sel][launching]).sum())
-            prof = launch_profile(sub, api_end[sel], lo, hi, call_ns,
-                                  int(launching.sum()), opts.max_launch_gap_ns, opts.graph_gap_ns)
+            devices.append((dev, sel, duration_sum(api_start[sel], api_end[sel], launching), int(launching.sum())))
+        del api_start, first_of_call
+        for dev, sel, call_ns, calls in devices:
+            prof = launch_profile(kernels.iloc[sel], api_end[sel], lo, hi, call_ns, calls, opts.max_launch_gap_ns,
+                                  opts.graph_gap_ns)
             on_loop = budget is not None and budget.device == int(dev)
             judged = budget.total_ns if on_loop else prof.judged_ns
             busy_share = budget.busy_ns / judged if on_loop and judged else prof.busy_share

@@ -157,8 +157,6 @@ class QueueDelay(Rule):
         kernels = ctx.frame("kernels")
         if kernels.empty:
             return
-        # Only the launch call's end is used: keep that column, not the whole frame.
-        api_end = ctx.launch_calls("kernels", names=False)["api_end"].to_numpy()
         start = kernels["start"].to_numpy()
         end = kernels["end"].to_numpy()
         # Damaged exports can lack ids (NULL or dropped columns): -1 keeps them one group, not a crash.
@@ -168,8 +166,8 @@ class QueueDelay(Rule):
         # node waits for the node before it, not in the queue, so only the first kernel per call counts.
         # As a mask (1 byte per kernel), not row numbers (8): the loop below selects from it.
         counted = first_of_each_call(pid_all, corr_all, start)
-        counted &= api_end >= 0
         del corr_all
+        api_end = None  # gathered after the first busy union: not held beside that union's temporaries
         others = [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"])
                   for t in ("memcpy", "memset") if ctx.trace.has(t)]
         # One process on one GPU (the usual case): no pair key, views instead of copies.
@@ -199,9 +197,14 @@ class QueueDelay(Rule):
             span = max(1, hi - lo)
             busy_share = busy_within(busy, lo, hi) / span
             busy = close_short_gaps(busy, opts.min_queue_ns)  # once for every stream, the unclosed set freed
+            if api_end is None:  # only the launch call's end is used: that column, not the whole frame
+                api_end = ctx.launch_calls("kernels", columns=("api_end",))["api_end"].to_numpy()
+                counted &= api_end >= 0
             launches = counted if on is None else counted & on
-            for stream in sorted(pd.unique(stream_all[launches])):
-                grp = launches & (stream_all == stream)
+            one_stream = stream_all.strides == (0,) and len(stream_all)  # loaders.columns.one_value: no scans
+            streams = ([stream_all[0]] if launches.any() else []) if one_stream else sorted(pd.unique(stream_all[launches]))
+            for stream in streams:
+                grp = launches if one_stream else launches & (stream_all == stream)
                 n_grp = int(grp.sum())
                 if n_grp < opts.min_kernels:
                     continue

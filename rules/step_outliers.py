@@ -10,7 +10,7 @@ import numpy as np
 from nsys_rules.analysis.activity import KERNEL, MEMCPY, MEMSET, REPLAY, gpu_ops, kernel_symbols
 from nsys_rules.analysis.budget import LABELS, Budget
 from nsys_rules.analysis.intervals import point_in
-from nsys_rules.analysis.names import ALLOC_APIS, MODULE_LOADS, SYNC_APIS, in_set
+from nsys_rules.analysis.names import ALLOC_APIS, MODULE_LOADS, SYNC_APIS, category_codes, rows_with_codes
 from nsys_rules.errors import MissingData
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Renamed, Rule, RuleContext, metric
@@ -239,17 +239,28 @@ def _host_calls(ctx: RuleContext, slow: np.ndarray) -> dict[str, tuple[int, int]
         return {}
     api = ctx.trace.frame("api", ["start", "end", "name", "pid", "tid"])
     names = ctx.trace.api_names()
-    mine = api["pid"].to_numpy() == model.pid if model.pid is not None else np.ones(len(api), bool)
-    kinds = {key: mine & in_set(names, members)
+    # Each kind judged per distinct name; the API rows scanned once for all three kinds together.
+    categories = [str(c) for c in names.cat.categories]
+    kinds = {key: np.array([c in members for c in categories] + [False], bool)  # last: code -1 (no name)
              for key, members in (("module", MODULE_LOADS), ("alloc", ALLOC_APIS), ("sync", SYNC_APIS))}
+    codes = category_codes(names)
+    any_kind = rows_with_codes(codes, np.flatnonzero((kinds["module"] | kinds["alloc"] | kinds["sync"])[:-1]))
+    pid = api["pid"].to_numpy()
+    if model.pid is not None and pid.strides == (0,):  # one process (loaders.columns.one_value)
+        if len(pid) and int(pid[0]) != model.pid:
+            any_kind[:] = False
+    elif model.pid is not None:
+        any_kind &= pid == model.pid
     # Only the calls of these kinds are placed in steps (a few among millions of API rows).
-    rows = np.flatnonzero(kinds["module"] | kinds["alloc"] | kinds["sync"])
+    rows = np.flatnonzero(any_kind)
+    del any_kind
+    row_codes = codes[rows]
     start, end = api["start"].to_numpy(np.int64)[rows], api["end"].to_numpy(np.int64)[rows]
     hosts = model.host[slow]
     inside = point_in(start, hosts[:, 0], hosts[:, 1]) >= 0
     out = {}
     for key, of_kind in kinds.items():
-        sel = inside & of_kind[rows]
+        sel = inside & of_kind[row_codes]
         out[key] = (int(sel.sum()), int((end[sel] - start[sel]).sum()))
     return out
 
@@ -276,6 +287,7 @@ def _first_seen(ctx: RuleContext, slow: np.ndarray, limit: int = 3) -> str:
     # Per symbol (dense codes): its earliest step, and its first row, which orders the names.
     first_step = np.full(int(symbols.max()) + 1, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(first_step, symbols, steps_of)
+    del steps_of  # freed before the row numbers take its place
     first_row = np.full(len(first_step), len(symbols), np.int64)
     np.minimum.at(first_row, symbols, np.arange(len(symbols)))
     seen = np.flatnonzero(first_row < len(symbols))

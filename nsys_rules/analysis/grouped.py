@@ -31,21 +31,28 @@ def group_ids(columns: Sequence[np.ndarray]) -> np.ndarray:
     ids = np.zeros(n, np.int64)
     if not n:
         return ids
+    bound = 1  # every id so far is below this: no scan of the ids per column
     for col in columns:
         col = np.asarray(col)
         if col.dtype.kind not in "iu":
             col = pd.factorize(col, use_na_sentinel=False)[0].astype(np.int64)
+        if col.strides == (0,):  # one value in every row (loaders.columns.one_value): splits nothing
+            continue
         low = int(col.min())
         span = int(col.max()) - low + 1
-        if int(ids.max()) * span >= (1 << 40):
+        if span == 1:
+            continue
+        if bound * span >= (1 << 40):
             ids = pd.factorize(ids)[0].astype(np.int64)
-            if int(ids.max()) * span >= (1 << 62):
+            bound = int(ids.max()) + 1
+            if bound * span >= (1 << 62):
                 codes = pd.factorize(col)[0].astype(np.int64)
                 col, low, span = codes, 0, int(codes.max()) + 1
         ids *= span  # in place: the key columns of a million rows would each be another temporary
         ids += col
         if low:
             ids -= low
+        bound *= span
     return pd.factorize(ids)[0].astype(np.int64, copy=False)
 
 
@@ -65,7 +72,7 @@ def first_rows(ids: np.ndarray) -> np.ndarray:
 def column_codes(column: pd.Series) -> np.ndarray:
     """Integer values of a key column: category codes for names (NULL = -1), -1 for missing numbers."""
     if isinstance(column.dtype, pd.CategoricalDtype):  # narrow codes: group_ids widens as it folds
-        return column.cat.codes.to_numpy()
+        return column.array.codes  # a view (``.cat.codes`` copies them)
     if column.dtype.kind in "iu":  # plain numpy integers: no NULLs to fill, no copy
         return column.to_numpy()
     return column.fillna(-1).to_numpy().astype(np.int64)
@@ -230,11 +237,12 @@ def code_durations(codes: np.ndarray, start: np.ndarray, end: np.ndarray, n_code
     for lo in range(0, len(codes), CHUNK_ROWS):
         part = codes[lo:lo + CHUNK_ROWS]
         length = np.subtract(end[lo:lo + CHUNK_ROWS], start[lo:lo + CHUNK_ROWS], dtype=np.int64)
-        known = part >= 0
-        if not known.all():
+        if len(part) and int(part.min()) < 0:
+            known = part >= 0
             part, length = part[known], length[known]
-        counts += np.bincount(part, minlength=n_codes)
-        totals += np.bincount(part, weights=length, minlength=n_codes)
+        index = part.astype(np.intp)  # widened once for both counts (bincount widens on each call)
+        counts += np.bincount(index, minlength=n_codes)
+        totals += np.bincount(index, weights=length, minlength=n_codes)
     return counts, totals
 
 
@@ -251,6 +259,22 @@ def masked_durations(start: np.ndarray, end: np.ndarray, mask: np.ndarray) -> np
                         dtype=np.int64)
             at += n
     return out
+
+
+def duration_sum(start: np.ndarray, end: np.ndarray, mask: np.ndarray | slice | None = None) -> int:
+    """Sum of ``end - start`` over the rows in ``mask`` (all rows when None), as an exact int, in chunks:
+    no row-length difference or gathered copies (8 MB each per million rows)."""
+    if isinstance(mask, slice):
+        start, end, mask = start[mask], end[mask], None
+    total = 0
+    for lo in range(0, len(start), CHUNK_ROWS):
+        hi = lo + CHUNK_ROWS
+        if mask is None:
+            total += int(np.subtract(end[lo:hi], start[lo:hi], dtype=np.int64).sum())
+        else:
+            part = mask[lo:hi]
+            total += int(np.subtract(end[lo:hi][part], start[lo:hi][part], dtype=np.int64).sum())
+    return total
 
 
 @dataclass(frozen=True)

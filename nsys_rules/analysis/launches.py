@@ -14,6 +14,7 @@ their own frames; :func:`launching_rows` and :func:`launch_times` join against t
 from __future__ import annotations
 
 import weakref
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -21,10 +22,11 @@ import pandas as pd
 from ..trace import Trace
 
 
-def launch_times(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
+def launch_times(trace: Trace, gpu: pd.DataFrame, api_rows: np.ndarray | None = None) -> np.ndarray:
     """For each GPU row, the start of the API call that launched it (same pid + correlationId).
 
     Falls back to the GPU start when no launching call is in the trace (API not traced).
+    ``api_rows``, when the join is already known (each row's API row, -1: none), skips it.
     The result is cached per trace and frame (every rule's ``ctx.frame`` asks for it): treat
     it as read-only.
     """
@@ -32,7 +34,7 @@ def launch_times(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
     hit = cache.get(id(gpu))
     if hit is not None and hit[0] is gpu:
         return hit[1]
-    result = _launch_times(trace, gpu)
+    result = _launch_times(trace, gpu, api_rows)
     if any(gpu is f for f in getattr(trace, "_frames", {}).values()):
         # Only the trace's own frames are cached (a rule's temporary subset would pin memory).
         # Keyed by id() with the frame kept alongside, so a recycled id can never match.
@@ -105,13 +107,17 @@ _API_INDEX: "weakref.WeakKeyDictionary[Trace, tuple[pd.DataFrame, np.ndarray, np
 _SINGLE_PID: "weakref.WeakKeyDictionary[Trace, tuple[pd.DataFrame, int | None]]" = weakref.WeakKeyDictionary()
 
 
-def _launch_times(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
+def _launch_times(trace: Trace, gpu: pd.DataFrame, api_rows: np.ndarray | None) -> np.ndarray:
     starts = gpu["start"].to_numpy()
     if not len(gpu) or not trace.has("api") or "correlation_id" not in gpu:
         return starts.copy()
     api_start = trace.frame("api", ["start", "correlation_id", "pid"])["start"].to_numpy()
     if not len(api_start):
         return starts.copy()
+    if api_rows is not None:  # the join already known (the GPU activity table's): a gather, not a search per row
+        out = np.take(api_start, api_rows, mode="clip")  # -1 reads the first row; replaced just below
+        np.copyto(out, starts, where=api_rows < 0)
+        return out
     rows, found = launching_rows(trace, gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
     return np.where(found, api_start[rows], starts)
 
@@ -209,54 +215,65 @@ def first_of_each_call(pid: np.ndarray, corr: np.ndarray, start: np.ndarray | No
     return out
 
 
-def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True, api_rows: np.ndarray | None = None
-                    ) -> pd.DataFrame:
+def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True, api_rows: np.ndarray | None = None,
+                    columns: Iterable[str] | None = None) -> pd.DataFrame:
     """For each GPU row (with ``pid`` and ``correlation_id``), its launching API call.
 
     Columns ``api_start``, ``api_end`` (-1 where the call is not in the trace) and, with
     ``names``, ``api_name`` (base name, ``_v<digits>`` removed; missing where the call is
     not in the trace) and ``api_raw`` (as nsys stores it), both categorical, aligned with ``gpu``.
+    ``columns`` narrows them to those named (each is a row-length gather).
     ``api_rows``, when the join is already known (the shared GPU activity table), gives each
     row's API row (-1: none) and skips it.
     """
+    wanted = tuple(columns) if columns is not None else (
+        ("api_start", "api_end", "api_name", "api_raw") if names else ("api_start", "api_end"))
     n = len(gpu)
     api = trace.frame("api", ["start", "end", "correlation_id", "pid", "name"]) if n and trace.has("api") else None
     if api is None or not len(api):
-        cols: dict[str, object] = {"api_start": np.full(n, -1, np.int64), "api_end": np.full(n, -1, np.int64)}
-        if names:
-            cols.update({"api_name": np.full(n, None, object), "api_raw": np.full(n, None, object)})
-        return pd.DataFrame(cols)
+        empty = {"api_start": lambda: np.full(n, -1, np.int64), "api_end": lambda: np.full(n, -1, np.int64),
+                 "api_name": lambda: np.full(n, None, object), "api_raw": lambda: np.full(n, None, object)}
+        return pd.DataFrame({c: empty[c]() for c in wanted}, index=pd.RangeIndex(n))
     if api_rows is not None:
         found = api_rows >= 0
-        rows = np.maximum(api_rows, 0)
+        rows = api_rows
     else:
         # The same join as launch_times (sorted keys shared per trace, or none needed for one process).
         rows, found = launching_rows(trace, gpu["pid"].to_numpy(), gpu["correlation_id"].to_numpy())
     every = bool(found.all())
-    out: dict[str, object] = {"api_start": _at(api["start"].to_numpy(), rows, found, every),
-                              "api_end": _at(api["end"].to_numpy(), rows, found, every)}
-    if names:
+    if rows.dtype != np.intp and len(wanted) > 1:
+        rows = rows.astype(np.intp)  # widened once (a gather widens its index on every call, 8 MB each)
+    sources = {"api_start": lambda: api["start"].to_numpy(), "api_end": lambda: api["end"].to_numpy(),
+               "api_name": trace.api_names, "api_raw": lambda: api["name"]}
+    out: dict[str, object] = {}
+    for column in wanted:
+        values = sources[column]()
         # Names by category code, gathered only for the matched rows: never a Python string per call.
-        out["api_name"] = _names_at(trace.api_names(), rows, found)
-        out["api_raw"] = _names_at(api["name"], rows, found)
+        out[column] = _names_at(values, rows, found, every) if column in ("api_name", "api_raw") else \
+            _at(values, rows, found, every)
     # copy=False: the columns are fresh arrays; a consolidating copy would double them.
-    return pd.DataFrame(out, copy=False)
+    return pd.DataFrame(out, copy=False, index=pd.RangeIndex(n))
 
 
 def _at(values: np.ndarray, rows: np.ndarray, found: np.ndarray, every: bool) -> np.ndarray:
-    """``values[rows]``, -1 where not ``found``: one gathered array, patched in place (not a second from np.where)."""
-    out = values[rows]
+    """``values[rows]``, -1 where not ``found``: one gathered array, patched in place (not a second from np.where).
+
+    Rows not found may hold -1 (the shared join's mark): clipped, then patched.
+    """
+    out = np.take(values, rows, mode="clip")
     if not every:
         out[~found] = -1
     return out
 
 
-def _names_at(names: pd.Series, rows: np.ndarray, found: np.ndarray) -> pd.Categorical:
+def _names_at(names: pd.Series, rows: np.ndarray, found: np.ndarray, every: bool) -> pd.Categorical:
     """``names`` at ``rows`` as a categorical, missing where not ``found`` or NULL.
 
     Categorical, not an object column: pandas 3 turns an object column of str into an Arrow
     string column on assignment, a conversion per row.
     """
     cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
-    codes = np.where(found, cat.cat.codes.to_numpy()[rows], -1)
+    codes = np.take(cat.array.codes, rows, mode="clip")  # ``.cat.codes`` would copy every code first
+    if not every:
+        codes[~found] = -1
     return pd.Categorical.from_codes(codes, categories=cat.cat.categories, validate=False)

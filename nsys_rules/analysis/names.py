@@ -148,14 +148,39 @@ def flag_names(names: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray
     """
     cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
     table = np.array([bool(predicate(str(c))) for c in cat.cat.categories] + [False], bool)
-    codes = cat.cat.codes.to_numpy()
-    hits = np.flatnonzero(table)
-    if len(hits) <= 4:  # a few matching names (the usual case): comparisons on the narrow codes beat a gather
-        out = np.zeros(len(codes), bool)
-        for code in hits.tolist():
-            out |= codes == code
-        return out
-    return table[codes]
+    return rows_with_codes(category_codes(cat), np.flatnonzero(table[:-1]), table)
+
+
+def category_codes(names: pd.Series) -> np.ndarray:
+    """The category codes of a categorical Series as a read-only view (``.cat.codes`` copies them)."""
+    return names.array.codes
+
+
+def rows_with_codes(codes: np.ndarray, hits: np.ndarray, table: np.ndarray | None = None) -> np.ndarray:
+    """Which rows carry one of the codes ``hits`` (``table``: the flag of each code, -1 reading the last).
+
+    Comparisons on the narrow codes, in chunks whose temporary stays in the heap (a row-length
+    comparison per code is a fresh mapping faulted in page by page; a gather would widen the codes
+    to a row-length int64 index first). Many codes: one gather per chunk instead.
+    """
+    if not len(hits):
+        return np.zeros(len(codes), bool)
+    out = np.empty(len(codes), bool)
+    wanted = np.asarray(hits).tolist()  # Python ints: compared in the codes' own narrow type
+    scratch = np.empty(min(len(codes), _CHUNK), bool)
+    for lo in range(0, len(codes), _CHUNK):
+        part, into = codes[lo:lo + _CHUNK], out[lo:lo + _CHUNK]
+        if table is not None and len(wanted) > 12:
+            into[:] = table[part]  # more than a dozen comparisons cost more than the widened gather
+            continue
+        np.equal(part, wanted[0], out=into)
+        for code in wanted[1:]:
+            into |= np.equal(part, code, out=scratch[:len(part)])
+    return out
+
+
+#: Rows per chunk of :func:`rows_with_codes` (its temporaries stay under malloc's mmap threshold).
+_CHUNK = 1 << 18
 
 
 def in_set(names: pd.Series | np.ndarray, members: frozenset[str] | Mapping[str, object]) -> np.ndarray:

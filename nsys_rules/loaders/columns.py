@@ -20,10 +20,20 @@ def one_value(values: Any) -> Any:
     if (not isinstance(values, np.ndarray) or values.dtype.kind not in "iub" or len(values) < ONE_VALUE_ROWS
             or values.strides == (0,)):
         return values
-    first = values[0]
-    if not (values == first).all():
+    if not all_equal(values):
         return values
     return np.broadcast_to(values[:1].copy(), values.shape)
+
+
+def all_equal(values: np.ndarray) -> bool:
+    """Whether every value of an integer or boolean array is the same, without a row-length mask: a
+    sample first (most columns that vary do so in it), then the minimum and maximum."""
+    if len(values) < 2:
+        return True
+    first = values[0]
+    if (values[::4093] != first).any():
+        return False
+    return bool(values.min() == values.max())
 
 
 def dense_codes(ids: np.ndarray, valid: np.ndarray, all_valid: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -61,16 +61,23 @@ def drop_invalid_required(table: str, frame: pd.DataFrame, required: list[str], 
     """
     if not len(frame):
         return frame
-    bad = np.zeros(len(frame), bool)
+    # Two reductions per column first (no row-length temporaries): a clean export, the usual
+    # case, is done with them; only a column whose range holds a bad value is judged row by row.
     cols = [c for c in required if c in frame and frame[c].dtype.kind == "i"]
-    for col in cols:
+    times = [c for c in TIME_COLUMNS if c in frame and frame[c].dtype.kind == "i"]
+    nulls = [c for c in cols if _may_hold(frame[c].to_numpy(), null_int, null_int)]
+    wilds = [c for c in times if not _within(frame[c].to_numpy(), -MAX_TIME_NS, MAX_TIME_NS)]
+    if not nulls and not wilds:
+        return frame
+    bad = np.zeros(len(frame), bool)
+    for col in nulls:
         bad |= frame[col].to_numpy() == null_int
     if bad.any():
         note(damage, f"{table}: {int(bad.sum())} row(s) with a non-numeric {'/'.join(cols)} dropped")
     # A timestamp beyond ~104 days from the session start is no capture's: kept, one such row
     # would overflow int64 sums of durations into nonsense totals.
     wild = np.zeros(len(frame), bool)
-    for col in (c for c in TIME_COLUMNS if c in frame and frame[c].dtype.kind == "i"):
+    for col in wilds:
         values = frame[col].to_numpy()
         wild |= (values > MAX_TIME_NS) | (values < -MAX_TIME_NS)
     if wild.any():
@@ -81,6 +88,16 @@ def drop_invalid_required(table: str, frame: pd.DataFrame, required: list[str], 
     return frame.loc[~bad].reset_index(drop=True)
 
 
+def _may_hold(values: np.ndarray, lo: int, hi: int) -> bool:
+    """Whether some value could lie in [lo, hi] (False when the column's range misses it)."""
+    return bool(len(values)) and int(values.min()) <= hi and int(values.max()) >= lo
+
+
+def _within(values: np.ndarray, lo: int, hi: int) -> bool:
+    """Whether every value lies in [lo, hi]."""
+    return not len(values) or (int(values.min()) >= lo and int(values.max()) <= hi)
+
+
 def drop_duplicate_rows(table: str, frame: pd.DataFrame, damage: list[str]) -> pd.DataFrame:
     """Drop exact repeats of an event (same correlationId, times and place), with a note."""
     if table not in IDENTITY_TABLES or len(frame) < 2:
@@ -89,6 +106,8 @@ def drop_duplicate_rows(table: str, frame: pd.DataFrame, damage: list[str]) -> p
     if not {"start", "end", "correlation_id"} <= set(key):
         return frame  # too few columns read to tell a repeat from two real events
     # Cheap first pass on one column: only rows sharing a start time can be repeats.
+    if rises_strictly(frame["start"].to_numpy()):  # no start shared: nothing can repeat (no masks built)
+        return frame
     same_start = _shared_start(frame["start"].to_numpy())
     if not same_start.any():
         return frame
@@ -99,6 +118,25 @@ def drop_duplicate_rows(table: str, frame: pd.DataFrame, damage: list[str]) -> p
         return frame
     note(damage, f"{table}: {int(repeat.sum())} duplicate row(s) dropped (same correlationId, start and end)")
     return frame.loc[~repeat].reset_index(drop=True)
+
+
+#: Rows per chunk of the checks below (their temporaries stay under malloc's mmap threshold).
+CHECK_ROWS = 1 << 18
+
+
+def rises_strictly(values: np.ndarray) -> bool:
+    """Whether each value is above the one before it, checked in chunks (no row-length mask)."""
+    for lo in range(0, len(values) - 1, CHECK_ROWS):
+        part = values[lo:lo + CHECK_ROWS + 1]
+        if not bool((part[1:] > part[:-1]).all()):
+            return False
+    return True
+
+
+def any_below(values: np.ndarray, bound: np.ndarray) -> bool:
+    """Whether some ``values[i] < bound[i]``, checked in chunks (no row-length mask)."""
+    return any(bool((values[lo:lo + CHECK_ROWS] < bound[lo:lo + CHECK_ROWS]).any())
+               for lo in range(0, len(values), CHECK_ROWS))
 
 
 def _shared_start(start: np.ndarray) -> np.ndarray:

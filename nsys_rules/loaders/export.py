@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence, runtime_che
 import numpy as np
 
 from . import damage as damage_fix
-from .columns import ONE_VALUE_ROWS, dense_codes, isnull, one_value
+from .columns import ONE_VALUE_ROWS, all_equal, dense_codes, isnull, one_value
 from .tables import Column, Table
 
 if TYPE_CHECKING:
@@ -37,6 +37,9 @@ MAX_META_ROWS = 100_000
 
 #: Value stored for a NULL in an optional integer column (ids are never negative in nsys).
 NULL_INT = -1
+
+#: Rows per chunk of the string codes' gather (its int64 index stays under malloc's mmap threshold).
+_GATHER_ROWS = 1 << 18
 
 #: Ids and launch dimensions, read as int32 when every value fits (memory: a 1M-kernel trace
 #: carries a dozen of them; correlation ids are 32-bit in CUPTI, widened to int64 if an export
@@ -189,8 +192,8 @@ class ColumnarExport(ABC):
         ids = np.asarray(ids)
         if ids.dtype.kind not in "iu":
             ids = damage_fix.to_int(ids, NULL_INT)
-        valid = ids >= 0
-        all_valid = bool(valid.all())
+        all_valid = not len(ids) or int(ids.min()) >= 0  # a reduction: the mask only where a NULL is
+        valid = np.ones(0, bool) if all_valid else ids >= 0
         code_of_id = None
         picked = ids if all_valid else ids[valid]
         if len(picked) and int(picked.max()) <= 4 * len(ids) + 1_000_000:
@@ -203,7 +206,8 @@ class ColumnarExport(ABC):
             code_of_id[uniq] = np.arange(len(uniq))
             inverse = None
         else:
-            uniq, inverse = dense_codes(ids.astype(np.int64, copy=False), valid, all_valid)
+            uniq, inverse = dense_codes(ids.astype(np.int64, copy=False), np.ones(len(ids), bool) if all_valid else valid,
+                                        all_valid)
         del picked
         sid, svalue = self._string_table()
         pos = np.searchsorted(sid, uniq).clip(0, max(len(sid) - 1, 0))
@@ -221,7 +225,12 @@ class ColumnarExport(ABC):
             narrow = np.int8 if len(categories) < 128 else np.int16 if len(categories) < 32768 else np.int32
             final = np.full(len(code_of_id), -1, narrow)
             final[uniq] = name_codes
-            full = final[ids] if all_valid else final[np.maximum(ids, 0)]
+            # Gathered in chunks: a gather widens its index to int64, a row-length temporary (18 MB on
+            # the API table) faulted in page by page; a chunk's stays in the heap.
+            full = np.empty(len(ids), narrow)
+            for lo in range(0, len(ids), _GATHER_ROWS):
+                part = ids[lo:lo + _GATHER_ROWS]
+                full[lo:lo + _GATHER_ROWS] = final[part] if all_valid else final[np.maximum(part, 0)]
             if not all_valid:
                 full[~valid] = -1
             return pd.Categorical.from_codes(full, categories=pd.Index(categories, dtype=object), validate=False)
@@ -279,16 +288,22 @@ class ColumnarExport(ABC):
         damage_fix.note_missing_columns(table.name, source, [c for c in wanted if picks[c.name] is None], self.damage)
         raw = self._fetch(source, src_cols, narrow)
         n = len(next(iter(raw.values()))) if raw else self.count(source)
-        keep = np.ones(n, bool)
+        keep: np.ndarray | None = None  # built only when a required column may hold a NULL
         for col in wanted:
             if col.required and picks[col.name] is not None:
                 values = raw[picks[col.name]]
-                # Integer columns arrive with NULL as NULL_INT: no nsys time or string id is negative.
-                keep &= (values != NULL_INT) if values.dtype.kind in "iu" else ~isnull(values)
-        if not keep.all():
+                # Integer columns arrive with NULL as NULL_INT: no nsys time or string id is negative. A
+                # column whose minimum is above it holds none: no mask of its rows.
+                if values.dtype.kind in "iu" and (not len(values) or int(values.min()) > NULL_INT):
+                    continue
+                present_rows = (values != NULL_INT) if values.dtype.kind in "iu" else ~isnull(values)
+                keep = present_rows if keep is None else keep & present_rows
+        all_kept = keep is None or bool(keep.all())
+        if keep is None:
+            keep = np.ones(n, bool) if any(c.kind == "nvtx_name" for c in wanted) else np.ones(0, bool)
+        if not all_kept:
             required = ", ".join(c.name for c in wanted if c.required)
             self.damage.append(f"{table.name}: {int((~keep).sum())} row(s) with NULL {required} dropped")
-        all_kept = bool(keep.all())
         data: dict[str, Any] = {}
         for col in wanted:
             src = picks[col.name]
@@ -296,14 +311,16 @@ class ColumnarExport(ABC):
             if col.kind == "nvtx_name":
                 data[col.name] = self._nvtx_names(col, raw, keep, present)
                 continue
-            data[col.name] = self._convert(col, values, int(keep.sum()), f"{table.name}.{col.name}")
+            data[col.name] = self._convert(col, values, n if all_kept else int(keep.sum()), f"{table.name}.{col.name}")
             if col.kind in ("pid", "tid") or col.name in NARROW_COLUMNS:
                 data[col.name] = one_value(data[col.name])
         frame = pd.DataFrame(data, copy=False)
         frame = damage_fix.drop_invalid_required(table.name, frame, [c.name for c in wanted if c.required],
                                                  NULL_INT, self.damage)
         if "start" in frame and "end" in frame and len(frame):
-            bad = frame["end"].to_numpy() < frame["start"].to_numpy()
+            ends, starts = frame["end"].to_numpy(), frame["start"].to_numpy()
+            # Checked in chunks first: the mask of every row only where a row ends before it starts.
+            bad = ends < starts if table.name == "nvtx" or damage_fix.any_below(ends, starts) else np.zeros(0, bool)
             if table.name == "nvtx":
                 # NVTX marks and unfinished ranges have no end: treat them as instants.
                 # A new array, not an in-place patch: `raw_end` may share the same buffer and must keep NULLs.
@@ -353,7 +370,7 @@ class ColumnarExport(ABC):
         # pid/tid are 24-bit fields of a serialized global id: int32 holds them in half the memory of
         # int64; small ids and launch dimensions too, when every value fits.
         if col.kind in ("pid", "tid"):
-            if len(ints) >= ONE_VALUE_ROWS and ints[0] >= 0 and (ints == ints[0]).all():
+            if len(ints) >= ONE_VALUE_ROWS and ints[0] >= 0 and all_equal(ints):
                 # One process (one thread): the one value, no per-row array at all (see one_value).
                 single = (int(ints[0]) >> 24) & 0xFFFFFF if col.kind == "pid" else int(ints[0]) & 0xFFFFFF
                 return np.broadcast_to(np.array([single], np.int32), (len(ints),))
@@ -365,7 +382,8 @@ class ColumnarExport(ABC):
                 out &= 0xFFFFFF
             else:
                 np.bitwise_and(ints, 0xFFFFFF, out=out, casting="unsafe")
-            out[ints < 0] = NULL_INT
+            if len(ints) and int(ints.min()) < 0:  # a NULL (or damaged) id: no mask of every row otherwise
+                out[ints < 0] = NULL_INT
             return out
         if col.name in NARROW_COLUMNS and len(ints) and int(ints.min()) >= -(2**31) and int(ints.max()) < 2**31:
             return ints.astype(np.int32)

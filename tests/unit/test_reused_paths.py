@@ -1,0 +1,147 @@
+"""Work shared between rules, or cut short, must give what the plain computation gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nsys_rules.analysis.activity import COLUMNS, gpu_ops
+from nsys_rules.analysis.grouped import CHUNK_ROWS, duration_sum, group_ids
+from nsys_rules.analysis.launch_rows import frame_launch_times, shared_api_rows
+from nsys_rules.analysis.launches import launch_api_rows, launch_times, launching_rows
+from nsys_rules.analysis.names import rows_with_codes
+from nsys_rules.inputs import open_trace
+from nsys_rules.loaders.columns import all_equal
+from nsys_rules.loaders.damage import any_below, drop_invalid_required, rises_strictly
+from nsys_rules.testing import TraceBuilder
+
+
+@pytest.mark.parametrize("hits", [0, 1, 5, 12, 13, 25])
+def test_rows_with_codes_across_chunks_equals_isin(hits):
+    rng = np.random.default_rng(hits)
+    codes = rng.integers(-1, 30, CHUNK_ROWS * 2 + 123).astype(np.int8)
+    wanted = np.sort(rng.choice(30, hits, replace=False)) if hits else np.zeros(0, np.int64)
+    table = np.zeros(31, bool)
+    table[wanted] = True  # the last entry (code -1) stays False
+    plain = np.isin(codes, wanted)
+    assert rows_with_codes(codes, wanted, table).tolist() == plain.tolist()
+    assert rows_with_codes(codes, wanted).tolist() == plain.tolist()
+
+
+def _plain_group_ids(columns):
+    frame = pd.DataFrame({i: np.asarray(c) for i, c in enumerate(columns)})
+    return frame.groupby(list(frame.columns), sort=False, dropna=False).ngroup().to_numpy()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_group_ids_skipping_one_value_columns_equals_a_group_by(seed):
+    rng = np.random.default_rng(seed)
+    n = 5_000
+    one = np.broadcast_to(np.array([3], np.int32), (n,))  # as loaders.columns.one_value keeps it
+    columns = [one, rng.integers(0, 4, n).astype(np.int8), np.full(n, 9, np.int64), rng.integers(-2, 3, n),
+               rng.integers(0, 2**30, n) if seed % 2 else rng.integers(0, 50, n), rng.integers(0, 2**30, n)]
+    assert group_ids(columns).tolist() == _plain_group_ids(columns).tolist()
+
+
+@pytest.mark.parametrize("mask", ["none", "bool", "slice"])
+def test_duration_sum_equals_the_plain_sum(mask):
+    rng = np.random.default_rng(7)
+    n = CHUNK_ROWS * 2 + 77
+    start = rng.integers(0, 2**40, n)
+    end = start + rng.integers(0, 10**6, n)
+    pick = {"none": None, "bool": rng.random(n) < 0.3, "slice": slice(1000, n - 5)}[mask]
+    plain = int((end - start).sum()) if pick is None else int((end[pick] - start[pick]).sum())
+    assert duration_sum(start, end, pick) == plain
+
+
+def _mixed_trace(tmp_path):
+    """Kernels with copies and memsets between them, one kernel launched by no traced call, ids not in row order."""
+    b = TraceBuilder()
+    t = 10_000
+    for i in range(60):
+        if i % 7 == 3:
+            b.memcpy(t, 1_500, 4096)
+        elif i % 11 == 5:
+            b.memset(t, 800, 256)
+        b.kernel("gemv" if i % 2 else "rms_norm", t + 2_000, 1_000 + 37 * (i % 5), api=None if i == 17 else
+                 "cudaLaunchKernel_v7000", stream=7 + i % 2)
+        t += 6_000
+    return b.write(tmp_path / "mixed.sqlite")
+
+
+def test_launch_rows_from_the_activity_table_equal_the_join(tmp_path):
+    trace = open_trace(_mixed_trace(tmp_path))
+    try:
+        trace.preload({table: list(columns) for table, columns in COLUMNS.items()})  # as a check reads them
+        plain = {}
+        for table in ("kernels", "memcpy", "memset"):
+            frame = trace.frame(table, ["start", "pid", "correlation_id"])
+            assert shared_api_rows(trace, frame) is None  # the activity table is not built yet: the join
+            rows, found = launching_rows(trace, frame["pid"].to_numpy(), frame["correlation_id"].to_numpy())
+            plain[table] = (launch_times(trace, frame).copy(), np.where(found, rows, -1), launch_api_rows(trace, frame))
+            trace._frames[table] = frame.copy()  # a fresh frame: nothing cached for it
+        gpu_ops(trace)
+        for table, (times, rows, calls) in plain.items():
+            frame = trace.frame(table, ["start", "pid", "correlation_id"])
+            shared = shared_api_rows(trace, frame)
+            assert shared is not None and shared.tolist() == rows.tolist()
+            assert frame_launch_times(trace, frame).tolist() == times.tolist()
+            pd.testing.assert_frame_equal(launch_api_rows(trace, frame, api_rows=shared), calls)
+            narrow = launch_api_rows(trace, frame, api_rows=shared, columns=("api_end", "api_name"))
+            pd.testing.assert_frame_equal(narrow, calls[["api_end", "api_name"]])
+        assert (frame_launch_times(trace, trace.frame("kernels", ["start"])) == trace.frame("kernels", ["start"])[
+            "start"].to_numpy()).sum() == 1  # the one kernel no traced call launched keeps its own start
+    finally:
+        trace.close()
+
+
+def test_drop_invalid_required_by_range_drops_what_the_masks_drop():
+    start = np.arange(10, dtype=np.int64) * 100
+    clean = pd.DataFrame({"start": start, "end": start + 5, "correlation_id": np.arange(1, 11)})
+    damage: list[str] = []
+    assert drop_invalid_required("kernels", clean, ["start", "end"], -1, damage) is clean and not damage
+    bad = clean.copy()
+    bad.loc[3, "start"] = -1  # text in an INTEGER column, read as NULL_INT
+    bad.loc[6, "end"] = 2**62  # no capture's timestamp
+    out = drop_invalid_required("kernels", bad, ["start", "end"], -1, damage)
+    assert out["correlation_id"].tolist() == [1, 2, 3, 5, 6, 8, 9, 10]
+    assert len(damage) == 2
+
+
+@pytest.mark.parametrize("at", [None, 1, 4093, 9_999])
+def test_all_equal_by_sample_and_range_equals_a_comparison_of_every_row(at):
+    values = np.full(10_000, 5, np.int32)
+    if at is not None:
+        values[at] = 6  # one differing row, on or off the sampled positions
+    assert all_equal(values) == bool((values == values[0]).all())
+    assert all_equal(values.astype(bool)) == bool((values.astype(bool) == bool(values[0])).all())
+
+
+def test_string_codes_gathered_in_chunks_equal_a_lookup_per_row(tmp_path):
+    b = TraceBuilder()
+    ids = [b.string(f"name{i}") for i in range(40)]
+    b.kernel("gemv", 1_000, 500)
+    trace = open_trace(b.write(tmp_path / "s.sqlite"))
+    try:
+        rng = np.random.default_rng(3)
+        refs = rng.choice(np.array(ids + [-1], np.int32), 600_000)  # -1: a NULL string id
+        names = trace.export.resolve_strings(refs, "test")
+        sid, svalue = trace.export._string_table()
+        text = dict(zip(sid.tolist(), svalue.tolist(), strict=True))
+        assert [None if pd.isna(v) else v for v in names[:2000]] == [text.get(int(r)) for r in refs[:2000]]
+        assert list(pd.isna(names)) == list(refs < 0)
+        assert names.codes.dtype == np.int8
+    finally:
+        trace.close()
+
+
+@pytest.mark.parametrize("at", [None, 0, CHUNK_ROWS - 1, CHUNK_ROWS, CHUNK_ROWS + 5])
+def test_chunked_row_checks_equal_the_whole_masks(at):
+    start = np.arange(CHUNK_ROWS + 10, dtype=np.int64) * 10
+    end = start + 3
+    if at is not None:
+        start[at + 1] = start[at]  # a shared start, on or across a chunk edge
+        end[at] = start[at] - 1  # and a row ending before it starts
+    assert rises_strictly(start) == bool((start[1:] > start[:-1]).all())
+    assert any_below(end, start) == bool((end < start).any())

@@ -253,10 +253,12 @@ def _own_work(ops: GpuOps, model: StepModel) -> tuple[np.ndarray, tuple[int, ...
 
 
 #: Idle gaps judged per batch: a 1M-kernel eager trace has a gap between nearly every two kernels.
-#: Batches this small keep each per-gap temporary (8 bytes a gap) under malloc's mmap threshold
-#: (nsys_rules.malloc_tune), so batches reuse heap memory instead of faulting in fresh pages each
-#: time (with 131k-gap batches the page faults cost as much as the work).
-GAP_BATCH = 8192
+#: A batch's per-gap temporaries (8 bytes a gap: 256 KB) stay under malloc's mmap threshold
+#: (nsys_rules.malloc_tune), so batches reuse heap memory instead of faulting in fresh pages.
+GAP_BATCH = 32768
+
+_IDLE_PARTS = ("launch_wait", "after_sync", "allocation", "module_loading", "graph_internal", "idle_other",
+               "_launch_api", "_launch_host")
 
 
 def _idle_parts(trace: Trace, ops: GpuOps, gaps: tuple[np.ndarray, np.ndarray], steps: np.ndarray,
@@ -267,27 +269,30 @@ def _idle_parts(trace: Trace, ops: GpuOps, gaps: tuple[np.ndarray, np.ndarray], 
     A gap's cause is judged on the whole gap (what the GPU waits for, whether a sync released the
     host at its start); a step boundary inside a gap only splits its time between the two steps.
     """
-    n = len(steps)
-    out = {name: np.zeros(n, np.int64) for name in ("launch_wait", "after_sync", "allocation", "module_loading",
-                                                   "graph_internal", "idle_other", "_launch_api", "_launch_host")}
+    out = {name: np.zeros(len(steps), np.int64) for name in _IDLE_PARTS}
     gaps_s, gaps_e = gaps
     recurring: dict[tuple[int, int], bool] = {}  # per thread, whether it loads modules in most steps
+    graphs = bool(ops.by_graph.any())  # without graph launches no gap is inside a replay
     for first in range(0, len(gaps_s), GAP_BATCH):
         _idle_batch(trace, ops, gaps_s[first:first + GAP_BATCH], gaps_e[first:first + GAP_BATCH], steps, out,
-                    timelines, recurring)
+                    timelines, recurring, graphs)
     return out
 
 
 def _idle_batch(trace: Trace, ops: GpuOps, gap_s: np.ndarray, gap_e: np.ndarray, steps: np.ndarray,
                 out: dict[str, np.ndarray], timelines: dict[tuple[int, int], HostTimeline],
-                recurring: dict[tuple[int, int], bool]) -> None:
+                recurring: dict[tuple[int, int], bool], graphs: bool) -> None:
     nxt = np.searchsorted(ops.start, gap_e, side="left")  # the operation that ends the gap
     has_next = nxt < len(ops)
     nxt_c = np.minimum(nxt, len(ops) - 1)
-    prev = np.maximum(nxt_c - 1, 0)
-    inside_graph = has_next & (nxt > 0) & ops.by_graph[nxt_c] & ops.by_graph[prev] & (
-        ops.corr[nxt_c] == ops.corr[prev]) & (ops.pid[nxt_c] == ops.pid[prev])
-    del nxt, prev
+    if graphs:
+        prev = np.maximum(nxt_c - 1, 0)
+        inside_graph = has_next & (nxt > 0) & ops.by_graph[nxt_c] & ops.by_graph[prev] & (
+            ops.corr[nxt_c] == ops.corr[prev]) & (ops.pid[nxt_c] == ops.pid[prev])
+        del prev
+    else:
+        inside_graph = np.zeros(len(gap_s), bool)
+    del nxt
     api_row = np.where(has_next, ops.api_row[nxt_c], -1)
     launch_end, tid = api_calls_at(trace, api_row)
     pids = np.where(has_next, ops.pid[nxt_c], -1)
@@ -295,21 +300,42 @@ def _idle_batch(trace: Trace, ops: GpuOps, gap_s: np.ndarray, gap_e: np.ndarray,
     queued = (launch_end >= 0) & (launch_end <= gap_s)
     host_bound = ~inside_graph & ~queued & (tid >= 0)
     del launch_end, queued
-    piece_s, piece_e, owner = _split(gap_s, gap_e, steps[1:, 0])
-    step = np.searchsorted(steps[:, 0], piece_s, side="right") - 1
-    length = piece_e - piece_s
-    _add(out["graph_internal"], step, length, inside_graph[owner])
-    _add(out["idle_other"], step, length, (~inside_graph & ~host_bound)[owner])
-    if host_bound.any():
-        for key, timeline in host_timelines(trace, pids[host_bound], tid[host_bound], timelines).items():
-            gaps = host_bound & (pids == key[0]) & (tid == key[1])
-            after = np.zeros(len(gap_s), bool)
-            after[gaps] = timeline.sync_ended_in(gap_s[gaps], gap_e[gaps])
-            sel = gaps[owner]
-            if key not in recurring:  # the same answer for every batch: judged once
-                recurring[key] = _loads_recur(timeline.load_starts, steps)
-            _attribute(out, timeline, piece_s[sel], piece_e[sel], step[sel], after[owner][sel],
-                       compiles=not recurring[key])
+    # A gap is judged whole, but its time goes to the steps it spans: each gap's first piece (up to
+    # the first step boundary inside it) stays aligned with the gaps, in time order, so per-step
+    # sums are sums over runs of gaps; the few later pieces of gaps that hold a boundary are apart.
+    first_e, more_s, more_e, owner = _cut(gap_s, gap_e, steps[1:, 0])
+    runs = _runs(gap_s, steps)
+    more_step = np.searchsorted(steps[:, 0], more_s, side="right") - 1
+    length = first_e - gap_s
+    more_length = more_e - more_s
+    for name, mask in (("graph_internal", inside_graph), ("idle_other", ~inside_graph & ~host_bound)):
+        out[name] += _run_sums(np.where(mask, length, 0), runs)
+        _add(out[name], more_step, more_length, mask[owner])
+    if not host_bound.any():
+        return
+    for key, timeline in host_timelines(trace, pids[host_bound], tid[host_bound], timelines).items():
+        mine = host_bound & (pids == key[0]) & (tid == key[1])
+        # The usual trace has one launching thread, whose gaps are nearly all: judged over every gap
+        # and masked, with no selected copies; a thread with few of the gaps, on its own gaps only.
+        dense = 2 * int(np.count_nonzero(mine)) >= len(mine)
+        rows = slice(None) if dense else np.flatnonzero(mine)
+        a = gap_s[rows]
+        after = timeline.sync_ended_in(a, gap_e[rows])
+        if key not in recurring:  # the same answer for every batch: judged once
+            recurring[key] = _loads_recur(timeline.load_starts, steps)
+        compiles = not recurring[key]
+        parts = _host_parts(timeline, a, first_e[rows], after, compiles=compiles)
+        for name, values, mask in _host_sums(parts, after, mine if dense else None):
+            out[name] += _run_sums(values if mask is None else np.where(mask, values, 0),
+                                   runs if dense else _runs(a, steps))
+        sel = mine[owner]
+        if sel.any():
+            after_more = np.zeros(len(gap_s), bool)
+            after_more[rows] = after
+            after_more = after_more[owner][sel]
+            parts = _host_parts(timeline, more_s[sel], more_e[sel], after_more, compiles=compiles)
+            for name, values, mask in _host_sums(parts, after_more, None):
+                _add(out[name], more_step[sel], values, np.ones(len(values), bool) if mask is None else mask)
 
 
 def _loads_recur(load_starts: np.ndarray, steps: np.ndarray) -> bool:
@@ -320,34 +346,88 @@ def _loads_recur(load_starts: np.ndarray, steps: np.ndarray) -> bool:
     return len(np.unique(held[held >= 0])) > len(steps) / 2
 
 
-def _attribute(out: dict[str, np.ndarray], timeline: HostTimeline, a: np.ndarray, b: np.ndarray,
-               step: np.ndarray, after: np.ndarray, *, compiles: bool) -> None:
-    """Split host-bound idle time by what the launching thread was doing (``after``: a sync opened the gap).
+def _host_parts(timeline: HostTimeline, a: np.ndarray, b: np.ndarray, after: np.ndarray, *,
+                compiles: bool) -> dict[str, np.ndarray]:
+    """Host-bound idle time of sorted, disjoint pieces [a, b] split by what the launching thread was doing
+    (``after``: a sync opened the piece's gap).
 
-    ``compiles``: whether host time before a module load is compilation (see below); not when the
-    thread loads a module in most steps (a per-step ``cuLibraryLoadData`` of a few microseconds in an
-    eager loop), where the time before it is the loop's own host work.
+    Each instant goes to the first of allocation, module loading, a CUDA call, the thread's own
+    code; time in a synchronization call and in other calls are both host call time, so the
+    synchronizations' union is not needed. ``compiles``: whether host time before a module load
+    is compilation (see below); not when the thread loads a module in most steps (a per-step
+    ``cuLibraryLoadData`` of a few microseconds in an eager loop), where the time before it is the
+    loop's own host work.
     """
-    alloc = timeline.alloc.within_disjoint(a, b)
-    with_module = timeline.alloc_module.within_disjoint(a, b)
-    with_sync = timeline.alloc_module_sync.within_disjoint(a, b)
+    # The allocation and module-load unions hold a few intervals: only the pieces that overlap
+    # their synchronization-wide union (a superset in time) are looked up; the rest hold none.
+    alloc = np.zeros(len(a), np.int64)
+    with_module = np.zeros(len(a), np.int64)
+    near = timeline.alloc_module_sync.touching(a, b)
+    if len(near):
+        alloc[near] = timeline.alloc.within(a[near], b[near])
+        with_module[near] = timeline.alloc_module.within(a[near], b[near])
     in_api = timeline.any_call.within(a, b)
-    module, sync_call, api = with_module - alloc, with_sync - with_module, in_api - with_sync
-    outside = (b - a) - in_api
     # Host time just before a module load, in the middle of a step, is spent preparing that module
     # (cuDNN building a runtime-fused kernel, NVRTC or Triton compiling): compilation, not the loop's
     # own host work. After a sync the host's work is the bubble's (sampling, the next step's set-up).
-    compiling = np.where(after | (not compiles), 0, timeline.outside_before_load(a, b))
-    module = module + compiling
-    outside = outside - compiling
-    ones = np.ones(len(a), bool)
-    _add(out["allocation"], step, alloc, ones)
-    _add(out["module_loading"], step, module, ones)
-    _add(out["after_sync"], step, sync_call + api + outside, after)
-    # A sync entered after the GPU already ran dry waits for nothing: its time is host call time.
-    _add(out["launch_wait"], step, sync_call + api + outside, ~after)
-    _add(out["_launch_api"], step, sync_call + api, ~after)
-    _add(out["_launch_host"], step, outside, ~after)
+    compiling = np.zeros(len(a), np.int64)
+    if compiles and len(timeline.load_starts):
+        held = _holding(a, b, timeline.load_starts)  # only a piece holding a load has time before one
+        held = held[~after[held]]
+        if len(held):
+            compiling[held] = timeline.outside_before_load(a[held], b[held])
+    length = b - a
+    host = length - with_module
+    host -= compiling  # the host call and own-code time, sync or not
+    own = length - in_api
+    own -= compiling
+    in_api -= with_module
+    with_module -= alloc
+    with_module += compiling
+    return {"allocation": alloc, "module_loading": with_module, "host": host, "api": in_api, "own": own}
+
+
+def _host_sums(parts: dict[str, np.ndarray], after: np.ndarray, mine: np.ndarray | None
+               ) -> list[tuple[str, np.ndarray, np.ndarray | None]]:
+    """(part, values, mask or None for all) of each per-step sum the host parts feed; ``mine``: the
+    pieces that count (None: all)."""
+    before = ~after
+    if mine is not None:
+        after = after & mine
+        before &= mine
+    return [("allocation", parts["allocation"], mine), ("module_loading", parts["module_loading"], mine),
+            ("after_sync", parts["host"], after),
+            # A sync entered after the GPU already ran dry waits for nothing: its time is host call time.
+            ("launch_wait", parts["host"], before), ("_launch_api", parts["api"], before),
+            ("_launch_host", parts["own"], before)]
+
+
+def _holding(a: np.ndarray, b: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Indices of the sorted, disjoint pieces [a, b] that hold one of ``times`` in (a, b] (each once)."""
+    at = np.searchsorted(a, times, side="left") - 1  # the last piece starting before the time
+    ok = at >= 0
+    at = at[ok]
+    at = at[times[ok] <= b[at]]
+    return np.unique(at)
+
+
+def _runs(starts: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Bounds of each step's run of pieces (sorted starts): step k holds pieces [runs[k], runs[k + 1]).
+
+    A piece belongs to the last step starting at or before its start.
+    """
+    runs = np.empty(len(steps) + 1, np.int64)
+    runs[:-1] = np.searchsorted(starts, steps[:, 0], side="left")
+    runs[-1] = len(starts)
+    return runs
+
+
+def _run_sums(values: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """Sum of ``values`` over each run (exact integers: the same as float sums below 2**53)."""
+    total = np.empty(len(values) + 1, np.int64)
+    total[0] = 0
+    np.cumsum(values, out=total[1:])
+    return total[runs[1:]] - total[runs[:-1]]
 
 
 def _add(target: np.ndarray, step: np.ndarray, values: np.ndarray, mask: np.ndarray) -> None:
@@ -355,29 +435,27 @@ def _add(target: np.ndarray, step: np.ndarray, values: np.ndarray, mask: np.ndar
         target += np.bincount(step[mask], weights=values[mask], minlength=len(target)).astype(np.int64)
 
 
-def _split(starts: np.ndarray, ends: np.ndarray, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Disjoint intervals cut at the given instants, so no piece crosses a step boundary.
+def _cut(starts: np.ndarray, ends: np.ndarray, cuts: np.ndarray
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted, disjoint intervals cut at the given sorted instants, so no piece crosses a step boundary.
 
-    Returns the pieces and, for each, the index of the interval it came from. Only the intervals
-    that hold a cut are split (at most one per step): the rest pass through as they are.
+    Returns each interval's end up to its first cut (its first piece, aligned with the intervals),
+    and the later pieces of the intervals that hold a cut, in time order, with the index of the
+    interval each came from. Only the cuts strictly inside an interval split it.
     """
-    first_cut = np.searchsorted(cuts, starts, side="right")  # cuts strictly inside (start, end)
-    last_cut = np.searchsorted(cuts, ends, side="left")
-    count = last_cut - first_cut
-    owner = np.arange(len(starts))
-    crossing = np.flatnonzero(count > 0)
-    if not len(crossing):
-        return starts, ends, owner
-    # Each crossing interval becomes count + 1 pieces: start, its cuts in order, end.
-    pieces = count[crossing] + 1
-    whose = np.repeat(crossing, pieces)
-    rank = np.arange(len(whose)) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # piece number within its interval
-    cut_at = first_cut[whose] + rank  # index of the cut that ends this piece (or the interval's end)
-    piece_s = np.where(rank == 0, starts[whose], cuts[np.minimum(cut_at - 1, len(cuts) - 1)])
-    piece_e = np.where(rank == count[whose], ends[whose], cuts[np.minimum(cut_at, len(cuts) - 1)])
-    plain = count == 0
-    out_s = np.concatenate([starts[plain], piece_s])
-    out_e = np.concatenate([ends[plain], piece_e])
-    out_o = np.concatenate([owner[plain], whose])
-    order = np.argsort(out_s, kind="stable")
-    return out_s[order], out_e[order], out_o[order]
+    first = int(np.searchsorted(cuts, starts[0], side="right")) if len(starts) else 0
+    last = int(np.searchsorted(cuts, ends[-1], side="left")) if len(starts) else 0
+    inside = cuts[first:last]  # the cuts in the intervals' span, searched among the intervals
+    owner = np.searchsorted(starts, inside, side="left") - 1  # the last interval starting before the cut
+    keep = owner >= 0
+    keep[keep] = ends[owner[keep]] > inside[keep]
+    inside, owner = inside[keep], owner[keep]
+    first_e, more_e = ends, inside.astype(np.int64)
+    if len(inside):
+        lead = np.ones(len(inside), bool)  # the first cut of its interval ends the first piece
+        lead[1:] = owner[1:] != owner[:-1]
+        first_e = ends.copy()
+        first_e[owner[lead]] = inside[lead]
+        # A later piece runs to the next cut of its interval, the last one to the interval's end.
+        more_e = np.append(np.where(lead[1:], ends[owner[:-1]], inside[1:]), ends[owner[-1]]).astype(np.int64)
+    return first_e, inside.astype(np.int64), more_e, owner

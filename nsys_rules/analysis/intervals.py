@@ -207,23 +207,32 @@ class Coverage:
         """:meth:`within` for sorted, disjoint [a, b] (GPU idle gaps): the same numbers.
 
         A set of a few intervals (a thread's allocations) overlaps few of a million gaps: only
-        those are looked up, found by searching the set's ends among the gaps; the rest are 0.
+        those are looked up (:meth:`touching`); the rest are 0.
         """
         if len(self.starts) * 16 >= len(a):
             return self.within(a, b)
         out = np.zeros(len(a), np.int64)
-        if not len(self.starts):
-            return out
-        first = np.searchsorted(b, self.starts, side="right")  # first gap ending after the interval starts
-        stop = np.searchsorted(a, self.ends, side="left")  # gaps starting before the interval ends
-        some = stop > first
-        marks = np.zeros(len(a) + 1, np.int64)
-        np.add.at(marks, first[some], 1)
-        np.add.at(marks, stop[some], -1)
-        touched = np.flatnonzero(np.cumsum(marks[:-1]) > 0)
+        touched = self.touching(a, b)
         if len(touched):
             out[touched] = self.within(a[touched], b[touched])
         return out
+
+    def touching(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Indices of the sorted, disjoint [a, b] that may overlap the set: every other one overlaps none of it.
+
+        Found by searching the set's few intervals among the queries, not each query in the set.
+        """
+        if not len(self.starts) or not len(a):
+            return np.empty(0, np.int64)
+        first = np.searchsorted(b, self.starts, side="right")  # first query ending after the interval starts
+        stop = np.searchsorted(a, self.ends, side="left")  # queries starting before the interval ends
+        some = stop > first
+        if not some.any():
+            return np.empty(0, np.int64)
+        marks = np.zeros(len(a) + 1, np.int32)
+        np.add.at(marks, first[some], 1)
+        np.add.at(marks, stop[some], -1)
+        return np.flatnonzero(np.cumsum(marks[:-1]) > 0)
 
 
 def union_coverage(starts: np.ndarray, ends: np.ndarray) -> Coverage:

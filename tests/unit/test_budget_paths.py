@@ -1,0 +1,119 @@
+"""The budget's idle shortcuts against the plain computations they replace."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nsys_rules.analysis import budget as budget_module
+from nsys_rules.analysis.budget import _cut, _holding, _run_sums, _runs
+from nsys_rules.analysis.intervals import Coverage, merge_intervals
+from nsys_rules.analysis.steps import step_model
+from nsys_rules.inputs import open_trace
+from nsys_rules.testing import MAIN_TID, TraceBuilder
+
+
+def _disjoint(rng, n, span=10_000):
+    cuts = np.sort(rng.integers(0, span, 2 * n))
+    a, b = cuts[0::2].astype(np.int64), cuts[1::2].astype(np.int64)
+    return a, np.maximum(b, a)
+
+
+def _plain_pieces(starts, ends, cuts):
+    """Each interval cut at every cut strictly inside it, piece by piece."""
+    first_e, more = [], []
+    for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        inside = [c for c in cuts.tolist() if s < c < e]
+        first_e.append(inside[0] if inside else e)
+        for k, c in enumerate(inside):
+            more.append((c, inside[k + 1] if k + 1 < len(inside) else e, i))
+    return first_e, more
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_cut_equals_piece_by_piece(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        starts, ends = _disjoint(rng, int(rng.integers(1, 30)))
+        cuts = np.sort(rng.integers(-100, 10_100, int(rng.integers(0, 40))))
+        if len(cuts) > 2:
+            cuts[1] = cuts[2]  # equal step starts (an empty step)
+        first_e, more_s, more_e, owner = _cut(starts, ends, cuts)
+        want_first, want_more = _plain_pieces(starts, ends, cuts)
+        assert first_e.tolist() == want_first
+        assert list(zip(more_s.tolist(), more_e.tolist(), owner.tolist(), strict=True)) == want_more
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_touching_holds_every_query_that_overlaps(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        n = int(rng.integers(0, 20))
+        s = np.sort(rng.integers(0, 10_000, n))
+        cover = Coverage(*merge_intervals(s, s + rng.integers(0, 300, n)))
+        a, b = _disjoint(rng, int(rng.integers(1, 500)))
+        touched = np.zeros(len(a), bool)
+        touched[cover.touching(a, b)] = True
+        assert (cover.within(a, b)[~touched] == 0).all()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_holding_finds_the_pieces_with_a_time_inside(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        a, b = _disjoint(rng, int(rng.integers(1, 50)))
+        times = np.sort(rng.integers(-10, 10_010, int(rng.integers(0, 20))))
+        want = [i for i in range(len(a)) if ((times > a[i]) & (times <= b[i])).any()]
+        assert _holding(a, b, times).tolist() == want
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_run_sums_equal_a_sum_per_step(seed):
+    rng = np.random.default_rng(seed)
+    steps_start = np.sort(rng.integers(0, 10_000, 12))
+    steps = np.stack([steps_start, np.append(steps_start[1:], 10_000)], axis=1)
+    a = np.sort(rng.integers(int(steps_start[0]), 10_000, 300))
+    values = rng.integers(0, 1_000_000, len(a))
+    step = np.searchsorted(steps[:, 0], a, side="right") - 1
+    want = np.bincount(step, weights=values, minlength=len(steps)).astype(np.int64)
+    assert _run_sums(values, _runs(a, steps)).tolist() == want.tolist()
+
+
+def _eager_trace(path):
+    """An eager loop launched from two threads, with allocations, module loads and syncs between kernels,
+    and GPU gaps that cross step boundaries."""
+    b = TraceBuilder(launch_duration=3_000)
+    rng = np.random.default_rng(7)
+    t0 = 100_000_000
+    for i in range(8):
+        s = t0 + i * 1_000_000
+        b.nvtx("step", s, s + 900_000)
+        t = s + 20_000
+        for j in range(12):
+            tid = 1 if j % 5 == 0 else None
+            at = t - int(rng.integers(2_000, 30_000))
+            if j == 3 and i % 2 and i > 2:
+                b.api("cudaMalloc_v3020", at - 40_000, 20_000)
+            if j == 6 and i in (4, 6):
+                b.api("cuLibraryLoadData", t - 8_000, 2_000)
+            if j == 9:
+                b.sync(at - 60_000, 50_000)
+            kwargs = {"tid": MAIN_TID + tid} if tid else {}
+            b.kernel("k", start=t, duration=int(rng.integers(5_000, 40_000)), launch_at=at, **kwargs)
+            t += int(rng.integers(30_000, 90_000))
+    return b.write(path)
+
+
+def test_budget_the_same_for_any_gap_batch(tmp_path, monkeypatch):
+    path = _eager_trace(tmp_path / "t.sqlite")
+    results = []
+    for batch in (1, 2, 3, 7, 1 << 20):
+        monkeypatch.setattr(budget_module, "GAP_BATCH", batch)
+        trace = open_trace(path)
+        try:
+            budget = budget_module._budget(trace, step_model(trace))
+        finally:
+            trace.close()
+        results.append({k: v.tolist() for k, v in budget.per_step.items()})
+    assert results[0]["launch_wait"] and sum(results[0]["launch_wait"]) > 0
+    assert all(r == results[0] for r in results[1:])

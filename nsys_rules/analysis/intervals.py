@@ -359,7 +359,14 @@ def point_in(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
 
 def counts_in(sorted_times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """How many of ``sorted_times`` :func:`point_in` puts in each interval (starts sorted), by searches of
-    the intervals' bounds among the times: a few thousand searches instead of one per time.
+    the intervals' bounds among the times: a few thousand searches instead of one per time."""
+    first, upto = runs_in(sorted_times, starts, ends)
+    return np.maximum(upto - first, 0)
+
+
+def runs_in(sorted_times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The run ``[first, upto)`` of ``sorted_times`` that :func:`point_in` puts in each interval (starts
+    sorted; an empty run has ``upto <= first``).
 
     A time belongs to the last interval starting at or before it, when it does not end before
     the time; so interval i holds the times in [start i, next start) up to its own end.
@@ -368,4 +375,4 @@ def counts_in(sorted_times: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
     upto = np.searchsorted(sorted_times, ends, side="right")
     if len(starts) > 1:
         np.minimum(upto[:-1], first[1:], out=upto[:-1])
-    return np.maximum(upto - first, 0)
+    return first, upto

@@ -117,3 +117,44 @@ def test_budget_the_same_for_any_gap_batch(tmp_path, monkeypatch):
         results.append({k: v.tolist() for k, v in budget.per_step.items()})
     assert results[0]["launch_wait"] and sum(results[0]["launch_wait"]) > 0
     assert all(r == results[0] for r in results[1:])
+
+
+# -- the step model's shortcuts for launches in start order ---------------------------------------
+
+
+def _ops(launch, start, end):
+    from nsys_rules.analysis.activity import _FIELDS, GpuOps
+
+    n = len(start)
+    fields = {name: np.zeros(n, np.int32) for name in _FIELDS}
+    fields.update(start=start, end=end, launch=launch, by_graph=np.zeros(n, bool))
+    return GpuOps(**fields)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_work_in_rising_launches_equals_point_in(seed):
+    from nsys_rules.analysis.intervals import point_in
+    from nsys_rules.analysis.step_detectors import _sorted_launches, _work_in
+
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        n = int(rng.integers(1, 200))
+        start = np.sort(rng.integers(0, 10_000, n)).astype(np.int64)
+        end = start + rng.integers(0, 500, n)
+        launch = np.sort(start - rng.integers(0, 300, n))  # in start order, as one thread launches
+        launch[: int(rng.integers(0, 3))] = -1  # untraced launches come first
+        ops = _ops(launch, start, end)
+        s, e = _disjoint(rng, int(rng.integers(1, 20)))
+        if rng.random() < 0.3:
+            s = s.copy()
+            s[-1] = e[-1] = 20_000  # the last interval holds nothing
+            s, e = np.sort(s), np.sort(e)
+        index = point_in(launch, s, e)
+        held = index >= 0
+        first = np.full(len(s), np.iinfo(np.int64).max, np.int64)
+        last = np.full(len(s), -1, np.int64)
+        np.minimum.at(first, index[held], start[held])
+        np.maximum.at(last, index[held], end[held])
+        got = _work_in(ops, s, e)
+        assert got[0].tolist() == first.tolist() and got[1].tolist() == last.tolist()
+        assert _sorted_launches(ops).tolist() == np.sort(launch[launch >= 0]).tolist()

@@ -246,16 +246,6 @@ def launch_threads(trace: Trace, ops: GpuOps) -> np.ndarray:
     return np.where(ops.api_row >= 0, tid[np.maximum(ops.api_row, 0)], -1)
 
 
-def api_calls_at(trace: Trace, api_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """End and thread of the API calls at ``api_row`` (-1 for rows < 0 or without an API table)."""
-    if not trace.has("api") or not len(api_row):
-        return np.full(len(api_row), -1, np.int64), np.full(len(api_row), -1, np.int64)
-    api = trace.frame("api", COLUMNS["api"])
-    at = np.maximum(api_row, 0)
-    known = api_row >= 0
-    return np.where(known, api["end"].to_numpy()[at], -1), np.where(known, api["tid"].to_numpy()[at], -1)
-
-
 def kernel_symbols(trace: Trace) -> np.ndarray:
     """One code per distinct (name, grid, block) of each operation (-1 for copies, memsets and replays).
 

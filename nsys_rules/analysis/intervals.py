@@ -180,12 +180,14 @@ class Coverage:
         """Covered length of the whole set."""
         return int(self._prefix[-1])
 
-    def before(self, t: np.ndarray) -> np.ndarray:
-        """Covered length up to each of ``t``."""
+    def before(self, t: np.ndarray, guess: np.ndarray | None = None) -> np.ndarray:
+        """Covered length up to each of ``t``; ``guess``: for each, the likely number of intervals
+        starting at or before it (see :func:`search_near`)."""
         t = np.asarray(t, np.int64)
         if not len(self.starts):
             return np.zeros(len(t), np.int64)
-        k = np.searchsorted(self.starts, t, side="right")  # intervals starting at or before t
+        # intervals starting at or before t
+        k = np.searchsorted(self.starts, t, side="right") if guess is None else search_near(self.starts, t, guess)
         past = np.maximum(k - 1, 0)
         past = self.ends[past]  # the part of the last of them beyond t, computed in place
         past -= t
@@ -196,10 +198,11 @@ class Coverage:
         out -= past
         return out
 
-    def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Covered length inside each [a, b]."""
-        out = self.before(b)
-        out -= self.before(a)
+    def within(self, a: np.ndarray, b: np.ndarray, guess_a: np.ndarray | None = None,
+               guess_b: np.ndarray | None = None) -> np.ndarray:
+        """Covered length inside each [a, b] (guesses: see :meth:`before`)."""
+        out = self.before(b, guess_b)
+        out -= self.before(a, guess_a)
         np.maximum(out, 0, out=out)
         return out
 
@@ -233,6 +236,36 @@ class Coverage:
         np.add.at(marks, first[some], 1)
         np.add.at(marks, stop[some], -1)
         return np.flatnonzero(np.cumsum(marks[:-1]) > 0)
+
+
+def search_near(values: np.ndarray, t: np.ndarray, guess: np.ndarray, side: str = "right") -> np.ndarray:
+    """``np.searchsorted(values, t, side)`` where most answers are known in advance (``guess``).
+
+    Each guess is checked against its two neighbours (two gathers, no binary search over the whole
+    array: a million searches among 2.2M API calls take ~30 ms); only wrong guesses are searched.
+    """
+    t = np.asarray(t, np.int64)
+    n = len(values)
+    if not n or not len(t):
+        return np.searchsorted(values, t, side=side)
+    k = np.clip(guess, 0, n).astype(np.int64)
+    low = np.maximum(k - 1, 0)  # reused for the neighbour below, then above
+    lower = values[low]
+    np.minimum(k, n - 1, out=low)
+    upper = values[low]
+    del low
+    # A guess of 0 or n fails its check (the neighbour outside the array is a real one) and is searched.
+    if side == "right":
+        ok = lower <= t
+        ok &= upper > t
+    else:
+        ok = lower < t
+        ok &= upper >= t
+    del lower, upper
+    wrong = np.flatnonzero(~ok)
+    if len(wrong):
+        k[wrong] = np.searchsorted(values, t[wrong], side=side)
+    return k
 
 
 def union_coverage(starts: np.ndarray, ends: np.ndarray) -> Coverage:

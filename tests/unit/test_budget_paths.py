@@ -81,7 +81,7 @@ def test_run_sums_equal_a_sum_per_step(seed):
 
 def _eager_trace(path):
     """An eager loop launched from two threads, with allocations, module loads and syncs between kernels,
-    and GPU gaps that cross step boundaries."""
+    work on a second stream overlapping the loop's, and GPU gaps that cross step boundaries."""
     b = TraceBuilder(launch_duration=3_000)
     rng = np.random.default_rng(7)
     t0 = 100_000_000
@@ -100,6 +100,9 @@ def _eager_trace(path):
                 b.sync(at - 60_000, 50_000)
             kwargs = {"tid": MAIN_TID + tid} if tid else {}
             b.kernel("k", start=t, duration=int(rng.integers(5_000, 40_000)), launch_at=at, **kwargs)
+            if j % 4 == 1:  # work on a second stream overlapping the loop's: busy periods of several operations
+                b.kernel("side", start=t + 2_000, duration=int(rng.integers(5_000, 60_000)), launch_at=at + 500,
+                         stream=9)
             t += int(rng.integers(30_000, 90_000))
     return b.write(path)
 
@@ -158,3 +161,28 @@ def test_work_in_rising_launches_equals_point_in(seed):
         got = _work_in(ops, s, e)
         assert got[0].tolist() == first.tolist() and got[1].tolist() == last.tolist()
         assert _sorted_launches(ops).tolist() == np.sort(launch[launch >= 0]).tolist()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_search_near_equals_searchsorted_for_any_guess(seed):
+    from nsys_rules.analysis.intervals import search_near
+
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        values = np.sort(rng.integers(0, 1_000, int(rng.integers(0, 60))))  # repeated values too
+        t = np.sort(rng.integers(-20, 1_020, int(rng.integers(0, 80))))
+        for side in ("left", "right"):
+            want = np.searchsorted(values, t, side=side)
+            for guess in (want, want + rng.integers(-2, 3, len(t)), rng.integers(-5, len(values) + 5, len(t))):
+                assert search_near(values, t, guess, side=side).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_within_with_guesses_equals_within(seed):
+    rng = np.random.default_rng(seed)
+    s = np.sort(rng.integers(0, 10_000, 300))
+    cover = Coverage(s, s + 10)  # the calls of one thread, one after another
+    a, b = _disjoint(rng, 200)
+    ga = np.searchsorted(s, a, side="right") + rng.integers(-1, 2, len(a))
+    gb = np.searchsorted(s, b, side="right") + rng.integers(-1, 2, len(b))
+    assert cover.within(a, b, ga, gb).tolist() == cover.within(a, b).tolist()

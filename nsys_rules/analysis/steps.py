@@ -31,7 +31,7 @@ import pandas as pd
 from ..trace import Trace
 from .activity import COLUMNS as ACTIVITY_COLUMNS
 from .activity import GpuOps, gpu_ops
-from .intervals import point_in
+from .intervals import point_in, rising, runs_in
 from .names import ALLOC_APIS, MODULE_LOADS, PROFILER_START_APIS, PROFILER_STOP_APIS, SYNC_APIS, in_set
 from .step_detectors import Bound, Found, graph_steps, marker_steps, nvtx_steps
 from .step_period import kernel_steps
@@ -225,11 +225,7 @@ def _project(ops: GpuOps, host: np.ndarray, pid: int | None
     runs when it was launched, often long before the step's own kernels, and must not move the
     step's start on the GPU clock.
     """
-    mine = ops.launch >= 0
-    if pid is not None:
-        mine &= ops.pid == pid
-    index = np.full(len(ops), -1, np.int64)
-    index[mine] = point_in(ops.launch[mine], host[:, 0], host[:, 1])
+    index = _step_index(ops, host, pid)
     held = index >= 0
     launches = np.bincount(index[held], minlength=len(host))
     work = np.full((len(host), 2), -1, np.int64)
@@ -251,6 +247,31 @@ def _project(ops: GpuOps, host: np.ndarray, pid: int | None
     some = last >= 0
     work[some, 0], work[some, 1] = first[some], last[some]
     return work, device, streams, launches
+
+
+def _step_index(ops: GpuOps, host: np.ndarray, pid: int | None) -> np.ndarray:
+    """The step (row of ``host``) each operation of the process was launched in, -1 for none."""
+    launch = ops.launch
+    one_process = pid is None or (ops.pid.strides == (0,) and len(ops) and int(ops.pid[0]) == pid)
+    if one_process and rising(launch):
+        # Launch order is row order (one launching thread, work run in launch order): each step's
+        # operations are one run of rows, written as marks at the runs' ends summed along the rows,
+        # with no search per operation.
+        known = int(np.searchsorted(launch, 0, side="left"))  # unknown launches (-1) come first
+        first, upto = runs_in(launch[known:], host[:, 0], host[:, 1])
+        some = np.flatnonzero(upto > first)
+        index = np.zeros(len(ops) + 1, np.int64)
+        np.add.at(index, first[some] + known, some + 1)
+        np.add.at(index, upto[some] + known, -(some + 1))
+        np.cumsum(index, out=index)
+        index -= 1
+        return index[:-1]
+    mine = launch >= 0
+    if pid is not None:
+        mine &= ops.pid == pid
+    index = np.full(len(ops), -1, np.int64)
+    index[mine] = point_in(launch[mine], host[:, 0], host[:, 1])
+    return index
 
 
 def loop_streams(stream: np.ndarray, step: np.ndarray, steps: int, duration: np.ndarray) -> tuple[int, ...]:

@@ -186,3 +186,59 @@ def test_within_with_guesses_equals_within(seed):
     ga = np.searchsorted(s, a, side="right") + rng.integers(-1, 2, len(a))
     gb = np.searchsorted(s, b, side="right") + rng.integers(-1, 2, len(b))
     assert cover.within(a, b, ga, gb).tolist() == cover.within(a, b).tolist()
+
+
+# -- the GPU activity table's merge of a few copies into a million kernels --------------------------
+
+
+def _part(rng, n, kind, constant=False):
+    from nsys_rules.analysis.activity import _FIELDS
+    from nsys_rules.loaders.columns import one_value
+
+    start = np.sort(rng.integers(0, 1_000_000, n)).astype(np.int64)
+    part = {name: rng.integers(-1, 5, n).astype(np.int32) for name in _FIELDS}
+    part.update(start=start, end=start + 10, kind=np.full(n, kind, np.int8), by_graph=rng.random(n) < 0.1)
+    if constant:  # one process on one device: zero-stride columns, as the loader keeps them
+        part.update(pid=one_value(np.full(n, 7, np.int32)), device=one_value(np.zeros(n, np.int32)))
+    return part
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_merge_of_a_few_rows_equals_the_masked_merge(seed, monkeypatch):
+    from nsys_rules.analysis import activity
+
+    rng = np.random.default_rng(seed)
+    big = _part(rng, 5_000, 0, constant=True)
+    for small_rows in (1, 3, 40):
+        parts = [big, _part(rng, small_rows, 1, constant=seed % 2 == 0)]
+        few = activity._merge(parts)
+        monkeypatch.setattr(activity, "_FEW_SMALL", -1)
+        masked = activity._merge(parts)
+        monkeypatch.undo()
+        for name, values in masked.items():
+            assert few[name].dtype == values.dtype and few[name].tolist() == values.tolist(), name
+            kept = activity.one_value(values)
+            assert (few[name].strides == (0,)) == (kept.strides == (0,)), name
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_step_index_of_rising_launches_equals_point_in(seed):
+    from nsys_rules.analysis.intervals import point_in
+    from nsys_rules.analysis.steps import _step_index
+    from nsys_rules.loaders.columns import ONE_VALUE_ROWS, one_value
+
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        n = ONE_VALUE_ROWS + int(rng.integers(0, 500))
+        start = np.sort(rng.integers(0, 1_000_000, n)).astype(np.int64)
+        launch = np.sort(start - rng.integers(0, 300, n))
+        launch[: int(rng.integers(0, 3))] = -1
+        ops = _ops(launch, start, start + 5)
+        ops = type(ops)(**{**ops.__dict__, "pid": one_value(np.full(n, 3, np.int32))})
+        host = np.stack(_disjoint(rng, int(rng.integers(1, 40)), span=1_000_000), axis=1)
+        want = np.full(n, -1, np.int64)
+        known = launch >= 0
+        want[known] = point_in(launch[known], host[:, 0], host[:, 1])
+        assert _step_index(ops, host, 3).tolist() == want.tolist()
+        assert _step_index(ops, host, None).tolist() == want.tolist()
+        assert (_step_index(ops, host, 4) == -1).all()  # another process launched nothing here

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -227,7 +228,8 @@ def _project(ops: GpuOps, host: np.ndarray, pid: int | None
     """
     index = _step_index(ops, host, pid)
     held = index >= 0
-    launches = np.bincount(index[held], minlength=len(host))
+    step = index[held]  # the held operations' steps, selected once and reused while the selection holds
+    launches = np.bincount(step, minlength=len(host))
     work = np.full((len(host), 2), -1, np.int64)
     if not held.any():
         return work, None, (), launches
@@ -238,8 +240,9 @@ def _project(ops: GpuOps, host: np.ndarray, pid: int | None
         busy = np.bincount(inverse, weights=ops.duration[held])
         device = int(devices[np.argmax(busy)])
         held &= ops.device == device
-    streams = loop_streams(ops.stream[held], index[held], len(host), ops.duration[held])
-    held &= np.isin(ops.stream, streams)
+        step = index[held]
+    streams = loop_streams(ops.stream[held], step, len(host), lambda: ops.duration[held])
+    held &= ops.stream == streams[0] if len(streams) == 1 else np.isin(ops.stream, streams)
     first = np.full(len(host), np.iinfo(np.int64).max, np.int64)
     last = np.full(len(host), -1, np.int64)
     np.minimum.at(first, index[held], ops.start[held])
@@ -274,8 +277,10 @@ def _step_index(ops: GpuOps, host: np.ndarray, pid: int | None) -> np.ndarray:
     return index
 
 
-def loop_streams(stream: np.ndarray, step: np.ndarray, steps: int, duration: np.ndarray) -> tuple[int, ...]:
-    """Streams with work in at least half of the steps (else the busiest one)."""
+def loop_streams(stream: np.ndarray, step: np.ndarray, steps: int,
+                 duration: Callable[[], np.ndarray]) -> tuple[int, ...]:
+    """Streams with work in at least half of the steps (else the busiest one: ``duration`` gives the
+    operations' durations, computed only then)."""
     out = []
     values = np.sort(pd.unique(stream))  # the distinct streams by hash: no sort of a million rows
     for s in values:
@@ -285,7 +290,7 @@ def loop_streams(stream: np.ndarray, step: np.ndarray, steps: int, duration: np.
             out.append(int(s))
     if not out and len(stream):
         values, inverse = np.unique(stream, return_inverse=True)
-        out = [int(values[np.argmax(np.bincount(inverse, weights=duration))])]
+        out = [int(values[np.argmax(np.bincount(inverse, weights=duration()))])]
     return tuple(out)
 
 

@@ -186,7 +186,6 @@ class Coverage:
         t = np.asarray(t, np.int64)
         if not len(self.starts):
             return np.zeros(len(t), np.int64)
-        # intervals starting at or before t
         k = np.searchsorted(self.starts, t, side="right") if guess is None else search_near(self.starts, t, guess)
         past = np.maximum(k - 1, 0)
         past = self.ends[past]  # the part of the last of them beyond t, computed in place
@@ -206,32 +205,17 @@ class Coverage:
         np.maximum(out, 0, out=out)
         return out
 
-    def within_disjoint(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """:meth:`within` for sorted, disjoint [a, b] (GPU idle gaps): the same numbers.
-
-        A set of a few intervals (a thread's allocations) overlaps few of a million gaps: only
-        those are looked up (:meth:`touching`); the rest are 0.
-        """
-        if len(self.starts) * 16 >= len(a):
-            return self.within(a, b)
-        out = np.zeros(len(a), np.int64)
-        touched = self.touching(a, b)
-        if len(touched):
-            out[touched] = self.within(a[touched], b[touched])
-        return out
-
     def touching(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Indices of the sorted, disjoint [a, b] that may overlap the set: every other one overlaps none of it.
 
-        Found by searching the set's few intervals among the queries, not each query in the set.
+        A set of a few intervals (a thread's allocations) overlaps few of a million GPU idle gaps:
+        found by searching the set's intervals among the queries, not each query in the set.
         """
         if not len(self.starts) or not len(a):
             return np.empty(0, np.int64)
         first = np.searchsorted(b, self.starts, side="right")  # first query ending after the interval starts
         stop = np.searchsorted(a, self.ends, side="left")  # queries starting before the interval ends
         some = stop > first
-        if not some.any():
-            return np.empty(0, np.int64)
         marks = np.zeros(len(a) + 1, np.int32)
         np.add.at(marks, first[some], 1)
         np.add.at(marks, stop[some], -1)
@@ -255,12 +239,7 @@ def search_near(values: np.ndarray, t: np.ndarray, guess: np.ndarray, side: str 
     upper = values[low]
     del low
     # A guess of 0 or n fails its check (the neighbour outside the array is a real one) and is searched.
-    if side == "right":
-        ok = lower <= t
-        ok &= upper > t
-    else:
-        ok = lower < t
-        ok &= upper >= t
+    ok = (lower <= t) & (upper > t) if side == "right" else (lower < t) & (upper >= t)
     del lower, upper
     wrong = np.flatnonzero(~ok)
     if len(wrong):

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from nsys_rules.analysis import budget as budget_module
-from nsys_rules.analysis.budget import _cut, _holding, _run_sums, _runs
+from nsys_rules.analysis import budget_idle
+from nsys_rules.analysis.budget_idle import _cut, _holding, _run_sums, _runs
 from nsys_rules.analysis.intervals import Coverage, merge_intervals
 from nsys_rules.analysis.steps import step_model
 from nsys_rules.inputs import open_trace
@@ -111,7 +112,7 @@ def test_budget_the_same_for_any_gap_batch(tmp_path, monkeypatch):
     path = _eager_trace(tmp_path / "t.sqlite")
     results = []
     for batch in (1, 2, 3, 7, 1 << 20):
-        monkeypatch.setattr(budget_module, "GAP_BATCH", batch)
+        monkeypatch.setattr(budget_idle, "GAP_BATCH", batch)
         trace = open_trace(path)
         try:
             budget = budget_module._budget(trace, step_model(trace))
@@ -242,3 +243,55 @@ def test_step_index_of_rising_launches_equals_point_in(seed):
         assert _step_index(ops, host, 3).tolist() == want.tolist()
         assert _step_index(ops, host, None).tolist() == want.tolist()
         assert (_step_index(ops, host, 4) == -1).all()  # another process launched nothing here
+
+
+# -- the budget's busy parts: only the crowded operations need unions ------------------------------
+
+
+def _plain_busy_parts(ops, own, a, b):
+    """Unions of the loop's classes in priority order, over every operation (work one operation after
+    another: each class's own operations, which are disjoint already)."""
+    from nsys_rules.analysis.activity import BUSY_CLASSES
+    from nsys_rules.analysis.budget import _CLASS_PART, BUSY_PRIORITY, _serial
+
+    serial = _serial(ops.start[own], ops.end[own])
+    parts, before, grown = {}, np.zeros(len(a), np.int64), np.zeros(len(ops), bool)
+    for cls in BUSY_PRIORITY:
+        mine = own & (ops.cls == BUSY_CLASSES.index(cls))
+        if serial:
+            parts[_CLASS_PART[cls]] = Coverage(ops.start[mine], ops.end[mine]).within(a, b)
+            before = before + parts[_CLASS_PART[cls]]
+            continue
+        grown |= mine
+        cover = Coverage(*merge_intervals(ops.start[grown], ops.end[grown])).within(a, b) if grown.any() \
+            else np.zeros(len(a), np.int64)
+        parts[_CLASS_PART[cls]] = cover - before
+        before = cover
+    return parts, before
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_busy_parts_equal_the_unions_in_priority_order(seed):
+    from nsys_rules.analysis.activity import BUSY_CLASSES
+    from nsys_rules.analysis.budget import _busy_parts
+
+    rng = np.random.default_rng(seed)
+    for trial in range(150):
+        n = int(rng.integers(1, 60))
+        start = np.sort(rng.integers(0, 2_000, n)).astype(np.int64)
+        end = start + rng.integers(0, 80, n)
+        if trial % 3 == 1:  # mostly one after another, a few overlapping
+            end = np.minimum(end, np.append(start[1:], end[-1]) + 3 * (rng.random(n) < 0.1))
+        elif trial % 3 == 2:  # a damaged row (end before start) among overlapping ones: all through the unions
+            end = start + 300
+            k = int(rng.integers(0, n))
+            end[k] = start[k] - 5
+        ops = _ops(np.zeros(n, np.int64), start, end)
+        ops = type(ops)(**{**ops.__dict__, "cls": rng.integers(0, len(BUSY_CLASSES), n).astype(np.int8)})
+        own = rng.random(n) < (0.8 if trial % 2 else 1.01)
+        cuts = np.sort(rng.integers(-50, 2_100, int(rng.integers(2, 12))))
+        a, b = cuts[:-1], cuts[1:]
+        got, total = _busy_parts(ops, own, a, b)
+        want, want_total = _plain_busy_parts(ops, own, a, b)
+        assert total.tolist() == want_total.tolist()
+        assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in want.items()}

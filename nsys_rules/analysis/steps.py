@@ -40,6 +40,8 @@ from .step_period import kernel_steps
 #: Allocation calls whose first use in the loop is warm-up (frees are not: they follow allocations).
 _ALLOCATING = frozenset(name for name in ALLOC_APIS if "Free" not in name and "Destroy" not in name
                         and "Release" not in name and "Unregister" not in name and "Unmap" not in name)
+#: Calls whose cost in a leading step marks it as warm-up.
+_COSTLY = MODULE_LOADS | _ALLOCATING
 
 
 @dataclass(frozen=True)
@@ -257,9 +259,8 @@ def _step_index(ops: GpuOps, host: np.ndarray, pid: int | None) -> np.ndarray:
     launch = ops.launch
     one_process = pid is None or (ops.pid.strides == (0,) and len(ops) and int(ops.pid[0]) == pid)
     if one_process and rising(launch):
-        # Launch order is row order (one launching thread, work run in launch order): each step's
-        # operations are one run of rows, written as marks at the runs' ends summed along the rows,
-        # with no search per operation.
+        # Launch order is row order (one launching thread, work run in launch order): each step's operations
+        # are one run of rows, written as marks at the runs' ends summed along the rows: no search per operation.
         known = int(np.searchsorted(launch, 0, side="left"))  # unknown launches (-1) come first
         first, upto = runs_in(launch[known:], host[:, 0], host[:, 1])
         some = np.flatnonzero(upto > first)
@@ -336,10 +337,13 @@ def _warmup(trace: Trace, found: Found, host: np.ndarray, options: SteadyOptions
         return 0, ""
     api = trace.frame("api", ["start", "end", "name", "pid", "tid"])
     names = trace.api_names()
-    mine = api["pid"].to_numpy() == found.pid if found.pid is not None else np.ones(len(api), bool)
+    pid = api["pid"].to_numpy()
+    # The process's calls; None: all of them (one process, a one-value column: no mask over every call).
+    mine = None if found.pid is None or (pid.strides == (0,) and len(pid) and int(pid[0]) == found.pid) \
+        else pid == found.pid
     starts, ends = api["start"].to_numpy(np.int64), api["end"].to_numpy(np.int64)
     votes: list[tuple[int, str]] = [(0, "")]
-    costly = mine & (in_set(names, MODULE_LOADS) | in_set(names, _ALLOCATING))
+    costly = in_set(names, _COSTLY) if mine is None else in_set(names, _COSTLY) & mine
     cost = _time_per_step(starts[costly], ends[costly], host)
     typical = float(np.median(host[:, 1] - host[:, 0]))
     early = max(2, n // 10)
@@ -348,7 +352,7 @@ def _warmup(trace: Trace, found: Found, host: np.ndarray, options: SteadyOptions
     heavy = np.flatnonzero(cost[:early] >= max(0.1 * typical, 10 * float(np.median(cost))))
     if len(heavy):
         votes.append((int(heavy[-1]) + 1, "module loading or first allocations"))
-    sync = mine & in_set(names, SYNC_APIS)
+    sync = in_set(names, SYNC_APIS) if mine is None else in_set(names, SYNC_APIS) & mine
     barrier = _barrier(starts[sync], ends[sync], host, found.source)
     if barrier:
         votes.append((barrier, "a synchronization between warm-up and measured steps"))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..loaders.columns import one_value
+from ..loaders.columns import ONE_VALUE_ROWS, one_value
 from ..taxonomy import CLASSES, classify
 from ..trace import Trace
 from .launches import launching_rows
@@ -128,7 +128,9 @@ def _build(trace: Trace) -> GpuOps:
         parts.append(_part(trace, kind, frame))
     if not parts:
         return GpuOps(**{name: np.empty(0, bool if name == "by_graph" else np.int64) for name in _FIELDS})
-    merged = {name: one_value(values) for name, values in _merge(parts).items()}
+    # Rows that differ at both ends are not one value: no scan of a million rows to find out.
+    merged = {name: values if len(values) and values[0] != values[-1] else one_value(values)
+              for name, values in _merge(parts).items()}
     for values in merged.values():
         if values.flags.writeable:
             values.flags.writeable = False  # shared by every rule of the trace
@@ -155,15 +157,33 @@ def _merge(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     # Final position of each small row: the big rows starting at or before it, plus the small rows before it.
     at = np.searchsorted(big["start"], small["start"], side="right") + np.arange(len(order))
     total = len(big["start"]) + len(order)
-    is_small = np.zeros(total, bool)
-    is_small[at] = True
+    # A few small rows (a handful of copies among a million kernels): the big rows go in as slices
+    # between them; many: through a mask.
+    is_small = None if len(at) <= _FEW_SMALL else np.zeros(total, bool)
+    if is_small is not None:
+        is_small[at] = True
     out = {}
     for name in _FIELDS:
-        values = np.empty(total, np.result_type(big[name].dtype, small[name].dtype))
+        dtype = np.result_type(big[name].dtype, small[name].dtype)
+        value = big[name][:1]
+        if total >= ONE_VALUE_ROWS and big[name].strides == (0,) and (small[name] == value).all():
+            out[name] = np.broadcast_to(value.astype(dtype), total)  # one value in every row, as one_value keeps it
+            continue
+        values = np.empty(total, dtype)
         values[at] = small[name]
-        values[~is_small] = big[name]
+        if is_small is not None:
+            values[~is_small] = big[name]
+        else:
+            done = 0  # big rows placed so far
+            for k, pos in enumerate((*at.tolist(), total)):
+                values[done + k:pos] = big[name][done:pos - k]
+                done = pos - k
         out[name] = values
     return out
+
+
+#: Up to this many rows outside the biggest part are slotted in one by one.
+_FEW_SMALL = 64
 
 
 def _rising(values: np.ndarray) -> bool:
@@ -195,9 +215,15 @@ def _part(trace: Trace, kind: int, frame: pd.DataFrame) -> dict[str, np.ndarray]
         api = trace.frame("api", COLUMNS["api"])
         if len(api):
             rows, found = launching_rows(trace, pid, corr)
-            launch = np.where(found, api["start"].to_numpy()[rows], -1)
-            api_row = np.where(found, rows, -1).astype(np.int32)
-            by_graph = found & in_set(trace.api_names(), GRAPH_LAUNCH_APIS)[rows]
+            if found.all():  # every operation's launch traced (the usual trace): gathers, no selections
+                launch = api["start"].to_numpy()[rows]
+                api_row = rows.astype(np.int32)
+            else:
+                launch = np.where(found, api["start"].to_numpy()[rows], -1)
+                api_row = np.where(found, rows, -1).astype(np.int32)
+            names = trace.api_names()
+            if any(str(name) in GRAPH_LAUNCH_APIS for name in names.cat.categories):  # else no row is one
+                by_graph = found & in_set(names, GRAPH_LAUNCH_APIS)[rows]
     if kind == KERNEL:
         cls = classify(frame["name"]).cat.codes.to_numpy().astype(np.int8)
     else:
@@ -206,9 +232,16 @@ def _part(trace: Trace, kind: int, frame: pd.DataFrame) -> dict[str, np.ndarray]
         "start": frame["start"].to_numpy(np.int64), "end": frame["end"].to_numpy(np.int64), "launch": launch,
         "device": _int(frame, "device_id"), "stream": _int(frame, "stream_id"), "pid": pid, "corr": corr,
         "api_row": api_row, "table_row": np.arange(n, dtype=np.int32),
-        "graph": _int(frame, "graph_id") if kind == REPLAY else np.full(n, -1, np.int32),
-        "kind": np.full(n, kind, np.int8), "cls": cls, "by_graph": by_graph,
+        "graph": _int(frame, "graph_id") if kind == REPLAY else _same(n, -1, np.int32),
+        "kind": _same(n, kind, np.int8), "cls": cls, "by_graph": by_graph if by_graph.any() else _same(n, False, bool),
     }
+
+
+def _same(n: int, value: int | bool, dtype: type) -> np.ndarray:
+    """``n`` rows of one value: a zero-stride view where :func:`one_value` would make it one anyway."""
+    if n < ONE_VALUE_ROWS:
+        return np.full(n, value, dtype)
+    return np.broadcast_to(np.array([value], dtype), n)
 
 
 def frame_api_rows(trace: Trace, table: str) -> np.ndarray | None:
@@ -244,16 +277,6 @@ def launch_threads(trace: Trace, ops: GpuOps) -> np.ndarray:
         return np.full(len(ops), -1, np.int64)
     tid = trace.frame("api", COLUMNS["api"])["tid"].to_numpy()
     return np.where(ops.api_row >= 0, tid[np.maximum(ops.api_row, 0)], -1)
-
-
-def api_calls_at(trace: Trace, api_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """End and thread of the API calls at ``api_row`` (-1 for rows < 0 or without an API table)."""
-    if not trace.has("api") or not len(api_row):
-        return np.full(len(api_row), -1, np.int64), np.full(len(api_row), -1, np.int64)
-    api = trace.frame("api", COLUMNS["api"])
-    at = np.maximum(api_row, 0)
-    known = api_row >= 0
-    return np.where(known, api["end"].to_numpy()[at], -1), np.where(known, api["tid"].to_numpy()[at], -1)
 
 
 def kernel_symbols(trace: Trace) -> np.ndarray:

@@ -28,9 +28,10 @@ import numpy as np
 
 from ..errors import MissingData
 from ..trace import Trace
-from .activity import BUSY_CLASSES, GpuOps, api_calls_at, gpu_ops
-from .budget_host import HostTimeline, host_timelines
-from .intervals import Coverage, complement, merge_intervals, point_in
+from .activity import BUSY_CLASSES, GpuOps, gpu_ops
+from .budget_host import HostTimeline
+from .budget_idle import idle_parts
+from .intervals import Coverage, complement, merge_intervals
 from .evidence import evidence
 from .steps import StepModel
 
@@ -180,7 +181,7 @@ def _budget(trace: Trace, model: StepModel) -> Budget | None:
     del everything  # the union is not needed past its gaps: freed before the gaps are judged
     # The launching threads' timelines, kept for the evidence's host overhead (the same unions).
     timelines: dict[tuple[int, int], HostTimeline] = {}
-    idle = _idle_parts(trace, sub, gaps, steps, timelines)
+    idle = idle_parts(trace, sub, gaps, steps, timelines)
     per_step.update(idle)
     durations = b - a
     median_step = int(np.argsort(durations, kind="stable")[(len(durations) - 1) // 2])
@@ -216,10 +217,14 @@ def _busy_parts(ops: GpuOps, own: np.ndarray, a: np.ndarray, b: np.ndarray) -> t
     :data:`BUSY_PRIORITY`), and the loop's busy time in all.
 
     Work that never overlaps itself (one stream, the usual loop) needs no unions: each class's
-    operations are already a disjoint set.
+    operations are already a disjoint set. Otherwise only the operations that overlap another
+    one need the unions of the classes in priority order; each of the rest covers its own time,
+    which goes to its class alone.
     """
     parts: dict[str, np.ndarray] = {}
-    if own.all() and _serial(ops.start, ops.end) or _serial(ops.start[own], ops.end[own]):
+    whole = bool(own.all())
+    start, end = (ops.start, ops.end) if whole else (ops.start[own], ops.end[own])
+    if _serial(start, end):
         total = np.zeros(len(a), np.int64)
         for cls in BUSY_PRIORITY:
             mine = own & (ops.cls == BUSY_CLASSES.index(cls))
@@ -227,18 +232,38 @@ def _busy_parts(ops: GpuOps, own: np.ndarray, a: np.ndarray, b: np.ndarray) -> t
                 np.zeros(len(a), np.int64)
             total += parts[_CLASS_PART[cls]]
         return parts, total
+    classes = ops.cls if whole else ops.cls[own]
+    # An operation overlaps no other one when it starts at or after every earlier one's end and ends
+    # at or before the next one's start (rows are in start order). With a damaged operation (end
+    # before start) everything goes through the unions, whose sums carry its negative length.
+    alone = end >= start
+    if alone.all():
+        reach = np.maximum.accumulate(end)
+        alone[1:] &= start[1:] >= reach[:-1]
+        del reach
+        alone[:-1] &= start[1:] >= end[:-1]
+    else:
+        alone[:] = False
+    crowd = np.flatnonzero(~alone)
+    crowd_start, crowd_end, crowd_class = start[crowd], end[crowd], classes[crowd]
+    del crowd
     covered_before = np.zeros(len(a), np.int64)
-    grown = np.zeros(len(ops), bool)
+    grown = np.zeros(len(crowd_start), bool)
+    total = np.zeros(len(a), np.int64)
     for cls in BUSY_PRIORITY:
-        mine = own & (ops.cls == BUSY_CLASSES.index(cls))
-        if not mine.any():  # nothing added: the union, and so what it covers, stays as it was
-            parts[_CLASS_PART[cls]] = np.zeros(len(a), np.int64)
-            continue
-        grown |= mine
-        cover = Coverage(*merge_intervals(ops.start[grown], ops.end[grown])).within(a, b)
-        parts[_CLASS_PART[cls]] = cover - covered_before
-        covered_before = cover
-    return parts, covered_before
+        code = BUSY_CLASSES.index(cls)
+        mine = alone & (classes == code)
+        part = Coverage(start[mine], end[mine]).within(a, b) if mine.any() else np.zeros(len(a), np.int64)
+        more = crowd_class == code
+        if more.any():  # the crowded operations' union grows: what it adds goes to this class
+            grown |= more
+            cover = Coverage(*merge_intervals(crowd_start[grown], crowd_end[grown])).within(a, b)
+            part += cover
+            part -= covered_before
+            covered_before = cover
+        parts[_CLASS_PART[cls]] = part
+        total += part
+    return parts, total
 
 
 def _own_work(ops: GpuOps, model: StepModel) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -249,135 +274,5 @@ def _own_work(ops: GpuOps, model: StepModel) -> tuple[np.ndarray, tuple[int, ...
     """
     mine = ops.pid == model.pid if model.pid is not None else np.ones(len(ops), bool)
     streams = model.streams or tuple(int(s) for s in np.unique(ops.stream[mine]))
-    return mine & np.isin(ops.stream, streams), streams
-
-
-#: Idle gaps judged per batch: a 1M-kernel eager trace has a gap between nearly every two kernels.
-#: Batches this small keep each per-gap temporary (8 bytes a gap) under malloc's mmap threshold
-#: (nsys_rules.malloc_tune), so batches reuse heap memory instead of faulting in fresh pages each
-#: time (with 131k-gap batches the page faults cost as much as the work).
-GAP_BATCH = 8192
-
-
-def _idle_parts(trace: Trace, ops: GpuOps, gaps: tuple[np.ndarray, np.ndarray], steps: np.ndarray,
-                timelines: dict[tuple[int, int], HostTimeline]) -> dict[str, np.ndarray]:
-    """Idle time per step by cause (see the module docstring).
-
-    ``timelines`` caches the launching threads' timelines (filled here, read by the evidence).
-    A gap's cause is judged on the whole gap (what the GPU waits for, whether a sync released the
-    host at its start); a step boundary inside a gap only splits its time between the two steps.
-    """
-    n = len(steps)
-    out = {name: np.zeros(n, np.int64) for name in ("launch_wait", "after_sync", "allocation", "module_loading",
-                                                   "graph_internal", "idle_other", "_launch_api", "_launch_host")}
-    gaps_s, gaps_e = gaps
-    recurring: dict[tuple[int, int], bool] = {}  # per thread, whether it loads modules in most steps
-    for first in range(0, len(gaps_s), GAP_BATCH):
-        _idle_batch(trace, ops, gaps_s[first:first + GAP_BATCH], gaps_e[first:first + GAP_BATCH], steps, out,
-                    timelines, recurring)
-    return out
-
-
-def _idle_batch(trace: Trace, ops: GpuOps, gap_s: np.ndarray, gap_e: np.ndarray, steps: np.ndarray,
-                out: dict[str, np.ndarray], timelines: dict[tuple[int, int], HostTimeline],
-                recurring: dict[tuple[int, int], bool]) -> None:
-    nxt = np.searchsorted(ops.start, gap_e, side="left")  # the operation that ends the gap
-    has_next = nxt < len(ops)
-    nxt_c = np.minimum(nxt, len(ops) - 1)
-    prev = np.maximum(nxt_c - 1, 0)
-    inside_graph = has_next & (nxt > 0) & ops.by_graph[nxt_c] & ops.by_graph[prev] & (
-        ops.corr[nxt_c] == ops.corr[prev]) & (ops.pid[nxt_c] == ops.pid[prev])
-    del nxt, prev
-    api_row = np.where(has_next, ops.api_row[nxt_c], -1)
-    launch_end, tid = api_calls_at(trace, api_row)
-    pids = np.where(has_next, ops.pid[nxt_c], -1)
-    del api_row, nxt_c
-    queued = (launch_end >= 0) & (launch_end <= gap_s)
-    host_bound = ~inside_graph & ~queued & (tid >= 0)
-    del launch_end, queued
-    piece_s, piece_e, owner = _split(gap_s, gap_e, steps[1:, 0])
-    step = np.searchsorted(steps[:, 0], piece_s, side="right") - 1
-    length = piece_e - piece_s
-    _add(out["graph_internal"], step, length, inside_graph[owner])
-    _add(out["idle_other"], step, length, (~inside_graph & ~host_bound)[owner])
-    if host_bound.any():
-        for key, timeline in host_timelines(trace, pids[host_bound], tid[host_bound], timelines).items():
-            gaps = host_bound & (pids == key[0]) & (tid == key[1])
-            after = np.zeros(len(gap_s), bool)
-            after[gaps] = timeline.sync_ended_in(gap_s[gaps], gap_e[gaps])
-            sel = gaps[owner]
-            if key not in recurring:  # the same answer for every batch: judged once
-                recurring[key] = _loads_recur(timeline.load_starts, steps)
-            _attribute(out, timeline, piece_s[sel], piece_e[sel], step[sel], after[owner][sel],
-                       compiles=not recurring[key])
-
-
-def _loads_recur(load_starts: np.ndarray, steps: np.ndarray) -> bool:
-    """Whether the thread loads modules in most steps: then a load is the loop's own pattern, not compilation."""
-    if not len(load_starts):
-        return False
-    held = point_in(load_starts, steps[:, 0], steps[:, 1])
-    return len(np.unique(held[held >= 0])) > len(steps) / 2
-
-
-def _attribute(out: dict[str, np.ndarray], timeline: HostTimeline, a: np.ndarray, b: np.ndarray,
-               step: np.ndarray, after: np.ndarray, *, compiles: bool) -> None:
-    """Split host-bound idle time by what the launching thread was doing (``after``: a sync opened the gap).
-
-    ``compiles``: whether host time before a module load is compilation (see below); not when the
-    thread loads a module in most steps (a per-step ``cuLibraryLoadData`` of a few microseconds in an
-    eager loop), where the time before it is the loop's own host work.
-    """
-    alloc = timeline.alloc.within_disjoint(a, b)
-    with_module = timeline.alloc_module.within_disjoint(a, b)
-    with_sync = timeline.alloc_module_sync.within_disjoint(a, b)
-    in_api = timeline.any_call.within(a, b)
-    module, sync_call, api = with_module - alloc, with_sync - with_module, in_api - with_sync
-    outside = (b - a) - in_api
-    # Host time just before a module load, in the middle of a step, is spent preparing that module
-    # (cuDNN building a runtime-fused kernel, NVRTC or Triton compiling): compilation, not the loop's
-    # own host work. After a sync the host's work is the bubble's (sampling, the next step's set-up).
-    compiling = np.where(after | (not compiles), 0, timeline.outside_before_load(a, b))
-    module = module + compiling
-    outside = outside - compiling
-    ones = np.ones(len(a), bool)
-    _add(out["allocation"], step, alloc, ones)
-    _add(out["module_loading"], step, module, ones)
-    _add(out["after_sync"], step, sync_call + api + outside, after)
-    # A sync entered after the GPU already ran dry waits for nothing: its time is host call time.
-    _add(out["launch_wait"], step, sync_call + api + outside, ~after)
-    _add(out["_launch_api"], step, sync_call + api, ~after)
-    _add(out["_launch_host"], step, outside, ~after)
-
-
-def _add(target: np.ndarray, step: np.ndarray, values: np.ndarray, mask: np.ndarray) -> None:
-    if mask.any():
-        target += np.bincount(step[mask], weights=values[mask], minlength=len(target)).astype(np.int64)
-
-
-def _split(starts: np.ndarray, ends: np.ndarray, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Disjoint intervals cut at the given instants, so no piece crosses a step boundary.
-
-    Returns the pieces and, for each, the index of the interval it came from. Only the intervals
-    that hold a cut are split (at most one per step): the rest pass through as they are.
-    """
-    first_cut = np.searchsorted(cuts, starts, side="right")  # cuts strictly inside (start, end)
-    last_cut = np.searchsorted(cuts, ends, side="left")
-    count = last_cut - first_cut
-    owner = np.arange(len(starts))
-    crossing = np.flatnonzero(count > 0)
-    if not len(crossing):
-        return starts, ends, owner
-    # Each crossing interval becomes count + 1 pieces: start, its cuts in order, end.
-    pieces = count[crossing] + 1
-    whose = np.repeat(crossing, pieces)
-    rank = np.arange(len(whose)) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # piece number within its interval
-    cut_at = first_cut[whose] + rank  # index of the cut that ends this piece (or the interval's end)
-    piece_s = np.where(rank == 0, starts[whose], cuts[np.minimum(cut_at - 1, len(cuts) - 1)])
-    piece_e = np.where(rank == count[whose], ends[whose], cuts[np.minimum(cut_at, len(cuts) - 1)])
-    plain = count == 0
-    out_s = np.concatenate([starts[plain], piece_s])
-    out_e = np.concatenate([ends[plain], piece_e])
-    out_o = np.concatenate([owner[plain], whose])
-    order = np.argsort(out_s, kind="stable")
-    return out_s[order], out_e[order], out_o[order]
+    on_streams = ops.stream == streams[0] if len(streams) == 1 else np.isin(ops.stream, streams)
+    return mine & on_streams, streams

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..trace import Trace
 from .intervals import Coverage, merge_intervals
-from .names import ALLOC_APIS, MODULE_LOAD_APIS, MODULE_LOADS, SYNC_APIS, flag_names, in_set, is_blocking_transfer
+from .names import ALLOC_APIS, MODULE_LOAD_APIS, MODULE_LOADS, SYNC_APIS, is_blocking_transfer
 
 
 @dataclass(frozen=True, eq=False)
@@ -27,6 +27,9 @@ class HostTimeline:
     sync_ends: np.ndarray
     sync_starts: np.ndarray
     load_starts: np.ndarray
+    #: Whether ``any_call``'s intervals are the API frame's rows one to one (one thread whose calls never
+    #: nest): then a call's row number says where a time falls among them.
+    by_row: bool = False
 
     def outside_before_load(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """For each [a, b]: time outside any CUDA call from ``a`` to the last module load that starts inside."""
@@ -71,17 +74,27 @@ def host_timelines(trace: Trace, pids: np.ndarray, tids: np.ndarray,
     if missing:
         api = trace.frame("api", ["start", "end", "pid", "tid", "name"])
         names = trace.api_names()
-        kinds = _kinds(names)
-        loads = in_set(names, MODULE_LOADS)
+        kinds = _kind_table(names)[names.cat.codes.to_numpy()]  # one gather; a NULL name (code -1) is other
+        special = np.flatnonzero(kinds != _OTHER)  # the few allocation, module-load and sync calls
+        kinds = kinds[special]
         pid, tid = api["pid"].to_numpy(), api["tid"].to_numpy()
         start, end = api["start"].to_numpy(np.int64), api["end"].to_numpy(np.int64)
         for key in missing:
-            rows = (pid == key[0]) & (tid == key[1])
-            if rows.all():  # one launching thread (the usual trace): the frame's arrays, no copies
-                cache[key] = _timeline(start, end, kinds, loads)
+            if _only(pid, key[0]) and _only(tid, key[1]):  # one launching thread (the usual trace): no copies
+                cache[key] = _timeline(start, end, start[special], end[special], kinds, by_row=True)
             else:
-                cache[key] = _timeline(start[rows], end[rows], kinds[rows], loads[rows])
+                rows = (pid == key[0]) & (tid == key[1])
+                theirs = rows[special]
+                cache[key] = _timeline(start[rows], end[rows], start[special[theirs]], end[special[theirs]],
+                                       kinds[theirs])
     return {key: cache[key] for key in wanted}
+
+
+def _only(column: np.ndarray, value: int) -> bool:
+    """Whether every row of ``column`` holds ``value`` (a one-value column: one comparison)."""
+    if column.strides == (0,) or not len(column):  # loaders.columns.one_value
+        return not len(column) or int(column[0]) == value
+    return bool((column == value).all())
 
 
 def _pairs(pids: np.ndarray, tids: np.ndarray) -> set[tuple[int, int]]:
@@ -96,15 +109,22 @@ def _pairs(pids: np.ndarray, tids: np.ndarray) -> set[tuple[int, int]]:
 
 
 _ALLOC, _MODULE, _SYNC, _OTHER = 0, 1, 2, 3
+_LOAD = 4  # flag beside the kind: a module load (time before it may be compilation)
 
 
-def _kinds(names) -> np.ndarray:
-    """Per API row: 0 allocation, 1 module load, 2 synchronization (or blocking transfer), 3 other."""
-    kind = np.full(len(names), _OTHER, np.int8)
-    kind[flag_names(names, lambda n: n in SYNC_APIS or is_blocking_transfer(n))] = _SYNC
-    kind[in_set(names, MODULE_LOAD_APIS)] = _MODULE
-    kind[in_set(names, ALLOC_APIS)] = _ALLOC
-    return kind
+def _kind_table(names: pd.Series) -> np.ndarray:
+    """Per category of the API names (then one entry for no name): 0 allocation, 1 module load,
+    2 synchronization (or blocking transfer), 3 other, plus :data:`_LOAD` for a module load.
+
+    Judged once per distinct name, in that order of precedence.
+    """
+    table = []
+    for category in names.cat.categories:
+        name = str(category)
+        kind = _ALLOC if name in ALLOC_APIS else _MODULE if name in MODULE_LOAD_APIS else _SYNC if (
+            name in SYNC_APIS or is_blocking_transfer(name)) else _OTHER
+        table.append(kind | (_LOAD if name in MODULE_LOADS else 0))
+    return np.array([*table, _OTHER], np.int8)
 
 
 def _serial(start: np.ndarray, end: np.ndarray) -> bool:
@@ -112,13 +132,17 @@ def _serial(start: np.ndarray, end: np.ndarray) -> bool:
     return len(start) < 2 or bool((start[1:] >= end[:-1]).all())
 
 
-def _timeline(start: np.ndarray, end: np.ndarray, kind: np.ndarray, loads: np.ndarray) -> HostTimeline:
+def _timeline(start: np.ndarray, end: np.ndarray, special_start: np.ndarray, special_end: np.ndarray,
+              special_kind: np.ndarray, *, by_row: bool = False) -> HostTimeline:
+    """A thread's timeline from all its calls and, in row order, its allocation, module-load and sync calls."""
     def cover(mask: np.ndarray) -> Coverage:
-        return Coverage(*merge_intervals(start[mask], end[mask]))
+        return Coverage(*merge_intervals(special_start[mask], special_end[mask]))
 
+    kind = special_kind & ~_LOAD
     sync = kind == _SYNC
-    order = np.argsort(end[sync], kind="stable")
+    order = np.argsort(special_end[sync], kind="stable")
+    serial = _serial(start, end)
     return HostTimeline(cover(kind == _ALLOC), cover(kind <= _MODULE), cover(kind <= _SYNC),
-                        Coverage(start, end) if _serial(start, end) else Coverage(*merge_intervals(start, end)),
-                        end[sync][order], start[sync][order],
-                        np.sort(start[loads]))
+                        Coverage(start, end) if serial else Coverage(*merge_intervals(start, end)),
+                        special_end[sync][order], special_start[sync][order],
+                        np.sort(special_start[(special_kind & _LOAD) > 0]), by_row=by_row and serial)

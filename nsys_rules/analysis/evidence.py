@@ -20,6 +20,7 @@ from ..trace import Trace
 from .activity import KERNEL, gpu_ops, kernel_symbols
 from .budget_host import HostTimeline
 from .intervals import point_in, union_coverage
+from .names import flag_names
 from .step_detectors import periodic_run
 from .steps import StepModel
 
@@ -110,9 +111,11 @@ def request_phases(trace: Trace, model: StepModel) -> dict[str, Any] | None:
     if not inside.any():
         return None
     ranges = nvtx.loc[inside, ["start", "end", "name"]]
-    names = ranges["name"].astype(str)
-    prefill = ranges[names.str.contains(PREFILL)]
-    decode = ranges[names.str.contains(DECODE) & ~names.str.contains(PREFILL)]
+    # Judged once per distinct name, not a regex per range (tens of thousands of ranges, a few names).
+    is_prefill = flag_names(ranges["name"], lambda name: PREFILL.search(name) is not None)
+    is_decode = flag_names(ranges["name"], lambda name: DECODE.search(name) is not None)
+    prefill = ranges[is_prefill]
+    decode = ranges[is_decode & ~is_prefill]
     if prefill.empty or decode.empty:
         return None
     ops = gpu_ops(trace)

@@ -180,12 +180,13 @@ class Coverage:
         """Covered length of the whole set."""
         return int(self._prefix[-1])
 
-    def before(self, t: np.ndarray) -> np.ndarray:
-        """Covered length up to each of ``t``."""
+    def before(self, t: np.ndarray, guess: np.ndarray | None = None) -> np.ndarray:
+        """Covered length up to each of ``t``; ``guess``: for each, the likely number of intervals
+        starting at or before it (see :func:`search_near`)."""
         t = np.asarray(t, np.int64)
         if not len(self.starts):
             return np.zeros(len(t), np.int64)
-        k = np.searchsorted(self.starts, t, side="right")  # intervals starting at or before t
+        k = np.searchsorted(self.starts, t, side="right") if guess is None else search_near(self.starts, t, guess)
         past = np.maximum(k - 1, 0)
         past = self.ends[past]  # the part of the last of them beyond t, computed in place
         past -= t
@@ -196,34 +197,54 @@ class Coverage:
         out -= past
         return out
 
-    def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Covered length inside each [a, b]."""
-        out = self.before(b)
-        out -= self.before(a)
+    def within(self, a: np.ndarray, b: np.ndarray, guess_a: np.ndarray | None = None,
+               guess_b: np.ndarray | None = None) -> np.ndarray:
+        """Covered length inside each [a, b] (guesses: see :meth:`before`)."""
+        out = self.before(b, guess_b)
+        out -= self.before(a, guess_a)
         np.maximum(out, 0, out=out)
         return out
 
-    def within_disjoint(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """:meth:`within` for sorted, disjoint [a, b] (GPU idle gaps): the same numbers.
+    def touching(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Indices of the sorted, disjoint [a, b] that may overlap the set: every other one overlaps none of it.
 
-        A set of a few intervals (a thread's allocations) overlaps few of a million gaps: only
-        those are looked up, found by searching the set's ends among the gaps; the rest are 0.
+        A set of a few intervals (a thread's allocations) overlaps few of a million GPU idle gaps:
+        found by searching the set's intervals among the queries, not each query in the set.
         """
-        if len(self.starts) * 16 >= len(a):
-            return self.within(a, b)
-        out = np.zeros(len(a), np.int64)
-        if not len(self.starts):
-            return out
-        first = np.searchsorted(b, self.starts, side="right")  # first gap ending after the interval starts
-        stop = np.searchsorted(a, self.ends, side="left")  # gaps starting before the interval ends
+        if not len(self.starts) or not len(a):
+            return np.empty(0, np.int64)
+        first = np.searchsorted(b, self.starts, side="right")  # first query ending after the interval starts
+        stop = np.searchsorted(a, self.ends, side="left")  # queries starting before the interval ends
         some = stop > first
-        marks = np.zeros(len(a) + 1, np.int64)
+        marks = np.zeros(len(a) + 1, np.int32)
         np.add.at(marks, first[some], 1)
         np.add.at(marks, stop[some], -1)
-        touched = np.flatnonzero(np.cumsum(marks[:-1]) > 0)
-        if len(touched):
-            out[touched] = self.within(a[touched], b[touched])
-        return out
+        return np.flatnonzero(np.cumsum(marks[:-1]) > 0)
+
+
+def search_near(values: np.ndarray, t: np.ndarray, guess: np.ndarray, side: str = "right") -> np.ndarray:
+    """``np.searchsorted(values, t, side)`` where most answers are known in advance (``guess``).
+
+    Each guess is checked against its two neighbours (two gathers, no binary search over the whole
+    array: a million searches among 2.2M API calls take ~30 ms); only wrong guesses are searched.
+    """
+    t = np.asarray(t, np.int64)
+    n = len(values)
+    if not n or not len(t):
+        return np.searchsorted(values, t, side=side)
+    k = np.clip(guess, 0, n).astype(np.int64)
+    low = np.maximum(k - 1, 0)  # reused for the neighbour below, then above
+    lower = values[low]
+    np.minimum(k, n - 1, out=low)
+    upper = values[low]
+    del low
+    # A guess of 0 or n fails its check (the neighbour outside the array is a real one) and is searched.
+    ok = (lower <= t) & (upper > t) if side == "right" else (lower < t) & (upper >= t)
+    del lower, upper
+    wrong = np.flatnonzero(~ok)
+    if len(wrong):
+        k[wrong] = np.searchsorted(values, t[wrong], side=side)
+    return k
 
 
 def union_coverage(starts: np.ndarray, ends: np.ndarray) -> Coverage:
@@ -350,7 +371,14 @@ def point_in(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
 
 def counts_in(sorted_times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """How many of ``sorted_times`` :func:`point_in` puts in each interval (starts sorted), by searches of
-    the intervals' bounds among the times: a few thousand searches instead of one per time.
+    the intervals' bounds among the times: a few thousand searches instead of one per time."""
+    first, upto = runs_in(sorted_times, starts, ends)
+    return np.maximum(upto - first, 0)
+
+
+def runs_in(sorted_times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The run ``[first, upto)`` of ``sorted_times`` that :func:`point_in` puts in each interval (starts
+    sorted; an empty run has ``upto <= first``).
 
     A time belongs to the last interval starting at or before it, when it does not end before
     the time; so interval i holds the times in [start i, next start) up to its own end.
@@ -359,4 +387,4 @@ def counts_in(sorted_times: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
     upto = np.searchsorted(sorted_times, ends, side="right")
     if len(starts) > 1:
         np.minimum(upto[:-1], first[1:], out=upto[:-1])
-    return np.maximum(upto - first, 0)
+    return first, upto

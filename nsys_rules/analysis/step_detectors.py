@@ -16,7 +16,7 @@ import pandas as pd
 from ..trace import Trace
 from .activity import KERNEL, GpuOps, graph_replays
 from .host import blocking_calls, copy_directions
-from .intervals import counts_in, point_in
+from .intervals import counts_in, point_in, rising, runs_in
 from .names import LIBRARY_DOMAINS, is_library_range
 
 #: NVTX event types that are ranges (push/pop, start/end) and the one that names a domain.
@@ -75,7 +75,7 @@ def nvtx_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
     ranges = nvtx.loc[keep, ["start", "end", "name", "pid"]]
     if ranges.empty:
         return "no NVTX ranges inside the capture range"
-    launches = np.sort(ops.launch[ops.launch >= 0])
+    launches = _sorted_launches(ops)
     candidates: dict[str, tuple[np.ndarray, int]] = {}
     rejected: list[str] = []
     for (name, pid), grp in ranges.groupby(["name", "pid"], observed=True, sort=False):
@@ -129,20 +129,47 @@ def _tiles(s: np.ndarray, e: np.ndarray, ops: GpuOps) -> bool:
         return False
     if np.median(e - s) >= TILE_SHARE * np.median(spacing):
         return True
-    index = point_in(ops.launch, s, e)
-    held = index >= 0
-    if not held.any():
-        return False
-    first = np.full(len(s), np.iinfo(np.int64).max, np.int64)
-    last = np.full(len(s), -1, np.int64)
-    np.minimum.at(first, index[held], ops.start[held])
-    np.maximum.at(last, index[held], ops.end[held])
+    first, last = _work_in(ops, s, e)
     some = last >= 0
     if some.sum() < 2:
         return False
     first, last = first[some], last[some]
     gpu_spacing = np.diff(first)
     return bool(np.median(gpu_spacing) > 0 and np.median(last - first) >= TILE_SHARE * np.median(gpu_spacing))
+
+
+def _sorted_launches(ops: GpuOps) -> np.ndarray:
+    """The operations' known launch times, sorted: a view when they already rise (one launching thread
+    whose work runs in launch order), where unknown ones (-1) come first."""
+    if rising(ops.launch):
+        return ops.launch[int(np.searchsorted(ops.launch, 0, side="left")):]
+    return np.sort(ops.launch[ops.launch >= 0])
+
+
+def _work_in(ops: GpuOps, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First start and last end of the operations launched inside each [s, e] (max int64 and -1: none)."""
+    first = np.full(len(s), np.iinfo(np.int64).max, np.int64)
+    last = np.full(len(s), -1, np.int64)
+    if rising(ops.launch):
+        # Launch order is start order: each interval's operations are one run of rows, whose first row
+        # starts first (rows are in start order); the last end is a reduction over the run.
+        known = int(np.searchsorted(ops.launch, 0, side="left"))
+        lo, hi = runs_in(ops.launch[known:], s, e)
+        lo += known
+        hi += known
+        some = np.flatnonzero(hi > lo)
+        if len(some):
+            first[some] = ops.start[lo[some]]
+            bounds = np.stack([lo[some], hi[some]], axis=1).ravel()
+            if bounds[-1] == len(ops):
+                bounds = bounds[:-1]  # the last run reaches the end: reduceat's last segment does
+            last[some] = np.maximum.reduceat(ops.end, bounds)[::2]
+        return first, last
+    index = point_in(ops.launch, s, e)
+    held = index >= 0
+    np.minimum.at(first, index[held], ops.start[held])
+    np.maximum.at(last, index[held], ops.end[held])
+    return first, last
 
 
 def _library_domains(nvtx: pd.DataFrame) -> set[tuple[int, int]]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -31,7 +32,7 @@ import pandas as pd
 from ..trace import Trace
 from .activity import COLUMNS as ACTIVITY_COLUMNS
 from .activity import GpuOps, gpu_ops
-from .intervals import point_in
+from .intervals import point_in, rising, runs_in
 from .names import ALLOC_APIS, MODULE_LOADS, PROFILER_START_APIS, PROFILER_STOP_APIS, SYNC_APIS, in_set
 from .step_detectors import Bound, Found, graph_steps, marker_steps, nvtx_steps
 from .step_period import kernel_steps
@@ -39,6 +40,8 @@ from .step_period import kernel_steps
 #: Allocation calls whose first use in the loop is warm-up (frees are not: they follow allocations).
 _ALLOCATING = frozenset(name for name in ALLOC_APIS if "Free" not in name and "Destroy" not in name
                         and "Release" not in name and "Unregister" not in name and "Unmap" not in name)
+#: Calls whose cost in a leading step marks it as warm-up.
+_COSTLY = MODULE_LOADS | _ALLOCATING
 
 
 @dataclass(frozen=True)
@@ -225,13 +228,10 @@ def _project(ops: GpuOps, host: np.ndarray, pid: int | None
     runs when it was launched, often long before the step's own kernels, and must not move the
     step's start on the GPU clock.
     """
-    mine = ops.launch >= 0
-    if pid is not None:
-        mine &= ops.pid == pid
-    index = np.full(len(ops), -1, np.int64)
-    index[mine] = point_in(ops.launch[mine], host[:, 0], host[:, 1])
+    index = _step_index(ops, host, pid)
     held = index >= 0
-    launches = np.bincount(index[held], minlength=len(host))
+    step = index[held]  # the held operations' steps, selected once and reused while the selection holds
+    launches = np.bincount(step, minlength=len(host))
     work = np.full((len(host), 2), -1, np.int64)
     if not held.any():
         return work, None, (), launches
@@ -242,8 +242,9 @@ def _project(ops: GpuOps, host: np.ndarray, pid: int | None
         busy = np.bincount(inverse, weights=ops.duration[held])
         device = int(devices[np.argmax(busy)])
         held &= ops.device == device
-    streams = loop_streams(ops.stream[held], index[held], len(host), ops.duration[held])
-    held &= np.isin(ops.stream, streams)
+        step = index[held]
+    streams = loop_streams(ops.stream[held], step, len(host), lambda: ops.duration[held])
+    held &= ops.stream == streams[0] if len(streams) == 1 else np.isin(ops.stream, streams)
     first = np.full(len(host), np.iinfo(np.int64).max, np.int64)
     last = np.full(len(host), -1, np.int64)
     np.minimum.at(first, index[held], ops.start[held])
@@ -253,8 +254,34 @@ def _project(ops: GpuOps, host: np.ndarray, pid: int | None
     return work, device, streams, launches
 
 
-def loop_streams(stream: np.ndarray, step: np.ndarray, steps: int, duration: np.ndarray) -> tuple[int, ...]:
-    """Streams with work in at least half of the steps (else the busiest one)."""
+def _step_index(ops: GpuOps, host: np.ndarray, pid: int | None) -> np.ndarray:
+    """The step (row of ``host``) each operation of the process was launched in, -1 for none."""
+    launch = ops.launch
+    one_process = pid is None or (ops.pid.strides == (0,) and len(ops) and int(ops.pid[0]) == pid)
+    if one_process and rising(launch):
+        # Launch order is row order (one launching thread, work run in launch order): each step's operations
+        # are one run of rows, written as marks at the runs' ends summed along the rows: no search per operation.
+        known = int(np.searchsorted(launch, 0, side="left"))  # unknown launches (-1) come first
+        first, upto = runs_in(launch[known:], host[:, 0], host[:, 1])
+        some = np.flatnonzero(upto > first)
+        index = np.zeros(len(ops) + 1, np.int64)
+        np.add.at(index, first[some] + known, some + 1)
+        np.add.at(index, upto[some] + known, -(some + 1))
+        np.cumsum(index, out=index)
+        index -= 1
+        return index[:-1]
+    mine = launch >= 0
+    if pid is not None:
+        mine &= ops.pid == pid
+    index = np.full(len(ops), -1, np.int64)
+    index[mine] = point_in(launch[mine], host[:, 0], host[:, 1])
+    return index
+
+
+def loop_streams(stream: np.ndarray, step: np.ndarray, steps: int,
+                 duration: Callable[[], np.ndarray]) -> tuple[int, ...]:
+    """Streams with work in at least half of the steps (else the busiest one: ``duration`` gives the
+    operations' durations, computed only then)."""
     out = []
     values = np.sort(pd.unique(stream))  # the distinct streams by hash: no sort of a million rows
     for s in values:
@@ -264,7 +291,7 @@ def loop_streams(stream: np.ndarray, step: np.ndarray, steps: int, duration: np.
             out.append(int(s))
     if not out and len(stream):
         values, inverse = np.unique(stream, return_inverse=True)
-        out = [int(values[np.argmax(np.bincount(inverse, weights=duration))])]
+        out = [int(values[np.argmax(np.bincount(inverse, weights=duration()))])]
     return tuple(out)
 
 
@@ -310,10 +337,13 @@ def _warmup(trace: Trace, found: Found, host: np.ndarray, options: SteadyOptions
         return 0, ""
     api = trace.frame("api", ["start", "end", "name", "pid", "tid"])
     names = trace.api_names()
-    mine = api["pid"].to_numpy() == found.pid if found.pid is not None else np.ones(len(api), bool)
+    pid = api["pid"].to_numpy()
+    # The process's calls; None: all of them (one process, a one-value column: no mask over every call).
+    mine = None if found.pid is None or (pid.strides == (0,) and len(pid) and int(pid[0]) == found.pid) \
+        else pid == found.pid
     starts, ends = api["start"].to_numpy(np.int64), api["end"].to_numpy(np.int64)
     votes: list[tuple[int, str]] = [(0, "")]
-    costly = mine & (in_set(names, MODULE_LOADS) | in_set(names, _ALLOCATING))
+    costly = in_set(names, _COSTLY) if mine is None else in_set(names, _COSTLY) & mine
     cost = _time_per_step(starts[costly], ends[costly], host)
     typical = float(np.median(host[:, 1] - host[:, 0]))
     early = max(2, n // 10)
@@ -322,7 +352,7 @@ def _warmup(trace: Trace, found: Found, host: np.ndarray, options: SteadyOptions
     heavy = np.flatnonzero(cost[:early] >= max(0.1 * typical, 10 * float(np.median(cost))))
     if len(heavy):
         votes.append((int(heavy[-1]) + 1, "module loading or first allocations"))
-    sync = mine & in_set(names, SYNC_APIS)
+    sync = in_set(names, SYNC_APIS) if mine is None else in_set(names, SYNC_APIS) & mine
     barrier = _barrier(starts[sync], ends[sync], host, found.source)
     if barrier:
         votes.append((barrier, "a synchronization between warm-up and measured steps"))

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nsys_rules.analysis.intervals import Coverage, clip, complement, counts_in, merge_intervals, point_in
+from nsys_rules.analysis.intervals import clip, complement, counts_in, merge_intervals, point_in
 from nsys_rules.analysis.names import flag_names
 from nsys_rules.inputs import open_trace
 from nsys_rules.job.extract import collect_ranks
@@ -91,20 +91,6 @@ def test_counts_in_equals_point_in_counts(seed):
         t = np.sort(rng.integers(-50, 1300, n))
         where = point_in(t, s, e)
         assert counts_in(t, s, e).tolist() == np.bincount(where[where >= 0], minlength=m).tolist()
-
-
-@pytest.mark.parametrize("seed", range(10))
-def test_within_disjoint_equals_within(seed):
-    rng = np.random.default_rng(seed)
-    for trial in range(100):
-        n, m = int(rng.integers(0, 40)), int(rng.integers(1, 2000))
-        s = np.sort(rng.integers(0, 10_000, n))
-        cover = Coverage(*merge_intervals(s, s + rng.integers(0, 300, n)))
-        cuts = np.sort(rng.integers(0, 10_000, 2 * m))
-        a, b = cuts[0::2], cuts[1::2]
-        if trial % 3 == 0:
-            b = np.minimum(b, np.append(a[1:], b[-1]))  # pieces touching at step boundaries
-        assert cover.within_disjoint(a, b).tolist() == cover.within(a, b).tolist()
 
 
 @pytest.mark.parametrize("hits", [0, 1, 3, 4, 5, 12])

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import MissingData
+from .intervals import CHUNK_ROWS as _CHUNK
 from .intervals import rising
 
 if TYPE_CHECKING:
@@ -110,8 +111,6 @@ def chunk_utilization(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int,
     return edges[:-1][keep], lengths[keep], pct[keep]
 
 
-#: Rows per chunk of :func:`prefix_sums_at` (2 MB of float64 at a time, under malloc's mmap threshold).
-_CHUNK = 1 << 18
 
 
 def prefix_sums_at(values: np.ndarray, at: np.ndarray) -> np.ndarray:

@@ -17,6 +17,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from .intervals import CHUNK_ROWS
+
 
 # -- group ids --------------------------------------------------------------------------------
 def group_ids(columns: Sequence[np.ndarray]) -> np.ndarray:
@@ -218,9 +220,6 @@ def segment_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     return out
 
 
-#: Rows per chunk of the chunked helpers below: their temporaries (2 MB as int64) stay under malloc's
-#: mmap threshold (nsys_rules.malloc_tune), so chunks reuse heap memory.
-CHUNK_ROWS = 1 << 18
 
 
 def code_durations(codes: np.ndarray, start: np.ndarray, end: np.ndarray, n_codes: int

@@ -40,8 +40,13 @@ def total_length(starts: np.ndarray, ends: np.ndarray) -> int:
     return int(np.subtract(ends, starts).sum()) if len(starts) else 0
 
 
-#: Rows per chunk of :func:`busy_ns`: its temporaries (2 MB as int64) stay under malloc's mmap threshold.
-_CHUNK = 1 << 18
+#: Rows per chunk of the chunked helpers here and in grouped.py, names.py, device_time.py: 128 KB as
+#: int64, so each chunk's temporaries are reused from the top of the heap. glibc maps a block of the
+#: mmap threshold or more afresh (a 2 MB chunk of int64 is just over it with malloc's header), and
+#: hands a free top of the heap over 128 KB (its default trim threshold) back to the system: either
+#: way every page of every temporary was faulted in and zeroed again, chunk after chunk.
+CHUNK_ROWS = 1 << 14
+_CHUNK = CHUNK_ROWS
 
 
 def busy_ns(starts: np.ndarray, ends: np.ndarray, lo: int | None = None, hi: int | None = None) -> int:

@@ -12,6 +12,8 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
+from .intervals import CHUNK_ROWS as _CHUNK
+
 #: Calls that launch one kernel each (runtime and driver, the legacy ``cudaLaunch`` and
 #: ``cuLaunchGrid*`` included: they launch one kernel like the rest). Kernels launched by a graph
 #: launch are not here: they share their launch call with the rest of the graph.
@@ -179,8 +181,6 @@ def rows_with_codes(codes: np.ndarray, hits: np.ndarray, table: np.ndarray | Non
     return out
 
 
-#: Rows per chunk of :func:`rows_with_codes` (its temporaries stay under malloc's mmap threshold).
-_CHUNK = 1 << 18
 
 
 def in_set(names: pd.Series | np.ndarray, members: frozenset[str] | Mapping[str, object]) -> np.ndarray:

@@ -120,8 +120,9 @@ def drop_duplicate_rows(table: str, frame: pd.DataFrame, damage: list[str]) -> p
     return frame.loc[~repeat].reset_index(drop=True)
 
 
-#: Rows per chunk of the checks below (their temporaries stay under malloc's mmap threshold).
-CHECK_ROWS = 1 << 18
+#: Rows per chunk of the checks below: their temporaries stay under glibc's mmap threshold and its
+#: default trim threshold (128 KB), so each chunk reuses the heap pages of the one before.
+CHECK_ROWS = 1 << 14
 
 
 def rises_strictly(values: np.ndarray) -> bool:

@@ -38,8 +38,9 @@ MAX_META_ROWS = 100_000
 #: Value stored for a NULL in an optional integer column (ids are never negative in nsys).
 NULL_INT = -1
 
-#: Rows per chunk of the string codes' gather (its int64 index stays under malloc's mmap threshold).
-_GATHER_ROWS = 1 << 18
+#: Rows per chunk of the string codes' gather: its int64 index (128 KB) stays under glibc's mmap and
+#: default trim thresholds, so each chunk reuses the heap pages of the one before.
+_GATHER_ROWS = 1 << 14
 
 #: Ids and launch dimensions, read as int32 when every value fits (memory: a 1M-kernel trace
 #: carries a dozen of them; correlation ids are 32-bit in CUPTI, widened to int64 if an export

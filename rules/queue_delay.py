@@ -8,7 +8,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.analysis.intervals import busy_within, merge_intervals, overlap_length
+from nsys_rules.analysis.intervals import busy_ns, merge_intervals, overlap_length, rising
 from nsys_rules.analysis.launches import first_of_each_call
 from nsys_rules.findings import Finding, Location, Severity
 from nsys_rules.rule import Renamed, Rule, RuleContext, metric
@@ -50,12 +50,13 @@ class QueueProfile:
 
 
 def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, device_busy: tuple[np.ndarray, np.ndarray],
-                  min_queue_ns: int, bounds: tuple[int, int] | None = None) -> QueueProfile:
+                  min_queue_ns: int, bounds: tuple[int, int] | None = None, closed: bool = False) -> QueueProfile:
     """Queue time = kernel start - end of its launch call (nsys `cuda_kern_exec_sum` Q), per kernel.
 
     ``idle_while_queued`` is the time some kernel of the stream waited (beyond ``min_queue_ns``
     of launch latency) while no kernel of the process ran on the device: the wait was for
-    something the trace does not show (another process, a cross-stream dependency).
+    something the trace does not show (another process, a cross-stream dependency). ``closed``: the
+    busy periods' gaps under ``min_queue_ns`` are closed already (``merge_intervals``' ``min_gap``).
     """
     # Summaries first, then only the waiting kernels are kept: one row-length temporary at a time.
     # The quantiles partition these temporaries in place (overwrite_input: the same order statistics,
@@ -82,7 +83,7 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
         if not inside.all():
             q_lo, q_hi = q_lo[inside], q_hi[inside]
         del inside
-    b_lo, b_hi = close_short_gaps(device_busy, min_queue_ns)
+    b_lo, b_hi = device_busy if closed else close_short_gaps(device_busy, min_queue_ns)
     # |Q u B| - |B| = |Q| - |Q n B| for disjoint sorted Q and B: no merge of the two.
     idle_queued = int((q_hi - q_lo).sum() - overlap_length((q_lo, q_hi), (b_lo, b_hi)))
     return QueueProfile(count, median_queue, p90_queue, median_kernel, queue_total, kernel_total, max(0, idle_queued))
@@ -191,12 +192,18 @@ class QueueDelay(Rule):
             k_start, k_end = (start, end) if every else (start[on], end[on])
             starts = np.concatenate([k_start, *[f["start"].to_numpy() for f in mine]]) if mine else k_start
             ends = np.concatenate([k_end, *[f["end"].to_numpy() for f in mine]]) if mine else k_end
-            busy = merge_intervals(starts, ends)
+            if not rising(starts):  # sorted once for both passes below
+                order = np.argsort(starts, kind="stable")
+                starts, ends = starts[order], ends[order]
+                del order
             lo, hi = int(k_start.min()), int(k_end.max())
-            del starts, ends, k_start, k_end
+            del k_start, k_end
             span = max(1, hi - lo)
-            busy_share = busy_within(busy, lo, hi) / span
-            busy = close_short_gaps(busy, opts.min_queue_ns)  # once for every stream, the unclosed set freed
+            # The busy share summed from the intervals (in chunks), and one union with the short gaps
+            # closed as it is built (once for every stream): the plain union is never held.
+            busy_share = busy_ns(starts, ends, lo, hi) / span
+            busy = merge_intervals(starts, ends, opts.min_queue_ns)
+            del starts, ends
             if api_end is None:  # only the launch call's end is used: that column, not the whole frame
                 api_end = ctx.launch_calls("kernels", columns=("api_end",))["api_end"].to_numpy()
                 counted &= api_end >= 0
@@ -213,7 +220,7 @@ class QueueDelay(Rule):
                 last_row = len(grp) - 1 - int(np.argmax(grp[::-1]))
                 pick = slice(first_row, last_row + 1) if last_row - first_row + 1 == n_grp else np.flatnonzero(grp)
                 del grp
-                prof = queue_profile(start[pick], end[pick], api_end[pick], busy, opts.min_queue_ns, (lo, hi))
+                prof = queue_profile(start[pick], end[pick], api_end[pick], busy, opts.min_queue_ns, (lo, hi), closed=True)
                 if prof.median_queue < opts.min_queue_ns or prof.ratio < opts.min_ratio:
                     continue
                 held_back = prof.idle_while_queued >= opts.warn_share_pct / 100 * span

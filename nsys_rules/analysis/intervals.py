@@ -15,8 +15,9 @@ def rising(values: np.ndarray) -> bool:
     return len(values) < 2 or bool((values[1:] >= values[:-1]).all())
 
 
-def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals as sorted, disjoint (start, end) arrays."""
+def merge_intervals(starts: np.ndarray, ends: np.ndarray, min_gap: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as sorted, disjoint (start, end) arrays; periods less than ``min_gap`` apart
+    joined too (whole ns: the default 1 joins only those that touch or overlap)."""
     if not len(starts):
         return np.empty(0, np.int64), np.empty(0, np.int64)
     s = np.asarray(starts, np.int64)
@@ -28,7 +29,12 @@ def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
     running = e if rising(e) else np.maximum.accumulate(e)
     opens = np.empty(len(s), bool)  # the row opens a busy period
     opens[0] = True
-    np.greater(s[1:], running[:-1], out=opens[1:])
+    if min_gap <= 1:
+        np.greater(s[1:], running[:-1], out=opens[1:])
+    else:  # the gap before each row, a chunk at a time: no row-length difference
+        for lo in range(0, len(s) - 1, CHUNK_ROWS):
+            hi = min(lo + CHUNK_ROWS, len(s) - 1)
+            np.greater_equal(np.subtract(s[lo + 1:hi + 1], running[lo:hi]), min_gap, out=opens[lo + 1:hi + 1])
     closes = np.empty(len(s), bool)  # the row's period ends before the next row
     closes[-1] = True
     closes[:-1] = opens[1:]
@@ -361,6 +367,8 @@ def point_in(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
     times = np.asarray(times, np.int64)
     if not len(starts):
         return np.full(len(times), -1, np.int64)
+    if len(times) >= RUNS_FROM * len(starts) and rising(times):
+        return _point_in_runs(times, starts, ends)
     pos = np.searchsorted(starts, times, side="right")
     pos -= 1
     # Gathers over every row (clipped) beat boolean-mask selections on a million launches; the
@@ -372,6 +380,25 @@ def point_in(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
     np.logical_not(inside, out=inside)
     pos[inside] = -1
     return pos.astype(np.int64, copy=False)
+
+
+#: Times per interval from which :func:`point_in` on rising times searches the intervals' bounds among
+#: the times instead of each time among the intervals.
+RUNS_FROM = 8
+
+
+def _point_in_runs(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """:func:`point_in` for rising ``times``: each interval's run of times (:func:`runs_in`, two searches per
+    interval), written out as runs of its index between runs of -1 (one pass, no binary search per time)."""
+    first, upto = runs_in(times, starts, ends)
+    held = np.flatnonzero(upto > first)
+    first, upto = first[held], upto[held]
+    values = np.full(2 * len(held) + 1, -1, np.int64)  # -1 before, between and after the runs
+    values[1::2] = held
+    lengths = np.empty(len(values), np.int64)
+    lengths[1::2] = upto - first
+    lengths[0::2] = np.append(first, len(times)) - np.insert(upto, 0, 0)  # the gaps around the runs
+    return np.repeat(values, lengths)
 
 
 def counts_in(sorted_times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

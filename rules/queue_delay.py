@@ -69,8 +69,12 @@ def queue_profile(k_start: np.ndarray, k_end: np.ndarray, api_end: np.ndarray, d
     np.maximum(queue, 0, out=queue)
     count, queue_total = len(queue), int(queue.sum())
     waiting = queue > min_queue_ns
-    median_queue = float(np.median(queue, overwrite_input=True))
-    p90_queue = float(np.percentile(queue, 90, overwrite_input=True))
+    if queue.dtype.kind in "iu" and len(queue):
+        # Both from one partition: whole ns, so the 50th percentile's interpolation is the median's mean exactly.
+        median_queue, p90_queue = (float(v) for v in np.percentile(queue, [50, 90], overwrite_input=True))
+    else:
+        median_queue = float(np.median(queue, overwrite_input=True))
+        p90_queue = float(np.percentile(queue, 90, overwrite_input=True))
     del queue
     q_from = api_end[waiting]
     q_from += min_queue_ns

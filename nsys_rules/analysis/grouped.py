@@ -11,6 +11,7 @@ as nsys prints it).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -33,7 +34,7 @@ def group_ids(columns: Sequence[np.ndarray]) -> np.ndarray:
     ids = np.zeros(n, np.int64)
     if not n:
         return ids
-    bound = 1  # every id so far is below this: no scan of the ids per column
+    keys = []  # (values, lowest, span) of each column that splits rows
     for col in columns:
         col = np.asarray(col)
         if col.dtype.kind not in "iu":
@@ -42,8 +43,20 @@ def group_ids(columns: Sequence[np.ndarray]) -> np.ndarray:
             continue
         low = int(col.min())
         span = int(col.max()) - low + 1
-        if span == 1:
-            continue
+        if span > 1:
+            keys.append((col, low, span))
+    if math.prod(span for _, _, span in keys) < (1 << 40):
+        # Every column folded a chunk at a time: the chunk stays in the cache across the columns.
+        for lo in range(0, n, CHUNK_ROWS):
+            part = ids[lo:lo + CHUNK_ROWS]
+            for col, low, span in keys:
+                part *= span
+                part += col[lo:lo + CHUNK_ROWS]
+                if low:
+                    part -= low
+        return pd.factorize(ids)[0].astype(np.int64, copy=False)
+    bound = 1  # every id so far is below this: no scan of the ids per column
+    for col, low, span in keys:
         if bound * span >= (1 << 40):
             ids = pd.factorize(ids)[0].astype(np.int64)
             bound = int(ids.max()) + 1

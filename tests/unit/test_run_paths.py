@@ -4,9 +4,11 @@ comparison) give what the plain computations give."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from nsys_rules.analysis.grouped import CHUNK_ROWS
+from nsys_rules.analysis.device_time import FEW_ROWS, insert_in_order
+from nsys_rules.analysis.grouped import CHUNK_ROWS, group_ids
 from nsys_rules.analysis.intervals import RUNS_FROM, merge_intervals, point_in
 from nsys_rules.analysis.names import rows_with_codes
 from nsys_rules.rules.queue_delay import close_short_gaps, queue_profile
@@ -68,3 +70,29 @@ def test_streams_by_comparison_equal_isin(members):
     streams = rng.integers(0, 40, 3 * CHUNK_ROWS + 5).astype(np.int32)
     got = rows_with_codes(streams, np.asarray(members, np.int64))
     assert np.array_equal(got, np.isin(streams, members))
+
+
+@pytest.mark.parametrize("extra", [0, 1, 5, FEW_ROWS, FEW_ROWS + 1])
+def test_insert_in_order_equals_np_insert(extra):
+    rng = np.random.default_rng(extra)
+    starts = np.sort(rng.integers(0, 10_000, 3_000))
+    ends = starts + rng.integers(0, 50, 3_000)
+    other_s = np.sort(np.concatenate([rng.integers(-10, 10_010, extra), starts[:min(extra, 3)]]))  # ties, both ends
+    other_e = other_s + 7
+    at = np.searchsorted(starts, other_s, side="right")
+    got_s, got_e = insert_in_order(starts, ends, other_s, other_e)
+    assert np.array_equal(got_s, np.insert(starts, at, other_s)) and np.array_equal(got_e, np.insert(ends, at, other_e))
+    assert (np.diff(got_s) >= 0).all() and len(got_s) == len(starts) + len(other_s)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_group_ids_chunked_fold_equals_first_appearance_of_each_row(wide):
+    rng = np.random.default_rng(int(wide))
+    rows = 2 * CHUNK_ROWS + 99
+    top = 2**30 if wide else 50  # wide: spans past 2**40 together, the column-by-column fold
+    cols = [rng.integers(-3, 4, rows).astype(np.int16), rng.integers(0, top, rows) % 7 * (top // 7 or 1),
+            np.full(rows, 5), rng.integers(10, 13, rows).astype(np.int32) * (1 + int(wide) * 2**20)]
+    got = group_ids(cols)
+    frame = pd.DataFrame({i: c for i, c in enumerate(cols)})
+    expect = pd.factorize(pd.MultiIndex.from_frame(frame))[0]
+    assert got.dtype == np.int64 and np.array_equal(got, expect)

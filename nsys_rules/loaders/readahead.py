@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -48,6 +49,12 @@ EARLY_COLUMNS: dict[str, tuple[str, ...]] = {
 MEMORY_SHARE = 0.25
 #: Seconds :func:`stop` waits for the read-ahead's threads (a stopped read ends within one batch).
 STOP_WAIT = 3.0
+#: Python's thread switch interval (seconds) while the early reads run. A reader gives the GIL up at
+#: each batch (its decoding or SQLite stepping runs without it) and then waits for the main thread,
+#: busy importing pure Python, to drop it: at the default 5 ms, the ~80 hand-overs of a Parquet read
+#: of the big trace's early columns take 0.4 s, as long as the imports, so almost none of the read
+#: ran beside them.
+SWITCH_INTERVAL = 0.0005
 
 
 @dataclass
@@ -69,6 +76,7 @@ class ReadAhead:
         self.stop_event = threading.Event()
         self._lock = threading.Lock()
         self._pool = _Workers(workers)
+        self._interval = _SwitchInterval()
         #: One-row metadata answers of the file (SQLite row counts, stored bytes), by (SQL, parameters).
         self.answers: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
         self._plan: Future[dict[str, Future[_Early | None]]] = self._pool.submit(self._make_plan)
@@ -80,6 +88,7 @@ class ReadAhead:
         try:
             export = _open(self.path)
         except Exception:  # noqa: BLE001 - not readable here: the export opened later says why
+            self._interval.restore()
             return {}
         finally:
             claims.worker.opening = False
@@ -109,7 +118,7 @@ class ReadAhead:
         futures = {source: self._pool.submit(self._read, export, source, cols, narrow)
                    for _, source, cols, narrow in plans}
         meta = self._pool.submit(self._ask_metadata, export, [source for _, source, _, _ in plans])
-        _close_when_done(export, [*futures.values(), meta])
+        _close_when_done(export, [*futures.values(), meta], self._interval.restore)
         return futures
 
     def _ask_metadata(self, export: Any, early: list[str]) -> None:
@@ -165,6 +174,24 @@ class ReadAhead:
         """Stop the reads (each within one batch) and wait for the threads (see :class:`_Workers`)."""
         self.stop_event.set()
         self._pool.shutdown()
+        self._interval.restore()
+
+
+class _SwitchInterval:
+    """:data:`SWITCH_INTERVAL` from now until :meth:`restore` (the first call puts the previous one back)."""
+
+    def __init__(self) -> None:
+        self._before = sys.getswitchinterval()
+        self._lock = threading.Lock()
+        self._restored = False
+        sys.setswitchinterval(min(self._before, SWITCH_INTERVAL))
+
+    def restore(self) -> None:
+        """Put the interval found at the start back, once."""
+        with self._lock:
+            if not self._restored:
+                self._restored = True
+                sys.setswitchinterval(self._before)
 
 
 class _Workers:
@@ -216,8 +243,8 @@ class _Workers:
                 future.set_exception(exc)
 
 
-def _close_when_done(export: Any, futures: list[Future[Any]]) -> None:
-    """Close ``export`` (its metadata connection) once every one of ``futures`` is done."""
+def _close_when_done(export: Any, futures: list[Future[Any]], then: Callable[[], None]) -> None:
+    """Close ``export`` (its metadata connection), then call ``then``, once every one of ``futures`` is done."""
     left = [len(futures)]
     lock = threading.Lock()
 
@@ -227,9 +254,11 @@ def _close_when_done(export: Any, futures: list[Future[Any]]) -> None:
             last = left[0] == 0
         if last:
             export.close()
+            then()
 
     if not futures:
         export.close()
+        then()
     for future in futures:
         future.add_done_callback(one_done)
 

@@ -274,3 +274,28 @@ def test_metadata_answers_are_shared_with_the_export(tmp_path: Path) -> None:
         plain.close()
     finally:
         readahead.stop()
+
+
+def test_switch_interval_shortened_while_reading_and_put_back_after(tmp_path: Path) -> None:
+    path = _small_trace(tmp_path / "t.sqlite")
+    readahead.stop()
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.004)
+    try:
+        readahead.start(str(path), limit_set=False)
+        ahead = readahead.claim(path)
+        assert ahead is not None
+        assert sys.getswitchinterval() == pytest.approx(min(0.004, readahead.SWITCH_INTERVAL))
+        source = TABLES["kernels"].sources[0]
+        assert len(ahead.take(source, ["start"], frozenset())[0]["start"]) == 300  # waits for that read
+        for _ in range(200):  # the last read or metadata query ends, then the export closes and it is put back
+            if sys.getswitchinterval() == pytest.approx(0.004):
+                break
+            threading.Event().wait(0.01)
+        assert sys.getswitchinterval() == pytest.approx(0.004)
+        readahead.start(str(path), limit_set=False)  # stopped at once: put back by stop() too
+        readahead.stop()
+        assert sys.getswitchinterval() == pytest.approx(0.004)
+    finally:
+        readahead.stop()
+        sys.setswitchinterval(before)

@@ -323,6 +323,12 @@ def _category_table(tax: Taxonomy, cats: pd.Index) -> np.ndarray:
     return table
 
 
+def category_classes(categories: pd.Index, extra: Mapping[str, Iterable[str]] | None = None,
+                     taxonomy: Taxonomy = DEFAULT) -> np.ndarray:
+    """Index into :data:`CLASSES` of each category's class, plus a trailing "other" (for code -1)."""
+    return _category_table(taxonomy.extended(extra), categories)
+
+
 def class_times(names: pd.Series, durations: pd.Series | None = None,
                 extra: Mapping[str, Iterable[str]] | None = None) -> pd.Series:
     """Total duration per class (ns), all :data:`CLASSES` present, largest first."""

@@ -84,11 +84,12 @@ def launch_profile(kernels: pd.DataFrame, api_end: np.ndarray, lo: int, hi: int,
         starved &= prev_end >= lo
         starved &= s[1:] <= hi
         del prev_end
-        gap = gap[starved]
-        starved_ns = int(gap.sum())
+        # Sums over the starved gaps in place (``where=``): no gathered copy of them.
+        starved_ns = int(np.sum(gap, where=starved))
         gap -= graph_gap_ns
-        savings = int(gap.clip(0).sum())
-        n_starved = int(starved.sum())
+        np.maximum(gap, 0, out=gap)
+        savings = int(np.sum(gap, where=starved))
+        n_starved = int(np.count_nonzero(starved))
         del gap, starved
     else:
         starved_ns = savings = n_starved = 0

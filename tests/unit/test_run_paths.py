@@ -7,11 +7,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from nsys_rules.analysis.bandwidth import device_shares, gemv_mask
 from nsys_rules.analysis.device_time import FEW_ROWS, insert_in_order
 from nsys_rules.analysis.grouped import CHUNK_ROWS, group_ids
 from nsys_rules.analysis.intervals import RUNS_FROM, merge_intervals, point_in
 from nsys_rules.analysis.names import rows_with_codes
 from nsys_rules.rules.queue_delay import close_short_gaps, queue_profile
+from nsys_rules.taxonomy import classify
 
 
 def _plain_point_in(times, starts, ends):
@@ -96,3 +98,30 @@ def test_group_ids_chunked_fold_equals_first_appearance_of_each_row(wide):
     frame = pd.DataFrame({i: c for i, c in enumerate(cols)})
     expect = pd.factorize(pd.MultiIndex.from_frame(frame))[0]
     assert got.dtype == np.int64 and np.array_equal(got, expect)
+
+
+def test_gemv_mask_on_codes_equals_the_row_labels():
+    names = ["gemv2T_kernel_val<float>", "ampere_sgemm_128x64_nn", "my_matvec_thing", "vectorized_elementwise", None]
+    rng = np.random.default_rng(3)
+    picked = [names[i] for i in rng.integers(0, len(names), 3 * CHUNK_ROWS + 1)]
+    column = pd.Series(pd.Categorical(picked))
+    for extra in ((), ("my_matvec",)):
+        labels = classify(column, {"gemv": list(extra)} if extra else None)
+        expect = (labels == "gemv").to_numpy()
+        got = gemv_mask(column, extra)
+        assert np.array_equal(got, expect) and expect.any() and not expect.all()
+        assert np.array_equal(gemv_mask(column.astype(object), extra), expect)
+
+
+def test_device_shares_of_one_device_equal_the_plain_sums():
+    rng = np.random.default_rng(4)
+    rows = 2 * CHUNK_ROWS + 3
+    start = np.cumsum(rng.integers(1, 100, rows))
+    kernels = pd.DataFrame({"device_id": np.zeros(rows, np.int32), "start": start,
+                            "end": start + rng.integers(0, 5_000, rows)})
+    is_gemv = rng.random(rows) < 0.4
+    got = device_shares(kernels, is_gemv)
+    dur = (kernels["end"] - kernels["start"]).to_numpy()
+    assert got["total"].tolist() == [int(dur.sum())] and got["gemv"].tolist() == [int(dur[is_gemv].sum())]
+    assert got["gemv_count"].tolist() == [int(is_gemv.sum())]
+    assert got["share"].tolist() == [int(dur[is_gemv].sum()) / int(dur.sum())]

@@ -136,8 +136,6 @@ def chunk_utilization(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int,
     return edges[:-1][keep], lengths[keep], pct[keep]
 
 
-
-
 def prefix_sums_at(values: np.ndarray, at: np.ndarray) -> np.ndarray:
     """The float64 running sums of ``values`` before each position of ``at`` (0 at position 0): bit for bit
     ``np.concatenate(([0.0], np.cumsum(values, dtype=np.float64)))[at]``, without the whole running sum.

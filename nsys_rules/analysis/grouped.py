@@ -233,8 +233,6 @@ def segment_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     return out
 
 
-
-
 def code_durations(codes: np.ndarray, start: np.ndarray, end: np.ndarray, n_codes: int
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Per code ``0..n_codes-1``: how many rows carry it and their summed ``end - start`` (float64; rows

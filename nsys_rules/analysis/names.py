@@ -181,8 +181,6 @@ def rows_with_codes(codes: np.ndarray, hits: np.ndarray, table: np.ndarray | Non
     return out
 
 
-
-
 def in_set(names: pd.Series | np.ndarray, members: frozenset[str] | Mapping[str, object]) -> np.ndarray:
     """Which rows' names are in ``members`` (a Series is judged once per distinct name)."""
     if not isinstance(names, pd.Series):

@@ -109,44 +109,61 @@ def gpu_ops(trace: Trace) -> GpuOps:
     """The trace's GPU operations (cached per trace: the step model, the budget and rules share it)."""
     hit = _CACHE.get(trace)
     if hit is None:
-        hit = _build(trace)
+        hit, in_order = _build(trace)
         _CACHE[trace] = hit
+        _IN_ORDER[trace] = in_order
     return hit
 
 
+def in_frame_order(trace: Trace) -> frozenset[int]:
+    """Kinds whose frame rows all sit in the trace's activity table in frame order, each with its
+    launching call (so its ``launch`` is the frame's launch time); empty before the table is built."""
+    return _IN_ORDER.get(trace, frozenset())
+
+
 _CACHE: "weakref.WeakKeyDictionary[Trace, GpuOps]" = weakref.WeakKeyDictionary()
+_IN_ORDER: "weakref.WeakKeyDictionary[Trace, frozenset[int]]" = weakref.WeakKeyDictionary()
 
 
-def _build(trace: Trace) -> GpuOps:
+def _build(trace: Trace) -> tuple[GpuOps, frozenset[int]]:
     parts: list[dict[str, np.ndarray]] = []
+    in_order: set[int] = set()
+    rising: list[bool] = []
     for kind, table in KIND_TABLES.items():
         if not trace.has(table):
             continue
         frame = trace.frame(table, COLUMNS[table])
         if not len(frame):
             continue
-        parts.append(_part(trace, kind, frame))
+        part, launched = _part(trace, kind, frame)
+        part_rising = _rising(part["start"])
+        if launched and part_rising:  # the merge keeps a part's row order when it needs no sort
+            in_order.add(kind)
+        parts.append(part)
+        rising.append(part_rising)
     if not parts:
-        return GpuOps(**{name: np.empty(0, bool if name == "by_graph" else np.int64) for name in _FIELDS})
+        return GpuOps(**{name: np.empty(0, bool if name == "by_graph" else np.int64) for name in _FIELDS}), frozenset()
     # Rows that differ at both ends are not one value: no scan of a million rows to find out.
     merged = {name: values if len(values) and values[0] != values[-1] else one_value(values)
-              for name, values in _merge(parts).items()}
+              for name, values in _merge(parts, rising).items()}
     for values in merged.values():
         if values.flags.writeable:
             values.flags.writeable = False  # shared by every rule of the trace
-    return GpuOps(**merged)
+    return GpuOps(**merged), frozenset(in_order)
 
 
-def _merge(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def _merge(parts: list[dict[str, np.ndarray]], rising: list[bool] | None = None) -> dict[str, np.ndarray]:
     """The parts as one table in start order.
 
     Each part is usually in start order already, and one (the kernels) holds nearly every row:
     the others are slotted in at their places, so the only new arrays are the output ones (a
     concatenation then a sorted copy doubled the peak on a 1M-kernel trace).
     """
-    parts = sorted(parts, key=lambda p: -len(p["start"]))
+    rising = [_rising(p["start"]) for p in parts] if rising is None else rising  # which parts need no sort
+    by_size = sorted(range(len(parts)), key=lambda k: -len(parts[k]["start"]))
+    parts = [parts[k] for k in by_size]
     big = parts[0]
-    if not _rising(big["start"]):
+    if not rising[by_size[0]]:
         order = np.argsort(big["start"], kind="stable")
         big = {name: values[order] for name, values in big.items()}
     if len(parts) == 1:
@@ -204,8 +221,10 @@ def _int(frame: pd.DataFrame, column: str, dtype: type = np.int32, fill: int = -
     return values.astype(dtype, copy=False)
 
 
-def _part(trace: Trace, kind: int, frame: pd.DataFrame) -> dict[str, np.ndarray]:
+def _part(trace: Trace, kind: int, frame: pd.DataFrame) -> tuple[dict[str, np.ndarray], bool]:
+    """The frame's operations as activity fields, and whether every one has its launching call."""
     n = len(frame)
+    launched = False
     pid = _int(frame, "pid")
     corr = _int(frame, "correlation_id", fill=0)
     launch = np.full(n, -1, np.int64)
@@ -215,7 +234,8 @@ def _part(trace: Trace, kind: int, frame: pd.DataFrame) -> dict[str, np.ndarray]
         api = trace.frame("api", COLUMNS["api"])
         if len(api):
             rows, found = launching_rows(trace, pid, corr)
-            if found.all():  # every operation's launch traced (the usual trace): gathers, no selections
+            launched = bool(found.all())
+            if launched:  # every operation's launch traced (the usual trace): gathers, no selections
                 launch = api["start"].to_numpy()[rows]
                 api_row = rows.astype(np.int32)
             else:
@@ -234,7 +254,7 @@ def _part(trace: Trace, kind: int, frame: pd.DataFrame) -> dict[str, np.ndarray]
         "api_row": api_row, "table_row": np.arange(n, dtype=np.int32),
         "graph": _int(frame, "graph_id") if kind == REPLAY else _same(n, -1, np.int32),
         "kind": _same(n, kind, np.int8), "cls": cls, "by_graph": by_graph if by_graph.any() else _same(n, False, bool),
-    }
+    }, launched
 
 
 def _same(n: int, value: int | bool, dtype: type) -> np.ndarray:
@@ -280,7 +300,7 @@ def launch_threads(trace: Trace, ops: GpuOps) -> np.ndarray:
 
 
 def kernel_symbols(trace: Trace) -> np.ndarray:
-    """One code per distinct (name, grid, block) of each operation (-1 for copies, memsets and replays).
+    """One code per distinct (name, grid, block) of each operation (-1 for copies, memsets and replays), int32.
 
     The name alone merges a layer's GEMVs with the lm_head's (one kernel, another grid); the
     launch configuration tells them apart, which is what makes a step's kernel sequence visible.
@@ -299,7 +319,7 @@ def kernel_symbols(trace: Trace) -> np.ndarray:
         del symbols
         out[~kernels] = -1
     else:
-        out = np.full(len(ops), -1, np.int64)
+        out = np.full(len(ops), -1, np.int32)
     out.flags.writeable = False
     _SYMBOLS[trace] = out
     return out
@@ -325,7 +345,8 @@ def _symbols(kernels: pd.DataFrame) -> np.ndarray:
                 field = field[:1].astype(np.int64)
             np.bitwise_xor(key, field, out=key, casting="unsafe", dtype=np.uint64)  # sign-extended, as int64 -> uint64
     codes, _ = pd.factorize(key)
-    return codes.astype(np.int64, copy=False)
+    # Dense codes (fewer than rows): int32 holds them, half the bytes kept for the run.
+    return codes.astype(np.int32 if len(codes) < 2**31 else np.int64)
 
 
 def graph_replays(trace: Trace, ops: GpuOps | None = None) -> pd.DataFrame:
@@ -341,7 +362,8 @@ def graph_replays(trace: Trace, ops: GpuOps | None = None) -> pd.DataFrame:
     if not mask.any():
         return pd.DataFrame(columns=columns)
     mine = ops.take(mask)
-    symbols = kernel_symbols(trace)[mask] if ops is gpu_ops(trace) else np.full(int(mask.sum()), -1, np.int64)
+    symbols = kernel_symbols(trace)[mask].astype(np.int64) if ops is gpu_ops(trace) else np.full(
+        int(mask.sum()), -1, np.int64)
     frame = pd.DataFrame({"pid": mine.pid, "corr": mine.corr, "launch": mine.launch,
                           "launch_end": launch_ends(trace, mine), "tid": launch_threads(trace, mine),
                           "device": mine.device, "stream": mine.stream, "start": mine.start, "end": mine.end,

@@ -145,3 +145,54 @@ def test_chunked_row_checks_equal_the_whole_masks(at):
         end[at] = start[at] - 1  # and a row ending before it starts
     assert rises_strictly(start) == bool((start[1:] > start[:-1]).all())
     assert any_below(end, start) == bool((end < start).any())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_frame_view_blocks_and_whole_equal_the_frame_order(seed):
+    from nsys_rules.analysis.launch_rows import FrameView
+
+    rng = np.random.default_rng(seed)
+    n = 500
+    others = np.sort(rng.choice(n, [0, 1, 3, 9][seed], replace=False)).astype(np.int64)
+    values = rng.integers(0, 10**9, n)
+    frame = np.delete(values, others)  # the plain frame order
+    view = FrameView(None, others, others - np.arange(len(others)))  # type: ignore[arg-type]
+    assert view.whole(values).tolist() == frame.tolist()
+    assert view.whole(values, np.intp).dtype == np.intp and view.whole(values, np.intp).tolist() == frame.tolist()
+    positions = np.delete(np.arange(n), others)  # where each frame row sits among the values
+    for lo, hi in [(0, len(frame)), (0, 0), *rng.integers(0, len(frame), (40, 2)).tolist()]:
+        lo, hi = min(lo, hi), max(lo, hi)
+        rows = view.rows(lo, hi)
+        between = hi > lo and bool(((others > positions[lo]) & (others < positions[hi - 1])).any())
+        assert (rows is None) == between
+        if rows is not None:
+            assert values[rows].tolist() == frame[lo:hi].tolist()
+
+
+def test_window_frames_from_the_activity_table_equal_the_plain_join(tmp_path):
+    from nsys_rules.rule import RuleContext
+    from nsys_rules.windows import FULL, Window
+
+    b = TraceBuilder()
+    t = 10_000
+    for i in range(80):
+        if i in (5, 6, 60):
+            b.memset(t, 800, 256)
+        b.kernel("gemv" if i % 2 else "rms_norm", t + 2_000, 1_000 + 37 * (i % 5), api="cudaLaunchKernel_v7000")
+        t += 6_000
+    trace = open_trace(b.write(tmp_path / "kernels.sqlite"))
+    gpu_ops(trace)
+    full = trace.frame("kernels", ["start", "pid", "correlation_id"])
+    from nsys_rules.analysis.launch_rows import frame_view
+
+    assert frame_view(trace, "kernels", len(full)) is not None  # the path under test
+    plain = launch_times(open_trace(b.write(tmp_path / "again.sqlite")), full.copy())
+    plain_rows = launch_api_rows(trace, full.copy(), columns=("api_start", "api_end"))
+    lo, hi = int(plain[10]), int(plain[40])  # no memset among them: views; then the whole with memsets
+    for window in (Window(((lo, hi),), "test"), Window(((int(plain[2]), int(plain[70])),), "test"), FULL):
+        ctx = RuleContext(trace, None, None, window)  # type: ignore[arg-type]
+        kept = window.mask(plain)
+        frame = ctx.frame("kernels", ["start", "pid", "correlation_id"])
+        assert frame["launch_start"].tolist() == plain[kept].tolist()
+        calls = ctx.launch_calls("kernels", columns=("api_start", "api_end"))
+        assert calls.to_dict("list") == plain_rows[kept].reset_index(drop=True).to_dict("list")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,7 @@ from ..taxonomy import CLASSES, classify
 from ..trace import Trace
 from .launches import launching_rows
 from .names import GRAPH_LAUNCH_APIS, in_set
+from .spliced import Spliced, splice
 
 #: Operation kinds (``GpuOps.kind``).
 KERNEL, MEMCPY, MEMSET, REPLAY = 0, 1, 2, 3
@@ -53,7 +55,8 @@ class GpuOps:
     ``launch`` is the start of the launching API call and ``api_row`` its row in the trace's API
     frame (-1 when the API was not traced); ``table_row`` is the operation's row in its own
     canonical frame (``KIND_TABLES[kind]``); ``graph`` identifies the graph of a replay row
-    (graph mode), -1 elsewhere.
+    (graph mode), -1 elsewhere. ``table_row`` and ``corr`` may be :class:`~.spliced.Spliced`
+    (indexed, they give arrays; sliced, a narrower one).
     """
 
     start: np.ndarray
@@ -62,9 +65,9 @@ class GpuOps:
     device: np.ndarray
     stream: np.ndarray
     pid: np.ndarray
-    corr: np.ndarray
+    corr: "np.ndarray | Spliced"
     api_row: np.ndarray
-    table_row: np.ndarray
+    table_row: "np.ndarray | Spliced"
     graph: np.ndarray
     kind: np.ndarray
     cls: np.ndarray
@@ -116,8 +119,7 @@ def gpu_ops(trace: Trace) -> GpuOps:
 
 
 def in_frame_order(trace: Trace) -> frozenset[int]:
-    """Kinds whose frame rows all sit in the trace's activity table in frame order, each with its
-    launching call (so its ``launch`` is the frame's launch time); empty before the table is built."""
+    """Kinds whose rows all sit in the activity table in frame order, each with its launching call (none before it is built)."""
     return _IN_ORDER.get(trace, frozenset())
 
 
@@ -136,28 +138,30 @@ def _build(trace: Trace) -> tuple[GpuOps, frozenset[int]]:
         if not len(frame):
             continue
         part, launched = _part(trace, kind, frame)
-        part_rising = _rising(part["start"])
-        if launched and part_rising:  # the merge keeps a part's row order when it needs no sort
-            in_order.add(kind)
         parts.append(part)
-        rising.append(part_rising)
+        rising.append(_rising(part["start"]))
+        if launched and rising[-1]:  # the merge keeps a part's row order when it needs no sort
+            in_order.add(kind)
     if not parts:
         return GpuOps(**{name: np.empty(0, bool if name == "by_graph" else np.int64) for name in _FIELDS}), frozenset()
     # Rows that differ at both ends are not one value: no scan of a million rows to find out.
-    merged = {name: values if len(values) and values[0] != values[-1] else one_value(values)
-              for name, values in _merge(parts, rising).items()}
+    merged = {name: values if isinstance(values, Spliced) or len(values) and values[0] != values[-1]
+              else one_value(values) for name, values in _merge(parts, rising, SPLICED_FIELDS).items()}
     for values in merged.values():
-        if values.flags.writeable:
+        if not isinstance(values, Spliced) and values.flags.writeable:
             values.flags.writeable = False  # shared by every rule of the trace
     return GpuOps(**merged), frozenset(in_order)
 
 
-def _merge(parts: list[dict[str, np.ndarray]], rising: list[bool] | None = None) -> dict[str, np.ndarray]:
+def _merge(parts: list[dict[str, np.ndarray]], rising: list[bool] | None = None,
+           spliced: tuple[str, ...] = ()) -> dict[str, Any]:
     """The parts as one table in start order.
 
     Each part is usually in start order already, and one (the kernels) holds nearly every row:
     the others are slotted in at their places, so the only new arrays are the output ones (a
-    concatenation then a sorted copy doubled the peak on a 1M-kernel trace).
+    concatenation then a sorted copy doubled the peak on a 1M-kernel trace). The fields named in
+    ``spliced`` are kept as the biggest part's own values with the others spliced in
+    (:class:`~.spliced.Spliced`, no copy) where that part needs no sort and the others are few.
     """
     rising = [_rising(p["start"]) for p in parts] if rising is None else rising  # which parts need no sort
     by_size = sorted(range(len(parts)), key=lambda k: -len(parts[k]["start"]))
@@ -166,8 +170,11 @@ def _merge(parts: list[dict[str, np.ndarray]], rising: list[bool] | None = None)
     if not rising[by_size[0]]:
         order = np.argsort(big["start"], kind="stable")
         big = {name: values[order] for name, values in big.items()}
+    keep = bool(spliced) and rising[by_size[0]]  # the big part's rows in its frame's order: row numbers 0, 1, ...
     if len(parts) == 1:
-        return big
+        rows = big["table_row"]
+        return {**big, "table_row": splice(None, len(rows), rows[:0], rows[:0], rows.dtype)} if keep and (
+            "table_row" in spliced) else big
     small = {name: np.concatenate([p[name] for p in parts[1:]]) for name in _FIELDS}
     order = np.argsort(small["start"], kind="stable")
     small = {name: values[order] for name, values in small.items()}
@@ -179,9 +186,13 @@ def _merge(parts: list[dict[str, np.ndarray]], rising: list[bool] | None = None)
     is_small = None if len(at) <= _FEW_SMALL else np.zeros(total, bool)
     if is_small is not None:
         is_small[at] = True
-    out = {}
+    keep = keep and len(at) <= _MAX_SPLICED
+    out: dict[str, Any] = {}
     for name in _FIELDS:
         dtype = np.result_type(big[name].dtype, small[name].dtype)
+        if keep and name in spliced:
+            out[name] = splice(None if name == "table_row" else big[name], len(big[name]), at, small[name], dtype)
+            continue
         value = big[name][:1]
         if total >= ONE_VALUE_ROWS and big[name].strides == (0,) and (small[name] == value).all():
             out[name] = np.broadcast_to(value.astype(dtype), total)  # one value in every row, as one_value keeps it
@@ -201,6 +212,10 @@ def _merge(parts: list[dict[str, np.ndarray]], rising: list[bool] | None = None)
 
 #: Up to this many rows outside the biggest part are slotted in one by one.
 _FEW_SMALL = 64
+#: Up to this many rows outside the biggest part are spliced into the fields kept as :class:`~.spliced.Spliced`.
+_MAX_SPLICED = 4096
+#: Fields kept spliced where they can be: read by few callers, at few rows (row numbers, correlation ids).
+SPLICED_FIELDS = ("table_row", "corr")
 
 
 def _rising(values: np.ndarray) -> bool:
@@ -313,11 +328,16 @@ def kernel_symbols(trace: Trace) -> np.ndarray:
     kernels = ops.kind == KERNEL
     if kernels.any():
         symbols = _symbols(trace.frame("kernels", COLUMNS["kernels"]))
-        # Every row gathered by its table row (clipped: a copy's row may lie past the kernels), then
-        # the other kinds set to -1: no masked row-number and value arrays beside the result.
-        out = np.take(symbols, ops.table_row, mode="clip")
+        rows = ops.table_row
+        if isinstance(rows, Spliced) and rows.base is None and rows.rows == len(symbols) and not (
+                ops.kind[rows.at] == KERNEL).any():  # the kernels in frame order, the other rows spliced in
+            out = np.asarray(splice(symbols, len(symbols), rows.at, np.full(len(rows.at), -1), symbols.dtype))
+        else:
+            # Every row gathered by its table row (clipped: a copy's row may lie past the kernels), then
+            # the other kinds set to -1: no masked row-number and value arrays beside the result.
+            out = np.take(symbols, np.asarray(rows), mode="clip")
+            out[~kernels] = -1
         del symbols
-        out[~kernels] = -1
     else:
         out = np.full(len(ops), -1, np.int32)
     out.flags.writeable = False

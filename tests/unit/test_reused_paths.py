@@ -196,3 +196,46 @@ def test_window_frames_from_the_activity_table_equal_the_plain_join(tmp_path):
         assert frame["launch_start"].tolist() == plain[kept].tolist()
         calls = ctx.launch_calls("kernels", columns=("api_start", "api_end"))
         assert calls.to_dict("list") == plain_rows[kept].reset_index(drop=True).to_dict("list")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_spliced_columns_index_as_the_plain_column(seed):
+    from nsys_rules.analysis.spliced import splice
+
+    rng = np.random.default_rng(seed)
+    rows = 300
+    count = [0, 1, 2, 8, 8, 5][seed]
+    at = np.sort(rng.choice(rows + count, count, replace=False))
+    if seed == 5:
+        at = np.arange(count) + rows  # every spliced row at the end
+    values = rng.integers(-5, 5, len(at))
+    base = None if seed % 2 else rng.integers(0, 10**6, rows).astype(np.int32)
+    column = splice(base, rows, at, values, np.int64)
+    plain = np.empty(rows + len(at), np.int64)
+    plain[at] = values
+    plain[np.setdiff1d(np.arange(len(plain)), at)] = np.arange(rows) if base is None else base
+    assert np.asarray(column).tolist() == plain.tolist() and len(column) == len(plain)
+    for lo, hi in [(0, len(plain)), (3, 3), *np.sort(rng.integers(0, len(plain), (20, 2))).tolist()]:
+        part = column[lo:hi]
+        assert len(part) == hi - lo and part.tolist() == plain[lo:hi].tolist()
+        mask = rng.random(hi - lo) < 0.5
+        assert part[mask].tolist() == plain[lo:hi][mask].tolist()
+        picks = rng.integers(0, max(hi - lo, 1), 3) if hi > lo else np.zeros(0, np.int64)
+        assert part[picks].tolist() == plain[lo:hi][picks].tolist()
+
+
+def test_spliced_activity_fields_equal_the_merged_ones(tmp_path):
+    from nsys_rules.analysis import activity
+    from nsys_rules.analysis.spliced import Spliced
+
+    trace = open_trace(_mixed_trace(tmp_path))
+    ops = gpu_ops(trace)
+    assert isinstance(ops.table_row, Spliced) and isinstance(ops.corr, Spliced)  # the path under test
+    plain = activity._merge([activity._part(trace, kind, trace.frame(table, COLUMNS[table]))[0]
+                             for kind, table in activity.KIND_TABLES.items() if trace.has(table)])
+    for name in activity.SPLICED_FIELDS:
+        assert np.asarray(getattr(ops, name)).tolist() == plain[name].tolist(), name
+    kernels = ops.kind == activity.KERNEL
+    symbols = activity._symbols(trace.frame("kernels", COLUMNS["kernels"]))
+    assert activity.kernel_symbols(trace).tolist() == np.where(kernels, symbols[np.minimum(
+        plain["table_row"], len(symbols) - 1)], -1).tolist()

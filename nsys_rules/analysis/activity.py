@@ -55,21 +55,21 @@ class GpuOps:
     ``launch`` is the start of the launching API call and ``api_row`` its row in the trace's API
     frame (-1 when the API was not traced); ``table_row`` is the operation's row in its own
     canonical frame (``KIND_TABLES[kind]``); ``graph`` identifies the graph of a replay row
-    (graph mode), -1 elsewhere. ``table_row`` and ``corr`` may be :class:`~.spliced.Spliced`
-    (indexed, they give arrays; sliced, a narrower one).
+    (graph mode), -1 elsewhere. ``table_row``, ``corr``, ``stream`` and ``kind`` may be
+    :class:`~.spliced.Spliced` (indexed: arrays; sliced: narrower ones; ``==`` a scalar: a mask).
     """
 
     start: np.ndarray
     end: np.ndarray
     launch: np.ndarray
     device: np.ndarray
-    stream: np.ndarray
+    stream: "np.ndarray | Spliced"
     pid: np.ndarray
     corr: "np.ndarray | Spliced"
     api_row: np.ndarray
     table_row: "np.ndarray | Spliced"
     graph: np.ndarray
-    kind: np.ndarray
+    kind: "np.ndarray | Spliced"
     cls: np.ndarray
     by_graph: np.ndarray
 
@@ -214,8 +214,8 @@ def _merge(parts: list[dict[str, np.ndarray]], rising: list[bool] | None = None,
 _FEW_SMALL = 64
 #: Up to this many rows outside the biggest part are spliced into the fields kept as :class:`~.spliced.Spliced`.
 _MAX_SPLICED = 4096
-#: Fields kept spliced where they can be: read by few callers, at few rows (row numbers, correlation ids).
-SPLICED_FIELDS = ("table_row", "corr")
+#: Fields kept spliced where they can be: read at few rows, by mask or by comparison with one value.
+SPLICED_FIELDS = ("table_row", "corr", "stream", "kind")
 
 
 def _rising(values: np.ndarray) -> bool:

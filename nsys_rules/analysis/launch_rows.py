@@ -19,6 +19,7 @@ import pandas as pd
 from ..trace import Trace
 from . import activity
 from .launches import launch_times
+from .spliced import Spliced
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,8 +65,12 @@ def frame_view(trace: Trace, table: str, rows: int) -> FrameView | None:
     hit = cache.get(table)
     if hit is None or hit[0] is not ops:
         kinds = ops.kind
-        others = (np.zeros(0, np.int64) if kinds.strides == (0,) and len(kinds) and kinds[0] == kind
-                  else np.flatnonzero(kinds != kind))
+        if isinstance(kinds, Spliced) and kinds.base is not None and kinds.base.strides == (0,) and (
+                not kinds.rows or kinds.base[0] == kind) and not (kinds.values == kind).any():
+            others = kinds.at  # one kind with the others spliced in: their positions are known
+        else:
+            others = (np.zeros(0, np.int64) if getattr(kinds, "strides", None) == (0,) and len(kinds) and
+                      kinds[0] == kind else np.flatnonzero(kinds != kind))
         view = None if len(others) > _MAX_OTHERS else FrameView(ops, others, others - np.arange(len(others)))
         hit = (ops, view)
         cache[table] = hit

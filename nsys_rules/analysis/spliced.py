@@ -4,8 +4,10 @@ The activity table (:mod:`.activity`) holds nearly every row of one frame (the k
 frame's row order, with a few copies or memsets slotted in. Its row-number and correlation-id
 columns are then that frame's row numbers and its own column with a few values in between: kept
 as such (:class:`Spliced`), they cost nothing a row, where row-length copies cost 4 bytes a row
-each for the whole run. The few callers index them (a slice, a mask or row numbers) and get a
-plain array, or a narrower :class:`Spliced` for a slice.
+each for the whole run. Columns of one value in nearly every row (the stream, the kind) are its
+zero-stride view with the few others spliced in. Callers index them (a slice, a mask or row
+numbers) and get a plain array, or a narrower :class:`Spliced` for a slice; ``==`` and ``!=``
+with a scalar give a mask; numpy functions see the whole column (``__array__``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,23 @@ class Spliced:
         if isinstance(key, np.ndarray) and key.dtype.kind in "iu" and len(key) * 8 < len(self):
             return self._at(key)  # a few rows: each found among the spliced ones, no whole column
         return self._values(self.lo, self.hi)[key]
+
+    def __eq__(self, other: object) -> np.ndarray:  # type: ignore[override]
+        return self._compare(other, np.equal)
+
+    def __ne__(self, other: object) -> np.ndarray:  # type: ignore[override]
+        return self._compare(other, np.not_equal)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _compare(self, other: Any, op: Any) -> np.ndarray:
+        """``op(self, other)`` for a scalar ``other``: a base of one value (a zero-stride view) is compared once."""
+        if not np.isscalar(other) or self.base is None or self.base.strides != (0,):
+            return op(self._values(self.lo, self.hi), np.asarray(other) if not np.isscalar(other) else other)
+        out = np.full(len(self), bool(op(self.base[0], other)) if self.rows else False)
+        first, last = (int(i) for i in np.searchsorted(self.at, [self.lo, self.hi], side="left"))
+        out[self.at[first:last] - self.lo] = op(self.values[first:last], other)
+        return out
 
     def tolist(self) -> list[Any]:
         """The values as a list."""

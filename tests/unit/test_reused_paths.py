@@ -222,6 +222,23 @@ def test_spliced_columns_index_as_the_plain_column(seed):
         assert part[mask].tolist() == plain[lo:hi][mask].tolist()
         picks = rng.integers(0, max(hi - lo, 1), 3) if hi > lo else np.zeros(0, np.int64)
         assert part[picks].tolist() == plain[lo:hi][picks].tolist()
+        for value in (0, 3, -5):
+            assert (part == value).tolist() == (plain[lo:hi] == value).tolist()
+            assert (part != value).tolist() == (plain[lo:hi] != value).tolist()
+
+
+@pytest.mark.parametrize("rows", [0, 1, 50])
+def test_spliced_one_value_columns_compare_as_the_plain_column(rows):
+    from nsys_rules.analysis.spliced import splice
+
+    base = np.broadcast_to(np.array([7], np.int32), rows)  # as loaders.columns.one_value keeps it
+    at, values = np.array([0, min(2, rows + 1), rows + 2]), np.array([7, 3, 9])
+    column = splice(base, rows, at, values, np.int32)
+    plain = np.asarray(column)
+    assert plain.tolist() == np.insert(np.full(rows, 7), at - np.arange(3), values).tolist()
+    for lo, hi in [(0, len(plain)), (1, len(plain) - 1), (2, 3)]:
+        for value in (7, 3, 9, 0):
+            assert (column[lo:hi] == value).tolist() == (plain[lo:hi] == value).tolist()
 
 
 def test_spliced_activity_fields_equal_the_merged_ones(tmp_path):
@@ -235,6 +252,7 @@ def test_spliced_activity_fields_equal_the_merged_ones(tmp_path):
                              for kind, table in activity.KIND_TABLES.items() if trace.has(table)])
     for name in activity.SPLICED_FIELDS:
         assert np.asarray(getattr(ops, name)).tolist() == plain[name].tolist(), name
+        assert (getattr(ops, name) == 1).tolist() == (plain[name] == 1).tolist(), name
     kernels = ops.kind == activity.KERNEL
     symbols = activity._symbols(trace.frame("kernels", COLUMNS["kernels"]))
     assert activity.kernel_symbols(trace).tolist() == np.where(kernels, symbols[np.minimum(

@@ -105,6 +105,8 @@ class RuleContext:
     #: Where the steady steps' time goes (None without steps).
     budget: Budget | None = None
     _cache: dict[str, pd.DataFrame] = field(default_factory=dict)
+    #: Launch times of a GPU frame's window rows made for this rule (where they are no view), per table.
+    _launch: dict[str, pd.Series] = field(default_factory=dict)
 
     def frame(self, name: str, columns: Iterable[str] | None = None) -> pd.DataFrame:
         """Canonical frame ``name`` restricted to the window (a ``launch_start`` column is added to GPU frames)."""
@@ -125,11 +127,15 @@ class RuleContext:
                 ops_launch = None if rows is None else _launch_series(self.trace, view.ops.launch)
                 if ops_launch is not None:  # a view of the activity table's launch times: nothing kept per frame
                     sub["launch_start"] = ops_launch.iloc[rows].set_axis(sub.index)
-                elif view is not None:  # this rule's own (rare: another frame's rows among the window's)
-                    launch = view.whole(view.ops.launch)  # a new array: other frames' rows are among these
-                    launch = launch if span is None else (launch[span[0]:span[1]].copy() if span[0] >= 0
-                                                          else launch[mask])
-                    sub["launch_start"] = pd.Series(launch, index=sub.index, copy=False)
+                elif view is not None:  # this rule's own, shared by its frames of this table (other frames' rows
+                    # lie among the window's: the whole capture, with a few copies among the kernels)
+                    own = self._launch.get(name)
+                    if own is None:
+                        launch = view.whole(view.ops.launch)  # a new array
+                        launch = launch if span is None else (launch[span[0]:span[1]].copy() if span[0] >= 0
+                                                              else launch[mask])
+                        own = self._launch[name] = pd.Series(launch, copy=False)
+                    sub["launch_start"] = own.set_axis(sub.index)
                 else:
                     launch = frame_launch_times(self.trace, full)
                     shared = _launch_series(self.trace, launch, full.index)

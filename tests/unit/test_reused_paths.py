@@ -194,6 +194,10 @@ def test_window_frames_from_the_activity_table_equal_the_plain_join(tmp_path):
         kept = window.mask(plain)
         frame = ctx.frame("kernels", ["start", "pid", "correlation_id"])
         assert frame["launch_start"].tolist() == plain[kept].tolist()
+        other = ctx.frame("kernels", ["start"])  # another frame of the table: the same launch times
+        other["launch_start"] += 1  # a rule writing into its frame changes no other frame
+        assert frame["launch_start"].tolist() == plain[kept].tolist()
+        assert other["launch_start"].tolist() == (plain[kept] + 1).tolist()
         calls = ctx.launch_calls("kernels", columns=("api_start", "api_end"))
         assert calls.to_dict("list") == plain_rows[kept].reset_index(drop=True).to_dict("list")
 

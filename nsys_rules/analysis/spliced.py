@@ -45,8 +45,10 @@ class Spliced:
             lo, hi, _ = key.indices(len(self))
             return Spliced(self.base, self.rows, self.at, self.values, self.dtype, self.lo + lo,
                            self.lo + max(lo, hi))
-        key = np.asarray(key) if not isinstance(key, (int, np.integer)) else key
-        if isinstance(key, np.ndarray) and key.dtype.kind in "iu" and len(key) * 8 < len(self):
+        if isinstance(key, (int, np.integer)):
+            return self._at(np.array([key]))[0]
+        key = np.asarray(key)
+        if key.dtype.kind in "iu" and key.ndim == 1 and len(key) * 8 < len(self):
             return self._at(key)  # a few rows: each found among the spliced ones, no whole column
         return self._values(self.lo, self.hi)[key]
 

@@ -226,6 +226,7 @@ def test_spliced_columns_index_as_the_plain_column(seed):
         assert part[mask].tolist() == plain[lo:hi][mask].tolist()
         picks = rng.integers(0, max(hi - lo, 1), 3) if hi > lo else np.zeros(0, np.int64)
         assert part[picks].tolist() == plain[lo:hi][picks].tolist()
+        assert [part[int(i)] for i in picks] == plain[lo:hi][picks].tolist()
         for value in (0, 3, -5):
             assert (part == value).tolist() == (plain[lo:hi] == value).tolist()
             assert (part != value).tolist() == (plain[lo:hi] != value).tolist()

@@ -12,7 +12,7 @@ import pandas as pd
 
 from .analysis.activity import frame_api_rows
 from .analysis.budget import Budget
-from .analysis.launch_rows import frame_launch_times, shared_api_rows
+from .analysis.launch_rows import FrameView, frame_launch_times, frame_view, shared_api_rows
 from .analysis.launches import launch_api_rows
 from .analysis.steps import StepModel
 from .analysis.workload import looks_like_model
@@ -105,6 +105,8 @@ class RuleContext:
     #: Where the steady steps' time goes (None without steps).
     budget: Budget | None = None
     _cache: dict[str, pd.DataFrame] = field(default_factory=dict)
+    #: Launch times of a GPU frame's window rows made for this rule (where they are no view), per table.
+    _launch: dict[str, pd.Series] = field(default_factory=dict)
 
     def frame(self, name: str, columns: Iterable[str] | None = None) -> pd.DataFrame:
         """Canonical frame ``name`` restricted to the window (a ``launch_start`` column is added to GPU frames)."""
@@ -120,14 +122,29 @@ class RuleContext:
             sub = full[cols] if span is None else (full[cols].iloc[span[0]:span[1]] if span[0] >= 0
                                                   else full.loc[mask, cols])
             if name in GPU_TABLES:
-                launch = frame_launch_times(self.trace, full)
-                shared = _launch_series(self.trace, full, launch)
-                if shared is not None and span is not None and span[0] < 0:
-                    sub["launch_start"] = launch[mask]
-                elif shared is not None:  # a view of the trace's launch times, not a copy per rule
-                    sub["launch_start"] = shared if span is None else shared.iloc[span[0]:span[1]]
+                view = frame_view(self.trace, name, len(full))
+                rows = None if view is None else _view_rows(view, len(full), span)
+                ops_launch = None if rows is None else _launch_series(self.trace, view.ops.launch)
+                if ops_launch is not None:  # a view of the activity table's launch times: nothing kept per frame
+                    sub["launch_start"] = ops_launch.iloc[rows].set_axis(sub.index)
+                elif view is not None:  # this rule's own, shared by its frames of this table (other frames' rows
+                    # lie among the window's: the whole capture, with a few copies among the kernels)
+                    own = self._launch.get(name)
+                    if own is None:
+                        launch = view.whole(view.ops.launch)  # a new array
+                        launch = launch if span is None else (launch[span[0]:span[1]].copy() if span[0] >= 0
+                                                              else launch[mask])
+                        own = self._launch[name] = pd.Series(launch, copy=False)
+                    sub["launch_start"] = own.set_axis(sub.index)
                 else:
-                    sub["launch_start"] = launch.copy() if span is None else launch[mask]
+                    launch = frame_launch_times(self.trace, full)
+                    shared = _launch_series(self.trace, launch, full.index)
+                    if shared is not None and span is not None and span[0] < 0:
+                        sub["launch_start"] = launch[mask]
+                    elif shared is not None:  # a view of the trace's launch times, not a copy per rule
+                        sub["launch_start"] = shared if span is None else shared.iloc[span[0]:span[1]]
+                    else:
+                        sub["launch_start"] = launch.copy() if span is None else launch[mask]
             self._cache[key] = sub.reset_index(drop=True)
         return self._cache[key]
 
@@ -136,6 +153,18 @@ class RuleContext:
         launch join (the GPU activity table) instead of a join per rule; ``columns`` narrows what is gathered."""
         gpu = self.frame(name, ["start", "pid", "correlation_id"])
         full = self.trace.frame(name, ["start", "pid", "correlation_id"])
+        view = frame_view(self.trace, name, len(full))
+        if view is not None:  # the activity table's API rows: a view where the window's rows are a block of it
+            span, mask = self._selection(name, full)
+            at = _view_rows(view, len(full), span)
+            if at is not None:
+                rows = view.ops.api_row[at]
+            elif span is None:  # the whole frame: widened as the gathers use it (launch_api_rows would, once more)
+                rows = view.whole(view.ops.api_row, np.intp)
+            else:
+                rows = view.whole(view.ops.api_row)
+                rows = rows[span[0]:span[1]].copy() if span[0] >= 0 else rows[mask]
+            return launch_api_rows(self.trace, gpu, names, api_rows=rows, columns=columns)
         rows = shared_api_rows(self.trace, full)
         if rows is None:
             rows = frame_api_rows(self.trace, name)
@@ -165,12 +194,22 @@ class RuleContext:
         hit = cache.get((name, self.window))
         if hit is not None and hit[0] == len(full):
             return hit[1], hit[2]
-        times = frame_launch_times(self.trace, full) if name in GPU_TABLES else full["start"].to_numpy()
-        mask = self.window.mask(times)
-        span = _contiguous(mask)
-        picked = mask if span is not None and span[0] < 0 else None
+        span: tuple[int, int] | None = None
+        picked = None
+        if self.window.intervals is not None:  # else every row: no times needed
+            mask = self.window.mask(self._times(name, full))
+            span = _contiguous(mask)
+            picked = mask if span is not None and span[0] < 0 else None
         cache[(name, self.window)] = (len(full), span, picked)
         return span, picked
+
+    def _times(self, name: str, full: pd.DataFrame) -> np.ndarray:
+        """The times that place the rows of the trace's frame ``name`` in a window: launch times of GPU rows
+        (from the activity table, not kept, where it holds the frame's rows in order), starts of host rows."""
+        if name not in GPU_TABLES:
+            return full["start"].to_numpy()
+        view = frame_view(self.trace, name, len(full))
+        return view.whole(view.ops.launch) if view is not None else frame_launch_times(self.trace, full)
 
     def api_base_names(self) -> pd.Series:
         """Base API names (``_v<digits>`` removed) aligned with ``frame("api")``."""
@@ -243,8 +282,16 @@ class RuleContext:
         return self.budget.total_ns if self.budget is not None else 0
 
 
-def _launch_series(trace: Trace, full: pd.DataFrame, launch: np.ndarray) -> pd.Series | None:
-    """The trace's cached launch times of ``full`` as one Series kept alive with the trace; None when not cached.
+def _view_rows(view: FrameView, rows: int, span: tuple[int, int] | None) -> slice | None:
+    """The activity table's rows holding the frame rows :meth:`RuleContext._selection` picked, when they are a block."""
+    if span is None:
+        return view.rows(0, rows)
+    return view.rows(*span) if span[0] >= 0 else None
+
+
+def _launch_series(trace: Trace, launch: np.ndarray, index: pd.Index | None = None) -> pd.Series | None:
+    """The trace's cached launch times (a frame's, or the activity table's) as one Series kept alive with the
+    trace; None when not cached.
 
     Assigning slices of a Series that stays referenced shares its memory under copy-on-write (a
     rule that writes into the column gets its own copy); a bare numpy array would be copied on
@@ -256,7 +303,7 @@ def _launch_series(trace: Trace, full: pd.DataFrame, launch: np.ndarray) -> pd.S
     hit = cache.get(id(launch))
     if hit is not None and hit[0] is launch:
         return hit[1]
-    series = pd.Series(launch, index=full.index, copy=False)
+    series = pd.Series(launch, index=index, copy=False)
     cache[id(launch)] = (launch, series)
     return series
 

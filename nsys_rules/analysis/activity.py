@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,7 @@ from ..taxonomy import CLASSES, classify
 from ..trace import Trace
 from .launches import launching_rows
 from .names import GRAPH_LAUNCH_APIS, in_set
+from .spliced import Spliced, splice
 
 #: Operation kinds (``GpuOps.kind``).
 KERNEL, MEMCPY, MEMSET, REPLAY = 0, 1, 2, 3
@@ -53,20 +55,21 @@ class GpuOps:
     ``launch`` is the start of the launching API call and ``api_row`` its row in the trace's API
     frame (-1 when the API was not traced); ``table_row`` is the operation's row in its own
     canonical frame (``KIND_TABLES[kind]``); ``graph`` identifies the graph of a replay row
-    (graph mode), -1 elsewhere.
+    (graph mode), -1 elsewhere. ``table_row``, ``corr``, ``stream`` and ``kind`` may be
+    :class:`~.spliced.Spliced` (indexed: arrays; sliced: narrower ones; ``==`` a scalar: a mask).
     """
 
     start: np.ndarray
     end: np.ndarray
     launch: np.ndarray
     device: np.ndarray
-    stream: np.ndarray
+    stream: "np.ndarray | Spliced"
     pid: np.ndarray
-    corr: np.ndarray
+    corr: "np.ndarray | Spliced"
     api_row: np.ndarray
-    table_row: np.ndarray
+    table_row: "np.ndarray | Spliced"
     graph: np.ndarray
-    kind: np.ndarray
+    kind: "np.ndarray | Spliced"
     cls: np.ndarray
     by_graph: np.ndarray
 
@@ -109,48 +112,69 @@ def gpu_ops(trace: Trace) -> GpuOps:
     """The trace's GPU operations (cached per trace: the step model, the budget and rules share it)."""
     hit = _CACHE.get(trace)
     if hit is None:
-        hit = _build(trace)
+        hit, in_order = _build(trace)
         _CACHE[trace] = hit
+        _IN_ORDER[trace] = in_order
     return hit
 
 
+def in_frame_order(trace: Trace) -> frozenset[int]:
+    """Kinds whose rows all sit in the activity table in frame order, each with its launching call (none before it is built)."""
+    return _IN_ORDER.get(trace, frozenset())
+
+
 _CACHE: "weakref.WeakKeyDictionary[Trace, GpuOps]" = weakref.WeakKeyDictionary()
+_IN_ORDER: "weakref.WeakKeyDictionary[Trace, frozenset[int]]" = weakref.WeakKeyDictionary()
 
 
-def _build(trace: Trace) -> GpuOps:
+def _build(trace: Trace) -> tuple[GpuOps, frozenset[int]]:
     parts: list[dict[str, np.ndarray]] = []
+    in_order: set[int] = set()
+    rising: list[bool] = []
     for kind, table in KIND_TABLES.items():
         if not trace.has(table):
             continue
         frame = trace.frame(table, COLUMNS[table])
         if not len(frame):
             continue
-        parts.append(_part(trace, kind, frame))
+        part, launched = _part(trace, kind, frame)
+        parts.append(part)
+        rising.append(_rising(part["start"]))
+        if launched and rising[-1]:  # the merge keeps a part's row order when it needs no sort
+            in_order.add(kind)
     if not parts:
-        return GpuOps(**{name: np.empty(0, bool if name == "by_graph" else np.int64) for name in _FIELDS})
+        return GpuOps(**{name: np.empty(0, bool if name == "by_graph" else np.int64) for name in _FIELDS}), frozenset()
     # Rows that differ at both ends are not one value: no scan of a million rows to find out.
-    merged = {name: values if len(values) and values[0] != values[-1] else one_value(values)
-              for name, values in _merge(parts).items()}
+    merged = {name: values if isinstance(values, Spliced) or len(values) and values[0] != values[-1]
+              else one_value(values) for name, values in _merge(parts, rising, SPLICED_FIELDS).items()}
     for values in merged.values():
-        if values.flags.writeable:
+        if not isinstance(values, Spliced) and values.flags.writeable:
             values.flags.writeable = False  # shared by every rule of the trace
-    return GpuOps(**merged)
+    return GpuOps(**merged), frozenset(in_order)
 
 
-def _merge(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def _merge(parts: list[dict[str, np.ndarray]], rising: list[bool] | None = None,
+           spliced: tuple[str, ...] = ()) -> dict[str, Any]:
     """The parts as one table in start order.
 
     Each part is usually in start order already, and one (the kernels) holds nearly every row:
     the others are slotted in at their places, so the only new arrays are the output ones (a
-    concatenation then a sorted copy doubled the peak on a 1M-kernel trace).
+    concatenation then a sorted copy doubled the peak on a 1M-kernel trace). The fields named in
+    ``spliced`` are kept as the biggest part's own values with the others spliced in
+    (:class:`~.spliced.Spliced`, no copy) where that part needs no sort and the others are few.
     """
-    parts = sorted(parts, key=lambda p: -len(p["start"]))
+    rising = [_rising(p["start"]) for p in parts] if rising is None else rising  # which parts need no sort
+    by_size = sorted(range(len(parts)), key=lambda k: -len(parts[k]["start"]))
+    parts = [parts[k] for k in by_size]
     big = parts[0]
-    if not _rising(big["start"]):
+    if not rising[by_size[0]]:
         order = np.argsort(big["start"], kind="stable")
         big = {name: values[order] for name, values in big.items()}
+    keep = bool(spliced) and rising[by_size[0]]  # the big part's rows in its frame's order: row numbers 0, 1, ...
     if len(parts) == 1:
-        return big
+        rows = big["table_row"]
+        return {**big, "table_row": splice(None, len(rows), rows[:0], rows[:0], rows.dtype)} if keep and (
+            "table_row" in spliced) else big
     small = {name: np.concatenate([p[name] for p in parts[1:]]) for name in _FIELDS}
     order = np.argsort(small["start"], kind="stable")
     small = {name: values[order] for name, values in small.items()}
@@ -162,9 +186,13 @@ def _merge(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     is_small = None if len(at) <= _FEW_SMALL else np.zeros(total, bool)
     if is_small is not None:
         is_small[at] = True
-    out = {}
+    keep = keep and len(at) <= _MAX_SPLICED
+    out: dict[str, Any] = {}
     for name in _FIELDS:
         dtype = np.result_type(big[name].dtype, small[name].dtype)
+        if keep and name in spliced:
+            out[name] = splice(None if name == "table_row" else big[name], len(big[name]), at, small[name], dtype)
+            continue
         value = big[name][:1]
         if total >= ONE_VALUE_ROWS and big[name].strides == (0,) and (small[name] == value).all():
             out[name] = np.broadcast_to(value.astype(dtype), total)  # one value in every row, as one_value keeps it
@@ -184,6 +212,10 @@ def _merge(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 #: Up to this many rows outside the biggest part are slotted in one by one.
 _FEW_SMALL = 64
+#: Up to this many rows outside the biggest part are spliced into the fields kept as :class:`~.spliced.Spliced`.
+_MAX_SPLICED = 4096
+#: Fields kept spliced where they can be: read at few rows, by mask or by comparison with one value.
+SPLICED_FIELDS = ("table_row", "corr", "stream", "kind")
 
 
 def _rising(values: np.ndarray) -> bool:
@@ -204,8 +236,10 @@ def _int(frame: pd.DataFrame, column: str, dtype: type = np.int32, fill: int = -
     return values.astype(dtype, copy=False)
 
 
-def _part(trace: Trace, kind: int, frame: pd.DataFrame) -> dict[str, np.ndarray]:
+def _part(trace: Trace, kind: int, frame: pd.DataFrame) -> tuple[dict[str, np.ndarray], bool]:
+    """The frame's operations as activity fields, and whether every one has its launching call."""
     n = len(frame)
+    launched = False
     pid = _int(frame, "pid")
     corr = _int(frame, "correlation_id", fill=0)
     launch = np.full(n, -1, np.int64)
@@ -215,7 +249,8 @@ def _part(trace: Trace, kind: int, frame: pd.DataFrame) -> dict[str, np.ndarray]
         api = trace.frame("api", COLUMNS["api"])
         if len(api):
             rows, found = launching_rows(trace, pid, corr)
-            if found.all():  # every operation's launch traced (the usual trace): gathers, no selections
+            launched = bool(found.all())
+            if launched:  # every operation's launch traced (the usual trace): gathers, no selections
                 launch = api["start"].to_numpy()[rows]
                 api_row = rows.astype(np.int32)
             else:
@@ -234,7 +269,7 @@ def _part(trace: Trace, kind: int, frame: pd.DataFrame) -> dict[str, np.ndarray]
         "api_row": api_row, "table_row": np.arange(n, dtype=np.int32),
         "graph": _int(frame, "graph_id") if kind == REPLAY else _same(n, -1, np.int32),
         "kind": _same(n, kind, np.int8), "cls": cls, "by_graph": by_graph if by_graph.any() else _same(n, False, bool),
-    }
+    }, launched
 
 
 def _same(n: int, value: int | bool, dtype: type) -> np.ndarray:
@@ -280,7 +315,7 @@ def launch_threads(trace: Trace, ops: GpuOps) -> np.ndarray:
 
 
 def kernel_symbols(trace: Trace) -> np.ndarray:
-    """One code per distinct (name, grid, block) of each operation (-1 for copies, memsets and replays).
+    """One code per distinct (name, grid, block) of each operation (-1 for copies, memsets and replays), int32.
 
     The name alone merges a layer's GEMVs with the lm_head's (one kernel, another grid); the
     launch configuration tells them apart, which is what makes a step's kernel sequence visible.
@@ -293,13 +328,18 @@ def kernel_symbols(trace: Trace) -> np.ndarray:
     kernels = ops.kind == KERNEL
     if kernels.any():
         symbols = _symbols(trace.frame("kernels", COLUMNS["kernels"]))
-        # Every row gathered by its table row (clipped: a copy's row may lie past the kernels), then
-        # the other kinds set to -1: no masked row-number and value arrays beside the result.
-        out = np.take(symbols, ops.table_row, mode="clip")
+        rows = ops.table_row
+        if isinstance(rows, Spliced) and rows.base is None and rows.rows == len(symbols) and not (
+                ops.kind[rows.at] == KERNEL).any():  # the kernels in frame order, the other rows spliced in
+            out = np.asarray(splice(symbols, len(symbols), rows.at, np.full(len(rows.at), -1), symbols.dtype))
+        else:
+            # Every row gathered by its table row (clipped: a copy's row may lie past the kernels), then
+            # the other kinds set to -1: no masked row-number and value arrays beside the result.
+            out = np.take(symbols, np.asarray(rows), mode="clip")
+            out[~kernels] = -1
         del symbols
-        out[~kernels] = -1
     else:
-        out = np.full(len(ops), -1, np.int64)
+        out = np.full(len(ops), -1, np.int32)
     out.flags.writeable = False
     _SYMBOLS[trace] = out
     return out
@@ -325,7 +365,8 @@ def _symbols(kernels: pd.DataFrame) -> np.ndarray:
                 field = field[:1].astype(np.int64)
             np.bitwise_xor(key, field, out=key, casting="unsafe", dtype=np.uint64)  # sign-extended, as int64 -> uint64
     codes, _ = pd.factorize(key)
-    return codes.astype(np.int64, copy=False)
+    # Dense codes (fewer than rows): int32 holds them, half the bytes kept for the run.
+    return codes.astype(np.int32 if len(codes) < 2**31 else np.int64)
 
 
 def graph_replays(trace: Trace, ops: GpuOps | None = None) -> pd.DataFrame:
@@ -341,7 +382,8 @@ def graph_replays(trace: Trace, ops: GpuOps | None = None) -> pd.DataFrame:
     if not mask.any():
         return pd.DataFrame(columns=columns)
     mine = ops.take(mask)
-    symbols = kernel_symbols(trace)[mask] if ops is gpu_ops(trace) else np.full(int(mask.sum()), -1, np.int64)
+    symbols = kernel_symbols(trace)[mask].astype(np.int64) if ops is gpu_ops(trace) else np.full(
+        int(mask.sum()), -1, np.int64)
     frame = pd.DataFrame({"pid": mine.pid, "corr": mine.corr, "launch": mine.launch,
                           "launch_end": launch_ends(trace, mine), "tid": launch_threads(trace, mine),
                           "device": mine.device, "stream": mine.stream, "start": mine.start, "end": mine.end,

@@ -145,3 +145,120 @@ def test_chunked_row_checks_equal_the_whole_masks(at):
         end[at] = start[at] - 1  # and a row ending before it starts
     assert rises_strictly(start) == bool((start[1:] > start[:-1]).all())
     assert any_below(end, start) == bool((end < start).any())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_frame_view_blocks_and_whole_equal_the_frame_order(seed):
+    from nsys_rules.analysis.launch_rows import FrameView
+
+    rng = np.random.default_rng(seed)
+    n = 500
+    others = np.sort(rng.choice(n, [0, 1, 3, 9][seed], replace=False)).astype(np.int64)
+    values = rng.integers(0, 10**9, n)
+    frame = np.delete(values, others)  # the plain frame order
+    view = FrameView(None, others, others - np.arange(len(others)))  # type: ignore[arg-type]
+    assert view.whole(values).tolist() == frame.tolist()
+    assert view.whole(values, np.intp).dtype == np.intp and view.whole(values, np.intp).tolist() == frame.tolist()
+    positions = np.delete(np.arange(n), others)  # where each frame row sits among the values
+    for lo, hi in [(0, len(frame)), (0, 0), *rng.integers(0, len(frame), (40, 2)).tolist()]:
+        lo, hi = min(lo, hi), max(lo, hi)
+        rows = view.rows(lo, hi)
+        between = hi > lo and bool(((others > positions[lo]) & (others < positions[hi - 1])).any())
+        assert (rows is None) == between
+        if rows is not None:
+            assert values[rows].tolist() == frame[lo:hi].tolist()
+
+
+def test_window_frames_from_the_activity_table_equal_the_plain_join(tmp_path):
+    from nsys_rules.rule import RuleContext
+    from nsys_rules.windows import FULL, Window
+
+    b = TraceBuilder()
+    t = 10_000
+    for i in range(80):
+        if i in (5, 6, 60):
+            b.memset(t, 800, 256)
+        b.kernel("gemv" if i % 2 else "rms_norm", t + 2_000, 1_000 + 37 * (i % 5), api="cudaLaunchKernel_v7000")
+        t += 6_000
+    trace = open_trace(b.write(tmp_path / "kernels.sqlite"))
+    gpu_ops(trace)
+    full = trace.frame("kernels", ["start", "pid", "correlation_id"])
+    from nsys_rules.analysis.launch_rows import frame_view
+
+    assert frame_view(trace, "kernels", len(full)) is not None  # the path under test
+    plain = launch_times(open_trace(b.write(tmp_path / "again.sqlite")), full.copy())
+    plain_rows = launch_api_rows(trace, full.copy(), columns=("api_start", "api_end"))
+    lo, hi = int(plain[10]), int(plain[40])  # no memset among them: views; then the whole with memsets
+    for window in (Window(((lo, hi),), "test"), Window(((int(plain[2]), int(plain[70])),), "test"), FULL):
+        ctx = RuleContext(trace, None, None, window)  # type: ignore[arg-type]
+        kept = window.mask(plain)
+        frame = ctx.frame("kernels", ["start", "pid", "correlation_id"])
+        assert frame["launch_start"].tolist() == plain[kept].tolist()
+        other = ctx.frame("kernels", ["start"])  # another frame of the table: the same launch times
+        other["launch_start"] += 1  # a rule writing into its frame changes no other frame
+        assert frame["launch_start"].tolist() == plain[kept].tolist()
+        assert other["launch_start"].tolist() == (plain[kept] + 1).tolist()
+        calls = ctx.launch_calls("kernels", columns=("api_start", "api_end"))
+        assert calls.to_dict("list") == plain_rows[kept].reset_index(drop=True).to_dict("list")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_spliced_columns_index_as_the_plain_column(seed):
+    from nsys_rules.analysis.spliced import splice
+
+    rng = np.random.default_rng(seed)
+    rows = 300
+    count = [0, 1, 2, 8, 8, 5][seed]
+    at = np.sort(rng.choice(rows + count, count, replace=False))
+    if seed == 5:
+        at = np.arange(count) + rows  # every spliced row at the end
+    values = rng.integers(-5, 5, len(at))
+    base = None if seed % 2 else rng.integers(0, 10**6, rows).astype(np.int32)
+    column = splice(base, rows, at, values, np.int64)
+    plain = np.empty(rows + len(at), np.int64)
+    plain[at] = values
+    plain[np.setdiff1d(np.arange(len(plain)), at)] = np.arange(rows) if base is None else base
+    assert np.asarray(column).tolist() == plain.tolist() and len(column) == len(plain)
+    for lo, hi in [(0, len(plain)), (3, 3), *np.sort(rng.integers(0, len(plain), (20, 2))).tolist()]:
+        part = column[lo:hi]
+        assert len(part) == hi - lo and part.tolist() == plain[lo:hi].tolist()
+        mask = rng.random(hi - lo) < 0.5
+        assert part[mask].tolist() == plain[lo:hi][mask].tolist()
+        picks = rng.integers(0, max(hi - lo, 1), 3) if hi > lo else np.zeros(0, np.int64)
+        assert part[picks].tolist() == plain[lo:hi][picks].tolist()
+        assert [part[int(i)] for i in picks] == plain[lo:hi][picks].tolist()
+        for value in (0, 3, -5):
+            assert (part == value).tolist() == (plain[lo:hi] == value).tolist()
+            assert (part != value).tolist() == (plain[lo:hi] != value).tolist()
+
+
+@pytest.mark.parametrize("rows", [0, 1, 50])
+def test_spliced_one_value_columns_compare_as_the_plain_column(rows):
+    from nsys_rules.analysis.spliced import splice
+
+    base = np.broadcast_to(np.array([7], np.int32), rows)  # as loaders.columns.one_value keeps it
+    at, values = np.array([0, min(2, rows + 1), rows + 2]), np.array([7, 3, 9])
+    column = splice(base, rows, at, values, np.int32)
+    plain = np.asarray(column)
+    assert plain.tolist() == np.insert(np.full(rows, 7), at - np.arange(3), values).tolist()
+    for lo, hi in [(0, len(plain)), (1, len(plain) - 1), (2, 3)]:
+        for value in (7, 3, 9, 0):
+            assert (column[lo:hi] == value).tolist() == (plain[lo:hi] == value).tolist()
+
+
+def test_spliced_activity_fields_equal_the_merged_ones(tmp_path):
+    from nsys_rules.analysis import activity
+    from nsys_rules.analysis.spliced import Spliced
+
+    trace = open_trace(_mixed_trace(tmp_path))
+    ops = gpu_ops(trace)
+    assert isinstance(ops.table_row, Spliced) and isinstance(ops.corr, Spliced)  # the path under test
+    plain = activity._merge([activity._part(trace, kind, trace.frame(table, COLUMNS[table]))[0]
+                             for kind, table in activity.KIND_TABLES.items() if trace.has(table)])
+    for name in activity.SPLICED_FIELDS:
+        assert np.asarray(getattr(ops, name)).tolist() == plain[name].tolist(), name
+        assert (getattr(ops, name) == 1).tolist() == (plain[name] == 1).tolist(), name
+    kernels = ops.kind == activity.KERNEL
+    symbols = activity._symbols(trace.frame("kernels", COLUMNS["kernels"]))
+    assert activity.kernel_symbols(trace).tolist() == np.where(kernels, symbols[np.minimum(
+        plain["table_row"], len(symbols) - 1)], -1).tolist()

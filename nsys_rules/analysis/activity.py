@@ -118,9 +118,10 @@ def gpu_ops(trace: Trace) -> GpuOps:
     return hit
 
 
-def in_frame_order(trace: Trace) -> frozenset[int]:
-    """Kinds whose rows all sit in the activity table in frame order, each with its launching call (none before it is built)."""
-    return _IN_ORDER.get(trace, frozenset())
+def built_gpu_ops(trace: Trace) -> tuple[GpuOps | None, frozenset[int]]:
+    """The trace's GPU operations if :func:`gpu_ops` built them already (None: builds nothing), and the kinds
+    whose rows all sit there in frame order, each with its launching call."""
+    return _CACHE.get(trace), _IN_ORDER.get(trace, frozenset())
 
 
 _CACHE: "weakref.WeakKeyDictionary[Trace, GpuOps]" = weakref.WeakKeyDictionary()

@@ -58,8 +58,8 @@ def frame_view(trace: Trace, table: str, rows: int) -> FrameView | None:
     more than a few rows of other frames lie among them (then blocks of its rows are rarely blocks
     of the table's)."""
     kind = next((k for k, name in activity.KIND_TABLES.items() if name == table), None)
-    ops = activity._CACHE.get(trace)
-    if kind is None or ops is None or kind not in activity.in_frame_order(trace):
+    ops, in_order = activity.built_gpu_ops(trace)
+    if kind is None or ops is None or kind not in in_order:
         return None
     cache = _VIEWS.setdefault(trace, {})
     hit = cache.get(table)
@@ -97,7 +97,7 @@ def shared_api_rows(trace: Trace, gpu: pd.DataFrame) -> np.ndarray | None:
     hit = cache.get(name)
     if hit is not None and hit[0] is gpu:
         return hit[1]
-    if activity._CACHE.get(trace) is None:
+    if activity.built_gpu_ops(trace)[0] is None:
         return None
     rows = activity.frame_api_rows(trace, name)
     if rows is None or len(rows) != len(gpu):

@@ -180,7 +180,12 @@ class ColumnarExport(ABC):
         Optional beyond :class:`Export` (callers fall back when a loader lacks it): it answers
         "could any kernel be called like this" from the string table the reads already hold.
         """
-        return any(pattern.search(value) for value in self._string_table()[1])
+        values = self._string_table()[1]
+        if len(values) > 64:
+            found = _any_re2(values, pattern)
+            if found is not None:
+                return found
+        return any(pattern.search(value) for value in values)
 
     def resolve_strings(self, ids: np.ndarray, what: str) -> pd.Categorical:
         """Turn ``StringIds`` references into a categorical of names.
@@ -412,3 +417,19 @@ def _empty_frame(columns: list[Column]) -> pd.DataFrame:
         else:
             data[col.name] = np.empty(0, np.int64)
     return pd.DataFrame(data)
+
+
+def _any_re2(values: np.ndarray, pattern: re.Pattern[str]) -> bool | None:
+    """Whether any of ``values`` matches ``pattern``, in RE2 (pyarrow: linear in the text, one pass in C++;
+    Python's engine tries every alternative at every position of every string: 0.6 ms per 4 KB name).
+    None when RE2 cannot take the pattern. RE2's ``\\W`` is ASCII-only, so it matches a superset of what
+    Python's Unicode ``\\W`` does: a pre-check that may only say yes more often."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        found = pc.match_substring_regex(pa.array(values, pa.large_string()), pattern=pattern.pattern,
+                                         ignore_case=bool(pattern.flags & re.IGNORECASE))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, UnicodeError):
+        return None  # a pattern RE2 lacks, or a string that is not UTF-8 (a lone surrogate): Python judges
+    return bool(pc.any(found).as_py())

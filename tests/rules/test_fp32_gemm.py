@@ -67,6 +67,8 @@ def test_min_share_boundary(tmp_path, gemm_ns, fires):
     ("ampere_sgemm_128x64_nn", True), ("void cutlass::Kernel<cutlass_80_simt_sgemm_128x256_8x4_nt_align1>(T1::Params)", True),
     ("sm90_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_ffma", True), ("ampere_dgemm_64x32_nn", False),
     ("cutlass_simt_dgemm_128x128_8x2_nn", False), ("ampere_bf16_s16816gemm_bf16_128x128", False),
-    ("void at::native::vectorized_elementwise_kernel<4, float>", False)])
+    ("void at::native::vectorized_elementwise_kernel<4, float>", False), ("my_simt_tiled_gemm_kernel", True),
+    ("gemm_kernel_ffma_128x64", True), ("simt_reduce_kernel", False), ("gemm_1_" * 600 + "x", False),
+    ("gemm_1_" * 600 + "simt", True)])
 def test_names(name, simt):
     assert is_simt_gemm(name) is simt

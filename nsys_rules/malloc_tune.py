@@ -21,6 +21,14 @@ _M_MMAP_THRESHOLD = -3
 #: would make each a fresh mapping faulted in page by page.
 MMAP_THRESHOLD = 2 * 1024 * 1024
 
+#: Rows per chunk of the loops that walk row-length arrays a piece at a time (analysis/intervals.py
+#: and its users, the loaders' checks and gathers): 128 KB as int64, so each chunk's temporaries are
+#: reused from the top of the heap. glibc maps a block of the mmap threshold or more afresh (a 2 MB
+#: chunk of int64 is just over it with malloc's header), and hands a free top of the heap over 128 KB
+#: (its default trim threshold) back to the system: either way every page of every temporary was
+#: faulted in and zeroed again, chunk after chunk.
+CHUNK_ROWS = 1 << 14
+
 _done = False
 
 

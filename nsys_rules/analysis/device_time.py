@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import MissingData
-from .intervals import CHUNK_ROWS as _CHUNK
+from ..malloc_tune import CHUNK_ROWS as _CHUNK
 from .intervals import rising
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from .intervals import CHUNK_ROWS
+from ..malloc_tune import CHUNK_ROWS
 
 
 # -- group ids --------------------------------------------------------------------------------

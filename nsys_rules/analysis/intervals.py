@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..malloc_tune import CHUNK_ROWS
 from .points import counts_in, point_in, runs_in  # noqa: F401 - their home before points.py
 
 
@@ -48,13 +49,7 @@ def total_length(starts: np.ndarray, ends: np.ndarray) -> int:
     return int(np.subtract(ends, starts).sum()) if len(starts) else 0
 
 
-#: Rows per chunk of the chunked helpers here and in grouped.py, names.py, device_time.py: 128 KB as
-#: int64, so each chunk's temporaries are reused from the top of the heap. glibc maps a block of the
-#: mmap threshold or more afresh (a 2 MB chunk of int64 is just over it with malloc's header), and
-#: hands a free top of the heap over 128 KB (its default trim threshold) back to the system: either
-#: way every page of every temporary was faulted in and zeroed again, chunk after chunk.
-CHUNK_ROWS = 1 << 14
-_CHUNK = CHUNK_ROWS
+CHUNK_ROWS = CHUNK_ROWS  # the chunked helpers here and in grouped.py
 
 
 def busy_ns(starts: np.ndarray, ends: np.ndarray, lo: int | None = None, hi: int | None = None) -> int:
@@ -72,8 +67,8 @@ def busy_ns(starts: np.ndarray, ends: np.ndarray, lo: int | None = None, hi: int
         s, e = s[order], e[order]
     total = 0
     reach = np.iinfo(np.int64).min  # the latest end before the chunk
-    for first in range(0, len(s), _CHUNK):
-        cs, ce = s[first:first + _CHUNK], e[first:first + _CHUNK]
+    for first in range(0, len(s), CHUNK_ROWS):
+        cs, ce = s[first:first + CHUNK_ROWS], e[first:first + CHUNK_ROWS]
         floor = np.empty(len(cs), np.int64)  # where each interval's new part starts
         floor[0] = reach
         np.maximum.accumulate(ce[:-1], out=floor[1:])
@@ -94,8 +89,8 @@ def busy_within(union: tuple[np.ndarray, np.ndarray], lo: int | None = None, hi:
     starts, ends = union
     total = 0
     # In chunks, clipped in place: no copy as long as the union (2 x 8 MB on a million busy periods).
-    for first in range(0, len(starts), _CHUNK):
-        s, e = starts[first:first + _CHUNK], ends[first:first + _CHUNK]
+    for first in range(0, len(starts), CHUNK_ROWS):
+        s, e = starts[first:first + CHUNK_ROWS], ends[first:first + CHUNK_ROWS]
         s = np.maximum(s, lo) if lo is not None else s.astype(np.int64)
         e = np.minimum(e, hi) if hi is not None else e.astype(np.int64)
         e -= s
@@ -148,8 +143,8 @@ def gaps_at_least(starts: np.ndarray, ends: np.ndarray, min_ns: int) -> tuple[np
     found_s: list[np.ndarray] = []
     found_len: list[np.ndarray] = []
     reach: int | None = None  # the latest end before the chunk
-    for first in range(0, len(s), _CHUNK):
-        cs, ce = s[first:first + _CHUNK], e[first:first + _CHUNK]
+    for first in range(0, len(s), CHUNK_ROWS):
+        cs, ce = s[first:first + CHUNK_ROWS], e[first:first + CHUNK_ROWS]
         before = np.empty(len(cs), np.int64)  # the latest end before each interval
         np.maximum.accumulate(ce[:-1], out=before[1:])
         if reach is None:
@@ -306,7 +301,7 @@ def overlap_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.nda
         return 0
     cover = Coverage(*b)
     # ``a``'s intervals looked up in chunks: each lookup makes a few temporaries as long as its queries.
-    return sum(int(cover.within(a[0][i:i + _CHUNK], a[1][i:i + _CHUNK]).sum()) for i in range(0, len(a[0]), _CHUNK))
+    return sum(int(cover.within(a[0][i:i + CHUNK_ROWS], a[1][i:i + CHUNK_ROWS]).sum()) for i in range(0, len(a[0]), CHUNK_ROWS))
 
 
 def union(*sets: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -12,7 +12,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from .intervals import CHUNK_ROWS as _CHUNK
+from ..malloc_tune import CHUNK_ROWS as _CHUNK
 
 #: Calls that launch one kernel each (runtime and driver, the legacy ``cudaLaunch`` and
 #: ``cuLaunchGrid*`` included: they launch one kernel like the rest). Kernels launched by a graph

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..malloc_tune import CHUNK_ROWS
 from .tables import Column
 
 if TYPE_CHECKING:
@@ -120,15 +121,12 @@ def drop_duplicate_rows(table: str, frame: pd.DataFrame, damage: list[str]) -> p
     return frame.loc[~repeat].reset_index(drop=True)
 
 
-#: Rows per chunk of the checks below: their temporaries stay under glibc's mmap threshold and its
-#: default trim threshold (128 KB), so each chunk reuses the heap pages of the one before.
-CHECK_ROWS = 1 << 14
 
 
 def rises_strictly(values: np.ndarray) -> bool:
     """Whether each value is above the one before it, checked in chunks (no row-length mask)."""
-    for lo in range(0, len(values) - 1, CHECK_ROWS):
-        part = values[lo:lo + CHECK_ROWS + 1]
+    for lo in range(0, len(values) - 1, CHUNK_ROWS):
+        part = values[lo:lo + CHUNK_ROWS + 1]
         if not bool((part[1:] > part[:-1]).all()):
             return False
     return True
@@ -136,8 +134,8 @@ def rises_strictly(values: np.ndarray) -> bool:
 
 def any_below(values: np.ndarray, bound: np.ndarray) -> bool:
     """Whether some ``values[i] < bound[i]``, checked in chunks (no row-length mask)."""
-    return any(bool((values[lo:lo + CHECK_ROWS] < bound[lo:lo + CHECK_ROWS]).any())
-               for lo in range(0, len(values), CHECK_ROWS))
+    return any(bool((values[lo:lo + CHUNK_ROWS] < bound[lo:lo + CHUNK_ROWS]).any())
+               for lo in range(0, len(values), CHUNK_ROWS))
 
 
 def _shared_start(start: np.ndarray) -> np.ndarray:

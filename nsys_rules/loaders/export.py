@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence, runtime_che
 
 import numpy as np
 
+from ..malloc_tune import CHUNK_ROWS
 from . import damage as damage_fix
 from .columns import ONE_VALUE_ROWS, all_equal, dense_codes, isnull, one_value
 from .tables import Column, Table
@@ -38,9 +39,6 @@ MAX_META_ROWS = 100_000
 #: Value stored for a NULL in an optional integer column (ids are never negative in nsys).
 NULL_INT = -1
 
-#: Rows per chunk of the string codes' gather: its int64 index (128 KB) stays under glibc's mmap and
-#: default trim thresholds, so each chunk reuses the heap pages of the one before.
-_GATHER_ROWS = 1 << 14
 
 #: Ids and launch dimensions, read as int32 when every value fits (memory: a 1M-kernel trace
 #: carries a dozen of them; correlation ids are 32-bit in CUPTI, widened to int64 if an export
@@ -234,9 +232,9 @@ class ColumnarExport(ABC):
             # Gathered in chunks: a gather widens its index to int64, a row-length temporary (18 MB on
             # the API table) faulted in page by page; a chunk's stays in the heap.
             full = np.empty(len(ids), narrow)
-            for lo in range(0, len(ids), _GATHER_ROWS):
-                part = ids[lo:lo + _GATHER_ROWS]
-                full[lo:lo + _GATHER_ROWS] = final[part] if all_valid else final[np.maximum(part, 0)]
+            for lo in range(0, len(ids), CHUNK_ROWS):
+                part = ids[lo:lo + CHUNK_ROWS]
+                full[lo:lo + CHUNK_ROWS] = final[part] if all_valid else final[np.maximum(part, 0)]
             if not all_valid:
                 full[~valid] = -1
             return pd.Categorical.from_codes(full, categories=pd.Index(categories, dtype=object), validate=False)

@@ -43,8 +43,10 @@ def _rss_mb() -> int:
 
 def log(message: str) -> None:
     """One timeline line on stderr."""
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    faults = usage.ru_minflt
     sys.stderr.write(f"{time.perf_counter() - _T0:7.3f} s  cpu {time.process_time() - _CPU0:6.3f} s  "
+                     f"sys {usage.ru_stime:6.3f} s  "
                      f"faults {faults // 1000:5d}k  rss {_rss_mb():5d} MB  [{threading.current_thread().name}] "
                      f"{message}\n")
 

@@ -95,22 +95,47 @@ def fill_columns(batches: Iterable[Any], names: Sequence[str], expected_rows: in
 
 
 def _integers(column: Any) -> tuple[np.ndarray, int]:
-    """A batch's integer column as numpy, NULL as NULL_INT; unsigned values beyond int64 too (and how many)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    """A batch's integer column as numpy, NULL as NULL_INT; unsigned values beyond int64 too (and how many).
 
+    Done on numpy views of the Arrow buffers, not with ``Array.to_numpy``, ``fill_null`` or Arrow scalars:
+    each of those imports pandas on first use, and a read-ahead worker would then wait for the main
+    thread's pandas import (~0.2 s) before its first batch.
+    """
+    values = _fixed_width(column)
+    valid = _validity(column)
     beyond = 0
-    if column.type == pa.uint64() and len(column):
-        top = pc.max(column).as_py()
-        if top is not None and top >= _INT64_LIMIT:
-            over = pc.greater_equal(column, pa.scalar(_INT64_LIMIT, pa.uint64()))
-            beyond = int(pc.sum(over).as_py() or 0)
-            column = pc.if_else(over, pa.scalar(None, pa.uint64()), column)
-    if column.null_count:
-        if pa.types.is_unsigned_integer(column.type):
-            column = column.cast(pa.int64())
-        column = column.fill_null(NULL_INT)
-    return column.to_numpy(), beyond
+    if values.dtype == np.uint64 and len(values) and values.max() >= _INT64_LIMIT:
+        over = values >= np.uint64(_INT64_LIMIT)
+        if valid is not None:
+            over &= valid
+        beyond = int(np.count_nonzero(over))
+        if beyond:
+            valid = ~over if valid is None else valid & ~over
+    if valid is None:
+        return values, beyond
+    out = values.astype(np.int64) if values.dtype.kind == "u" else values.copy()
+    out[~valid] = NULL_INT
+    return out, beyond
+
+
+def _fixed_width(column: Any) -> np.ndarray:
+    """An integer Arrow array's values as a numpy view of its data buffer (undefined where NULL)."""
+    import pyarrow as pa
+
+    kind = "u" if pa.types.is_unsigned_integer(column.type) else "i"
+    dtype = np.dtype(f"{kind}{column.type.bit_width // 8}")
+    data = column.buffers()[1]
+    if data is None:  # an empty array may come without a data buffer
+        return np.empty(0, dtype)
+    return np.frombuffer(data, dtype=dtype, count=len(column), offset=column.offset * dtype.itemsize)
+
+
+def _validity(column: Any) -> np.ndarray | None:
+    """True where an Arrow array holds a value, from its validity bitmap; None when it holds no NULL."""
+    if not column.null_count:
+        return None
+    bits = np.unpackbits(np.frombuffer(column.buffers()[0], np.uint8), bitorder="little")
+    return bits[column.offset:column.offset + len(column)].astype(bool)
 
 
 def _objects(column: Any) -> np.ndarray:

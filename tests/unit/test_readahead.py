@@ -166,6 +166,46 @@ def test_check_parses_its_flags_without_pandas() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.parametrize("kind", ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"])
+def test_integer_batches_convert_as_arrow_does(kind: str) -> None:
+    """The reader's own integer conversion (no pandas) gives what ``Array.to_numpy`` gives, slices and NULLs too."""
+    import pyarrow as pa
+
+    from nsys_rules.loaders.batches import _integers
+
+    values = pa.array([7, None, 0, 100, None, 3, 1, *range(20), None], type=getattr(pa, kind)())
+    for column in (values, values.slice(2), values.slice(1, 3), values.slice(5, 0), values.slice(2, 2), values.slice(9)):
+        got, beyond = _integers(column)
+        want = column.cast(pa.int64()) if column.null_count and kind.startswith("u") else column
+        want = (want.fill_null(-1) if column.null_count else want).to_numpy()
+        assert beyond == 0 and got.dtype == want.dtype and got.tolist() == want.tolist()
+
+
+def test_unsigned_values_beyond_int64_read_as_unknown() -> None:
+    import pyarrow as pa
+
+    from nsys_rules.loaders.batches import _integers
+
+    column = pa.array([1, 2**64 - 1, None, 2**63, 5], pa.uint64()).slice(1)
+    got, beyond = _integers(column)
+    assert beyond == 2 and got.dtype == np.int64 and got.tolist() == [-1, -1, -1, 5]
+
+
+def test_an_early_read_of_integers_imports_no_pandas(tmp_path: Path) -> None:
+    """``Array.to_numpy`` imports pandas on first use: a read-ahead worker would wait for the main thread's
+    pandas import (~0.2 s) before its first batch. The integer columns are converted without it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": pa.array([1, 2, None], pa.uint64()), "b": pa.array([4, 5, 6], pa.int32())}), path)
+    code = ("import sys, pyarrow.parquet as pq; from nsys_rules.loaders.batches import fill_columns; "
+            f"out = fill_columns(pq.ParquetFile({str(path)!r}).iter_batches(), ['a', 'b'], 3, {{'b'}}); "
+            "assert out['a'].tolist() == [1, 2, -1] and out['b'].tolist() == [4, 5, 6], out; "
+            "assert 'pandas' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_command_stubs_match_the_commands_help() -> None:
     from nsys_rules.cli import COMMANDS, build_parser
 

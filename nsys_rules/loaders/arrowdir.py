@@ -185,11 +185,15 @@ class ArrowDirExport(ColumnarExport):
     # -- bulk reads ----------------------------------------------------------------------
     def _fetch(self, source: str, src_cols: list[str], narrow: set[str] | frozenset[str] = frozenset()
                ) -> dict[str, np.ndarray]:
-        early, notes = self._take_early(source, src_cols, narrow)
-        if not early:
+        taking = self._take_early(source, src_cols, narrow)
+        if not taking.covered:
             return self.fetch_direct(source, src_cols, narrow)
         seen = len(self.damage)
-        rest = self.fetch_direct(source, [c for c in src_cols if c not in early], narrow)
+        # The columns no worker began, read here while the worker's reads finish.
+        rest = self.fetch_direct(source, [c for c in src_cols if c not in taking.covered], narrow)
+        early, notes = taking.wait()
+        late = [c for c in src_cols if c not in early and c not in rest]  # an early read that failed
+        rest.update(self.fetch_direct(source, late, narrow))
         for line in self.damage[seen:]:
             notes.setdefault(note_column(line, source), []).append(line)
         # The notes in column order, as one read of every column would have written them.

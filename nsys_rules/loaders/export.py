@@ -27,6 +27,7 @@ from ..malloc_tune import CHUNK_ROWS
 from . import damage as damage_fix
 from .columns import ONE_VALUE_ROWS, all_equal, dense_codes, isnull, one_value
 from .tables import Column, Table
+from .taking import NOTHING, Taking
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -268,11 +269,11 @@ class ColumnarExport(ABC):
         on any failure); ``stop`` (a ``threading.Event``) ends the read early with :class:`ReadStopped`."""
         raise NotImplementedError
 
-    def _take_early(self, source: str, src_cols: list[str], narrow: set[str] | frozenset[str]
-                    ) -> tuple[dict[str, np.ndarray], dict[str, list[str]]]:
-        """Columns of ``source`` the read-ahead already holds, and the damage notes their read made."""
+    def _take_early(self, source: str, src_cols: list[str], narrow: set[str] | frozenset[str]) -> Taking:
+        """The read-ahead's reads of ``source`` (:class:`~.taking.Taking`): read the columns it does not
+        cover here, then wait for the ones it does."""
         ahead = getattr(self, "_ahead", None)
-        return ahead.take(source, src_cols, narrow) if ahead is not None else ({}, {})
+        return ahead.take(source, src_cols, narrow) if ahead is not None else NOTHING
 
     def read(self, table: Table, columns: Iterable[str]) -> pd.DataFrame:
         """Read canonical ``columns`` of ``table`` as typed pandas columns.

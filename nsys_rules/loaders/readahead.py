@@ -19,6 +19,12 @@ guard must judge every read first) or an early read of more than a quarter of th
 memory; an unmerged ``-wal``/``-journal`` beside the file (read from a private copy); a table
 with an index (two queries over it could return rows in different orders).
 
+The export that claims the read-ahead does not wait for a read the workers have not begun: it
+cancels it and reads those columns itself, beside the worker's read in progress
+(:meth:`ReadAhead.take`). A folder export's big tables are planned as two reads of half their
+columns each (Parquet and Arrow read columns independently), so that once the imports are done
+the main thread and the worker share what is left of the reading on two cores.
+
 Only the standard library is imported when this module loads; :func:`start` imports numpy, pyarrow
 and the readers in the main thread before the workers begin (see :func:`_import_for_workers`).
 """
@@ -31,11 +37,11 @@ import sys
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from . import claims
+from .taking import NOTHING, Early, Taking, Unit
 
 #: Canonical columns read early, by table: every check reads them (the GPU activity table and
 #: the step model), whatever rules are selected.
@@ -47,6 +53,8 @@ EARLY_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 #: Share of the memory the guard allows by default that an early read may take (see memory_limit).
 MEMORY_SHARE = 0.25
+#: Rows from which a folder export's early table is read as two halves of its columns (see the module doc).
+SPLIT_ROWS = 250_000
 #: Seconds :func:`stop` waits for the read-ahead's threads (a stopped read ends within one batch).
 STOP_WAIT = 3.0
 #: Python's thread switch interval (seconds) while the early reads run. A reader gives the GIL up at
@@ -55,16 +63,6 @@ STOP_WAIT = 3.0
 #: of the big trace's early columns take 0.4 s, as long as the imports, so almost none of the read
 #: ran beside them.
 SWITCH_INTERVAL = 0.0005
-
-
-@dataclass
-class _Early:
-    """The raw columns of one source table read early, until the export takes them."""
-
-    narrow: frozenset[str]
-    columns: dict[str, Any]
-    #: Notes the read made (Parquet: unsigned values beyond int64), handed over with their columns.
-    notes: dict[str, list[str]] = field(default_factory=dict)
 
 
 class ReadAhead:
@@ -79,11 +77,11 @@ class ReadAhead:
         self._interval = _SwitchInterval()
         #: One-row metadata answers of the file (SQLite row counts, stored bytes), by (SQL, parameters).
         self.answers: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
-        self._plan: Future[dict[str, Future[_Early | None]]] = self._pool.submit(self._make_plan)
+        self._plan: Future[dict[str, list[Unit]]] = self._pool.submit(self._make_plan)
         self._claimed = False
 
     # -- worker side -----------------------------------------------------------------------
-    def _make_plan(self) -> dict[str, Future[_Early | None]]:
+    def _make_plan(self) -> dict[str, list[Unit]]:
         claims.worker.opening = True  # this export reads for the read-ahead: it must not claim it
         try:
             export = _open(self.path)
@@ -115,11 +113,15 @@ class ReadAhead:
         except Exception:  # noqa: BLE001 - a damaged schema: the export opened later reports it
             plans = []
         plans.sort(key=lambda p: -p[0])  # the biggest table first: it finishes last
-        futures = {source: self._pool.submit(self._read, export, source, cols, narrow)
-                   for _, source, cols, narrow in plans}
+        units: dict[str, list[Unit]] = {}
+        for rows, source, cols, narrow in plans:
+            halves = [cols] if getattr(export, "parallel_reads", True) else _halves(cols, narrow, rows)
+            units[source] = [Unit(tuple(part), narrow, self._pool.submit(self._read, export, source, part, narrow))
+                             for part in halves]
         meta = self._pool.submit(self._ask_metadata, export, [source for _, source, _, _ in plans])
-        _close_when_done(export, [*futures.values(), meta], self._interval.restore)
-        return futures
+        _close_when_done(export, [u.future for parts in units.values() for u in parts] + [meta],
+                         self._interval.restore)
+        return units
 
     def _ask_metadata(self, export: Any, early: list[str]) -> None:
         """Ask what the engine asks of the file before its reads, so its answers are there (see ``query``):
@@ -138,7 +140,7 @@ class ReadAhead:
         except Exception:  # noqa: BLE001 - the engine asks again and reports what is wrong
             pass
 
-    def _read(self, export: Any, source: str, columns: list[str], narrow: frozenset[str]) -> _Early | None:
+    def _read(self, export: Any, source: str, columns: list[str], narrow: frozenset[str]) -> Early | None:
         from .batches import note_column
 
         if self.stop_event.is_set():
@@ -151,24 +153,21 @@ class ReadAhead:
         notes: dict[str, list[str]] = {}
         for line in export.damage[seen:]:
             notes.setdefault(note_column(line, source), []).append(line)
-        return _Early(narrow, raw, notes)
+        return Early(narrow, raw, notes)
 
     # -- export side -----------------------------------------------------------------------
-    def take(self, source: str, columns: list[str], narrow: set[str] | frozenset[str]
-             ) -> tuple[dict[str, Any], dict[str, list[str]]]:
-        """The early columns of ``source`` among ``columns`` (read with the same narrow types), waiting for
-        the read to finish, and the notes it made for them; each column is handed over once."""
+    def take(self, source: str, columns: list[str], narrow: set[str] | frozenset[str]) -> Taking:
+        """This table's early reads for ``columns`` (read with the same narrow types).
+
+        A read the workers have not begun is cancelled: the caller reads its columns itself (those
+        outside :attr:`Taking.covered`) while the begun ones finish, then waits for them with
+        :meth:`Taking.wait`, rather than waiting for a worker to reach a read it could do now.
+        """
         try:
-            future = self._plan.result().get(source)
-            early = future.result() if future is not None else None
-        except Exception:  # noqa: BLE001 - stopped (cancelled) or failed: the export reads it itself
-            return {}, {}
-        if early is None:
-            return {}, {}
-        with self._lock:
-            picked = [c for c in columns if c in early.columns and (c in narrow) == (c in early.narrow)]
-            return ({c: early.columns.pop(c) for c in picked},
-                    {c: early.notes.pop(c) for c in picked if c in early.notes})
+            units = self._plan.result().get(source, [])
+        except Exception:  # noqa: BLE001 - no plan (the read-ahead failed or stopped): the export reads it
+            return NOTHING
+        return Taking(self._lock, [u for u in units if not u.future.cancel()], columns, narrow)
 
     def stop(self) -> None:
         """Stop the reads (each within one batch) and wait for the threads (see :class:`_Workers`)."""
@@ -241,6 +240,20 @@ class _Workers:
                 future.set_result(call(*args))
             except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
                 future.set_exception(exc)
+
+
+def _halves(columns: list[str], narrow: frozenset[str], rows: int) -> list[list[str]]:
+    """``columns`` of a folder export's table as two reads of about equal bytes per row (one read below
+    :data:`SPLIT_ROWS` rows, where a second read costs more than it shares)."""
+    if rows < SPLIT_ROWS or len(columns) < 2:
+        return [columns]
+    parts: list[list[str]] = [[], []]
+    sizes = [0, 0]
+    for c in sorted(columns, key=lambda c: c in narrow):  # the 8-byte columns first, then the int32 ones
+        lighter = sizes.index(min(sizes))
+        parts[lighter].append(c)
+        sizes[lighter] += 4 if c in narrow else 8
+    return [[c for c in columns if c in part] for part in parts]
 
 
 def _close_when_done(export: Any, futures: list[Future[Any]], then: Callable[[], None]) -> None:

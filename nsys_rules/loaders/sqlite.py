@@ -223,9 +223,13 @@ class SqliteExport(ColumnarExport):
                ) -> dict[str, np.ndarray]:
         if not src_cols:
             return {}
-        early, _ = self._take_early(source, src_cols, narrow)
+        taking = self._take_early(source, src_cols, narrow)
+        early: dict[str, np.ndarray] = {}
         try:
-            rest = self.fetch_direct(source, [c for c in src_cols if c not in early], narrow)
+            # The columns no worker began, read here while the worker's reads finish.
+            rest = self.fetch_direct(source, [c for c in src_cols if c not in taking.covered], narrow)
+            early, _ = taking.wait()
+            rest.update(self.fetch_direct(source, [c for c in src_cols if c not in early and c not in rest], narrow))
             return {c: early[c] if c in early else rest[c] for c in src_cols}
         except Exception:  # noqa: BLE001 - any ADBC failure falls back to the stdlib reader
             pass

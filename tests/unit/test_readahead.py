@@ -53,6 +53,19 @@ def _frames(path: Path, early: bool) -> tuple[dict[str, pd.DataFrame], list[str]
         readahead.stop()
 
 
+def _settle(ahead: readahead.ReadAhead) -> None:
+    """Wait for every planned early read to end, so that ``take`` finds them begun (none left to cancel)."""
+    for units in ahead._plan.result(timeout=60).values():
+        for unit in units:
+            unit.future.exception(timeout=60)
+
+
+def _take(ahead: readahead.ReadAhead, source: str, columns: list[str], narrow: frozenset[str] = frozenset()
+          ) -> tuple[dict, dict]:
+    _settle(ahead)
+    return ahead.take(source, columns, narrow).wait()
+
+
 def _same(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> None:
     assert a.keys() == b.keys()
     for name in a:
@@ -97,14 +110,107 @@ def test_columns_are_handed_over_once(tmp_path: Path) -> None:
         ahead = readahead.claim(path)
         assert ahead is not None and readahead.claim(path) is None  # one export takes it
         source = TABLES["kernels"].sources[0]
-        taken, _ = ahead.take(source, ["start", "end"], frozenset())
+        taken, _ = _take(ahead, source, ["start", "end"])
         assert set(taken) == {"start", "end"} and len(taken["start"]) == 300
-        assert ahead.take(source, ["start", "end"], frozenset()) == ({}, {})
+        assert _take(ahead, source, ["start", "end"]) == ({}, {})
         # A column read narrow early is not handed to a read that wants it wide (nor the reverse).
-        assert ahead.take(source, ["deviceId"], frozenset())[0] == {}
-        assert set(ahead.take(source, ["deviceId"], frozenset({"deviceId"}))[0]) == {"deviceId"}
+        assert not ahead.take(source, ["deviceId"], frozenset()).covered
+        assert set(_take(ahead, source, ["deviceId"], frozenset({"deviceId"}))[0]) == {"deviceId"}
     finally:
         readahead.stop()
+
+
+def test_a_read_no_worker_began_is_left_to_the_caller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One worker busy with the first table: the export reads the others itself instead of waiting for them."""
+    path = _small_trace(tmp_path / "t.sqlite")
+    monkeypatch.setattr(readahead.os, "cpu_count", lambda: 1)  # one worker
+    gate = threading.Event()
+    read = readahead.ReadAhead._read
+
+    def held(self: readahead.ReadAhead, *args: object) -> object:
+        gate.wait(60)
+        return read(self, *args)
+
+    monkeypatch.setattr(readahead.ReadAhead, "_read", held)
+    readahead.start(str(path), limit_set=False)
+    try:
+        ahead = readahead.claim(path)
+        assert ahead is not None
+        plan = ahead._plan.result(timeout=60)
+        first = next(iter(plan))  # the biggest table: the worker's first read, held at the gate
+        for _ in range(500):
+            if plan[first][0].future.running():
+                break
+            threading.Event().wait(0.01)
+        later = [source for source in plan if source != first]
+        assert later and all(not ahead.take(source, ["start"], frozenset()).covered for source in later)
+        assert all(unit.future.cancelled() for source in later for unit in plan[source])
+        taking = ahead.take(first, ["start"], frozenset())
+        assert taking.covered == {"start"}
+        gate.set()
+        assert len(taking.wait()[0]["start"]) == len(ahead.take(first, ["end"], frozenset()).wait()[0]["end"])
+    finally:
+        gate.set()
+        readahead.stop()
+    monkeypatch.setattr(readahead.ReadAhead, "_read", read)
+    gate.set()
+    _same(_frames(path, early=False)[0], _frames(path, early=True)[0])
+
+
+def _beyond_int64(path: Path, columns: list[str]) -> None:
+    """Put unsigned values beyond int64 (damage the reads note per column) in every 30th row of ``columns``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = pq.read_table(path) if path.suffix == ".parquet" else pa.ipc.open_stream(pa.OSFile(str(path))).read_all()
+    for name in columns:
+        values = [2**64 - 1 if i % 30 == 0 else v for i, v in enumerate(data.column(name).to_pylist())]
+        data = data.set_column(data.schema.get_field_index(name), name, pa.array(values, pa.uint64()))
+    if path.suffix == ".parquet":
+        pq.write_table(data, path)
+    else:
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, data.schema) as out:
+            out.write_table(data)
+
+
+def test_halves_balance_bytes_and_keep_small_tables_whole() -> None:
+    cols = ["start", "end", "correlationId", "globalTid", "nameId"]
+    narrow = frozenset({"correlationId", "nameId"})
+    halves = readahead._halves(cols, narrow, 2_000_000)
+    assert sorted(c for half in halves for c in half) == sorted(cols) and len(halves) == 2
+    weights = [sum(4 if c in narrow else 8 for c in half) for half in halves]
+    assert abs(weights[0] - weights[1]) <= 4 and all(half == [c for c in cols if c in half] for half in halves)
+    assert readahead._halves(cols, narrow, readahead.SPLIT_ROWS - 1) == [cols]
+    assert readahead._halves(["start"], narrow, 2_000_000) == [["start"]]
+
+
+@pytest.mark.parametrize("kind", ["parquet", "arrow"])
+def test_a_folder_read_in_halves_gives_the_plain_frames(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         kind: str) -> None:
+    """Each big table as two early reads of half its columns, the export taking some and reading the rest:
+    the same frames (types included) and damage notes, in the same order, as one plain read."""
+    from tests.unit._folders import folder_from_sqlite
+
+    b = TraceBuilder()
+    for i in range(400):
+        b.kernel(f"k{i % 7}", 1_000_000 + i * 10_000, 5_000, grid=(i % 5 + 1, 1, 1))
+        b.nvtx("step", 1_000_000 + i * 10_000, duration=8_000)
+    db = b.write(tmp_path / "t.sqlite")
+    con = sqlite3.connect(db)
+    # Damage the reads note: names pointing to no string, a start after the end.
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 987654 WHERE rowid % 50 = 0")
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET nameId = 987655 WHERE rowid % 40 = 0")
+    con.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = "end" + 5 WHERE rowid % 60 = 0')
+    con.commit()
+    con.close()
+    folder = folder_from_sqlite(db, tmp_path / f"t.{kind}dir", kind)
+    _beyond_int64(folder / f"CUPTI_ACTIVITY_KIND_KERNEL.{kind}", ["globalPid", "streamId", "demangledName"])
+    monkeypatch.setattr(readahead, "SPLIT_ROWS", 1)
+    plain, plain_damage = _frames(folder, early=False)
+    early, early_damage = _frames(folder, early=True)
+    _same(plain, early)
+    assert plain_damage == early_damage, (plain_damage, early_damage)
+    assert sum("beyond int64" in line for line in plain_damage) >= 3, plain_damage
 
 
 def test_not_claimed_for_another_or_a_changed_file(tmp_path: Path) -> None:
@@ -140,8 +246,8 @@ def test_a_table_with_an_index_is_read_by_the_export(tmp_path: Path) -> None:
     try:
         ahead = readahead.claim(path)
         assert ahead is not None
-        assert ahead.take("CUPTI_ACTIVITY_KIND_KERNEL", ["start"], frozenset()) == ({}, {})
-        assert set(ahead.take("CUPTI_ACTIVITY_KIND_RUNTIME", ["start"], frozenset())[0]) == {"start"}
+        assert _take(ahead, "CUPTI_ACTIVITY_KIND_KERNEL", ["start"]) == ({}, {})
+        assert set(_take(ahead, "CUPTI_ACTIVITY_KIND_RUNTIME", ["start"])[0]) == {"start"}
     finally:
         readahead.stop()
     plain, _ = _frames(path, early=False)
@@ -302,7 +408,7 @@ def test_metadata_answers_are_shared_with_the_export(tmp_path: Path) -> None:
     try:
         ahead = readahead.claim(path)
         assert ahead is not None
-        ahead.take("CUPTI_ACTIVITY_KIND_KERNEL", ["start"], frozenset())  # the plan is done
+        _settle(ahead)  # the plan is done
         for future in list(ahead._pool._futures):  # and the metadata task too
             future.exception(timeout=60)
         key = ('SELECT count(*) FROM "CUPTI_ACTIVITY_KIND_KERNEL"', ())
@@ -327,7 +433,7 @@ def test_switch_interval_shortened_while_reading_and_put_back_after(tmp_path: Pa
         assert ahead is not None
         assert sys.getswitchinterval() == pytest.approx(min(0.004, readahead.SWITCH_INTERVAL))
         source = TABLES["kernels"].sources[0]
-        assert len(ahead.take(source, ["start"], frozenset())[0]["start"]) == 300  # waits for that read
+        assert len(_take(ahead, source, ["start"])[0]["start"]) == 300  # waits for that read
         for _ in range(200):  # the last read or metadata query ends, then the export closes and it is put back
             if sys.getswitchinterval() == pytest.approx(0.004):
                 break

@@ -10,8 +10,8 @@ the moment numpy frees them (docs/performance.md has the measurements).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
+from typing import Any
 
 #: mallopt parameter number of M_MMAP_THRESHOLD in glibc's malloc.h.
 _M_MMAP_THRESHOLD = -3
@@ -30,6 +30,17 @@ MMAP_THRESHOLD = 2 * 1024 * 1024
 CHUNK_ROWS = 1 << 14
 
 _done = False
+_libc: Any = None
+
+
+def _c_library() -> Any:
+    """The C library's functions, through the process's own symbols. Not ``ctypes.util.find_library``:
+    it runs ``ldconfig`` in a subprocess (2-5 ms a call, and its imports ~10 ms) before the read-ahead
+    can start, and again at each release."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None)
+    return _libc
 
 
 def tune_malloc() -> bool:
@@ -38,8 +49,7 @@ def tune_malloc() -> bool:
     if _done or not sys.platform.startswith("linux"):
         return _done
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = _c_library().mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
@@ -63,6 +73,6 @@ def release_free_memory() -> None:
             pass
     if sys.platform.startswith("linux"):
         try:
-            ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+            _c_library().malloc_trim(0)
         except (OSError, AttributeError):
             pass

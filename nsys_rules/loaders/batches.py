@@ -139,10 +139,18 @@ def _validity(column: Any) -> np.ndarray | None:
 
 
 def _objects(column: Any) -> np.ndarray:
-    """Any other column as Python objects; bytes that are not UTF-8 become U+FFFD, not an error."""
+    """Any other column as Python objects; bytes that are not UTF-8 become U+FFFD, not an error.
+
+    Text through ``to_pylist`` (the same values, as fast): ``to_numpy`` would import pandas, as
+    :func:`_integers` explains.
+    """
     import pyarrow as pa
 
     try:
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            out = np.empty(len(column), dtype=object)
+            out[:] = column.to_pylist()
+            return out
         return column.to_numpy(zero_copy_only=False)
     except (UnicodeDecodeError, pa.ArrowInvalid):
         raw = column.cast(pa.large_binary()).to_pylist()

@@ -301,7 +301,8 @@ def start(trace: str, limit_set: bool) -> None:
         return
     _import_for_workers(path.is_dir())
     # The kernel and API tables at once where there are two cores, and the metadata queries beside them.
-    # Parquet reads are cheap, and two in flight add their batches to the peak.
+    # Parquet reads are cheap, and two in flight from the start add their batches to the peak: one worker,
+    # and the main thread shares what is left once its imports are done (see take()).
     workers = 3 if (os.cpu_count() or 1) >= 2 and not path.is_dir() else 1
     claims.publish(ReadAhead(path, found, workers))
 
@@ -312,11 +313,11 @@ def _import_for_workers(folder: bool) -> None:
     A Ctrl-C that lands while the main thread imports can leave Python's import lock taken (a
     CPython flaw): a worker importing then would wait forever, and so would the main thread's next
     import if the worker held that module's lock, or :func:`stop` waiting for the worker. numpy and
-    pyarrow are the main thread's next imports anyway (pandas needs them).
+    pyarrow are the main thread's next imports anyway (pandas needs them). Not ``pyarrow.compute``
+    (0.04 s): no early read uses it, nor anything that imports pandas (see ``loaders/batches.py``).
     """
     import numpy  # noqa: F401
     import pyarrow  # noqa: F401
-    import pyarrow.compute  # noqa: F401
 
     from .. import memory_limit, stored_bytes  # noqa: F401
     from . import arrowdir, batches, export, split, sqlite, tables  # noqa: F401

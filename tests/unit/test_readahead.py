@@ -297,19 +297,35 @@ def test_unsigned_values_beyond_int64_read_as_unknown() -> None:
     assert beyond == 2 and got.dtype == np.int64 and got.tolist() == [-1, -1, -1, 5]
 
 
-def test_an_early_read_of_integers_imports_no_pandas(tmp_path: Path) -> None:
+def test_an_early_read_imports_no_pandas(tmp_path: Path) -> None:
     """``Array.to_numpy`` imports pandas on first use: a read-ahead worker would wait for the main thread's
-    pandas import (~0.2 s) before its first batch. The integer columns are converted without it."""
+    pandas import (~0.2 s) before its first batch. Integer and text columns are converted without it."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = tmp_path / "t.parquet"
-    pq.write_table(pa.table({"a": pa.array([1, 2, None], pa.uint64()), "b": pa.array([4, 5, 6], pa.int32())}), path)
+    pq.write_table(pa.table({"a": pa.array([1, 2, None], pa.uint64()), "b": pa.array([4, 5, 6], pa.int32()),
+                             "t": pa.array(["x", None, "é"], pa.large_string())}), path)
     code = ("import sys, pyarrow.parquet as pq; from nsys_rules.loaders.batches import fill_columns; "
-            f"out = fill_columns(pq.ParquetFile({str(path)!r}).iter_batches(), ['a', 'b'], 3, {{'b'}}); "
+            f"out = fill_columns(pq.ParquetFile({str(path)!r}).iter_batches(), ['a', 'b', 't'], 3, {{'b'}}); "
             "assert out['a'].tolist() == [1, 2, -1] and out['b'].tolist() == [4, 5, 6], out; "
-            "assert 'pandas' not in sys.modules")
+            "assert out['t'].tolist() == ['x', None, 'é'] and out['t'].dtype == object, out; "
+            "assert 'pandas' not in sys.modules and 'pyarrow.compute' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_text_batches_convert_as_arrow_does() -> None:
+    import pyarrow as pa
+
+    from nsys_rules.loaders.batches import _objects
+
+    for column in (pa.array(["a", None, "h\u00e9llo", ""], pa.string()), pa.array(["x", None, "y"], pa.large_string()).slice(1),
+                   pa.array([1.5, None, 2.0]), pa.array([True, None])):
+        got, want = _objects(column), column.to_numpy(zero_copy_only=False)
+        assert got.dtype == object or got.dtype == want.dtype
+        assert [repr(v) for v in got.tolist()] == [repr(v) for v in want.tolist()]
+    bad = pa.array([b"ab\xff", None], pa.large_binary()).cast(pa.large_string(), safe=False)  # not UTF-8
+    assert _objects(bad).tolist() == ["ab\ufffd", None]
 
 
 def test_command_stubs_match_the_commands_help() -> None:

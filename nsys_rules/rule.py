@@ -131,10 +131,8 @@ class RuleContext:
                     # lie among the window's: the whole capture, with a few copies among the kernels)
                     own = self._launch.get(name)
                     if own is None:
-                        launch = view.whole(view.ops.launch)  # a new array
-                        launch = launch if span is None else (launch[span[0]:span[1]].copy() if span[0] >= 0
-                                                              else launch[mask])
-                        own = self._launch[name] = pd.Series(launch, copy=False)
+                        own = self._launch[name] = pd.Series(_window_copy(view, view.ops.launch, span, mask),
+                                                             copy=False)
                     sub["launch_start"] = own.set_axis(sub.index)
                 else:
                     launch = frame_launch_times(self.trace, full)
@@ -157,13 +155,9 @@ class RuleContext:
         if view is not None:  # the activity table's API rows: a view where the window's rows are a block of it
             span, mask = self._selection(name, full)
             at = _view_rows(view, len(full), span)
-            if at is not None:
-                rows = view.ops.api_row[at]
-            elif span is None:  # the whole frame: widened as the gathers use it (launch_api_rows would, once more)
-                rows = view.whole(view.ops.api_row, np.intp)
-            else:
-                rows = view.whole(view.ops.api_row)
-                rows = rows[span[0]:span[1]].copy() if span[0] >= 0 else rows[mask]
+            # The whole frame widened as the gathers use it (launch_api_rows would, once more).
+            rows = view.ops.api_row[at] if at is not None else _window_copy(view, view.ops.api_row, span, mask,
+                                                                            np.intp)
             return launch_api_rows(self.trace, gpu, names, api_rows=rows, columns=columns)
         rows = shared_api_rows(self.trace, full)
         if rows is None:
@@ -287,6 +281,16 @@ def _view_rows(view: FrameView, rows: int, span: tuple[int, int] | None) -> slic
     if span is None:
         return view.rows(0, rows)
     return view.rows(*span) if span[0] >= 0 else None
+
+
+def _window_copy(view: FrameView, values: np.ndarray, span: tuple[int, int] | None, mask: np.ndarray | None,
+                 whole_dtype: type | None = None) -> np.ndarray:
+    """An activity field at the window's frame rows as a new array, where they are not one block of the table
+    (:func:`_view_rows` gave None) or span the whole frame; ``whole_dtype``: the type for the whole frame."""
+    if span is None:
+        return view.whole(values, whole_dtype)
+    values = view.whole(values)
+    return values[span[0]:span[1]].copy() if span[0] >= 0 else values[mask]
 
 
 def _launch_series(trace: Trace, launch: np.ndarray, index: pd.Index | None = None) -> pd.Series | None:

@@ -197,9 +197,7 @@ def _other_work(ctx: RuleContext, slow: np.ndarray) -> tuple[int, str] | None:
     model, budget = ctx.steps, ctx.budget
     assert model is not None and budget is not None
     ops = gpu_ops(ctx.trace)
-    # The loop's few streams compared in chunks (np.isin over a million streams: ~10 ms).
-    on = (ops.device == budget.device) & ~((ops.pid == budget.pid) &
-                                           rows_with_codes(ops.stream, np.asarray(budget.loop_streams, np.int64)))
+    on = (ops.device == budget.device) & ~((ops.pid == budget.pid) & ops.on_streams(budget.loop_streams))
     if not on.any():
         return None
     bounds = model.gpu[slow]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -24,7 +24,7 @@ from ..loaders.columns import ONE_VALUE_ROWS, one_value
 from ..taxonomy import CLASSES, classify
 from ..trace import Trace
 from .launches import launching_rows
-from .names import GRAPH_LAUNCH_APIS, in_set
+from .names import GRAPH_LAUNCH_APIS, in_set, rows_with_codes
 from .spliced import Spliced, splice
 
 #: Operation kinds (``GpuOps.kind``).
@@ -79,6 +79,14 @@ class GpuOps:
     def take(self, rows: np.ndarray | slice) -> "GpuOps":
         """The operations at ``rows`` (a mask, row numbers or a slice), in the same order."""
         return GpuOps(**{name: getattr(self, name)[rows] for name in _FIELDS})
+
+    def on_streams(self, streams: Sequence[int]) -> np.ndarray:
+        """Which operations run on one of ``streams``: one stream by a comparison (a one-value column, or a
+        :class:`~.spliced.Spliced` one, answers it without a scan), several compared in chunks on the column's
+        own values (``np.isin`` over a million operations: ~10 ms)."""
+        if len(streams) == 1:
+            return np.asarray(self.stream == streams[0])
+        return rows_with_codes(self.stream, np.asarray(streams, np.int64))
 
     @property
     def duration(self) -> np.ndarray:

@@ -274,5 +274,4 @@ def _own_work(ops: GpuOps, model: StepModel) -> tuple[np.ndarray, tuple[int, ...
     """
     mine = ops.pid == model.pid if model.pid is not None else np.ones(len(ops), bool)
     streams = model.streams or tuple(int(s) for s in np.unique(ops.stream[mine]))
-    on_streams = ops.stream == streams[0] if len(streams) == 1 else np.isin(ops.stream, streams)
-    return mine & on_streams, streams
+    return mine & ops.on_streams(streams), streams

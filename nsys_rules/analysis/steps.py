@@ -244,7 +244,7 @@ def _project(ops: GpuOps, host: np.ndarray, pid: int | None
         held &= ops.device == device
         step = index[held]
     streams = loop_streams(ops.stream[held], step, len(host), lambda: ops.duration[held])
-    held &= ops.stream == streams[0] if len(streams) == 1 else np.isin(ops.stream, streams)
+    held &= ops.on_streams(streams)
     first = np.full(len(host), np.iinfo(np.int64).max, np.int64)
     last = np.full(len(host), -1, np.int64)
     np.minimum.at(first, index[held], ops.start[held])

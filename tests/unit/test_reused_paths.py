@@ -262,3 +262,21 @@ def test_spliced_activity_fields_equal_the_merged_ones(tmp_path):
     symbols = activity._symbols(trace.frame("kernels", COLUMNS["kernels"]))
     assert activity.kernel_symbols(trace).tolist() == np.where(kernels, symbols[np.minimum(
         plain["table_row"], len(symbols) - 1)], -1).tolist()
+
+
+@pytest.mark.parametrize("streams", [(), (7,), (3,), (7, 9), (3, 9, 11, 7)])
+def test_operations_on_streams_equal_isin(streams):
+    """GpuOps.on_streams on a plain, a one-value and a spliced stream column: what np.isin gives."""
+    from nsys_rules.analysis.activity import _FIELDS, GpuOps
+    from nsys_rules.analysis.spliced import splice
+
+    rows = 3 * CHUNK_ROWS + 5
+    rng = np.random.default_rng(len(streams))
+    one = np.broadcast_to(np.array([7], np.int32), rows)
+    spliced = splice(one, rows - 3, np.array([0, 40_000, rows - 1]), np.array([3, 9, 11]), np.int32)
+    for column in (rng.choice(np.array([3, 7, 9, 11], np.int32), rows), one, spliced):
+        fields = {name: np.zeros(rows, np.int32) for name in _FIELDS}
+        ops = GpuOps(**{**fields, "stream": column})
+        want = np.isin(np.asarray(column), np.asarray(streams, np.int64))
+        got = ops.on_streams(streams)
+        assert isinstance(got, np.ndarray) and got.dtype == bool and got.tolist() == want.tolist()

@@ -49,9 +49,6 @@ def total_length(starts: np.ndarray, ends: np.ndarray) -> int:
     return int(np.subtract(ends, starts).sum()) if len(starts) else 0
 
 
-CHUNK_ROWS = CHUNK_ROWS  # the chunked helpers here and in grouped.py
-
-
 def busy_ns(starts: np.ndarray, ends: np.ndarray, lo: int | None = None, hi: int | None = None) -> int:
     """Time covered by at least one interval, optionally clipped to [lo, hi].
 

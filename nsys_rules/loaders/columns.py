@@ -36,6 +36,20 @@ def all_equal(values: np.ndarray) -> bool:
     return bool(values.min() == values.max())
 
 
+def dense_ids(picked: np.ndarray, rows: int) -> np.ndarray | None:
+    """The distinct ids among ``picked`` (valid ids of a column of ``rows`` rows), sorted, through a table
+    indexed by id instead of the sort inside ``np.unique``: StringIds ids are small dense integers. None
+    when ``picked`` is empty or its ids are huge and sparse (odd exports): ``np.unique`` then."""
+    if not len(picked):
+        return None
+    top = int(picked.max())
+    if top > 4 * rows + 1_000_000:
+        return None
+    used = np.zeros(top + 1, bool)
+    used[picked] = True
+    return np.flatnonzero(used).astype(np.int64)
+
+
 def dense_codes(ids: np.ndarray, valid: np.ndarray, all_valid: bool) -> tuple[np.ndarray, np.ndarray]:
     """Distinct valid ids (sorted) and each row's index into them (-1 for invalid rows).
 
@@ -45,12 +59,9 @@ def dense_codes(ids: np.ndarray, valid: np.ndarray, all_valid: bool) -> tuple[np
     picked = ids if all_valid else ids[valid]
     if not len(picked):
         return np.empty(0, np.int64), np.full(len(ids), -1, np.int32)
-    top = int(picked.max())
-    if top <= 4 * len(ids) + 1_000_000:
-        used = np.zeros(top + 1, bool)
-        used[picked] = True
-        uniq = np.flatnonzero(used).astype(np.int64)
-        code_of = np.full(top + 1, -1, np.int32)
+    uniq = dense_ids(picked, len(ids))
+    if uniq is not None:
+        code_of = np.full(int(uniq[-1]) + 1, -1, np.int32)
         code_of[uniq] = np.arange(len(uniq), dtype=np.int32)
         inverse = code_of[ids.clip(0)] if not all_valid else code_of[ids]
     else:

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..malloc_tune import CHUNK_ROWS
 from . import damage as damage_fix
-from .columns import ONE_VALUE_ROWS, all_equal, dense_codes, isnull, one_value
+from .columns import ONE_VALUE_ROWS, all_equal, dense_codes, dense_ids, isnull, one_value
 from .tables import Column, Table
 from .taking import NOTHING, Taking
 
@@ -199,21 +199,13 @@ class ColumnarExport(ABC):
             ids = damage_fix.to_int(ids, NULL_INT)
         all_valid = not len(ids) or int(ids.min()) >= 0  # a reduction: the mask only where a NULL is
         valid = np.ones(0, bool) if all_valid else ids >= 0
-        code_of_id = None
-        picked = ids if all_valid else ids[valid]
-        if len(picked) and int(picked.max()) <= 4 * len(ids) + 1_000_000:
-            # Dense ids (the usual StringIds): a table indexed by id gives each row its final code in one
-            # gather, in the codes' own narrow type (no int32 per-row index, then a second gather, then a cast).
-            used = np.zeros(int(picked.max()) + 1, bool)
-            used[picked] = True
-            uniq = np.flatnonzero(used).astype(np.int64)
-            code_of_id = np.full(len(used), -1, np.int64)
-            code_of_id[uniq] = np.arange(len(uniq))
-            inverse = None
-        else:
+        # Dense ids (the usual StringIds): a table indexed by id gives each row its final code in one
+        # gather, in the codes' own narrow type (no int32 per-row index, then a second gather, then a cast).
+        uniq = dense_ids(ids if all_valid else ids[valid], len(ids))
+        inverse = None
+        if uniq is None:
             uniq, inverse = dense_codes(ids.astype(np.int64, copy=False), np.ones(len(ids), bool) if all_valid else valid,
                                         all_valid)
-        del picked
         sid, svalue = self._string_table()
         pos = np.searchsorted(sid, uniq).clip(0, max(len(sid) - 1, 0))
         found = (sid[pos] == uniq) if len(sid) else np.zeros(len(uniq), bool)
@@ -225,10 +217,10 @@ class ColumnarExport(ABC):
                 names[i] = f"<unknown string {int(uniq[i])}>"
         # Two ids may carry the same text: merge them so a name is one category.
         name_codes, categories = pd.factorize(pd.Series(names, dtype=object), use_na_sentinel=True)
-        if code_of_id is not None:
+        if inverse is None:
             # pandas keeps codes as int8/int16/int32 by the number of categories: build them so, no cast.
             narrow = np.int8 if len(categories) < 128 else np.int16 if len(categories) < 32768 else np.int32
-            final = np.full(len(code_of_id), -1, narrow)
+            final = np.full(int(uniq[-1]) + 1, -1, narrow)
             final[uniq] = name_codes
             # Gathered in chunks: a gather widens its index to int64, a row-length temporary (18 MB on
             # the API table) faulted in page by page; a chunk's stays in the heap.

@@ -25,7 +25,7 @@ from ..taxonomy import CLASSES, classify
 from ..trace import Trace
 from .launches import launching_rows
 from .names import GRAPH_LAUNCH_APIS, in_set, rows_with_codes
-from .spliced import Spliced, splice
+from .spliced import Spliced, interleave, splice
 
 #: Operation kinds (``GpuOps.kind``).
 KERNEL, MEMCPY, MEMSET, REPLAY = 0, 1, 2, 3
@@ -206,15 +206,12 @@ def _merge(parts: list[dict[str, np.ndarray]], rising: list[bool] | None = None,
         if total >= ONE_VALUE_ROWS and big[name].strides == (0,) and (small[name] == value).all():
             out[name] = np.broadcast_to(value.astype(dtype), total)  # one value in every row, as one_value keeps it
             continue
+        if is_small is None:
+            out[name] = interleave(big[name], at, small[name], dtype)
+            continue
         values = np.empty(total, dtype)
         values[at] = small[name]
-        if is_small is not None:
-            values[~is_small] = big[name]
-        else:
-            done = 0  # big rows placed so far
-            for k, pos in enumerate((*at.tolist(), total)):
-                values[done + k:pos] = big[name][done:pos - k]
-                done = pos - k
+        values[~is_small] = big[name]
         out[name] = values
     return out
 
@@ -340,7 +337,7 @@ def kernel_symbols(trace: Trace) -> np.ndarray:
         rows = ops.table_row
         if isinstance(rows, Spliced) and rows.base is None and rows.rows == len(symbols) and not (
                 ops.kind[rows.at] == KERNEL).any():  # the kernels in frame order, the other rows spliced in
-            out = np.asarray(splice(symbols, len(symbols), rows.at, np.full(len(rows.at), -1), symbols.dtype))
+            out = interleave(symbols, rows.at, np.full(len(rows.at), -1), symbols.dtype)
         else:
             # Every row gathered by its table row (clipped: a copy's row may lie past the kernels), then
             # the other kinds set to -1: no masked row-number and value arrays beside the result.

@@ -15,6 +15,7 @@ import pandas as pd
 from ..errors import MissingData
 from ..malloc_tune import CHUNK_ROWS as _CHUNK
 from .intervals import rising
+from .spliced import interleave
 
 if TYPE_CHECKING:
     from ..rule import RuleContext
@@ -91,15 +92,8 @@ def insert_in_order(starts: np.ndarray, ends: np.ndarray, other_s: np.ndarray, o
     at = np.searchsorted(starts, other_s, side="right")
     if len(at) > FEW_ROWS:
         return np.insert(starts, at, other_s), np.insert(ends, at, other_e)
-    out_s = np.empty(len(starts) + len(at), starts.dtype)
-    out_e = np.empty(len(ends) + len(at), ends.dtype)
-    done = 0  # rows of ``starts`` copied so far
-    for j, place in enumerate(at.tolist()):
-        out_s[done + j:place + j], out_e[done + j:place + j] = starts[done:place], ends[done:place]
-        out_s[place + j], out_e[place + j] = other_s[j], other_e[j]
-        done = place
-    out_s[done + len(at):], out_e[done + len(at):] = starts[done:], ends[done:]
-    return out_s, out_e
+    final = at + np.arange(len(at))  # each inserted row's position in the result
+    return interleave(starts, final, other_s, starts.dtype), interleave(ends, final, other_e, ends.dtype)
 
 
 def chunk_utilization(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int,

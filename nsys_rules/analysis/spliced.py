@@ -109,3 +109,10 @@ def splice(base: np.ndarray | None, rows: int, at: np.ndarray, values: np.ndarra
         base.flags.writeable = False  # shared by every rule of the trace
     at = np.asarray(at, np.int64)
     return Spliced(base, rows, at, np.asarray(values).astype(dtype), dtype)
+
+
+def interleave(base: np.ndarray, at: np.ndarray, values: np.ndarray, dtype: Any) -> np.ndarray:
+    """``base`` with ``values`` at the sorted final positions ``at``, as a new array of ``dtype``: the base
+    copied in blocks between them (a few rows among a million: no row-length mask as ``np.insert`` makes)."""
+    at = np.asarray(at, np.int64)
+    return Spliced(base, len(base), at, np.asarray(values), dtype)._values(0, len(base) + len(at))

@@ -280,3 +280,18 @@ def test_operations_on_streams_equal_isin(streams):
         want = np.isin(np.asarray(column), np.asarray(streams, np.int64))
         got = ops.on_streams(streams)
         assert isinstance(got, np.ndarray) and got.dtype == bool and got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_interleave_equals_np_insert(seed):
+    """spliced.interleave (the merge's and insert_in_order's block copies) against np.insert, ends included."""
+    from nsys_rules.analysis.spliced import interleave
+
+    rng = np.random.default_rng(seed)
+    for _ in range(50):
+        base = rng.integers(-50, 50, int(rng.integers(0, 40))).astype(np.int32)
+        places = np.sort(rng.integers(0, len(base) + 1, int(rng.integers(0, 8))))
+        values = rng.integers(1000, 2000, len(places))
+        final = places + np.arange(len(places))
+        got = interleave(base, final, values, np.int64)
+        assert got.dtype == np.int64 and got.tolist() == np.insert(base.astype(np.int64), places, values).tolist()

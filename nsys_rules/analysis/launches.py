@@ -222,16 +222,23 @@ def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True, api_row
     Columns ``api_start``, ``api_end`` (-1 where the call is not in the trace) and, with
     ``names``, ``api_name`` (base name, ``_v<digits>`` removed; missing where the call is
     not in the trace) and ``api_raw`` (as nsys stores it), both categorical, aligned with ``gpu``.
-    ``columns`` narrows them to those named (each is a row-length gather).
+    ``columns`` narrows them to those named (each is a row-length gather); it may also name
+    ``api_tid``, the calling thread (-1 where the call is not in the trace or its thread is NULL).
     ``api_rows``, when the join is already known (the shared GPU activity table), gives each
     row's API row (-1: none) and skips it.
     """
     wanted = tuple(columns) if columns is not None else (
         ("api_start", "api_end", "api_name", "api_raw") if names else ("api_start", "api_end"))
     n = len(gpu)
-    api = trace.frame("api", ["start", "end", "correlation_id", "pid", "name"]) if n and trace.has("api") else None
+    # Only the columns asked for (and the join's keys when it is not given): a rule that declared fewer is
+    # not made to read the API table again.
+    api_columns = list(dict.fromkeys(_API_COLUMN[c] for c in wanted))
+    if api_rows is None:
+        api_columns += ["correlation_id", "pid"]
+    api = trace.frame("api", api_columns) if n and trace.has("api") else None
     if api is None or not len(api):
         empty = {"api_start": lambda: np.full(n, -1, np.int64), "api_end": lambda: np.full(n, -1, np.int64),
+                 "api_tid": lambda: np.full(n, -1, np.int64),
                  "api_name": lambda: np.full(n, None, object), "api_raw": lambda: np.full(n, None, object)}
         return pd.DataFrame({c: empty[c]() for c in wanted}, index=pd.RangeIndex(n))
     if api_rows is not None:
@@ -244,6 +251,7 @@ def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True, api_row
     if rows.dtype != np.intp and len(wanted) > 1:
         rows = rows.astype(np.intp)  # widened once (a gather widens its index on every call, 8 MB each)
     sources = {"api_start": lambda: api["start"].to_numpy(), "api_end": lambda: api["end"].to_numpy(),
+               "api_tid": lambda: _ints(api["tid"]),
                "api_name": trace.api_names, "api_raw": lambda: api["name"]}
     out: dict[str, object] = {}
     for column in wanted:
@@ -255,12 +263,29 @@ def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True, api_row
     return pd.DataFrame(out, copy=False, index=pd.RangeIndex(n))
 
 
+#: The API frame's column behind each column :func:`launch_api_rows` can give.
+_API_COLUMN = {"api_start": "start", "api_end": "end", "api_tid": "tid", "api_name": "name", "api_raw": "name"}
+
+
+def _ints(column: pd.Series) -> np.ndarray:
+    """An integer column's values, NULL as -1: the loaded array itself where it has no NULLs (a widened copy
+    of a 2M-row column of one thread would cost 17 MB)."""
+    if isinstance(column.dtype, pd.api.extensions.ExtensionDtype) or column.dtype.kind not in "iu":
+        return column.to_numpy(dtype=np.int64, na_value=-1)
+    return column.to_numpy()
+
+
 def _at(values: np.ndarray, rows: np.ndarray, found: np.ndarray, every: bool) -> np.ndarray:
     """``values[rows]``, -1 where not ``found``: one gathered array, patched in place (not a second from np.where).
 
     Rows not found may hold -1 (the shared join's mark): clipped, then patched.
     """
-    out = np.take(values, rows, mode="clip")
+    if values.strides == (0,) and len(values):
+        # One value in every row (loaders.columns.one_value: one process or thread): np.take would first
+        # copy the whole zero-stride column into a contiguous one.
+        out = np.full(len(rows), values[0], values.dtype)
+    else:
+        out = np.take(values, rows, mode="clip")
     if not every:
         out[~found] = -1
     return out

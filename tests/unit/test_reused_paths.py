@@ -14,7 +14,7 @@ from nsys_rules.analysis.names import rows_with_codes
 from nsys_rules.inputs import open_trace
 from nsys_rules.loaders.columns import all_equal
 from nsys_rules.loaders.damage import any_below, drop_invalid_required, rises_strictly
-from nsys_rules.testing import TraceBuilder
+from nsys_rules.testing import MAIN_TID, TraceBuilder
 
 
 @pytest.mark.parametrize("hits", [0, 1, 5, 12, 13, 25])
@@ -295,3 +295,42 @@ def test_interleave_equals_np_insert(seed):
         final = places + np.arange(len(places))
         got = interleave(base, final, values, np.int64)
         assert got.dtype == np.int64 and got.tolist() == np.insert(base.astype(np.int64), places, values).tolist()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_launch_calls_give_the_calling_thread(tmp_path, threads):
+    # One thread: its tid column is one value (a zero-stride array), filled rather than gathered;
+    # two threads: gathered. Either way the shared join and the plain join agree, -1 where no call.
+    from nsys_rules.rule import RuleContext
+    from nsys_rules.windows import FULL
+
+    b = TraceBuilder()
+    tids = [MAIN_TID + (i % threads) * 7 for i in range(40)]
+    for i, tid in enumerate(tids):
+        b.kernel("gemv", 10_000 + 5_000 * i, 1_000, tid=tid)
+    b.kernel("orphan", 500_000, 1_000, correlation_id=999_999)  # no traced call launched it
+    trace = open_trace(b.write(tmp_path / "threads.sqlite"))
+    try:
+        trace.preload({table: list(columns) for table, columns in COLUMNS.items()})
+        frame = trace.frame("kernels", ["start", "pid", "correlation_id"])
+        plain = launch_api_rows(trace, frame, columns=("api_tid", "api_start"))
+        gpu_ops(trace)
+        shared = RuleContext(trace, None, None, FULL).launch_calls("kernels", columns=("api_tid",))  # type: ignore[arg-type]
+    finally:
+        trace.close()
+    expected = [*tids, -1]
+    assert plain["api_tid"].tolist() == expected and shared["api_tid"].tolist() == expected
+    assert (plain["api_start"] < 0).tolist() == [False] * 40 + [True]
+
+
+@pytest.mark.parametrize("every", [True, False])
+def test_gather_from_a_one_value_column_equals_take(every):
+    # Big traces keep a one-thread tid column as one value (loaders.columns.one_value); small test traces do not.
+    from nsys_rules.analysis.launches import _at
+
+    values = np.broadcast_to(np.array([4242], np.int32), 1000)
+    rows = np.array([0, 999, 5, -1 if not every else 6], np.intp)
+    found = rows >= 0
+    out = _at(values, rows, found, every)
+    expected = np.where(found, np.take(np.ascontiguousarray(values), rows, mode="clip"), -1)
+    assert out.dtype == values.dtype and out.tolist() == expected.tolist()

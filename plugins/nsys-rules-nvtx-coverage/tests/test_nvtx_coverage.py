@@ -187,3 +187,20 @@ def test_steady_window_leaves_the_unannotated_warm_up_out(tmp_path):
     path = b.write(tmp_path / "t.sqlite")
     assert metric_values(only_finding(run_rule("nvtx-coverage", path)))["uncovered_gpu_time"] == 20 * MS
     assert run_rule("nvtx-coverage", path, options={"window": "steady"}) == []
+
+
+def test_launches_judged_in_chunks_give_the_same_finding(tmp_path, monkeypatch):
+    # Big frames are judged a chunk of rows at a time: chunk edges must not change a number or the top kernels.
+    import nsys_rules_nvtx_coverage.coverage as module
+
+    b = _steps(TraceBuilder(), steps=13, annotated=4, kernel_ns=MS + 17)
+    for i in range(5):
+        b.kernel(f"worker_{i % 2}", start=200 * MS + i * MS, duration=MS // 3 + i, tid=WORKER)
+    b.memcpy(300 * MS, 2 * MS, 1 << 20)
+    path = b.write(tmp_path / "t.sqlite")
+    whole = only_finding(run_rule("nvtx-coverage", path))
+    monkeypatch.setattr(module, "CHUNK_ROWS", 3)
+    chunked = only_finding(run_rule("nvtx-coverage", path))
+    assert metric_values(chunked) == metric_values(whole) and chunked.message == whole.message
+    assert metric_values(whole)["uncovered_ops"] == 9 + 5 + 1
+    assert (chunked.location.start_ns, chunked.location.end_ns) == (whole.location.start_ns, whole.location.end_ns)

@@ -12,8 +12,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, find_keys,
-                            merge_intervals, metric, point_in, sorted_keys)
+from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, merge_intervals,
+                            metric, point_in)
 
 #: NVTX_EVENTS.eventType of a push/pop range: bound to the thread that pushed it.
 PUSH_POP = 59
@@ -22,6 +22,8 @@ START_END = 60
 #: Thread id used for ranges that cover every thread of their process.
 ANY_THREAD = -1
 _OPEN = np.iinfo(np.int64).max
+#: Launches judged per chunk: the per-row temporaries of a chunk take a few MB, not a few per row of the frame.
+CHUNK_ROWS = 1 << 18
 
 GPU_FRAMES = ("kernels", "memcpy", "memset")
 _GPU_COLUMNS = ("start", "end", "pid", "correlation_id")
@@ -59,32 +61,21 @@ def nvtx_ranges(nvtx: pd.DataFrame) -> pd.DataFrame:
                          "start": sub["start"].to_numpy(dtype=np.int64), "end": end})
 
 
-def launching_threads(api: pd.DataFrame, gpu: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def launching_threads(calls: pd.DataFrame, gpu: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """For each GPU row: the thread and start time of the API call that launched it.
 
-    The match is (pid, correlationId), as nsys links them (nsys-rules' launch join). Rows with no
-    launching call in the trace (correlationId 0: unified-memory migrations; or API rows not
-    captured) get thread ``ANY_THREAD`` and their own GPU start.
+    ``calls`` is ``ctx.launch_calls(table, columns=("api_start", "api_tid"))`` of the GPU frame
+    ``gpu`` (the engine's shared launch join, nothing joined again here). Rows with no launching
+    call in the trace (correlationId 0: unified-memory migrations; or API rows not captured) get
+    thread ``ANY_THREAD`` and their own GPU start.
     """
-    return _launching(_api_index(api), api, gpu)
-
-
-def _api_index(api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray | None]:
-    """The API table's launch keys, sorted once for every GPU table."""
-    return sorted_keys(api["pid"].to_numpy(dtype=np.int64, na_value=-1),
-                       api["correlation_id"].to_numpy(dtype=np.int64, na_value=0))
-
-
-def _launching(index: tuple[np.ndarray, np.ndarray | None], api: pd.DataFrame, gpu: pd.DataFrame
-               ) -> tuple[np.ndarray, np.ndarray]:
-    corr = gpu["correlation_id"].to_numpy(dtype=np.int64, na_value=0)
-    rows, found = find_keys(*index, gpu["pid"].to_numpy(dtype=np.int64, na_value=-1), corr)
-    found &= corr > 0
-    tids = np.full(len(gpu), ANY_THREAD, np.int64)
-    times = gpu["start"].to_numpy(dtype=np.int64).copy()
-    if found.any():
-        tids[found] = api["tid"].to_numpy(dtype=np.int64, na_value=ANY_THREAD)[rows[found]]
-        times[found] = api["start"].to_numpy(dtype=np.int64)[rows[found]]
+    times = calls["api_start"].to_numpy(dtype=np.int64)
+    tids = calls["api_tid"].to_numpy()
+    lost = times < 0
+    if lost.any():
+        times = np.where(lost, gpu["start"].to_numpy(dtype=np.int64), times)
+        tids = np.where(lost, ANY_THREAD, tids)
+    # A NULL thread of a found call covers like an unknown one (ANY_THREAD is -1, as launch_calls writes it).
     return tids, times
 
 
@@ -95,15 +86,28 @@ def covered(pids: np.ndarray, tids: np.ndarray, times: np.ndarray, ranges: pd.Da
     process. A launch whose thread is unknown (``ANY_THREAD``) is covered by a range of any
     thread of its process. Work is per thread (few), vectorized over launches and ranges.
     """
+    return _covered(pids, tids, times, _spans(ranges))
+
+
+def _spans(ranges: pd.DataFrame) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+    """Per (pid, tid) of the ranges: the union of their spans (nested and overlapping ranges of a thread
+    cover the union), merged once for every chunk of launches."""
+    return [(int(pid), int(tid), *merge_intervals(group["start"].to_numpy(), group["end"].to_numpy()))
+            for (pid, tid), group in ranges.groupby(["pid", "tid"], sort=False)] if len(ranges) else []
+
+
+def _covered(pids: np.ndarray, tids: np.ndarray, times: np.ndarray,
+             spans: list[tuple[int, int, np.ndarray, np.ndarray]]) -> np.ndarray:
     out = np.zeros(len(times), bool)
-    if not len(times) or not len(ranges):
+    if not len(times):
         return out
-    for (pid, tid), group in ranges.groupby(["pid", "tid"], sort=False):
-        # Nested and overlapping ranges of a thread cover the union of their spans.
-        starts, ends = merge_intervals(group["start"].to_numpy(), group["end"].to_numpy())
-        on_pid = pids == pid
-        rows = on_pid if tid == ANY_THREAD else on_pid & ((tids == tid) | (tids == ANY_THREAD))
-        if rows.any():
+    for pid, tid, starts, ends in spans:
+        rows = pids == pid
+        if tid != ANY_THREAD:
+            rows &= (tids == tid) | (tids == ANY_THREAD)
+        if rows.all():  # one process and thread launched everything (the usual trace): no selected copies
+            out |= point_in(times, starts, ends) >= 0
+        elif rows.any():
             out[rows] |= point_in(times[rows], starts, ends) >= 0
     return out
 
@@ -128,39 +132,51 @@ class Coverage:
         return self.uncovered_time / self.gpu_time if self.gpu_time else 0.0
 
 
-def coverage(frames: Sequence[pd.DataFrame], api: pd.DataFrame, ranges: pd.DataFrame, top: int = 3) -> Coverage:
-    """NVTX coverage of the GPU rows of ``frames`` (``start, end, pid, correlation_id``; kernels also ``name``).
+def coverage(frames: Sequence[tuple[pd.DataFrame, pd.DataFrame]], ranges: pd.DataFrame, top: int = 3) -> Coverage:
+    """NVTX coverage of GPU rows: ``frames`` holds each GPU frame (``start, end, pid``; kernels also ``name``)
+    with its launching calls (see :func:`launching_threads`).
 
     One frame at a time and no concatenation: on a million-kernel trace the rule stays within a
     few arrays of the kernel count. Kernel names stay categorical (time per name by code).
     """
-    index = _api_index(api)
     gpu_time = uncovered_time = ops = uncovered_ops = unlinked = 0
     first: list[int] = []
     last: list[int] = []
     per_name: dict[str, int] = {}
-    for gpu in frames:
-        tids, times = _launching(index, api, gpu)
-        inside = covered(gpu["pid"].to_numpy(dtype=np.int64, na_value=-1), tids, times, ranges)
-        duration = (gpu["end"].to_numpy(dtype=np.int64) - gpu["start"].to_numpy(dtype=np.int64)).clip(0)
-        outside = ~inside
-        gpu_time += int(duration.sum())
-        uncovered_time += int(duration[outside].sum())
+    spans = _spans(ranges)
+    for gpu, calls in frames:
+        tids, times = launching_threads(calls, gpu)
+        pids = gpu["pid"].to_numpy()
+        if isinstance(gpu["pid"].dtype, pd.api.extensions.ExtensionDtype) or pids.dtype.kind not in "iu":
+            pids = gpu["pid"].to_numpy(dtype=np.int64, na_value=-1)
+        starts, ends = gpu["start"].to_numpy(dtype=np.int64), gpu["end"].to_numpy(dtype=np.int64)
+        names = gpu["name"] if "name" in gpu and isinstance(gpu["name"].dtype, pd.CategoricalDtype) else None
+        codes = names.cat.codes.to_numpy() if names is not None else None
+        sums = np.zeros(len(names.cat.categories) if names is not None else 0)
         ops += len(gpu)
-        uncovered_ops += int(outside.sum())
-        unlinked += int((tids == ANY_THREAD).sum())
-        if outside.any():
-            first.append(int(times[outside].min()))
-            last.append(int(times[outside].max()))
-            if "name" in gpu and isinstance(gpu["name"].dtype, pd.CategoricalDtype):
-                names = gpu["name"]  # looked up once: a frame lookup per distinct name cost 25 us x 100k names
-                codes = names.cat.codes.to_numpy()
-                categories = np.asarray(names.cat.categories, dtype=object)
-                pick = outside & (codes >= 0)
-                sums = np.bincount(codes[pick], weights=duration[pick], minlength=len(categories))
-                for code in np.flatnonzero(sums):
-                    name = str(categories[code])
-                    per_name[name] = per_name.get(name, 0) + int(sums[code])
+        unlinked += int(np.count_nonzero(tids == ANY_THREAD))
+        # A chunk of rows at a time: the per-row temporaries stay a few MB on a million-kernel frame.
+        for at in range(0, len(gpu), CHUNK_ROWS):
+            rows = slice(at, at + CHUNK_ROWS)
+            outside = ~_covered(pids[rows], tids[rows], times[rows], spans)
+            duration = ends[rows] - starts[rows]
+            np.maximum(duration, 0, out=duration)  # in place: one chunk-length array, not two
+            gpu_time += int(duration.sum())
+            if not outside.any():
+                continue
+            uncovered_time += int(duration[outside].sum())
+            uncovered_ops += int(np.count_nonzero(outside))
+            when = times[rows][outside]
+            first.append(int(when.min()))
+            last.append(int(when.max()))
+            if codes is not None:
+                pick = outside & (codes[rows] >= 0)
+                sums += np.bincount(codes[rows][pick], weights=duration[pick], minlength=len(sums))
+        if sums.any():  # the names as one array: a lookup per distinct name cost 25 us x 100k names
+            categories = np.asarray(names.cat.categories, dtype=object)  # type: ignore[union-attr]
+            for code in np.flatnonzero(sums):
+                name = str(categories[code])
+                per_name[name] = per_name.get(name, 0) + int(sums[code])
     ranked = sorted(per_name.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
     return Coverage(gpu_time=gpu_time, uncovered_time=uncovered_time, gpu_ops=ops, uncovered_ops=uncovered_ops,
                     unlinked_ops=unlinked, ranges=len(ranges), top_uncovered=tuple(ranked),
@@ -216,13 +232,11 @@ class NvtxCoverage(Rule):
         else:
             raise MissingData("the trace has no NVTX_EVENTS table and its metadata does not say NVTX was traced",
                               "annotate the program with NVTX ranges and capture with `nsys profile --trace=cuda,nvtx`")
-        # The default window is the whole capture: read the shared frames as they are (ctx.frame would
-        # copy them and add launch_start, which this rule computes itself with the launching thread).
-        whole = ctx.window.intervals is None
-        frames = [trace.frame(name, self.columns[name]) if whole else ctx.frame(name, self.columns[name])
+        # The launching calls come from the engine's shared launch join (the same rows as ctx.frame's).
+        frames = [(ctx.frame(name, self.columns[name]), ctx.launch_calls(name, columns=("api_start", "api_tid")))
                   for name in GPU_FRAMES if trace.has(name)]
         opts = ctx.options
-        result = coverage(frames, trace.frame("api", self.columns["api"]), ranges, opts.top_kernels)
+        result = coverage(frames, ranges, opts.top_kernels)
         if result.gpu_time < opts.min_gpu_time_ns or result.uncovered_share < opts.min_uncovered_pct / 100:
             return
         share = result.uncovered_share

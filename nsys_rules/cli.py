@@ -136,10 +136,13 @@ def _leave(code: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns (and, as a console script, exits with) the exit code."""
+    from .malloc_tune import collector_paused
+
     previous = sys.unraisablehook
     sys.unraisablehook = _redeliver_interrupt
     try:
-        return _run(argv)
+        with collector_paused():
+            return _run(argv)
     finally:
         sys.unraisablehook = previous
 

@@ -70,13 +70,12 @@ def launching_threads(calls: pd.DataFrame, gpu: pd.DataFrame) -> tuple[np.ndarra
     thread ``ANY_THREAD`` and their own GPU start.
     """
     times = calls["api_start"].to_numpy(dtype=np.int64)
-    tids = calls["api_tid"].to_numpy()
     lost = times < 0
     if lost.any():
         times = np.where(lost, gpu["start"].to_numpy(dtype=np.int64), times)
-        tids = np.where(lost, ANY_THREAD, tids)
-    # A NULL thread of a found call covers like an unknown one (ANY_THREAD is -1, as launch_calls writes it).
-    return tids, times
+    # launch_calls writes -1 (ANY_THREAD) as the thread of a row without a call, and of a call whose thread is
+    # NULL: both cover like an unknown thread, with no patch here.
+    return calls["api_tid"].to_numpy(), times
 
 
 def covered(pids: np.ndarray, tids: np.ndarray, times: np.ndarray, ranges: pd.DataFrame) -> np.ndarray:

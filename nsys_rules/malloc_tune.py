@@ -86,9 +86,9 @@ def collector_paused() -> Iterator[None]:
 
     A check imports pandas, pyarrow and the rules (hundreds of thousands of objects) and then
     works on numpy arrays, which hold no reference cycles: the collector's passes over the imported
-    objects found next to nothing and cost 50-70 ms of the main thread in a 1.5 s check of a
+    objects found next to nothing and cost 45-75 ms of the main thread in a 1.5 s check of a
     1M-kernel trace (docs/performance.md). Objects are still freed by reference counting as before;
-    only cycles wait, and the engine collects them between the traces of a run.
+    only cycles wait, and ``parallel.analyze_job`` collects them after each trace of a several-trace run.
     """
     was = gc.isenabled()
     gc.disable()

@@ -136,13 +136,10 @@ def _leave(code: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns (and, as a console script, exits with) the exit code."""
-    from .malloc_tune import collector_paused
-
     previous = sys.unraisablehook
     sys.unraisablehook = _redeliver_interrupt
     try:
-        with collector_paused():
-            return _run(argv)
+        return _run(argv)
     finally:
         sys.unraisablehook = previous
 
@@ -155,7 +152,7 @@ def _run(argv: Sequence[str] | None) -> int:
     if debug:
         args_list.remove("--debug")
     try:
-        from .malloc_tune import tune_malloc
+        from .malloc_tune import collector_paused, tune_malloc
 
         tune_malloc()  # big traces: freed column buffers go back to the system (see nsys_rules/malloc_tune.py)
         parser = build_parser(command_of(args_list) or "")
@@ -164,7 +161,10 @@ def _run(argv: Sequence[str] | None) -> int:
         args = parser.parse_args(args_list)
         if not hasattr(args, "run"):  # a command command_of did not see (after `--`): parse with every one
             args = build_parser().parse_args(args_list)
-        return int(args.run(args))
+        # The command (its imports and the analysis) without the cyclic collector. Inside this try, so that a
+        # Ctrl-C landing while the collector is put back is the one "interrupted" line like any other.
+        with collector_paused():
+            return int(args.run(args))
     except NsysRulesError as exc:
         if debug:
             traceback.print_exc()

@@ -27,7 +27,7 @@ from pathlib import Path
 
 MB = 1024 * 1024
 BASELINE = ("import resource, nsys_rules.cli, nsys_rules.engine, pyarrow, adbc_driver_sqlite.dbapi\n"
-            "from nsys_rules.plugins import build_registry\nbuild_registry(autoload=False)\n"
+            "from nsys_rules.plugin_manager import build_registry\nbuild_registry(autoload=False)\n"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
 
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big", help="a real (large) trace to time the text pricing on")
     args = parser.parse_args(argv)
     from nsys_rules.units import parse_size
-    from nsys_rules.memory_limit import human
+    from nsys_rules.loaders.memory_limit import human
 
     limit = parse_size(args.limit)
     baseline = int(subprocess.run([sys.executable, "-c", BASELINE], capture_output=True, text=True,
@@ -122,11 +122,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _time_pricing(path: Path) -> None:
-    from nsys_rules import memory_limit
-    from nsys_rules.config import Settings
+    from nsys_rules.loaders import memory_limit
+    from nsys_rules.settings import Settings
     from nsys_rules.options import select_rules
     from nsys_rules.inputs import open_trace
-    from nsys_rules.plugins import build_registry
+    from nsys_rules.plugin_manager import build_registry
 
     rules = select_rules(build_registry(autoload=False), Settings())
     started = time.perf_counter()

@@ -2,7 +2,7 @@
 
     python3 benchmarks/memory_estimate.py TRACE [TRACE...]
 
-For each trace: the estimate of nsys_rules.memory_limit for all built-in rules, and the peak
+For each trace: the estimate of nsys_rules.loaders.memory_limit for all built-in rules, and the peak
 resident memory of a real ``nsys-rules check`` above the interpreter's own baseline (both
 measured in child processes). The ratio measured/estimate should stay below 1: the estimate
 is meant as an upper bound, so the guard stops a run before the machine does.
@@ -16,7 +16,7 @@ import sys
 
 _BASELINE = """
 import resource, nsys_rules.cli, nsys_rules.engine
-from nsys_rules.plugins import build_registry
+from nsys_rules.plugin_manager import build_registry
 build_registry(autoload=False)
 try:  # the loader's lazy imports belong to the baseline, not to the trace
     import pyarrow, adbc_driver_sqlite.dbapi
@@ -36,11 +36,11 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 _ESTIMATE = """
 import json, sys
 from pathlib import Path
-from nsys_rules import memory_limit
-from nsys_rules.config import Settings
+from nsys_rules.loaders import memory_limit
+from nsys_rules.settings import Settings
 from nsys_rules.options import select_rules
 from nsys_rules.inputs import open_trace
-from nsys_rules.plugins import build_registry
+from nsys_rules.plugin_manager import build_registry
 trace = open_trace(Path(sys.argv[1]))
 needs = {}
 for rule in select_rules(build_registry(autoload=False), Settings()):
@@ -60,7 +60,7 @@ def _child(code: str, *args: str) -> str:
 
 def main(paths: list[str]) -> int:
     """Print estimate, measured peak and their ratio per trace."""
-    from nsys_rules.memory_limit import human
+    from nsys_rules.loaders.memory_limit import human
 
     baseline = int(_child(_BASELINE).strip())
     print(f"interpreter baseline: {human(baseline)}")

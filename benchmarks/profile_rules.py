@@ -20,15 +20,15 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from nsys_rules.analysis.activity import gpu_ops
-from nsys_rules.analysis.budget import step_budget
-from nsys_rules.analysis.steps import model_needs
-from nsys_rules.config import Settings
+from nsys_rules.model.activity import gpu_ops
+from nsys_rules.model.budget import step_budget
+from nsys_rules.model.steps import model_needs
+from nsys_rules.settings import Settings
 from nsys_rules.engine import TraceWindows
 from nsys_rules.options import effective_options, rule_window_kind, select_rules
 from nsys_rules.inputs import open_trace
 from nsys_rules.malloc_tune import tune_malloc
-from nsys_rules.plugins import build_registry
+from nsys_rules.plugin_manager import build_registry
 from nsys_rules.rule import RuleContext
 
 

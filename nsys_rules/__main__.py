@@ -1,5 +1,5 @@
 """``python -m nsys_rules`` runs the CLI."""
 
-from .cli import console
+from nsys_rules.cli import console
 
 console()

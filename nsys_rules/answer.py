@@ -1,7 +1,7 @@
 """One answer per trace: savings drawn from the step budget, symptoms folded into causes, a noise floor.
 
 Rules estimate what fixing their finding would save and name the budget part it comes from
-(:mod:`nsys_rules.analysis.budget`). Here, after every rule ran:
+(:mod:`nsys_rules.model.budget`). Here, after every rule ran:
 
 1. On a trace that an error-level finding calls misleading (``CUDA_LAUNCH_BLOCKING``, a debug
    build, graph-mode hidden kernels) every timing-based saving is withheld, with the reason.
@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-from .analysis.budget import KINDS, Budget
-from .findings import Finding, Severity
+from nsys_rules.model.budget import KINDS, Budget
+from nsys_rules.findings import Finding, Severity
 
 #: Rules whose error says the trace's timings cannot be trusted.
 MISLEADING_RULES = frozenset({"launch-blocking", "debug-build", "graph-trace-hidden"})

@@ -1,6 +1,6 @@
-"""Everything a plugin may import, in one place: the rule API, findings, hooks, the shared analyses, test helpers.
+"""The rule API: everything a rule or a plugin may import, in one place, for built-in and third-party rules alike.
 
-Plugins (and their tests) import from here and only from here::
+Rules (the built-in pack included) and plugins import from here and only from here::
 
     from nsys_rules.api import Finding, Location, Rule, RuleContext, Severity, hookimpl, metric
 
@@ -9,48 +9,104 @@ The names in ``__all__`` keep their meaning across minor releases; every other m
 window in a :class:`RuleContext` (``ctx.frame(table)`` is the window's rows, GPU rows by the
 time of their launching call; ``ctx.launch_calls(table)`` the launching API call of each row;
 ``ctx.steps`` and ``ctx.budget`` the step model and where its time goes) and reports with
-``ctx.finding(...)``. The analysis functions below are the ones the built-in rules use, so a
-plugin gets the same launch join, interval arithmetic and per-group statistics.
+``ctx.finding(...)``. The functions below are the ones the built-in rules use, so a plugin gets
+the same launch join, interval arithmetic, per-group statistics and kernel classes. A trace is
+read through its typed frames: no SQL reaches a rule.
+
+The test kit (``TraceBuilder``, ``run_rule``, ...) is :mod:`nsys_rules.testing`; its names are
+still found here for one release, with a deprecation warning.
 """
 
 from __future__ import annotations
 
-from .analysis.budget import Budget
-from .analysis.grouped import GroupStats, group_ids, group_quantiles, group_stats
-from .analysis.intervals import Coverage, busy_ns, coverage, idle_gaps, merge_intervals, overlap_length, point_in, union
-from .analysis.launches import find_keys, launch_api_rows, launch_key, launch_times, launching_rows, sorted_keys
-from .analysis.names import (ALLOC_APIS, ANY_KERNEL_LAUNCH_APIS, GRAPH_LAUNCH_APIS, KERNEL_LAUNCH_APIS, MODULE_LOAD_APIS,
-                             SYNC_APIS, flag_names, in_set, is_library_range)
-from .analysis.steps import StepModel
-from .errors import InputError, MissingData
-from .findings import Finding, Location, Metric, Severity, metric
-from .hooks import hookimpl
-from .job.rule import JobContext, JobRule
-from .job.testing import JobPlan, run_job_rules, write_job
-from .loaders.export import ColumnarExport, Export
-from .report import Report
-from .rule import Renamed, Rule, RuleContext
-from .testing import GpuSpec, TraceBuilder, metric_values, only_finding, run_rule, run_rules, skip_reason
-from .trace import Trace
-from .windows import Window
+import importlib
+import warnings
+from typing import Any
+
+from nsys_rules.analysis.device_time import GPU_OP_TABLES, chunk_utilization, device_intervals, merge_low_chunks
+from nsys_rules.analysis.flagged import REPORT_MODES, FlaggedGroup, split_flagged
+from nsys_rules.analysis.grouped import (GroupStats, code_durations, column_codes, duration_sum, first_rows, group_ids,
+                                         group_quantiles, group_stats, masked_durations, packed_lexsort, packed_sort,
+                                         quantiles, segment_sums)
+from nsys_rules.analysis.host import blocking_calls, copy_directions
+from nsys_rules.analysis.intervals import (Coverage, busy_ns, busy_within, coverage, gaps_at_least, idle_gaps,
+                                           merge_intervals, overlap_length, point_in, rising, union)
+from nsys_rules.analysis.keys import find_keys, first_of_each_call, keys_rising, launch_key, sorted_keys
+from nsys_rules.analysis.names import (ALLOC_APIS, ANY_KERNEL_LAUNCH_APIS, DEVICE_SYNC_APIS, GRAPH_LAUNCH_APIS,
+                                       KERNEL_LAUNCH_APIS, MODULE_LOAD_APIS, MODULE_LOADS, PROFILER_START_APIS, SYNC_APIS,
+                                       category_codes, flag_names, in_set, is_any_launch, is_library_range,
+                                       is_waiting_call, rows_with_codes)
+from nsys_rules.analysis.taxonomy import CLASSES, base_name, category_classes, classify
+from nsys_rules.analysis.taxonomy import DEFAULT as DEFAULT_TAXONOMY
+from nsys_rules.errors import InputError, MissingData, UsageError
+from nsys_rules.findings import Finding, Location, Metric, Severity, metric
+from nsys_rules.hooks import hookimpl
+from nsys_rules.job_rule import JobContext, JobRule, step_list
+from nsys_rules.loaders.export import ColumnarExport, Export
+from nsys_rules.loop import gpu_launches, gpu_op_frames, loop_span, spread
+from nsys_rules.model.activity import KERNEL, MEMCPY, MEMSET, REPLAY, gpu_ops, kernel_symbols
+from nsys_rules.model.budget import LABELS, Budget, part_of_class, require_visible_kernels
+from nsys_rules.model.commands import command_evidence, recapture_command
+from nsys_rules.model.job.model import Job
+from nsys_rules.model.launches import launch_api_rows, launch_times, launching_rows
+from nsys_rules.model.steps import StepModel
+from nsys_rules.model.trace import Trace
+from nsys_rules.model.windows import Window, steady_state_window
+from nsys_rules.report import Report
+from nsys_rules.rule import Renamed, Rule, RuleContext
+from nsys_rules.textsafe import shell_join, shell_word
+from nsys_rules.units import human_ns, parse_size, pct
+from nsys_rules.userfiles import read_small_text
 
 __all__ = [
     # rules and what they get
-    "Rule", "RuleContext", "Renamed", "Window", "StepModel", "Budget", "Trace", "MissingData", "InputError",
+    "Rule", "RuleContext", "Renamed", "Window", "steady_state_window", "StepModel", "Budget", "Trace", "MissingData",
+    "InputError", "UsageError",
     # findings
     "Finding", "Severity", "Location", "Metric", "metric",
-    # hooks and the other things plugins register
-    "hookimpl", "JobRule", "JobContext", "Report", "Export", "ColumnarExport",
+    # hooks and the other things plugins register; jobs (all ranks together)
+    "hookimpl", "JobRule", "JobContext", "Job", "step_list", "Report", "Export", "ColumnarExport",
     # the launch join
-    "launch_times", "launching_rows", "launch_api_rows", "launch_key", "sorted_keys", "find_keys",
+    "launch_times", "launching_rows", "launch_api_rows", "launch_key", "sorted_keys", "find_keys", "keys_rising",
+    "first_of_each_call",
+    # GPU work: every operation as one table, the window's operations, the loop, per-device time
+    "gpu_ops", "kernel_symbols", "KERNEL", "MEMCPY", "MEMSET", "REPLAY", "GPU_OP_TABLES", "gpu_op_frames",
+    "gpu_launches", "loop_span", "spread", "device_intervals", "chunk_utilization", "merge_low_chunks",
+    # the step budget's parts
+    "LABELS", "part_of_class", "require_visible_kernels",
     # intervals
-    "merge_intervals", "union", "busy_ns", "idle_gaps", "overlap_length", "point_in", "Coverage", "coverage",
+    "merge_intervals", "union", "busy_ns", "busy_within", "idle_gaps", "gaps_at_least", "overlap_length", "point_in",
+    "rising", "Coverage", "coverage",
     # statistics per group
-    "group_ids", "group_quantiles", "group_stats", "GroupStats",
-    # API calls and NVTX ranges by what they are
-    "KERNEL_LAUNCH_APIS", "GRAPH_LAUNCH_APIS", "ANY_KERNEL_LAUNCH_APIS", "SYNC_APIS", "ALLOC_APIS", "MODULE_LOAD_APIS",
-    "in_set", "flag_names", "is_library_range",
-    # testing
-    "TraceBuilder", "GpuSpec", "run_rule", "run_rules", "only_finding", "metric_values", "skip_reason", "JobPlan",
-    "write_job", "run_job_rules",
+    "group_ids", "group_quantiles", "group_stats", "GroupStats", "code_durations", "column_codes", "first_rows",
+    "masked_durations", "duration_sum", "packed_lexsort", "packed_sort", "quantiles", "segment_sums",
+    # API calls and NVTX ranges by what they are; blocking calls
+    "KERNEL_LAUNCH_APIS", "GRAPH_LAUNCH_APIS", "ANY_KERNEL_LAUNCH_APIS", "SYNC_APIS", "DEVICE_SYNC_APIS", "ALLOC_APIS",
+    "MODULE_LOAD_APIS", "MODULE_LOADS", "PROFILER_START_APIS", "in_set", "flag_names", "is_library_range",
+    "category_codes", "rows_with_codes", "is_any_launch", "is_waiting_call", "blocking_calls", "copy_directions",
+    # kernel classes
+    "CLASSES", "DEFAULT_TAXONOMY", "base_name", "classify", "category_classes",
+    # flagged rows cut into findings (the nsys analyze parity rules)
+    "REPORT_MODES", "FlaggedGroup", "split_flagged",
+    # the recorded command, and words safe to paste into a shell
+    "command_evidence", "recapture_command", "shell_word", "shell_join",
+    # units and files
+    "pct", "human_ns", "parse_size", "read_small_text",
 ]
+
+#: Test-kit names this module used to export: now in :mod:`nsys_rules.testing` (this release still forwards them).
+_MOVED_TO_TESTING = frozenset({"TraceBuilder", "GpuSpec", "run_rule", "run_rules", "only_finding", "metric_values",
+                               "skip_reason", "JobPlan", "write_job", "run_job_rules"})
+
+
+def __getattr__(name: str) -> Any:
+    """Forward a test-kit name to :mod:`nsys_rules.testing`, with a deprecation warning (removed in the next release).
+
+    The kit runs the engine, which sits above the rule API, so the API no longer imports it; it is
+    loaded by name only when an old plugin test asks for it.
+    """
+    if name in _MOVED_TO_TESTING:
+        warnings.warn(f"nsys_rules.api.{name} moved to nsys_rules.testing.{name}; the old name goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module("nsys_rules.testing"), name)
+    raise AttributeError(f"module 'nsys_rules.api' has no attribute {name!r}")

@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .report import Report
-from .errors import UsageError
-from .outpaths import write_atomic
-from .userfiles import read_small_text
+from nsys_rules import __version__
+from nsys_rules.report import Report
+from nsys_rules.errors import UsageError
+from nsys_rules.outpaths import write_atomic
+from nsys_rules.userfiles import read_small_text
 
 BASELINE_FORMAT = "nsys-rules-baseline"
 BASELINE_VERSION = 1

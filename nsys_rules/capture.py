@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .errors import ExitCode, UsageError
-from .analysis.commands import command_evidence
+from nsys_rules.errors import ExitCode, UsageError
+from nsys_rules.model.commands import command_evidence
 
 #: The flags every capture gets: reuse the file name, trace graph replays kernel by kernel, write SQLite.
 STANDARD_FLAGS = ("--force-overwrite=true", "--cuda-graph-trace=node", "--export=sqlite")

@@ -19,8 +19,8 @@ import sys
 import traceback
 from typing import Sequence
 
-from . import __version__
-from .errors import ExitCode, NsysRulesError
+from nsys_rules import __version__
+from nsys_rules.errors import ExitCode, NsysRulesError
 
 #: Subcommand modules of :mod:`nsys_rules.commands`, in help order. Each has add_parser(subparsers) and run(args).
 COMMAND_MODULES = ("check", "diff", "stats", "profile", "doctor", "rules_cmd", "explain", "schema")
@@ -152,7 +152,7 @@ def _run(argv: Sequence[str] | None) -> int:
     if debug:
         args_list.remove("--debug")
     try:
-        from .malloc_tune import collector_paused, tune_malloc
+        from nsys_rules.malloc_tune import collector_paused, tune_malloc
 
         tune_malloc()  # big traces: freed column buffers go back to the system (see nsys_rules/malloc_tune.py)
         parser = build_parser(command_of(args_list) or "")

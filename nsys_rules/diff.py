@@ -1,8 +1,8 @@
 """Compare two traces of the same program per step: did the step get slower, and why.
 
 The user feels the step: its wall time on the GPU that runs the loop. Both traces are cut to
-the steps of their step model (:mod:`nsys_rules.analysis.steps`) and measured with the step
-budget (:mod:`nsys_rules.analysis.budget`), so a run with more steps compares fairly with a
+the steps of their step model (:mod:`nsys_rules.model.steps`) and measured with the step
+budget (:mod:`nsys_rules.model.budget`), so a run with more steps compares fairly with a
 shorter one (the means leave out the first and the last step, which the loop's edges cut). The
 gate is on the time per step; the explanation is the budget's split of it:
 
@@ -23,12 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .analysis.budget import step_budget
-from .analysis.names import is_library_range
-from .errors import UsageError
-from .overview import build_profile
-from .trace import Trace
-from .windows import SteadyOptions, steady_state_window
+from nsys_rules.model.budget import step_budget
+from nsys_rules.analysis.names import is_library_range
+from nsys_rules.errors import UsageError
+from nsys_rules.model.overview import build_profile
+from nsys_rules.model.trace import Trace
+from nsys_rules.model.windows import SteadyOptions, steady_state_window
 
 #: A change smaller than this fraction of the base step time is noise.
 SIGNIFICANT = 0.01

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
-from .rule import DOC_SECTIONS, Rule
+from nsys_rules.rule import DOC_SECTIONS, Rule
 
 
 def doc_sections(rule: type[Rule]) -> dict[str, str]:
@@ -104,8 +104,8 @@ def write_rule_docs(rules: Mapping[str, type[Rule]], plugins: Mapping[str, str],
     Pages are rewritten in full each time, so the folder can be regenerated at will; pages of
     rules that no longer exist are left alone (delete them by hand).
     """
-    from .errors import UsageError
-    from .outpaths import write_atomic
+    from nsys_rules.errors import UsageError
+    from nsys_rules.outpaths import write_atomic
 
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

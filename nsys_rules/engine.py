@@ -8,23 +8,23 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from .analysis.budget import Budget, step_budget
-from .analysis.steps import StepModel, model_needs, restrict
-from .answer import finalize
-from .compat import missing_table
-from .config import Settings
-from .findings import rank_key
-from .isolation import run_rule
-from .memory_limit import enforce_limit as enforce_memory_limit
-from .options import effective_options, rule_window_kind, select_rules
-from .records import RunError, Skipped, TraceInfo
-from .registry import Registry
-from .report import Report, TraceResult
-from .rule import Rule, RuleContext
-from .rule_threads import run_all, thread_count
-from .textsafe import clip
-from .trace import Trace
-from .windows import FULL, SteadyOptions, Window, require_activity, steady_state_window, user_window
+from nsys_rules.model.budget import Budget, step_budget
+from nsys_rules.model.steps import StepModel, model_needs, restrict
+from nsys_rules.answer import finalize
+from nsys_rules.model.compat import missing_table
+from nsys_rules.settings import Settings
+from nsys_rules.findings import rank_key
+from nsys_rules.isolation import run_rule
+from nsys_rules.loaders.memory_limit import enforce_limit as enforce_memory_limit
+from nsys_rules.options import effective_options, rule_window_kind, select_rules
+from nsys_rules.records import RunError, Skipped, TraceInfo
+from nsys_rules.registry import Registry
+from nsys_rules.report import Report, TraceResult
+from nsys_rules.rule import Rule, RuleContext
+from nsys_rules.rule_threads import run_all, thread_count
+from nsys_rules.textsafe import clip
+from nsys_rules.model.trace import Trace
+from nsys_rules.model.windows import FULL, SteadyOptions, Window, require_activity, steady_state_window, user_window
 
 def describe_trace(trace: Trace) -> TraceInfo:
     """What the trace is (its windows and budget are added once the rules ran)."""
@@ -51,7 +51,7 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         options = effective_options(rule, settings)
         missing = [t for t in rule.requires if not trace.has(t)]
         if missing:
-            from .loaders.tables import TABLES
+            from nsys_rules.loaders.tables import TABLES
 
             table = TABLES[missing[0]]
             unusable = any(s in getattr(trace.export, "table_names", ()) for s in table.sources)  # lacks columns
@@ -103,7 +103,7 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
 
 def _capture_span(trace: Trace) -> tuple[int, int]:
     """First and last instant of the trace's GPU work (0, 0 without any)."""
-    from .analysis.activity import gpu_ops
+    from nsys_rules.model.activity import gpu_ops
 
     ops = gpu_ops(trace)
     return (int(ops.start.min()), int(ops.end.max())) if len(ops) else (0, 0)
@@ -117,7 +117,7 @@ def _context(trace: Trace, rule: type[Rule], options: Any, windows: "TraceWindow
 
 def _add_profile(trace: Trace, result: TraceResult, windows: "TraceWindows") -> None:
     """Attach the steady-state profile (only markdown/HTML ask for it: it reads every GPU row)."""
-    from .overview import build_profile
+    from nsys_rules.model.overview import build_profile
 
     flagged = [f.location.kernel for f in sorted(result.findings, key=rank_key) if f.location.kernel]
     try:
@@ -182,7 +182,7 @@ def run_check(paths: list[Path], registry: Registry, settings: Settings, open_tr
                             "severity": r.default_severity.value,
                             "options": dataclasses.asdict(effective_options(r, settings))} for r in rules],
                     plugins=registry.plugins, fail_on=settings.fail_on, errors=list(registry.errors), registry=registry)
-    from .job.run import Collected, collect, run_job
+    from nsys_rules.job_run import Collected, collect, run_job
 
     ranks = Collected()
     for path in paths:

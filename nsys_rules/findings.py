@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
-from .textsafe import NAME_CHARS, TEXT_CHARS, clip
+from nsys_rules.textsafe import NAME_CHARS, TEXT_CHARS, clip
 
 UNITS = ("ns", "B", "B/s", "count", "ratio", "%")
 

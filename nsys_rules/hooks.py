@@ -35,11 +35,11 @@ def register_rules() -> list[type]:  # type: ignore[empty-body]
 def register_job_rules() -> list[type]:  # type: ignore[empty-body]
     """Return the job rule classes this plugin provides: rules over all ranks of a job at once.
 
-    :return: a list of :class:`nsys_rules.job.rule.JobRule` subclasses. They share one name
+    :return: a list of :class:`nsys_rules.job_rule.JobRule` subclasses. They share one name
         space with the per-trace rules (selection, ``--set``, config); a duplicate is a plugin error.
 
     Called once, when the plugin manager is built. Each job rule's ``check(ctx)`` then runs once
-    per ``check`` run, after every trace was read, with a :class:`nsys_rules.job.rule.JobContext`.
+    per ``check`` run, after every trace was read, with a :class:`nsys_rules.job_rule.JobContext`.
     """
 
 
@@ -52,7 +52,7 @@ def register_formatters() -> dict[str, Callable[..., str]]:  # type: ignore[empt
 
     Called once, when the plugin manager is built. A name that is already taken is an error.
     A formatter that draws the steady-state profile sets ``format.needs_profile = True``; the
-    engine then fills ``TraceResult.profile`` (see :mod:`nsys_rules.overview`).
+    engine then fills ``TraceResult.profile`` (see :mod:`nsys_rules.model.overview`).
     """
 
 
@@ -61,7 +61,7 @@ def register_loaders() -> dict[str, Callable[..., Any]]:  # type: ignore[empty-b
     """Return trace loaders for file types nsys-rules does not read itself.
 
     :return: a mapping of file suffix (for example ``".parquet"``) to a callable
-        ``load(path: pathlib.Path) -> nsys_rules.trace.Trace``.
+        ``load(path: pathlib.Path) -> nsys_rules.model.trace.Trace``.
 
     Called once, when the plugin manager is built; a loader is used for inputs whose
     suffix matches.

@@ -14,13 +14,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .errors import InputError
-from .loaders import EXPORT_FORMATS
-from .loaders.arrowdir import ArrowDirExport, folder_kind
-from .loaders.sqlite import SqliteExport
-from .nsys_locate import locate_nsys, missing_message
-from .textsafe import shell_word
-from .trace import Trace
+from nsys_rules.errors import InputError
+from nsys_rules.loaders import EXPORT_FORMATS
+from nsys_rules.loaders.arrowdir import ArrowDirExport, folder_kind
+from nsys_rules.loaders.sqlite import SqliteExport
+from nsys_rules.nsys_locate import locate_nsys, missing_message
+from nsys_rules.textsafe import shell_word
+from nsys_rules.model.trace import Trace
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 

@@ -32,12 +32,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from .config import DEFAULT_RULE_TIMEOUT
-from .errors import InputError, MissingData, PluginError, UsageError
-from .findings import Finding, Location, Metric, Severity, rank_key
-from .records import RunError, Skipped
-from .rule import Rule, RuleContext
-from .textsafe import clip_value
+from nsys_rules.settings import DEFAULT_RULE_TIMEOUT
+from nsys_rules.errors import InputError, MissingData, PluginError, UsageError
+from nsys_rules.findings import Finding, Location, Metric, Severity, rank_key
+from nsys_rules.records import RunError, Skipped
+from nsys_rules.rule import Rule, RuleContext
+from nsys_rules.textsafe import clip_value
 
 
 

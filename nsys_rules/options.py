@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import Settings, option_setting, resolve_rule_name
-from .errors import UsageError
-from .registry import Registry
-from .rule import Rule
+from nsys_rules.settings import Settings, option_setting, resolve_rule_name
+from nsys_rules.errors import UsageError
+from nsys_rules.registry import Registry
+from nsys_rules.rule import Rule
 
 
 def select_rules(registry: Registry, settings: Settings) -> list[type[Rule]]:

@@ -24,8 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from .errors import UsageError
-from .textsafe import clip_value
+from nsys_rules.errors import UsageError
+from nsys_rules.textsafe import clip_value
 
 #: Suffixes of nsys reports and of files inside parquetdir/arrowdir exports.
 _REPORT_SUFFIXES = (".nsys-rep", ".qdrep")

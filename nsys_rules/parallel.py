@@ -29,11 +29,11 @@ from typing import IO, Any, Callable, Iterable
 
 import numpy as np
 
-from .config import Settings
-from .engine import Report, TraceResult, analyze_trace, run_check, select_rules
-from .errors import ExitCode, InputError, NsysRulesError, UsageError
-from .plugins import Registry, build_registry
-from .records import RunError
+from nsys_rules.settings import Settings
+from nsys_rules.engine import Report, TraceResult, analyze_trace, run_check, select_rules
+from nsys_rules.errors import ExitCode, InputError, NsysRulesError, UsageError
+from nsys_rules.plugin_manager import Registry, build_registry
+from nsys_rules.records import RunError
 
 #: Kernels per trace kept in its profile (by total time): enough to find the shared heavy kernels.
 PROFILE_KERNELS = 50
@@ -63,7 +63,7 @@ class JobResult:
     error: str | None = None
     exit_code: int = 0
     seconds: float = 0.0
-    ranks: Any = None  # nsys_rules.job.run.Collected: the trace's ranks for the job rules (small)
+    ranks: Any = None  # nsys_rules.job_run.Collected: the trace's ranks for the job rules (small)
 
 
 _REGISTRIES: dict[bool, Registry] = {}
@@ -78,8 +78,8 @@ def _registry(autoload: bool) -> Registry:
 
 def analyze_job(job: Job) -> JobResult:
     """Open ``job.path``, run the selected rules, profile its kernels, close it (runs in a worker)."""
-    from .inputs import open_trace
-    from .job.run import collect
+    from nsys_rules.inputs import open_trace
+    from nsys_rules.job_run import collect
 
     started = time.perf_counter()
     try:
@@ -242,7 +242,7 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
     workers = min(jobs, len(paths)) if not (dask or dask_client is not None) else 1
     if workers > 1:
         # Workers run at once on this machine: they share the memory limit (given or 80 % of the free memory).
-        from .memory_limit import default_limit
+        from nsys_rules.loaders.memory_limit import default_limit
 
         total = settings.max_memory if settings.max_memory is not None else default_limit()
         if total is not None:
@@ -278,7 +278,7 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
     profiles = [(a.path, a.profile) for a in answers if a.result is not None]
     if len(profiles) > 1:
         report.cross_trace = cross_trace_summary(profiles)
-    from .job.run import Collected, run_job
+    from nsys_rules.job_run import Collected, run_job
 
     ranks = Collected()
     for answer in answers:

@@ -1,6 +1,6 @@
 """What the plugins registered: rules, formats and loaders, each with the plugin that brought it.
 
-Built by :func:`nsys_rules.plugins.build_registry`; read by the engine, the commands and the
+Built by :func:`nsys_rules.plugin_manager.build_registry`; read by the engine, the commands and the
 formatters (which only need this type, not the plugin manager).
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .records import RunError
-from .rule import Rule
+from nsys_rules.records import RunError
+from nsys_rules.rule import Rule
 
 #: The plugin name of the built-in rule pack (and of the built-in formats and loaders).
 BUILTIN = "nsys-rules (built-in)"

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import __version__
-from .errors import ExitCode
-from .findings import Finding, Severity, rank_key
-from .records import RunError, Skipped, TraceInfo
-from .registry import Registry
+from nsys_rules import __version__
+from nsys_rules.errors import ExitCode
+from nsys_rules.findings import Finding, Severity, rank_key
+from nsys_rules.records import RunError, Skipped, TraceInfo
+from nsys_rules.registry import Registry
 
 SCHEMA_VERSION = "1.1"
 
@@ -26,7 +26,7 @@ class TraceResult:
     findings: list[Finding] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     errors: list[RunError] = field(default_factory=list)
-    # The steady-state profile (nsys_rules.overview) for formats that draw it; None unless asked for.
+    # The steady-state profile (nsys_rules.model.overview) for formats that draw it; None unless asked for.
     profile: dict[str, Any] | None = None
 
     @property
@@ -50,7 +50,7 @@ class Report:
     errors: list[RunError] = field(default_factory=list)  # plugin errors, and traces a worker could not analyze
     registry: Registry | None = None
     cross_trace: dict[str, Any] | None = None  # set by nsys_rules.parallel when several traces ran
-    job: Any = None  # nsys_rules.job.run.JobOutcome when the traces held a multi-rank job
+    job: Any = None  # nsys_rules.job_run.JobOutcome when the traces held a multi-rank job
     verbose: bool = False  # human formats list skipped rules one by one (check -v)
 
     @property

@@ -10,18 +10,18 @@ from typing import Any, ClassVar, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from .analysis.activity import frame_api_rows
-from .analysis.budget import Budget
-from .analysis.launch_rows import FrameView, frame_launch_times, frame_view, shared_api_rows
-from .analysis.launches import launch_api_rows
-from .analysis.steps import StepModel
-from .analysis.workload import looks_like_model
-from .compat import missing_table
-from .errors import MissingData
-from .findings import Finding, Location, Metric, Severity, metric  # noqa: F401 - metric: rules' shorthand
-from .loaders.tables import TABLES
-from .trace import Trace
-from .windows import Window
+from nsys_rules.model.activity import frame_api_rows
+from nsys_rules.model.budget import Budget
+from nsys_rules.model.launch_rows import FrameView, frame_launch_times, frame_view, shared_api_rows
+from nsys_rules.model.launches import launch_api_rows
+from nsys_rules.model.steps import StepModel
+from nsys_rules.model.workload import looks_like_model
+from nsys_rules.model.compat import missing_table
+from nsys_rules.errors import MissingData
+from nsys_rules.findings import Finding, Location, Metric, Severity, metric  # noqa: F401 - metric: rules' shorthand
+from nsys_rules.loaders.tables import TABLES
+from nsys_rules.model.trace import Trace
+from nsys_rules.model.windows import Window
 
 #: Sections every rule docstring carries, in this order (checked by the meta tests).
 DOC_SECTIONS = ("What it detects", "Why it hurts", "Evidence", "Next optimizations", "Options", "Requires",
@@ -53,7 +53,7 @@ class Rule:
     tables used when present, ``columns`` narrows what is read per table (speed), and
     ``window`` is ``"steady"`` or ``"full"`` (an ``Options.window`` field overrides it).
     ``scope`` is ``"trace"``: the engine runs the rule on each trace. Job rules
-    (:class:`nsys_rules.job.rule.JobRule`, scope ``"job"``) run once over all ranks instead.
+    (:class:`nsys_rules.job_rule.JobRule`, scope ``"job"``) run once over all ranks instead.
     ``renamed_options`` maps an option's former name to its :class:`Renamed` (shares and
     fractions are percents named ``*_pct``; the old names stay accepted for one release).
     """
@@ -147,7 +147,7 @@ class RuleContext:
         return self._cache[key]
 
     def launch_calls(self, name: str, names: bool = True, columns: Iterable[str] | None = None) -> pd.DataFrame:
-        """:func:`~nsys_rules.analysis.launches.launch_api_rows` of ``frame(name)``, from the trace's shared
+        """:func:`~nsys_rules.model.launches.launch_api_rows` of ``frame(name)``, from the trace's shared
         launch join (the GPU activity table) instead of a join per rule; ``columns`` narrows what is gathered."""
         gpu = self.frame(name, ["start", "pid", "correlation_id"])
         full = self.trace.frame(name, ["start", "pid", "correlation_id"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from .errors import UsageError
-from .textsafe import clip_value
+from nsys_rules.errors import UsageError
+from nsys_rules.textsafe import clip_value
 
 
 def pct(part: float, whole: float) -> float:

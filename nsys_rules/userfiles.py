@@ -10,7 +10,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from .textsafe import clip_value
+from nsys_rules.textsafe import clip_value
 
 #: Largest config, baseline or model config read (real ones are a few kB; a baseline of 100k findings ~15 MB).
 TEXT_LIMIT = 64 * 1024**2

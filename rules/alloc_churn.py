@@ -8,12 +8,8 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from nsys_rules.analysis.device_time import GPU_OP_TABLES
-from nsys_rules.analysis.loop import gpu_launches, loop_span, spread
-from nsys_rules.analysis.names import ALLOC_APIS, in_set
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Renamed, Rule, RuleContext, metric
-from nsys_rules.units import pct
+from nsys_rules.api import (ALLOC_APIS, Finding, GPU_OP_TABLES, Location, Renamed, Rule, RuleContext, Severity,
+                            gpu_launches, in_set, loop_span, metric, pct, spread)
 
 #: Calls that free; ``cudaFree`` before any allocation is the ``cudaFree(0)`` context-creation idiom.
 CONTEXT_INIT_FREES = ("cudaFree",)

@@ -10,10 +10,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.analysis.names import PROFILER_START_APIS, in_set
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Renamed, Rule, RuleContext, metric
-from nsys_rules.textsafe import shell_word
+from nsys_rules.api import (Finding, Location, PROFILER_START_APIS, Renamed, Rule, RuleContext, Severity, in_set, metric,
+                            shell_word)
 
 
 HTOD = 1

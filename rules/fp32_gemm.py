@@ -7,10 +7,7 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.analysis.names import flag_names
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
-from nsys_rules.units import pct
+from nsys_rules.api import Finding, Location, Rule, RuleContext, Severity, flag_names, metric, pct
 
 #: FP32 GEMM kernels that run on CUDA cores (FFMA): cuBLAS's <arch>_sgemm_* and xmma f32 kernels
 #: with f32 inputs, CUTLASS's SIMT kernels (a name holding "gemm" and "simt" or "ffma").

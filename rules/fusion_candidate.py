@@ -5,10 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from nsys_rules.errors import MissingData
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Renamed, Rule, RuleContext, metric
-from nsys_rules.units import pct
+from nsys_rules.api import Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, metric, pct
 
 
 @dataclass(frozen=True)

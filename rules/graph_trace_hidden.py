@@ -8,11 +8,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.analysis.commands import recapture_command
-from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS, PROFILER_START_APIS, in_set
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Rule, RuleContext, metric
-from nsys_rules.units import pct
+from nsys_rules.api import (Finding, GRAPH_LAUNCH_APIS, Location, PROFILER_START_APIS, Rule, RuleContext, Severity, in_set,
+                            metric, pct, recapture_command)
 
 
 @dataclass(frozen=True)

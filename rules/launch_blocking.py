@@ -8,12 +8,8 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from nsys_rules.analysis.commands import recapture_command
-from nsys_rules.analysis.grouped import duration_sum
-from nsys_rules.analysis.launches import keys_rising, launch_key
-from nsys_rules.analysis.names import KERNEL_LAUNCH_APIS, in_set
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Renamed, Rule, RuleContext, metric
+from nsys_rules.api import (Finding, KERNEL_LAUNCH_APIS, Location, Renamed, Rule, RuleContext, Severity, duration_sum,
+                            in_set, keys_rising, launch_key, metric, recapture_command)
 
 ENV_VAR = "CUDA_LAUNCH_BLOCKING"
 

@@ -8,14 +8,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.analysis.grouped import duration_sum
-from nsys_rules.analysis.intervals import busy_ns
-from nsys_rules.analysis.launches import first_of_each_call
-from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS, in_set
-from nsys_rules.errors import MissingData
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Renamed, Rule, RuleContext, metric
-from nsys_rules.units import pct
+from nsys_rules.api import (Finding, GRAPH_LAUNCH_APIS, Location, MissingData, Renamed, Rule, RuleContext, Severity,
+                            busy_ns, duration_sum, first_of_each_call, in_set, metric, pct)
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,8 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.analysis.activity import KERNEL, gpu_ops
-from nsys_rules.analysis.intervals import point_in
-from nsys_rules.analysis.names import MODULE_LOADS, in_set
-from nsys_rules.errors import MissingData
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Renamed, Rule, RuleContext, metric
-from nsys_rules.taxonomy import base_name
-from nsys_rules.units import pct
+from nsys_rules.api import (Finding, KERNEL, Location, MODULE_LOADS, MissingData, Renamed, Rule, RuleContext, Severity,
+                            base_name, gpu_ops, in_set, metric, pct, point_in)
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.analysis.intervals import busy_ns, merge_intervals, overlap_length, rising
-from nsys_rules.analysis.launches import first_of_each_call
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Renamed, Rule, RuleContext, metric
-from nsys_rules.units import pct
+from nsys_rules.api import (Finding, Location, Renamed, Rule, RuleContext, Severity, busy_ns, first_of_each_call,
+                            merge_intervals, metric, overlap_length, pct, rising)
 
 
 @dataclass(frozen=True)

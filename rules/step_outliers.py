@@ -7,15 +7,9 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.analysis.activity import KERNEL, MEMCPY, MEMSET, REPLAY, gpu_ops, kernel_symbols
-from nsys_rules.analysis.budget import LABELS, Budget
-from nsys_rules.analysis.intervals import point_in
-from nsys_rules.analysis.names import ALLOC_APIS, MODULE_LOADS, SYNC_APIS, category_codes, rows_with_codes
-from nsys_rules.errors import MissingData
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Renamed, Rule, RuleContext, metric
-from nsys_rules.taxonomy import base_name
-from nsys_rules.units import pct
+from nsys_rules.api import (ALLOC_APIS, Budget, Finding, KERNEL, LABELS, Location, MEMCPY, MEMSET, MODULE_LOADS,
+                            MissingData, REPLAY, Renamed, Rule, RuleContext, SYNC_APIS, Severity, base_name, category_codes,
+                            gpu_ops, kernel_symbols, metric, pct, point_in, rows_with_codes)
 
 _COPY_KINDS = {1: "host-to-device", 2: "device-to-host", 8: "device-to-device", 10: "peer-to-peer"}
 
@@ -106,7 +100,7 @@ class StepOutliers(Rule):
     default_severity = Severity.WARNING
     requires = ()
     optional = ("kernels", "memcpy", "memset", "graph_trace", "api")
-    # The GPU tables are read through the shared activity table (nsys_rules.analysis.activity); only the
+    # The GPU tables are read through the shared activity table (nsys_rules.model.activity); only the
     # columns named here are added for this rule's own look-ups.
     columns = {"api": ("start", "end", "name", "pid", "tid"), "memcpy": ("start", "end", "bytes", "copy_kind"),
                "kernels": ("start", "end", "name"), "memset": ("start", "end"), "graph_trace": ("start", "end")}

@@ -8,14 +8,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.analysis.activity import gpu_ops
-from nsys_rules.analysis.host import blocking_calls, copy_directions
-from nsys_rules.analysis.intervals import busy_within, merge_intervals
-from nsys_rules.analysis.loop import gpu_launches, loop_span
-from nsys_rules.analysis.names import DEVICE_SYNC_APIS, GRAPH_LAUNCH_APIS, in_set
-from nsys_rules.findings import Finding, Location, Severity
-from nsys_rules.rule import Renamed, Rule, RuleContext, metric
-from nsys_rules.units import pct
+from nsys_rules.api import (DEVICE_SYNC_APIS, Finding, GRAPH_LAUNCH_APIS, Location, Renamed, Rule, RuleContext, Severity,
+                            blocking_calls, busy_within, copy_directions, gpu_launches, gpu_ops, in_set, loop_span,
+                            merge_intervals, metric, pct)
 
 
 @dataclass(frozen=True)
@@ -54,7 +49,7 @@ def idle_after(times: np.ndarray, union: tuple[np.ndarray, np.ndarray], horizon:
 
 
 def in_loop(calls: pd.DataFrame, span: tuple[int, int] | None) -> np.ndarray:
-    """Which blocking calls start inside the loop's ``span`` (see :func:`nsys_rules.analysis.loop.loop_span`).
+    """Which blocking calls start inside the loop's ``span`` (see :func:`nsys_rules.loop.loop_span`).
 
     Before the loop is set-up; after it (past the last step, or past the last GPU launch when
     no steps are known) is tear-down, the final sync of a run: nothing queued after it can be

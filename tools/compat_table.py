@@ -26,12 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from nsys_rules import __version__  # noqa: E402
-from nsys_rules.config import Settings  # noqa: E402
+from nsys_rules.settings import Settings  # noqa: E402
 from nsys_rules.engine import run_check  # noqa: E402
 from nsys_rules.errors import NsysRulesError  # noqa: E402
 from nsys_rules.inputs import open_trace  # noqa: E402
 from nsys_rules.loaders.tables import TABLES  # noqa: E402
-from nsys_rules.plugins import build_registry  # noqa: E402
+from nsys_rules.plugin_manager import build_registry  # noqa: E402
 
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpus" / "public"
 

@@ -1,11 +1,11 @@
-"""The domain's shared analyses: pure functions over a trace's canonical frames.
+"""Pure functions over arrays and frames: no trace, no rule context, no state.
 
-- :mod:`.names` - API calls and NVTX ranges by what they are (data).
-- :mod:`.intervals` - unions, busy time, gaps, overlaps.
-- :mod:`.launches` - the launch join (GPU row -> launching API call).
-- :mod:`.activity` - every GPU operation (kernels, copies, memsets, graph replays) as one table.
-- :mod:`.steps` - the step model: what one step of the workload's loop is.
-- :mod:`.budget` - where the time of a step goes, in parts that add up.
-
-Rules call these and phrase findings; they never re-derive steps or GPU activity themselves.
+What belongs here takes numpy arrays or pandas frames and returns numbers, masks or frames,
+the same for every caller: interval arithmetic (:mod:`.intervals`, :mod:`.points`), statistics
+per group (:mod:`.grouped`), the launch join's keys (:mod:`.keys`), API calls and NVTX ranges
+by what they are (:mod:`.names`), kernel classes by name (:mod:`.taxonomy`), blocking calls
+(:mod:`.host`), per-device time (:mod:`.device_time`), flagged rows cut into groups
+(:mod:`.flagged`), and the column helpers (:mod:`.spliced`). What a trace *is* (its steps, its
+budget, its GPU activity) is built once per trace in :mod:`nsys_rules.model`; what serves one
+family of rules lives with that family under ``rules/``.
 """

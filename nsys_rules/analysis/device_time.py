@@ -7,35 +7,18 @@ Pure numbers, no judgement; times are int64 ns.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 
-from ..errors import MissingData
-from ..malloc_tune import CHUNK_ROWS as _CHUNK
-from .intervals import rising
-from .spliced import interleave
-
-if TYPE_CHECKING:
-    from ..rule import RuleContext
+from nsys_rules.malloc_tune import CHUNK_ROWS as _CHUNK
+from nsys_rules.analysis.intervals import rising
+from nsys_rules.analysis.spliced import interleave
 
 #: Canonical GPU tables whose rows occupy a device: nsys's gpu_gaps/gpu_time_util count kernels, copies
 #: and memsets; graph replays traced in graph mode (whose kernels have no rows) are GPU work too.
 GPU_OP_TABLES = ("kernels", "memcpy", "memset", "graph_trace")
-
-
-def gpu_op_frames(ctx: "RuleContext") -> list[pd.DataFrame]:
-    """The window's rows of :data:`GPU_OP_TABLES` (start, end, pid, device_id, correlation_id).
-
-    Raises :class:`MissingData` when the trace has none of the tables, so the whole-capture
-    GPU rules are skipped with the capture fix, as nsys analyze skips them.
-    """
-    tables = [t for t in GPU_OP_TABLES if ctx.trace.has(t)]
-    if not tables:
-        raise MissingData("the trace has no GPU operations (kernel, memcpy, memset or graph-trace tables)",
-                          "capture with `nsys profile --trace=cuda`")
-    return [ctx.frame(t, ["start", "end", "pid", "device_id", "correlation_id"]) for t in tables]
 
 
 def device_intervals(frames: Sequence[pd.DataFrame]) -> Iterator[tuple[object, object, np.ndarray, np.ndarray]]:

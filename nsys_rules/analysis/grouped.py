@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from ..malloc_tune import CHUNK_ROWS
+from nsys_rules.malloc_tune import CHUNK_ROWS
 
 
 # -- group ids --------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .launches import find_keys, sorted_keys
-from .names import NAMED_DTOH_ASYNC_COPIES, NAMED_DTOH_SYNC_COPIES, SYNC_APIS, flag_names
+from nsys_rules.analysis.keys import find_keys, sorted_keys
+from nsys_rules.analysis.names import NAMED_DTOH_ASYNC_COPIES, NAMED_DTOH_SYNC_COPIES, SYNC_APIS, flag_names
 
 DTOH = 2  # CUPTI copyKind of a device-to-host copy
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..malloc_tune import CHUNK_ROWS
-from .points import counts_in, point_in, runs_in  # noqa: F401 - their home before points.py
+from nsys_rules.malloc_tune import CHUNK_ROWS
+from nsys_rules.analysis.points import counts_in, point_in, runs_in  # noqa: F401 - their home before points.py
 
 
 def rising(values: np.ndarray) -> bool:

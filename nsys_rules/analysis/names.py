@@ -1,6 +1,6 @@
 """Names the analysis recognizes: CUDA API calls by what they do, and NVTX ranges that libraries emit.
 
-All API names are *base* names (``_v<digits>`` removed, see :func:`nsys_rules.trace.base_api_name`).
+All API names are *base* names (``_v<digits>`` removed, see :func:`nsys_rules.model.trace.base_api_name`).
 This module is data: extend a set here and every rule and the step model see it.
 """
 
@@ -12,7 +12,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from ..malloc_tune import CHUNK_ROWS as _CHUNK
+from nsys_rules.malloc_tune import CHUNK_ROWS as _CHUNK
 
 #: Calls that launch one kernel each (runtime and driver, the legacy ``cudaLaunch`` and
 #: ``cuLaunchGrid*`` included: they launch one kernel like the rest). Kernels launched by a graph

@@ -12,14 +12,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ExitCode, InputError, PluginError, UsageError
-from ..loaders import EXPORT_FORMATS, readahead
-from ..textsafe import TERMINAL_FORMATS, clip_value, terminal_safe
-from .common import FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for
-from .outputs import add_output_flags, finish, prepare
+from nsys_rules.errors import ExitCode, InputError, PluginError, UsageError
+from nsys_rules.loaders import EXPORT_FORMATS, readahead
+from nsys_rules.textsafe import TERMINAL_FORMATS, clip_value, terminal_safe
+from nsys_rules.commands.common import FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for
+from nsys_rules.commands.outputs import add_output_flags, finish, prepare
 
 if TYPE_CHECKING:
-    from ..report import Report
+    from nsys_rules.report import Report
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -73,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _memory_limit_set(args: argparse.Namespace) -> bool:
     """Whether the user limits memory (flag or config file): then the guard sees every read first."""
-    from ..config import find_config
-    from ..userfiles import read_small_text
+    from nsys_rules.config import find_config
+    from nsys_rules.userfiles import read_small_text
 
     if getattr(args, "max_memory", None):
         return True
@@ -86,10 +86,10 @@ def _memory_limit_set(args: argparse.Namespace) -> bool:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..engine import run_check
-    from ..inputs import expand_inputs, open_trace
-    from ..isolation import call_plugin
-    from ..parallel import default_jobs, run_many
+    from nsys_rules.engine import run_check
+    from nsys_rules.inputs import expand_inputs, open_trace
+    from nsys_rules.isolation import call_plugin
+    from nsys_rules.parallel import default_jobs, run_many
 
     registry = registry_for(args)
     settings = settings_for(args, registry)

@@ -11,14 +11,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config import (FAIL_ON, Settings, find_config, load_config, parse_percent, parse_seconds, parse_set,
-                      resolve_rule_name)
-from ..errors import UsageError
-from ..textsafe import clip_value
-from ..units import parse_size
+from nsys_rules.config import find_config, load_config, parse_percent, parse_seconds, parse_set
+from nsys_rules.settings import FAIL_ON, Settings, resolve_rule_name
+from nsys_rules.errors import UsageError
+from nsys_rules.textsafe import clip_value
+from nsys_rules.units import parse_size
 
 if TYPE_CHECKING:
-    from ..registry import Registry
+    from nsys_rules.registry import Registry
 
 
 def add_plugin_flags(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +37,7 @@ def add_filter_flags(parser: argparse.ArgumentParser) -> None:
 
 def registry_for(args: argparse.Namespace) -> Registry:
     """The plugin registry for this invocation."""
-    from ..plugins import build_registry  # the rules and pandas: only once a command runs
+    from nsys_rules.plugin_manager import build_registry  # the rules and pandas: only once a command runs
 
     return build_registry(autoload=not getattr(args, "no_plugins", False))
 
@@ -74,7 +74,7 @@ def settings_for(args: argparse.Namespace, registry: Registry) -> Settings:
 
 def filter_value(args: argparse.Namespace, key: str, what: str) -> str | None:
     """A ``--filter-*`` value: None when not given; an empty or impossibly long one is a usage error."""
-    from ..loaders.export import MAX_STRING
+    from nsys_rules.loaders.export import MAX_STRING
 
     value = getattr(args, key, None)
     flag = "--" + key.replace("_", "-")

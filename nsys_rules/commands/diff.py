@@ -10,15 +10,15 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from ..diff import DEFAULT_GATE_PCT, DiffResult, compare, side_summary
-from ..errors import ExitCode, UsageError
-from ..formatters.layout import FILE_WIDTH, fit, one_line, shorten, terminal_width
-from ..formatters.markdown import cell, code_cell
-from ..inputs import open_trace
-from ..memory_limit import install_read_guard
-from ..textsafe import terminal_safe
-from ..windows import SteadyOptions
-from .common import add_plugin_flags, registry_for, settings_for
+from nsys_rules.diff import DEFAULT_GATE_PCT, DiffResult, compare, side_summary
+from nsys_rules.errors import ExitCode, UsageError
+from nsys_rules.formatters.layout import FILE_WIDTH, fit, one_line, shorten, terminal_width
+from nsys_rules.formatters.markdown import cell, code_cell
+from nsys_rules.inputs import open_trace
+from nsys_rules.loaders.memory_limit import install_read_guard
+from nsys_rules.textsafe import terminal_safe
+from nsys_rules.model.windows import SteadyOptions
+from nsys_rules.commands.common import add_plugin_flags, registry_for, settings_for
 
 FORMATS = ("table", "json", "markdown")
 

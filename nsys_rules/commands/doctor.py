@@ -18,11 +18,11 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..capture import environment_problems
-from ..errors import ExitCode
-from ..nsys_locate import INSTALL_HINT, NsysLocation, importer_problem, locate_nsys, nsys_version
-from ..nsys_status import explain, parse_status
-from ..textsafe import terminal_safe
+from nsys_rules.capture import environment_problems
+from nsys_rules.errors import ExitCode
+from nsys_rules.nsys_locate import INSTALL_HINT, NsysLocation, importer_problem, locate_nsys, nsys_version
+from nsys_rules.nsys_status import explain, parse_status
+from nsys_rules.textsafe import terminal_safe
 
 #: Where nvidia-smi lives when it is not on PATH (driver installs, container runtimes).
 NVIDIA_SMI_PLACES = ("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi")

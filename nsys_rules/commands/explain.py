@@ -6,11 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..config import resolve_rule_name
-from ..docs import rule_markdown, write_rule_docs
-from ..errors import UsageError
-from ..outpaths import guard_output_folder
-from .common import add_plugin_flags, registry_for
+from nsys_rules.settings import resolve_rule_name
+from nsys_rules.docs import rule_markdown, write_rule_docs
+from nsys_rules.errors import UsageError
+from nsys_rules.outpaths import guard_output_folder
+from nsys_rules.commands.common import add_plugin_flags, registry_for
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

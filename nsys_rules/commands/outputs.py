@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from ..errors import UsageError
-from ..outpaths import append_atomic, guard_outputs, write_atomic
+from nsys_rules.errors import UsageError
+from nsys_rules.outpaths import append_atomic, guard_outputs, write_atomic
 
 if TYPE_CHECKING:  # imported when a command runs: parsing the flags needs none of them
-    from ..config import Settings
-    from ..report import Report
-    from ..registry import Registry
+    from nsys_rules.settings import Settings
+    from nsys_rules.report import Report
+    from nsys_rules.registry import Registry
 
 
 def add_output_flags(p: argparse.ArgumentParser) -> None:
@@ -50,7 +50,7 @@ def prepare(args: argparse.Namespace, registry: Registry, settings: Settings,
     if any(getattr(f, "needs_profile", False) for f in wanted if f is not None):
         settings.profile = True
     if getattr(args, "baseline", None):
-        from ..baseline import read_baseline
+        from nsys_rules.baseline import read_baseline
 
         return read_baseline(Path(args.baseline))
     return None
@@ -58,7 +58,7 @@ def prepare(args: argparse.Namespace, registry: Registry, settings: Settings,
 
 def finish(args: argparse.Namespace, report: Report, registry: Registry, baseline: set[str] | None) -> None:
     """After the run: write the baseline (of everything found), then apply the one given, then side files."""
-    from ..baseline import apply_baseline, write_baseline
+    from nsys_rules.baseline import apply_baseline, write_baseline
 
     if getattr(args, "write_baseline", None):
         write_baseline(report, Path(args.write_baseline))
@@ -77,7 +77,7 @@ def _summary_path(args: argparse.Namespace) -> str | None:
 
 
 def _render(registry: Registry, name: str, report: Report) -> str:
-    from ..isolation import call_plugin
+    from nsys_rules.isolation import call_plugin
 
     formatter: Any = registry.formatters.get(name)
     if formatter is None:

@@ -19,15 +19,15 @@ import time
 from collections import deque
 from pathlib import Path
 
-from .. import capture
-from ..capture import CaptureOptions, Problem
-from ..options import effective_options, select_rules
-from ..errors import ExitCode, InputError, UsageError
-from ..nsys_locate import NsysLocation, importer_problem, locate_nsys, missing_message, off_path_note
-from ..textsafe import terminal_safe
-from . import check
-from .common import registry_for, settings_for
-from .outputs import prepare
+from nsys_rules import capture
+from nsys_rules.capture import CaptureOptions, Problem
+from nsys_rules.options import effective_options, select_rules
+from nsys_rules.errors import ExitCode, InputError, UsageError
+from nsys_rules.nsys_locate import NsysLocation, importer_problem, locate_nsys, missing_message, off_path_note
+from nsys_rules.textsafe import terminal_safe
+from nsys_rules.commands import check
+from nsys_rules.commands.common import registry_for, settings_for
+from nsys_rules.commands.outputs import prepare
 
 #: How many of the program's last output lines a failure shows.
 TAIL_LINES = 12

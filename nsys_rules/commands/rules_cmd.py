@@ -8,7 +8,7 @@ import sys
 
 from tabulate import tabulate
 
-from .common import add_plugin_flags, registry_for
+from nsys_rules.commands.common import add_plugin_flags, registry_for
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ..formatters.json_out import report_schema
+from nsys_rules.formatters.json_out import report_schema
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

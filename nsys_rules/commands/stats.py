@@ -15,17 +15,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..units import parse_size
-from ..errors import UsageError
-from ..inputs import EXPORT_FORMATS, open_trace
-from ..loaders.arrowdir import folder_kind
-from ..memory_limit import STATS_BYTES_PER_NAME, install_read_guard
-from ..outpaths import guard_outputs, write_atomic
-from ..stats import REPORTS, TITLES, parse_reports
-from ..stats.filters import stats_window
-from ..stats.output import EXTENSIONS, FORMATS, TIME_UNITS, in_time_unit, render
-from ..textsafe import terminal_safe
-from .common import add_filter_flags, filter_value
+from nsys_rules.units import parse_size
+from nsys_rules.errors import UsageError
+from nsys_rules.inputs import EXPORT_FORMATS, open_trace
+from nsys_rules.loaders.arrowdir import folder_kind
+from nsys_rules.loaders.memory_limit import STATS_BYTES_PER_NAME, install_read_guard
+from nsys_rules.outpaths import guard_outputs, write_atomic
+from nsys_rules.stats import REPORTS, TITLES, parse_reports
+from nsys_rules.stats.filters import stats_window
+from nsys_rules.stats.output import EXTENSIONS, FORMATS, TIME_UNITS, in_time_unit, render
+from nsys_rules.textsafe import terminal_safe
+from nsys_rules.commands.common import add_filter_flags, filter_value
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

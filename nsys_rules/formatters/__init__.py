@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..hooks import hookimpl
-from .html import format_html
-from .compact import format_compact
-from .json_out import format_json
-from .markdown import format_markdown
-from .sarif import format_sarif
-from .table import format_table
+from nsys_rules.hooks import hookimpl
+from nsys_rules.formatters.html import format_html
+from nsys_rules.formatters.compact import format_compact
+from nsys_rules.formatters.json_out import format_json
+from nsys_rules.formatters.markdown import format_markdown
+from nsys_rules.formatters.sarif import format_sarif
+from nsys_rules.formatters.table import format_table
 
 
 @hookimpl

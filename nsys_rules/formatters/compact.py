@@ -8,11 +8,11 @@ symptoms the finding explains. Every line fits the width (``COLUMNS``, the termi
 
 from __future__ import annotations
 
-from ..report import Report
-from ..textsafe import clip
-from .layout import (COMPACT_FILE_WIDTH, Answer, Entry, answer, explains_line, fit, one_line, savings_note,
+from nsys_rules.report import Report
+from nsys_rules.textsafe import clip
+from nsys_rules.formatters.layout import (COMPACT_FILE_WIDTH, Answer, Entry, answer, explains_line, fit, one_line, savings_note,
                      savings_share, savings_text, terminal_width, trace_name, wrap)
-from .sections import header_lines, tail_lines
+from nsys_rules.formatters.sections import header_lines, tail_lines
 
 #: Indent of a finding's text under its header line.
 INDENT = "    "

@@ -4,24 +4,24 @@ Per trace: headline cards (step time, GPU busy share, GPU time per step, finding
 ranked findings with their evidence, GPU time by kernel class and by kernel, the
 steady-state timeline (busy vs idle per step) and the duration distributions of the
 kernels that findings point at. Every number comes from the report: the findings and the
-engine's steady-state profile (:mod:`nsys_rules.overview`); this module only draws.
+engine's steady-state profile (:mod:`nsys_rules.model.overview`); this module only draws.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .. import __version__
-from ..findings import Finding, Metric, rank_key
-from ..records import TraceInfo
-from ..report import Report, TraceResult
-from ..textsafe import NAME_CHARS as LONG_NAME
-from ..textsafe import clip, html_safe
-from ..units import human_ns
-from .html_charts import CLASS_COLORS, classes_section, distributions_section, timeline_section
-from .layout import (NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, ms, savings_note, savings_share,
-                     savings_text)
-from .sections import job_summary_lines
+from nsys_rules import __version__
+from nsys_rules.findings import Finding, Metric, rank_key
+from nsys_rules.records import TraceInfo
+from nsys_rules.report import Report, TraceResult
+from nsys_rules.textsafe import NAME_CHARS as LONG_NAME
+from nsys_rules.textsafe import clip, html_safe
+from nsys_rules.units import human_ns
+from nsys_rules.formatters.html_charts import CLASS_COLORS, classes_section, distributions_section, timeline_section
+from nsys_rules.formatters.layout import (NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, ms, savings_note,
+                                          savings_share, savings_text)
+from nsys_rules.formatters.sections import job_summary_lines
 
 SEVERITY_COLORS = {"error": "#dc2626", "warning": "#f59e0b", "info": "#3b82f6"}
 

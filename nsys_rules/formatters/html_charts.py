@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..textsafe import NAME_CHARS as LONG_NAME
-from ..textsafe import clip, html_safe
-from ..units import human_ns
+from nsys_rules.textsafe import NAME_CHARS as LONG_NAME
+from nsys_rules.textsafe import clip, html_safe
+from nsys_rules.units import human_ns
 
 #: Colour of each kernel class (taxonomy classes plus copy-engine work).
 CLASS_COLORS = {

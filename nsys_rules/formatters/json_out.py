@@ -8,7 +8,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from ..report import SCHEMA_VERSION, Report, tool_info
+from nsys_rules.report import SCHEMA_VERSION, Report, tool_info
 
 
 def envelope(report: Report) -> dict[str, Any]:

@@ -19,11 +19,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
-from ..findings import Finding
-from ..records import TraceInfo
-from ..report import Report, TraceResult
-from ..textsafe import terminal_safe
-from ..units import human_ns
+from nsys_rules.findings import Finding
+from nsys_rules.records import TraceInfo
+from nsys_rules.report import Report, TraceResult
+from nsys_rules.textsafe import terminal_safe
+from nsys_rules.units import human_ns
 
 #: Below this many columns the table does not fit: the compact layout is used instead.
 COMPACT_BELOW = 120

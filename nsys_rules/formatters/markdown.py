@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..findings import Finding
-from ..records import TraceInfo
-from ..report import Report, TraceResult
-from ..textsafe import markdown_code, markdown_safe
-from ..units import human_ns
-from .layout import (NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, ms, savings_note, savings_share,
-                     savings_text, shorten)
+from nsys_rules.findings import Finding
+from nsys_rules.records import TraceInfo
+from nsys_rules.report import Report, TraceResult
+from nsys_rules.textsafe import markdown_code, markdown_safe
+from nsys_rules.units import human_ns
+from nsys_rules.formatters.layout import (NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, ms, savings_note,
+                                          savings_share, savings_text, shorten)
 
 #: Findings listed in full; the rest are counted.
 TOP_FINDINGS = 10

@@ -20,12 +20,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote
 
-from ..docs import doc_sections, rule_markdown
-from ..report import Report, tool_info
-from ..findings import Finding, Severity
-from ..registry import BUILTIN
-from .json_out import finite
-from ..textsafe import markdown_safe, sarif_text
+from nsys_rules.docs import doc_sections, rule_markdown
+from nsys_rules.report import Report, tool_info
+from nsys_rules.findings import Finding, Severity
+from nsys_rules.registry import BUILTIN
+from nsys_rules.formatters.json_out import finite
+from nsys_rules.textsafe import markdown_safe, sarif_text
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 SARIF_VERSION = "2.1.0"

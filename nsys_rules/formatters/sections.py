@@ -11,10 +11,10 @@ from typing import Any
 
 from tabulate import tabulate
 
-from ..report import Report
-from ..textsafe import terminal_safe
-from ..units import human_ns
-from .layout import NO_CUDA, Answer, budget_lines, gpu_names, one_line, shorten, skipped_lines
+from nsys_rules.report import Report
+from nsys_rules.textsafe import terminal_safe
+from nsys_rules.units import human_ns
+from nsys_rules.formatters.layout import NO_CUDA, Answer, budget_lines, gpu_names, one_line, shorten, skipped_lines
 
 
 def header_lines(report: Report, width: int) -> list[str]:

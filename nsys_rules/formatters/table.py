@@ -13,11 +13,11 @@ import textwrap
 
 from tabulate import tabulate
 
-from ..report import Report
-from ..textsafe import clip
-from .layout import (COMPACT_BELOW, FILE_WIDTH, Answer, answer, explains_line, fit, one_line, savings_note, savings_share,
-                     savings_text, terminal_width, trace_name)
-from .sections import header_lines, tail_lines
+from nsys_rules.report import Report
+from nsys_rules.textsafe import clip
+from nsys_rules.formatters.layout import (COMPACT_BELOW, FILE_WIDTH, Answer, answer, explains_line, fit, one_line,
+                                          savings_note, savings_share, savings_text, terminal_width, trace_name)
+from nsys_rules.formatters.sections import header_lines, tail_lines
 
 __all__ = ["format_table", "findings_table"]
 
@@ -29,7 +29,7 @@ def format_table(report: Report, width: int | None = None) -> str:
     """The report as a table ``width`` columns wide (default: see the module docstring)."""
     width = width or terminal_width()
     if width is not None and width < COMPACT_BELOW:
-        from .compact import format_compact
+        from nsys_rules.formatters.compact import format_compact
 
         return format_compact(report, width)
     width = width or FILE_WIDTH

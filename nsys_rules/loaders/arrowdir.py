@@ -19,12 +19,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import InputError
-from ..malloc_tune import release_free_memory
-from . import damage as damage_fix
-from . import claims
-from .batches import fill_columns, note_column, stoppable
-from .export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, has_nsys_tables
+from nsys_rules.errors import InputError
+from nsys_rules.malloc_tune import release_free_memory
+from nsys_rules.loaders import damage as damage_fix
+from nsys_rules.loaders import claims
+from nsys_rules.loaders.batches import fill_columns, note_column, stoppable
+from nsys_rules.loaders.export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, has_nsys_tables
 
 #: Folder kinds by the file suffix nsys gives each table.
 SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}

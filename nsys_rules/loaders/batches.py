@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .export import NULL_INT
+from nsys_rules.loaders.export import NULL_INT
 
 _INT64_LIMIT = 2**63
 

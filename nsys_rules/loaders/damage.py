@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..malloc_tune import CHUNK_ROWS
-from .tables import Column
+from nsys_rules.malloc_tune import CHUNK_ROWS
+from nsys_rules.loaders.tables import Column
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -1,6 +1,6 @@
 """What every export format gives the trace model, and the typed reads they share.
 
-:class:`Export` is the interface :class:`nsys_rules.trace.Trace` and the rest of the code use:
+:class:`Export` is the interface :class:`nsys_rules.model.trace.Trace` and the rest of the code use:
 table and column names, row counts, canonical frames, small metadata rows and the string
 table. No caller writes SQL; each format answers in its own way (SQLite through ADBC and
 ``sqlite3``, ``nsys export --type=parquetdir|arrowdir`` folders through pyarrow).
@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence, runtime_che
 
 import numpy as np
 
-from ..malloc_tune import CHUNK_ROWS
-from . import damage as damage_fix
-from .columns import ONE_VALUE_ROWS, all_equal, dense_codes, dense_ids, isnull, one_value
-from .tables import Column, Table
-from .taking import NOTHING, Taking
+from nsys_rules.malloc_tune import CHUNK_ROWS
+from nsys_rules.loaders import damage as damage_fix
+from nsys_rules.loaders.columns import ONE_VALUE_ROWS, all_equal, dense_codes, dense_ids, isnull, one_value
+from nsys_rules.loaders.tables import Column, Table
+from nsys_rules.loaders.taking import NOTHING, Taking
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -24,7 +24,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from ..errors import InputError
+from nsys_rules.errors import InputError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 

@@ -40,8 +40,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable
 
-from . import claims
-from .taking import NOTHING, Early, Taking, Unit
+from nsys_rules.loaders import claims
+from nsys_rules.loaders.taking import NOTHING, Early, Taking, Unit
 
 #: Canonical columns read early, by table: every check reads them (the GPU activity table and
 #: the step model), whatever rules are selected.
@@ -94,8 +94,8 @@ class ReadAhead:
             export._answers = self.answers  # its one-row answers go to the export that claims this read-ahead
         plans = []
         try:
-            from ..memory_limit import column_bytes, default_limit
-            from .tables import TABLES
+            from nsys_rules.loaders.memory_limit import column_bytes, default_limit
+            from nsys_rules.loaders.tables import TABLES
 
             total = 0
             for name, cols in EARLY_COLUMNS.items():
@@ -124,10 +124,10 @@ class ReadAhead:
         return units
 
     def _ask_metadata(self, export: Any, early: list[str]) -> None:
-        """Ask what the engine asks of the file before its reads, so its answers are there (see ``query``):
+        """Ask what the engine asks of the file before its reads, so its answers are there (see ``SqliteExport._query``):
         every canonical table's row count, and the stored bytes of the early tables (the memory guard)."""
-        from ..stored_bytes import table_storage
-        from .tables import TABLES
+        from nsys_rules.loaders.stored_bytes import table_storage
+        from nsys_rules.loaders.tables import TABLES
 
         try:
             for table in TABLES.values():
@@ -135,13 +135,13 @@ class ReadAhead:
                 if source is not None and not self.stop_event.is_set():
                     export.count(source)
             for source in early:
-                if hasattr(export, "query") and not self.stop_event.is_set():
+                if hasattr(export, "_query") and not self.stop_event.is_set():
                     table_storage(export, source)
         except Exception:  # noqa: BLE001 - the engine asks again and reports what is wrong
             pass
 
     def _read(self, export: Any, source: str, columns: list[str], narrow: frozenset[str]) -> Early | None:
-        from .batches import note_column
+        from nsys_rules.loaders.batches import note_column
 
         if self.stop_event.is_set():
             return None
@@ -277,12 +277,12 @@ def _close_when_done(export: Any, futures: list[Future[Any]], then: Callable[[],
 
 
 def _open(path: Path) -> Any:
-    from .arrowdir import ArrowDirExport, folder_kind
+    from nsys_rules.loaders.arrowdir import ArrowDirExport, folder_kind
 
     kind = folder_kind(path)
     if kind is not None:
         return ArrowDirExport(path, kind)
-    from .sqlite import SqliteExport
+    from nsys_rules.loaders.sqlite import SqliteExport
 
     return SqliteExport(path)
 
@@ -319,8 +319,8 @@ def _import_for_workers(folder: bool) -> None:
     import numpy  # noqa: F401
     import pyarrow  # noqa: F401
 
-    from .. import memory_limit, stored_bytes  # noqa: F401
-    from . import arrowdir, batches, export, split, sqlite, tables  # noqa: F401
+    from nsys_rules.loaders import memory_limit, stored_bytes  # noqa: F401
+    from nsys_rules.loaders import arrowdir, batches, export, split, sqlite, tables  # noqa: F401
 
     if folder:
         import pyarrow.parquet  # noqa: F401

@@ -21,13 +21,13 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import InputError
-from . import damage as damage_fix
-from . import claims, split
-from .batches import fill_columns, stoppable
-from .export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, has_nsys_tables
-from .guard import SQLITE_MAGIC, check_file, pending_sidecar, private_copy, remove_folder
-from .tables import TABLES
+from nsys_rules.errors import InputError
+from nsys_rules.loaders import damage as damage_fix
+from nsys_rules.loaders import claims, split
+from nsys_rules.loaders.batches import fill_columns, stoppable
+from nsys_rules.loaders.export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, has_nsys_tables
+from nsys_rules.loaders.guard import SQLITE_MAGIC, check_file, pending_sidecar, private_copy, remove_folder
+from nsys_rules.loaders.tables import TABLES
 
 #: What a damaged file can make the stdlib driver raise: SQLite errors, and UnicodeDecodeError
 #: when SQLite's own error message quotes a garbled (non-UTF-8) name from the file.
@@ -111,7 +111,7 @@ class SqliteExport(ColumnarExport):
             self._types[table] = {str(r[1]): str(r[2]).upper() for r in info}
         return self._columns[table]
 
-    def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         """Run a small fixed query (metadata); values are bound, never formatted in.
 
         One-row answers (counts, aggregates) are shared with the read-ahead of this file, which
@@ -137,7 +137,7 @@ class SqliteExport(ColumnarExport):
         # The file is opened immutable: a count never changes, and the engine, the memory guard and
         # the loader each ask (count(*) walks the whole table: 15 ms for 2M rows).
         if table not in self._counts:
-            self._counts[table] = int(self.query(f"SELECT count(*) FROM {_quote(table)}")[0][0])
+            self._counts[table] = int(self._query(f"SELECT count(*) FROM {_quote(table)}")[0][0])
         return self._counts[table]
 
     # -- metadata ------------------------------------------------------------------------
@@ -152,14 +152,14 @@ class SqliteExport(ColumnarExport):
             return []
         select = ", ".join(f"CASE WHEN typeof({_quote(c)}) = 'text' THEN substr({_quote(c)}, 1, {MAX_STRING}) "
                            f"ELSE {_quote(c)} END" if c in present else "NULL" for c in columns)
-        return self.query(f"SELECT {select} FROM {_quote(table)} LIMIT ?", (int(limit),))
+        return self._query(f"SELECT {select} FROM {_quote(table)} LIMIT ?", (int(limit),))
 
     def strings_size(self) -> tuple[int, int]:
         """(rows, characters of text) of ``StringIds``."""
         if "value" not in self.columns_of("StringIds"):
             return 0, 0
         # The loader cuts each string at MAX_STRING characters: count no more than it keeps.
-        count, text = self.query('SELECT count(*), coalesce(sum(min(length("value"), ?)), 0) FROM "StringIds"',
+        count, text = self._query('SELECT count(*), coalesce(sum(min(length("value"), ?)), 0) FROM "StringIds"',
                                  (MAX_STRING,))[0]
         return int(count or 0), int(text or 0)
 
@@ -170,7 +170,7 @@ class SqliteExport(ColumnarExport):
         # Cut in SQL, so a planted multi-MB string never reaches Python (rules run regexes over
         # names). Not reported as damage: real exports hold long non-name strings (captured
         # program output, metric configs).
-        rows = self.query('SELECT "id", substr("value", 1, ?) FROM "StringIds" '
+        rows = self._query('SELECT "id", substr("value", 1, ?) FROM "StringIds" '
                           'WHERE typeof("id") = \'integer\'', (MAX_STRING,))
         ids = np.fromiter((r[0] for r in rows), np.int64, len(rows))
         values = np.array([r[1] if isinstance(r[1], str) else str(r[1]) for r in rows], dtype=object)
@@ -187,7 +187,7 @@ class SqliteExport(ColumnarExport):
         the rowid by taking its name."""
         if source not in self._ordered:
             hidden = {c.lower() for c in self.columns_of(source)} & {"rowid", "_rowid_", "oid"}
-            indexes = self.query("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
+            indexes = self._query("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
                                  "COLLATE NOCASE", (source,))
             self._ordered[source] = not hidden and not indexes[0][0]
         return self._ordered[source]
@@ -205,8 +205,8 @@ class SqliteExport(ColumnarExport):
         parts = split.part_count(rows)
         if parts > 1 and self.row_order_stable(source) and all(
                 self._types.get(source, {}).get(c) == "INTEGER" for c in src_cols):
-            low, high = self.query(f"SELECT min(rowid) FROM {_quote(source)}")[0][0], \
-                self.query(f"SELECT max(rowid) FROM {_quote(source)}")[0][0]
+            low, high = self._query(f"SELECT min(rowid) FROM {_quote(source)}")[0][0], \
+                self._query(f"SELECT max(rowid) FROM {_quote(source)}")[0][0]
             if low is not None:
                 sql = _select(source, src_cols)
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ..errors import UsageError
-from . import cuda_api_sum, cuda_gpu_kern_sum, cuda_gpu_mem_size_sum, cuda_gpu_mem_time_sum, cuda_kern_exec_sum, nvtx_sum
+from nsys_rules.errors import UsageError
+from nsys_rules.stats import (cuda_api_sum, cuda_gpu_kern_sum, cuda_gpu_mem_size_sum, cuda_gpu_mem_time_sum,
+                              cuda_kern_exec_sum, nvtx_sum)
 
 #: Report modules by report name, in help order.
 REPORTS: dict[str, ModuleType] = {m.NAME: m for m in (cuda_gpu_kern_sum, cuda_api_sum, cuda_kern_exec_sum,

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.grouped import GroupStats
+from nsys_rules.analysis.grouped import GroupStats
 
 #: nsys strips a version suffix only when it is ``_v`` plus four characters at the very end
 #: (its SQL tests ``substr(name, -6, 2) = '_v'``): ``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``,

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analysis.grouped import group_stats
-from ..trace import Trace
-from ..windows import Window
-from .common import PERCENTILES, StatsResult, duration_summary, nsys_api_name, order_rows, rows_from_columns
-from .filters import host_mask
+from nsys_rules.analysis.grouped import group_stats
+from nsys_rules.model.trace import Trace
+from nsys_rules.model.windows import Window
+from nsys_rules.stats.common import PERCENTILES, StatsResult, duration_summary, nsys_api_name, order_rows, rows_from_columns
+from nsys_rules.stats.filters import host_mask
 
 NAME = "cuda_api_sum"
 VARIANTS: tuple[str, ...] = ()

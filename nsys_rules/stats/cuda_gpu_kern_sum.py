@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..analysis.grouped import group_stats
-from ..trace import Trace
-from ..windows import Window
-from .common import PERCENTILES, StatsResult, duration_summary, order_rows, rows_from_columns
-from .filters import gpu_mask
+from nsys_rules.analysis.grouped import group_stats
+from nsys_rules.model.trace import Trace
+from nsys_rules.model.windows import Window
+from nsys_rules.stats.common import PERCENTILES, StatsResult, duration_summary, order_rows, rows_from_columns
+from nsys_rules.stats.filters import gpu_mask
 
 NAME = "cuda_gpu_kern_sum"
 VARIANTS = ("base", "mangled")

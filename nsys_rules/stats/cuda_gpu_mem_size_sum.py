@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.grouped import group_stats
-from ..trace import Trace
-from ..windows import Window
-from .common import PERCENTILES, StatsResult, order_rows, python_values, round_half_up, rows_from_columns
-from .memops import load_memops
+from nsys_rules.analysis.grouped import group_stats
+from nsys_rules.model.trace import Trace
+from nsys_rules.model.windows import Window
+from nsys_rules.stats.common import PERCENTILES, StatsResult, order_rows, python_values, round_half_up, rows_from_columns
+from nsys_rules.stats.memops import load_memops
 
 NAME = "cuda_gpu_mem_size_sum"
 VARIANTS: tuple[str, ...] = ()

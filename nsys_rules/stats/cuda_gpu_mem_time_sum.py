@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ..analysis.grouped import group_stats
-from ..trace import Trace
-from ..windows import Window
-from .common import PERCENTILES, StatsResult, duration_summary, order_rows, rows_from_columns
-from .memops import load_memops
+from nsys_rules.analysis.grouped import group_stats
+from nsys_rules.model.trace import Trace
+from nsys_rules.model.windows import Window
+from nsys_rules.stats.common import PERCENTILES, StatsResult, duration_summary, order_rows, rows_from_columns
+from nsys_rules.stats.memops import load_memops
 
 NAME = "cuda_gpu_mem_time_sum"
 VARIANTS: tuple[str, ...] = ()

@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis.grouped import first_rows, group_ids, group_stats
-from ..analysis.launches import launch_pairs
-from ..loaders.export import NULL_INT
-from ..trace import Trace
-from ..windows import Window
-from .common import PERCENTILES, StatsResult, nsys_api_name, python_values, round_half_up, rows_from_columns
-from .cuda_gpu_kern_sum import frame_columns, kernel_names
+from nsys_rules.analysis.grouped import first_rows, group_ids, group_stats
+from nsys_rules.analysis.keys import launch_pairs
+from nsys_rules.loaders.export import NULL_INT
+from nsys_rules.model.trace import Trace
+from nsys_rules.model.windows import Window
+from nsys_rules.stats.common import PERCENTILES, StatsResult, nsys_api_name, python_values, round_half_up, rows_from_columns
+from nsys_rules.stats.cuda_gpu_kern_sum import frame_columns, kernel_names
 
 NAME = "cuda_kern_exec_sum"
 VARIANTS = ("base", "mangled")

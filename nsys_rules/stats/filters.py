@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..trace import Trace
-from ..analysis.launches import launch_times
-from ..windows import Window, user_window
+from nsys_rules.model.trace import Trace
+from nsys_rules.model.launches import launch_times
+from nsys_rules.model.windows import Window, user_window
 
 def stats_window(trace: Trace, filter_time: str | None, filter_nvtx: str | None) -> Window | None:
     """The window the filters select, or None when there is no filter (the whole capture)."""

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace import Trace
-from ..windows import Window
-from .filters import gpu_mask
+from nsys_rules.model.trace import Trace
+from nsys_rules.model.windows import Window
+from nsys_rules.stats.filters import gpu_mask
 
 MEMSET = "[CUDA memset]"
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analysis.grouped import first_rows, group_ids, group_stats
-from ..loaders.sqlite import NULL_INT
-from ..trace import Trace
-from ..windows import Window
-from .common import PERCENTILES, StatsResult, duration_summary, order_rows, rows_from_columns
-from .filters import host_mask
+from nsys_rules.analysis.grouped import first_rows, group_ids, group_stats
+from nsys_rules.loaders.sqlite import NULL_INT
+from nsys_rules.model.trace import Trace
+from nsys_rules.model.windows import Window
+from nsys_rules.stats.common import PERCENTILES, StatsResult, duration_summary, order_rows, rows_from_columns
+from nsys_rules.stats.filters import host_mask
 
 NAME = "nvtx_sum"
 VARIANTS: tuple[str, ...] = ()

@@ -7,8 +7,8 @@ import io
 import json
 from typing import Any
 
-from ..textsafe import csv_cell, terminal_safe
-from .common import StatsResult
+from nsys_rules.textsafe import csv_cell, terminal_safe
+from nsys_rules.stats.common import StatsResult
 
 FORMATS = ("table", "csv", "json")
 

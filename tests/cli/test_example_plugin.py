@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from nsys_rules.plugins import AUTOLOAD_ENV
+from nsys_rules.plugin_manager import AUTOLOAD_ENV
 from nsys_rules.testing import TraceBuilder
 from tests.conftest import run_cli, validate_report
 

@@ -118,7 +118,7 @@ def test_release_suggestions_keep_the_program_and_its_arguments(tmp_path, sandbo
 
 
 def test_an_argument_holding_a_shell_command_stays_one_word(tmp_path):
-    from nsys_rules.analysis.commands import command_evidence
+    from nsys_rules.model.commands import command_evidence
 
     evidence = command_evidence(("bash", "-c", "cargo run --bin app -- 'two words'", "two  spaces"))
     assert evidence is not None

@@ -210,7 +210,7 @@ def test_negative_durations_are_dropped_and_counted(tmp_path):
 
 def test_zero_durations_are_kept_without_damage(tmp_path):
     from nsys_rules.loaders.sqlite import SqliteExport
-    from nsys_rules.trace import Trace
+    from nsys_rules.model.trace import Trace
 
     path = damaged_copy(EXAMPLE, tmp_path / "d.sqlite", [f'UPDATE "{KERNEL}" SET "end" = "start"'])
     trace = Trace(SqliteExport(path))
@@ -230,7 +230,7 @@ def test_string_ids_that_point_nowhere(tmp_path):
 
 def test_exact_duplicate_rows_are_dropped_not_double_counted(tmp_path):
     from nsys_rules.loaders.sqlite import SqliteExport
-    from nsys_rules.trace import Trace
+    from nsys_rules.model.trace import Trace
 
     path = damaged_copy(EXAMPLE, tmp_path / "d.sqlite",
                         loosen(KERNEL) + [f'INSERT INTO "{KERNEL}" SELECT * FROM "{KERNEL}" WHERE rowid % 3 = 0'])
@@ -247,7 +247,7 @@ def test_exact_duplicate_rows_are_dropped_not_double_counted(tmp_path):
 
 def test_graph_kernels_sharing_a_correlation_id_are_not_duplicates(tmp_path):
     from nsys_rules.loaders.sqlite import SqliteExport
-    from nsys_rules.trace import Trace
+    from nsys_rules.model.trace import Trace
 
     b = TraceBuilder()
     corr = b.graph_launch(1_000, 50_000)
@@ -269,7 +269,7 @@ def test_five_megabyte_string(tmp_path):
     data = _ran(path)
     assert data["summary"]["errors"] == 0
     from nsys_rules.loaders.sqlite import MAX_STRING, SqliteExport
-    from nsys_rules.trace import Trace
+    from nsys_rules.model.trace import Trace
 
     trace = Trace(SqliteExport(path))
     longest = max(len(str(n)) for n in trace.frame("kernels", ["name"])["name"].cat.categories)
@@ -449,7 +449,7 @@ class _Boom:
 def test_rule_that_raises_is_isolated(monkeypatch, example_copy):
     from nsys_rules.commands import check as check_cmd
     from nsys_rules.hooks import hookimpl
-    from nsys_rules.plugins import build_registry
+    from nsys_rules.plugin_manager import build_registry
 
     class Plugin:
         @hookimpl
@@ -468,7 +468,7 @@ def test_rule_that_raises_is_isolated(monkeypatch, example_copy):
 def test_plugin_that_raises_is_isolated(monkeypatch, example_copy):
     from nsys_rules.commands import check as check_cmd
     from nsys_rules.hooks import hookimpl
-    from nsys_rules.plugins import build_registry
+    from nsys_rules.plugin_manager import build_registry
 
     class Plugin:
         @hookimpl
@@ -515,7 +515,7 @@ def test_full_disk_output_is_one_line():
 
 def test_failing_formatter_prints_nothing(monkeypatch, example_copy):
     from nsys_rules.commands import check as check_cmd
-    from nsys_rules.plugins import build_registry
+    from nsys_rules.plugin_manager import build_registry
 
     def registry(args):
         reg = build_registry(autoload=False)
@@ -530,12 +530,12 @@ def test_failing_formatter_prints_nothing(monkeypatch, example_copy):
 
 # -- memory bound -----------------------------------------------------------------------------
 def test_max_memory_too_small_exits_3_with_the_need(example_copy):
-    from nsys_rules import memory_limit
+    from nsys_rules.loaders import memory_limit
     from nsys_rules.loaders.sqlite import SqliteExport
-    from nsys_rules.plugins import build_registry
-    from nsys_rules.trace import Trace
+    from nsys_rules.plugin_manager import build_registry
+    from nsys_rules.model.trace import Trace
 
-    from nsys_rules.analysis.steps import model_needs
+    from nsys_rules.model.steps import model_needs
 
     rule = build_registry(autoload=False).rules["graph-trace-hidden"]
     trace = Trace(SqliteExport(example_copy))
@@ -561,7 +561,7 @@ def test_max_memory_large_enough_runs(example_copy):
 
 
 def test_default_memory_limit_is_80_percent_of_available(monkeypatch, example_copy):
-    from nsys_rules import memory_limit as memory
+    from nsys_rules.loaders import memory_limit as memory
 
     monkeypatch.setattr(memory, "available_memory", lambda: 2_000_000)
     run = _check(example_copy)
@@ -596,7 +596,7 @@ def test_terminal_safe_keeps_tabs_newlines_and_unicode():
 def test_loader_plugin_that_raises_is_one_line(monkeypatch, tmp_path):
     from nsys_rules.commands import check as check_cmd
     from nsys_rules.hooks import hookimpl
-    from nsys_rules.plugins import build_registry
+    from nsys_rules.plugin_manager import build_registry
 
     class Plugin:
         @hookimpl
@@ -615,7 +615,7 @@ def test_loader_plugin_that_raises_is_one_line(monkeypatch, tmp_path):
 
 def test_impossible_timestamps_are_dropped_not_summed(tmp_path):
     from nsys_rules.loaders.sqlite import SqliteExport
-    from nsys_rules.trace import Trace
+    from nsys_rules.model.trace import Trace
 
     path = damaged_copy(EXAMPLE, tmp_path / "d.sqlite", [
         f'UPDATE "{KERNEL}" SET "end" = 9223372036854775807 WHERE rowid % 100 = 0',

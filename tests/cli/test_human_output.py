@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nsys_rules.config import Settings
+from nsys_rules.settings import Settings
 from nsys_rules.engine import run_check
 from nsys_rules.records import TraceInfo
 from nsys_rules.report import Report, TraceResult
@@ -15,7 +15,7 @@ from nsys_rules.formatters.compact import format_compact
 from nsys_rules.formatters.markdown import format_markdown
 from nsys_rules.formatters.table import format_table
 from nsys_rules.inputs import open_trace
-from nsys_rules.plugins import build_registry
+from nsys_rules.plugin_manager import build_registry
 from nsys_rules.testing import TraceBuilder
 from tests.conftest import run_cli
 from tests.unit.test_overview import stepped_trace

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from nsys_rules.config import Settings
+from nsys_rules.settings import Settings
 from nsys_rules.engine import run_check
 from nsys_rules.formatters.json_out import envelope
 from nsys_rules.inputs import open_trace
-from nsys_rules.job.testing import JobPlan, write_job
+from nsys_rules.testing.jobs import JobPlan, write_job
 from nsys_rules.parallel import run_many
-from nsys_rules.plugins import build_registry
+from nsys_rules.plugin_manager import build_registry
 from tests.conftest import EXAMPLE, run_cli, validate_report
 
 JOB_RULES = "rank-straggler,exposed-comm,rank-imbalance"

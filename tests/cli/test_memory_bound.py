@@ -12,11 +12,11 @@ import sqlite3
 
 import pytest
 
-from nsys_rules import memory_limit
+from nsys_rules.loaders import memory_limit
 from nsys_rules.loaders.sqlite import SqliteExport
-from nsys_rules.stored_bytes import TextUse, measure_text, sample_has_text, table_storage
+from nsys_rules.loaders.stored_bytes import TextUse, measure_text, sample_has_text, table_storage
 from nsys_rules.testing import TraceBuilder
-from nsys_rules.trace import Trace
+from nsys_rules.model.trace import Trace
 from tests.conftest import EXAMPLE
 from tests.fuzz.harness import check_run, run_cli_inprocess
 
@@ -101,7 +101,7 @@ def test_workers_share_the_limit(tmp_path):
         shutil.copyfile(EXAMPLE, p)
     args = ("check", "--no-plugins", "--format", "json", "--fail-on", "never", "--select", "graph-trace-hidden")
     trace = Trace(SqliteExport(paths[0]))
-    from nsys_rules.plugins import build_registry
+    from nsys_rules.plugin_manager import build_registry
 
     rule = build_registry(autoload=False).rules["graph-trace-hidden"]
     need = memory_limit.estimate(trace, {t: c for t, c in rule.needs().items() if trace.has(t)}).total
@@ -129,7 +129,7 @@ def test_cheap_signs_of_text(tmp_path, kernel_text):
     storage = table_storage(plain, "CUPTI_ACTIVITY_KIND_KERNEL")
     if storage.payload is None:
         pytest.skip("this SQLite has no dbstat table")
-    from nsys_rules.stored_bytes import holds_more_than_numbers
+    from nsys_rules.loaders.stored_bytes import holds_more_than_numbers
 
     cols = len(plain.columns_of("CUPTI_ACTIVITY_KIND_KERNEL"))
     assert not holds_more_than_numbers(storage, 600, cols)
@@ -142,7 +142,7 @@ def test_cheap_signs_of_text(tmp_path, kernel_text):
 
 
 def test_without_dbstat_the_sample_still_finds_widespread_text(monkeypatch, kernel_text):
-    from nsys_rules import stored_bytes
+    from nsys_rules.loaders import stored_bytes
 
     monkeypatch.setattr(memory_limit, "table_storage", lambda export, source: stored_bytes.TableStorage(None, None))
     run = run_cli_inprocess("check", "--no-plugins", "--format", "json", "--max-memory", "30M", str(kernel_text))

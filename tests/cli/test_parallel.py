@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from nsys_rules.config import Settings
+from nsys_rules.settings import Settings
 from nsys_rules.engine import run_check
 from nsys_rules.formatters.json_out import envelope
 from nsys_rules.inputs import open_trace
 from nsys_rules.parallel import Progress, cross_trace_summary, kernel_profile, run_many
-from nsys_rules.plugins import build_registry
+from nsys_rules.plugin_manager import build_registry
 from nsys_rules.testing import TraceBuilder
 from tests.conftest import ROOT, run_cli, validate_report
 

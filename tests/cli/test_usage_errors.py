@@ -115,7 +115,7 @@ def test_json_and_sarif_stay_valid_when_a_plugin_option_is_nan(monkeypatch):
 
     from nsys_rules.commands import check as check_cmd
     from nsys_rules.hooks import hookimpl
-    from nsys_rules.plugins import build_registry
+    from nsys_rules.plugin_manager import build_registry
     from nsys_rules.rule import Rule
 
     @dataclass(frozen=True)

@@ -26,8 +26,8 @@ def test_holdout_verdicts(name):
 
 def test_steady_state_without_nvtx_comes_from_the_per_step_readback():
     from nsys_rules.loaders.sqlite import SqliteExport
-    from nsys_rules.trace import Trace
-    from nsys_rules.windows import steady_state_window
+    from nsys_rules.model.trace import Trace
+    from nsys_rules.model.windows import steady_state_window
 
     trace = Trace(SqliteExport(HERE / "ho_engine_nonvtx_sync.sqlite"))
     assert not trace.has("nvtx")

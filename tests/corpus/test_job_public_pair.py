@@ -11,7 +11,7 @@ import sqlite3
 
 import pytest
 
-from nsys_rules.job.testing import run_job_rules
+from nsys_rules.testing.jobs import run_job_rules
 from nsys_rules.testing import metric_values, only_finding
 from tests.conftest import CORPUS, need_shared
 

@@ -6,7 +6,7 @@ import pytest
 
 from nsys_rules.loaders.sqlite import SqliteExport
 from nsys_rules.loaders.tables import TABLES
-from nsys_rules.trace import Trace
+from nsys_rules.model.trace import Trace
 from tests.conftest import CORPUS, H200
 
 

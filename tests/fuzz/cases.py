@@ -227,7 +227,7 @@ def _sweep_loader(path: Path) -> None:
     from nsys_rules.errors import InputError
     from nsys_rules.loaders.sqlite import SqliteExport
     from nsys_rules.loaders.tables import TABLES
-    from nsys_rules.trace import Trace
+    from nsys_rules.model.trace import Trace
 
     try:
         trace = Trace(SqliteExport(path))

@@ -1,4 +1,14 @@
-"""The import graph of nsys_rules/ and rules/: no cycles, rules apart from each other, plugins on the public API.
+"""The import graph of nsys_rules/ and rules/: layers, no cycles, rules on the public API, plugins too.
+
+The package is built in floors, each importing only its own floor and those below (docs/developing.md):
+
+    face      the commands, output formats, nsys stats reports, the test kit
+    engine    plugin manager, rule selection, isolation, the run of one trace or job
+    rules     the rule API (api, Rule, RuleContext, findings, the report) and the rule pack
+    model     what a trace is, built once per trace (nsys_rules/model/)
+    analysis  pure functions over arrays (nsys_rules/analysis/)
+    loaders   reading exports (nsys_rules/loaders/)
+    base      errors, escaping, units, file and memory helpers every floor uses
 
 Every import counts, also the ones inside functions (a lazy import is still a dependency);
 only imports under ``if TYPE_CHECKING:`` are left out, since they never run.
@@ -129,9 +139,46 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+LAYERS = ("face", "engine", "rules", "model", "analysis", "loaders", "base")
+
+#: Each module's floor, by the longest matching prefix (a folder names its whole subtree).
+FLOORS = {
+    "nsys_rules.cli": "face", "nsys_rules.__main__": "face", "nsys_rules.commands": "face",
+    "nsys_rules.formatters": "face", "nsys_rules.stats": "face", "nsys_rules.testing": "face",
+    "nsys_rules.docs": "face", "nsys_rules.baseline": "face", "nsys_rules.outpaths": "face",
+    "nsys_rules.capture": "face", "nsys_rules.nsys_status": "face", "nsys_rules.diff": "face",
+    "nsys_rules.config": "face",
+    "nsys_rules.engine": "engine", "nsys_rules.plugin_manager": "engine", "nsys_rules.isolation": "engine",
+    "nsys_rules.parallel": "engine", "nsys_rules.rule_threads": "engine", "nsys_rules.options": "engine",
+    "nsys_rules.settings": "engine", "nsys_rules.answer": "engine", "nsys_rules.inputs": "engine",
+    "nsys_rules.job_run": "engine", "nsys_rules.nsys_locate": "engine",
+    "nsys_rules.rules": "rules", "nsys_rules.api": "rules", "nsys_rules.rule": "rules",
+    "nsys_rules.job_rule": "rules", "nsys_rules.loop": "rules", "nsys_rules.findings": "rules",
+    "nsys_rules.records": "rules", "nsys_rules.report": "rules", "nsys_rules.registry": "rules",
+    "nsys_rules.hooks": "rules",
+    "nsys_rules.model": "model",
+    "nsys_rules.analysis": "analysis",
+    "nsys_rules.loaders": "loaders",
+    "nsys_rules": "base", "nsys_rules.errors": "base", "nsys_rules.textsafe": "base", "nsys_rules.units": "base",
+    "nsys_rules.malloc_tune": "base", "nsys_rules.userfiles": "base",
+}
+
+
+def floor_of(module: str) -> str | None:
+    """The floor of ``module``: its own entry, else its closest package's (top-level modules need their own)."""
+    if module in FLOORS:
+        return FLOORS[module]
+    name = module.rpartition(".")[0]
+    while name and name != "nsys_rules":
+        if name in FLOORS:
+            return FLOORS[name]
+        name = name.rpartition(".")[0]
+    return None
+
+
 def test_the_graph_sees_the_project():
-    assert "nsys_rules.engine" in GRAPH and "nsys_rules.rules.kernel_tail" in GRAPH
-    assert "nsys_rules.analysis.launches" in GRAPH["nsys_rules.rules.kernel_tail"]
+    assert "nsys_rules.engine" in GRAPH and "nsys_rules.rules.kernel_tail.kernel_tail" in GRAPH
+    assert "nsys_rules.api" in GRAPH["nsys_rules.rules.kernel_tail.kernel_tail"]
     assert "nsys_rules.engine" in GRAPH["nsys_rules.commands.check"]
 
 
@@ -144,35 +191,60 @@ def test_no_import_cycles():
     assert _cycles(GRAPH) == []
 
 
+def test_every_module_has_a_floor():
+    assert sorted(m for m in GRAPH if floor_of(m) is None) == []
+
+
+def test_the_floor_check_sees_an_upward_import():
+    assert floor_of("nsys_rules.model.steps") == "model" and floor_of("nsys_rules.rules.gemv.bandwidth") == "rules"
+    assert LAYERS.index(floor_of("nsys_rules.engine")) < LAYERS.index(floor_of("nsys_rules.model.budget"))
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_no_import_reaches_a_higher_floor(module):
+    own = LAYERS.index(floor_of(module))
+    up = sorted(t for t in GRAPH[module] if LAYERS.index(floor_of(t)) < own)
+    assert not up, f"{module} ({LAYERS[own]}) imports {[(t, floor_of(t)) for t in up]}"
+
+
 RULE_MODULES = sorted(m for m in GRAPH if m.startswith("nsys_rules.rules."))
 
 
+def _family(module: str) -> str | None:
+    """``nsys_rules.rules.copies`` for a module of that family; None for a rule module of its own."""
+    parts = module.split(".")
+    return ".".join(parts[:3]) if len(parts) > 3 or MODULES[module][1] else None
+
+
 @pytest.mark.parametrize("module", RULE_MODULES)
-def test_a_rule_imports_no_other_rule_and_not_the_engine(module):
-    bad = sorted(t for t in GRAPH[module] if t == "nsys_rules.rules" or t.startswith("nsys_rules.rules.")
-                 or t == "nsys_rules.engine")
-    assert not bad, f"{module} imports {bad}: shared pieces belong in nsys_rules.analysis"
+def test_a_rule_imports_only_the_api_and_its_family(module):
+    family = _family(module)
+    bad = sorted(t for t in GRAPH[module] if t != "nsys_rules.api"
+                 and not (family and (t == family or t.startswith(family + "."))))
+    assert not bad, f"{module} imports {bad}: rules import nsys_rules.api and their own family only"
 
 
-def test_rules_folder_holds_rules_only():
-    """Helpers shared by rules live in nsys_rules.analysis (or nsys_rules.job), not beside the rules."""
-    helpers = [m for m in RULE_MODULES if not any(isinstance(node, ast.Assign) and any(
-        isinstance(t, ast.Name) and t.id == "RULE" for t in node.targets) for node in ast.parse(MODULES[m][0].read_text()).body)]
-    assert helpers == []
+def test_the_family_check_sees_a_family():
+    assert _family("nsys_rules.rules.copies.common") == "nsys_rules.rules.copies"
+    assert _family("nsys_rules.rules.sync_stall") is None
 
 
-def test_only_the_plugin_manager_imports_the_rule_pack():
+def test_nothing_imports_the_rule_pack():
+    """The plugin manager loads the built-in plugins by name (``BUILTIN_PLUGINS``); no module imports them."""
     users = sorted(m for m, targets in GRAPH.items() if not m.startswith("nsys_rules.rules")
                    and any(t == "nsys_rules.rules" or t.startswith("nsys_rules.rules.") for t in targets))
-    assert users == ["nsys_rules.plugins"]
+    assert users == []
+    from nsys_rules.plugin_manager import BUILTIN_PLUGINS
+    assert [m for m, _ in BUILTIN_PLUGINS] == ["nsys_rules.rules", "nsys_rules.formatters"]
 
 
 @pytest.mark.parametrize("module", sorted(m for m in GRAPH if m.startswith("nsys_rules.analysis.")))
-def test_the_analysis_layer_sits_below_rules_engine_and_output(module):
-    above = ("nsys_rules.engine", "nsys_rules.rule", "nsys_rules.plugins", "nsys_rules.report", "nsys_rules.formatters",
-             "nsys_rules.commands", "nsys_rules.cli", "nsys_rules.rules", "nsys_rules.api")
-    bad = sorted(t for t in GRAPH[module] if any(t == a or t.startswith(a + ".") for a in above))
-    assert not bad, f"{module} imports {bad}"
+def test_analysis_takes_no_trace_and_no_rule_context(module):
+    """Pure functions over arrays: not even an annotation names a Trace or a RuleContext."""
+    text = MODULES[module][0].read_text()
+    assert "RuleContext" not in text and not any(
+        isinstance(node, ast.arg) and node.annotation is not None and "Trace" in ast.unparse(node.annotation)
+        for node in ast.walk(ast.parse(text))), f"{module} takes a Trace or a RuleContext: it belongs in nsys_rules.model"
 
 
 def test_the_example_plugin_imports_only_the_public_api():
@@ -181,15 +253,19 @@ def test_the_example_plugin_imports_only_the_public_api():
     for path in files:
         names = imported_names(path, "plugin", False)
         ours = sorted(n for n in names if n.split(".")[0] == "nsys_rules")
-        private = [n for n in ours if n != "nsys_rules.api" and not n.startswith("nsys_rules.api.")]
+        # Its tests may use the test kit too; its code only the API.
+        allowed = ("nsys_rules.api", "nsys_rules.testing") if "tests" in path.parts else ("nsys_rules.api",)
+        private = [n for n in ours if not any(n == a or n.startswith(a + ".") for a in allowed)]
         assert not private, f"{path.relative_to(ROOT)} imports {private}: plugins import from nsys_rules.api only"
 
 
-def test_the_public_api_names_exist_and_are_documented():
-    import nsys_rules.api as api
+@pytest.mark.parametrize("module", ["nsys_rules.api", "nsys_rules.testing"])
+def test_the_public_api_names_exist_and_are_documented(module):
+    import importlib
 
+    api = importlib.import_module(module)
     assert api.__all__ and len(set(api.__all__)) == len(api.__all__)
     for name in api.__all__:
         value = getattr(api, name)
         if callable(value):
-            assert (value.__doc__ or "").strip(), f"nsys_rules.api.{name} has no docstring"
+            assert (value.__doc__ or "").strip(), f"{module}.{name} has no docstring"

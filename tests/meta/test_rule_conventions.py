@@ -19,7 +19,7 @@ import pytest
 
 from nsys_rules import hooks
 from nsys_rules.docs import doc_sections, missing_sections, options_without_help, rule_markdown
-from nsys_rules.plugins import BUILTIN, build_registry
+from nsys_rules.plugin_manager import BUILTIN, build_registry
 from nsys_rules.rule import DOC_SECTIONS
 from tests.conftest import ROOT
 

@@ -20,7 +20,7 @@ SQL = re.compile(r"\b(SELECT|PRAGMA|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|ATTAC
 
 #: file -> interpolated expressions reviewed by hand, and why each cannot carry input.
 AUDITED: dict[str, dict[str, str]] = {
-    "nsys_rules/stored_bytes.py": {
+    "nsys_rules/loaders/stored_bytes.py": {
         "marks": "a run of '?' placeholders (the sampled rowids are bound)",
         "test": "typeof() tests of _quote()d source columns picked from the allow-list (stored_bytes.source_columns)",
         "' + '.join(typed)": "the same typeof() tests, one per allow-listed column",
@@ -28,7 +28,7 @@ AUDITED: dict[str, dict[str, str]] = {
         "' + '.join(chars)": "the same, without the CAST",
         "largest": "max() of the sizes above",
     },
-    "nsys_rules/testing.py": {
+    "nsys_rules/testing/builder.py": {
         "table": "TraceBuilder writes tests' files; table names are keys of the constant EXPORT_DDL",
         "EXPORT_DDL['StringIds']": "constant DDL",
         "EXPORT_DDL[table]": "constant DDL, keyed by the table names above",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nsys_rules.testing import TraceBuilder, run_rule
-from nsys_rules.analysis.commands import command_evidence
+from nsys_rules.model.commands import command_evidence
 
 PEAK = 4_814_304_000_000
 PERIOD = 1_000_000

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nsys_rules.testing import GpuSpec, TraceBuilder, run_rule
-from nsys_rules.analysis.bandwidth import achieved_bandwidth, per_step_time, weights_read_per_step
+from nsys_rules.rules.gemv.bandwidth import achieved_bandwidth, per_step_time, weights_read_per_step
 from nsys_rules.testing import metric_values as values
 
 PEAK = 4_814_304_000_000  # TraceBuilder's H200

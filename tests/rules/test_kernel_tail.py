@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nsys_rules.analysis.grouped import group_ids, group_quantiles
-from nsys_rules.analysis.tails import (clean_range_name, periodic_tail, positional_tail, slow_runs, step_index,
+from nsys_rules.rules.kernel_tail.tails import (clean_range_name, periodic_tail, positional_tail, slow_runs, step_index,
                                        tail_table)
 from nsys_rules.testing import TraceBuilder, run_rule
 from nsys_rules.testing import metric_values as values

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nsys_rules.findings import Severity
-from nsys_rules.job.testing import JobPlan, run_job_rules, write_job
+from nsys_rules.testing.jobs import JobPlan, run_job_rules, write_job
 from nsys_rules.testing import metric_values, only_finding
 
 RULE = "rank-straggler"

@@ -38,7 +38,7 @@ def test_missing_tables_skip_the_rule(tmp_path):
 
 
 def test_nvidia_names_are_aliases():
-    from nsys_rules.plugins import build_registry
+    from nsys_rules.plugin_manager import build_registry
 
     aliases = build_registry(autoload=True).aliases()
     assert aliases["cuda_memcpy_async"] == "pageable-memcpy"

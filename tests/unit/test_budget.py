@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsys_rules.analysis.budget import step_budget
-from nsys_rules.analysis.steps import step_model
+from nsys_rules.model.budget import step_budget
+from nsys_rules.model.steps import step_model
 from nsys_rules.inputs import open_trace
 from nsys_rules.testing import TraceBuilder
 from tests.rules.scenarios import sync_loop

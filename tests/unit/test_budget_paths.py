@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nsys_rules.analysis import budget as budget_module
-from nsys_rules.analysis import budget_idle
-from nsys_rules.analysis.budget_idle import _cut, _holding, _run_sums, _runs
+from nsys_rules.model import budget as budget_module
+from nsys_rules.model import budget_idle
+from nsys_rules.model.budget_idle import _cut, _holding, _run_sums, _runs
 from nsys_rules.analysis.intervals import Coverage, merge_intervals
-from nsys_rules.analysis.steps import step_model
+from nsys_rules.model.steps import step_model
 from nsys_rules.inputs import open_trace
 from nsys_rules.testing import MAIN_TID, TraceBuilder
 
@@ -127,7 +127,7 @@ def test_budget_the_same_for_any_gap_batch(tmp_path, monkeypatch):
 
 
 def _ops(launch, start, end):
-    from nsys_rules.analysis.activity import _FIELDS, GpuOps
+    from nsys_rules.model.activity import _FIELDS, GpuOps
 
     n = len(start)
     fields = {name: np.zeros(n, np.int32) for name in _FIELDS}
@@ -138,7 +138,7 @@ def _ops(launch, start, end):
 @pytest.mark.parametrize("seed", range(10))
 def test_work_in_rising_launches_equals_point_in(seed):
     from nsys_rules.analysis.intervals import point_in
-    from nsys_rules.analysis.step_detectors import _sorted_launches, _work_in
+    from nsys_rules.model.step_detectors import _sorted_launches, _work_in
 
     rng = np.random.default_rng(seed)
     for _ in range(100):
@@ -193,7 +193,7 @@ def test_within_with_guesses_equals_within(seed):
 
 
 def _part(rng, n, kind, constant=False):
-    from nsys_rules.analysis.activity import _FIELDS
+    from nsys_rules.model.activity import _FIELDS
     from nsys_rules.loaders.columns import one_value
 
     start = np.sort(rng.integers(0, 1_000_000, n)).astype(np.int64)
@@ -206,7 +206,7 @@ def _part(rng, n, kind, constant=False):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_merge_of_a_few_rows_equals_the_masked_merge(seed, monkeypatch):
-    from nsys_rules.analysis import activity
+    from nsys_rules.model import activity
 
     rng = np.random.default_rng(seed)
     big = _part(rng, 5_000, 0, constant=True)
@@ -225,7 +225,7 @@ def test_merge_of_a_few_rows_equals_the_masked_merge(seed, monkeypatch):
 @pytest.mark.parametrize("seed", range(10))
 def test_step_index_of_rising_launches_equals_point_in(seed):
     from nsys_rules.analysis.intervals import point_in
-    from nsys_rules.analysis.steps import _step_index
+    from nsys_rules.model.steps import _step_index
     from nsys_rules.loaders.columns import ONE_VALUE_ROWS, one_value
 
     rng = np.random.default_rng(seed)
@@ -251,8 +251,8 @@ def test_step_index_of_rising_launches_equals_point_in(seed):
 def _plain_busy_parts(ops, own, a, b):
     """Unions of the loop's classes in priority order, over every operation (work one operation after
     another: each class's own operations, which are disjoint already)."""
-    from nsys_rules.analysis.activity import BUSY_CLASSES
-    from nsys_rules.analysis.budget import _CLASS_PART, BUSY_PRIORITY, _serial
+    from nsys_rules.model.activity import BUSY_CLASSES
+    from nsys_rules.model.budget import _CLASS_PART, BUSY_PRIORITY, _serial
 
     serial = _serial(ops.start[own], ops.end[own])
     parts, before, grown = {}, np.zeros(len(a), np.int64), np.zeros(len(ops), bool)
@@ -272,8 +272,8 @@ def _plain_busy_parts(ops, own, a, b):
 
 @pytest.mark.parametrize("seed", range(10))
 def test_busy_parts_equal_the_unions_in_priority_order(seed):
-    from nsys_rules.analysis.activity import BUSY_CLASSES
-    from nsys_rules.analysis.budget import _busy_parts
+    from nsys_rules.model.activity import BUSY_CLASSES
+    from nsys_rules.model.budget import _busy_parts
 
     rng = np.random.default_rng(seed)
     for trial in range(150):

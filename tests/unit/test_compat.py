@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from nsys_rules.compat import missing_table
+from nsys_rules.model.compat import missing_table
 from nsys_rules.loaders.sqlite import SqliteExport
 from nsys_rules.rule import Rule
 from nsys_rules.testing import TraceBuilder, run_rules
-from nsys_rules.trace import Trace
+from nsys_rules.model.trace import Trace
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nsys_rules.taxonomy import CLASSIFY_CHARS, Taxonomy
+from nsys_rules.analysis.taxonomy import CLASSIFY_CHARS, Taxonomy
 
 
 def test_only_the_head_of_a_huge_name_is_classified():

@@ -5,14 +5,14 @@ from __future__ import annotations
 import types
 from dataclasses import dataclass
 
-from nsys_rules.config import Settings
+from nsys_rules.settings import Settings
 from nsys_rules.engine import run_check
 from nsys_rules.errors import ExitCode
 from nsys_rules.hooks import hookimpl
 from nsys_rules.inputs import open_trace
-from nsys_rules.job.rule import JobContext, JobRule
-from nsys_rules.job.testing import JobPlan, write_job
-from nsys_rules.plugins import build_registry
+from nsys_rules.job_rule import JobContext, JobRule
+from nsys_rules.testing.jobs import JobPlan, write_job
+from nsys_rules.plugin_manager import build_registry
 from nsys_rules.rule import Rule
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nsys_rules.job import clock as clocks
-from nsys_rules.job.collectives import MAX_SHIFT, match
-from nsys_rules.job.extract import RankData
+from nsys_rules.model.job import clock as clocks
+from nsys_rules.model.job.collectives import MAX_SHIFT, match
+from nsys_rules.model.job.extract import RankData
 from nsys_rules.analysis.intervals import coverage
-from nsys_rules.job.names import comm_names, parse_comm_names
-from nsys_rules.job.ranks import RankHint, Unit, assign_ranks, rank_from_environment, rank_from_name, trace_hint
-from nsys_rules.job.steps import collective_period, job_steps
-from nsys_rules.job.compare import signed_rank_z
+from nsys_rules.model.job.names import comm_names, parse_comm_names
+from nsys_rules.model.job.ranks import RankHint, Unit, assign_ranks, rank_from_environment, rank_from_name, trace_hint
+from nsys_rules.model.job.steps import collective_period, job_steps
+from nsys_rules.rules.ranks.compare import signed_rank_z
 
 
 @pytest.mark.parametrize("path,rank", [
@@ -113,7 +113,7 @@ def test_clock_alignment_corrects_beyond_the_tolerance_only():
 
 
 def test_kernels_launched_inside_nccl_nvtx_ranges_are_communication(tmp_path):
-    from nsys_rules.job.testing import run_job_rules
+    from nsys_rules.testing.jobs import run_job_rules
     from nsys_rules.testing import TraceBuilder
 
     b = TraceBuilder()
@@ -130,11 +130,11 @@ def test_kernels_launched_inside_nccl_nvtx_ranges_are_communication(tmp_path):
 
 
 def test_filter_time_cuts_the_collectives(tmp_path):
-    from nsys_rules.job.run import Collected, collect, run_job
-    from nsys_rules.job.testing import JobPlan, write_job
-    from nsys_rules.config import Settings
+    from nsys_rules.job_run import Collected, collect, run_job
+    from nsys_rules.testing.jobs import JobPlan, write_job
+    from nsys_rules.settings import Settings
     from nsys_rules.inputs import open_trace
-    from nsys_rules.plugins import build_registry
+    from nsys_rules.plugin_manager import build_registry
 
     sim = write_job(tmp_path, JobPlan(ranks=2, steps=10, one_trace=True, compute=2_000_000, transfer=300_000))
     rule = build_registry(autoload=False).rules["exposed-comm"]

@@ -6,12 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nsys_rules.analysis import grouped, tails
+from nsys_rules.analysis import grouped
+
+from nsys_rules.rules.kernel_tail import tails
 from nsys_rules.analysis.device_time import chunk_utilization, device_intervals
 from nsys_rules.analysis.intervals import busy_ns
 from nsys_rules.testing import TraceBuilder, run_rule
 from nsys_rules.inputs import open_trace
-from nsys_rules.analysis.launches import launch_times, launching_rows
+from nsys_rules.model.launches import launch_times, launching_rows
 
 
 def _plain_tail(group: np.ndarray, durations: np.ndarray) -> tuple[np.ndarray, ...]:

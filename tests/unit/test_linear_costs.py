@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from nsys_rules.taxonomy import CLASSES, DEFAULT, Taxonomy, _base_names, base_name, classify
+from nsys_rules.analysis.taxonomy import CLASSES, DEFAULT, Taxonomy, _base_names, base_name, classify
 from nsys_rules.testing import TraceBuilder, run_rules
 from nsys_rules.analysis.intervals import merge_intervals
-from nsys_rules.windows import Window, intersect
+from nsys_rules.model.windows import Window, intersect
 
 
 def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[tuple[int, int], ...]:

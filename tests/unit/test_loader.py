@@ -13,7 +13,7 @@ import pytest
 from nsys_rules.errors import InputError
 from nsys_rules.loaders.sqlite import SqliteExport
 from nsys_rules.testing import PID, TraceBuilder
-from nsys_rules.trace import Trace, base_api_name
+from nsys_rules.model.trace import Trace, base_api_name
 from tests.conftest import EXAMPLE
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from nsys_rules import memory_limit
+from nsys_rules.loaders import memory_limit
 from nsys_rules.errors import InputError
 from nsys_rules.loaders.sqlite import SqliteExport
 from nsys_rules.testing import TraceBuilder
-from nsys_rules.trace import Trace
+from nsys_rules.model.trace import Trace
 
 
 @pytest.fixture

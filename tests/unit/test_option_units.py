@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from nsys_rules.config import load_config, parse_set
-from nsys_rules.plugins import build_registry
+from nsys_rules.plugin_manager import build_registry
 from nsys_rules.testing import TraceBuilder, run_rule
 from tests.conftest import EXAMPLE, run_cli
 

@@ -9,9 +9,9 @@ import pytest
 
 from nsys_rules.inputs import open_trace
 from nsys_rules.analysis.intervals import busy_by_group
-from nsys_rules.overview import build_profile, classify_kernels, step_index
+from nsys_rules.model.overview import build_profile, classify_kernels, step_index
 from nsys_rules.testing import TraceBuilder
-from nsys_rules.windows import steady_state_window
+from nsys_rules.model.windows import steady_state_window
 
 GEMV = "gemv_bf16(const __nv_bfloat16 *, const __nv_bfloat16 *, __nv_bfloat16 *, int, int)"
 NORM = "rmsnorm(__nv_bfloat16 *, int)"
@@ -61,7 +61,7 @@ def test_step_index_by_launch_time():
 def test_fallback_classes_when_taxonomy_is_absent():
     import pandas as pd
 
-    from nsys_rules import overview
+    from nsys_rules.model import overview
 
     names = pd.Series(["gemv_bf16", "flash_fwd_kernel", "rmsnorm", "mystery"])
     assert overview._fallback_classify(names).tolist() == ["gemv", "attention", "norm", "other"]

@@ -14,8 +14,8 @@ from nsys_rules.rule import _contiguous
 from nsys_rules.analysis.intervals import merge_intervals
 from nsys_rules.testing import TraceBuilder
 from nsys_rules.analysis.intervals import overlap_length
-from nsys_rules.analysis.launches import api_key_index, launch_times
-from nsys_rules.windows import Window
+from nsys_rules.model.launches import api_key_index, launch_times
+from nsys_rules.model.windows import Window
 
 
 def test_dense_codes_match_np_unique():

@@ -16,7 +16,7 @@ import pytest
 
 from nsys_rules.findings import Finding, Location, Metric, Severity
 from nsys_rules.hooks import hookimpl
-from nsys_rules.plugins import build_registry
+from nsys_rules.plugin_manager import build_registry
 from nsys_rules.rule import Rule
 from tests.conftest import run_cli, validate_report
 from tests.fuzz.harness import check_run, run_cli_inprocess
@@ -274,7 +274,7 @@ def test_plugin_calling_sys_exit_at_import_is_exit_4(tmp_path, trace, code, jobs
 
 
 def test_plugin_hanging_at_import_is_stopped(tmp_path, monkeypatch):
-    from nsys_rules import plugins
+    from nsys_rules import plugin_manager as plugins
 
     root = install_plugin(tmp_path / "p", "slow-plugin", "slow_plugin", "import time\ntime.sleep(60)\n")
     monkeypatch.syspath_prepend(str(root))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nsys_rules.plugins import BUILTIN, build_registry
+from nsys_rules.plugin_manager import BUILTIN, build_registry
 from nsys_rules.testing import TraceBuilder
 from tests.conftest import run_cli, validate_report
 
@@ -167,7 +167,7 @@ def test_rules_json_lists_plugin_rules(tmp_path):
 LOADER = '''
 from nsys_rules.hooks import hookimpl
 from nsys_rules.loaders.sqlite import SqliteExport
-from nsys_rules.trace import Trace
+from nsys_rules.model.trace import Trace
 
 
 def _load(path):

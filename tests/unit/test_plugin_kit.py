@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from nsys_rules.api import Severity, TraceBuilder, metric_values, only_finding, run_rule, run_rules
+from nsys_rules.api import Severity
+from nsys_rules.testing import TraceBuilder, metric_values, only_finding, run_rule, run_rules
 from nsys_rules.loaders.tables import TABLES
-from nsys_rules.plugins import build_registry
+from nsys_rules.plugin_manager import build_registry
 from tests.conftest import ROOT
 
 DOC = ROOT / "docs" / "plugins.md"
@@ -126,3 +127,13 @@ def test_trace_builder_rows_take_name_start_duration(tmp_path):
     db = sqlite3.connect(b.write(tmp_path / "t.sqlite"))
     assert db.execute("SELECT start, end FROM PROFILER_OVERHEAD").fetchall() == [(1_000, 1_500)]
     assert db.execute("SELECT start, end FROM NVTX_EVENTS").fetchall() == [(0, 2_000)]
+
+
+def test_the_test_kit_is_still_found_in_the_api_for_one_release():
+    import nsys_rules.api as api
+    import nsys_rules.testing as kit
+
+    with pytest.warns(DeprecationWarning, match="moved to nsys_rules.testing.TraceBuilder"):
+        assert api.TraceBuilder is kit.TraceBuilder
+    with pytest.raises(AttributeError):
+        api.no_such_name  # noqa: B018 - the attribute access is the test

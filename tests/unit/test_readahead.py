@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nsys_rules.analysis.steps import model_needs
+from nsys_rules.model.steps import model_needs
 from nsys_rules.inputs import open_trace
 from nsys_rules.loaders import readahead
 from nsys_rules.loaders.batches import ReadStopped, stoppable

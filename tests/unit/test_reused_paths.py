@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nsys_rules.analysis.activity import COLUMNS, gpu_ops
+from nsys_rules.model.activity import COLUMNS, gpu_ops
 from nsys_rules.analysis.grouped import CHUNK_ROWS, duration_sum, group_ids
-from nsys_rules.analysis.launch_rows import frame_launch_times, shared_api_rows
-from nsys_rules.analysis.launches import launch_api_rows, launch_times, launching_rows
+from nsys_rules.model.launch_rows import frame_launch_times, shared_api_rows
+from nsys_rules.model.launches import launch_api_rows, launch_times, launching_rows
 from nsys_rules.analysis.names import rows_with_codes
 from nsys_rules.inputs import open_trace
 from nsys_rules.loaders.columns import all_equal
@@ -149,7 +149,7 @@ def test_chunked_row_checks_equal_the_whole_masks(at):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_frame_view_blocks_and_whole_equal_the_frame_order(seed):
-    from nsys_rules.analysis.launch_rows import FrameView
+    from nsys_rules.model.launch_rows import FrameView
 
     rng = np.random.default_rng(seed)
     n = 500
@@ -171,7 +171,7 @@ def test_frame_view_blocks_and_whole_equal_the_frame_order(seed):
 
 def test_window_frames_from_the_activity_table_equal_the_plain_join(tmp_path):
     from nsys_rules.rule import RuleContext
-    from nsys_rules.windows import FULL, Window
+    from nsys_rules.model.windows import FULL, Window
 
     b = TraceBuilder()
     t = 10_000
@@ -183,7 +183,7 @@ def test_window_frames_from_the_activity_table_equal_the_plain_join(tmp_path):
     trace = open_trace(b.write(tmp_path / "kernels.sqlite"))
     gpu_ops(trace)
     full = trace.frame("kernels", ["start", "pid", "correlation_id"])
-    from nsys_rules.analysis.launch_rows import frame_view
+    from nsys_rules.model.launch_rows import frame_view
 
     assert frame_view(trace, "kernels", len(full)) is not None  # the path under test
     plain = launch_times(open_trace(b.write(tmp_path / "again.sqlite")), full.copy())
@@ -247,7 +247,7 @@ def test_spliced_one_value_columns_compare_as_the_plain_column(rows):
 
 
 def test_spliced_activity_fields_equal_the_merged_ones(tmp_path):
-    from nsys_rules.analysis import activity
+    from nsys_rules.model import activity
     from nsys_rules.analysis.spliced import Spliced
 
     trace = open_trace(_mixed_trace(tmp_path))
@@ -267,7 +267,7 @@ def test_spliced_activity_fields_equal_the_merged_ones(tmp_path):
 @pytest.mark.parametrize("streams", [(), (7,), (3,), (7, 9), (3, 9, 11, 7)])
 def test_operations_on_streams_equal_isin(streams):
     """GpuOps.on_streams on a plain, a one-value and a spliced stream column: what np.isin gives."""
-    from nsys_rules.analysis.activity import _FIELDS, GpuOps
+    from nsys_rules.model.activity import _FIELDS, GpuOps
     from nsys_rules.analysis.spliced import splice
 
     rows = 3 * CHUNK_ROWS + 5
@@ -302,7 +302,7 @@ def test_launch_calls_give_the_calling_thread(tmp_path, threads):
     # One thread: its tid column is one value (a zero-stride array), filled rather than gathered;
     # two threads: gathered. Either way the shared join and the plain join agree, -1 where no call.
     from nsys_rules.rule import RuleContext
-    from nsys_rules.windows import FULL
+    from nsys_rules.model.windows import FULL
 
     b = TraceBuilder()
     tids = [MAIN_TID + (i % threads) * 7 for i in range(40)]
@@ -326,7 +326,7 @@ def test_launch_calls_give_the_calling_thread(tmp_path, threads):
 @pytest.mark.parametrize("every", [True, False])
 def test_gather_from_a_one_value_column_equals_take(every):
     # Big traces keep a one-thread tid column as one value (loaders.columns.one_value); small test traces do not.
-    from nsys_rules.analysis.launches import _at
+    from nsys_rules.model.launches import _at
 
     values = np.broadcast_to(np.array([4242], np.int32), 1000)
     rows = np.array([0, 999, 5, -1 if not every else 6], np.intp)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from nsys_rules.docs import (REGENERATE, doc_sections, missing_sections, options_without_help, rule_markdown,
                              write_rule_docs)
-from nsys_rules.plugins import BUILTIN, build_registry
+from nsys_rules.plugin_manager import BUILTIN, build_registry
 from nsys_rules.rule import DOC_SECTIONS, Rule
 from tests.conftest import run_cli
 

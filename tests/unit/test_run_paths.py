@@ -7,14 +7,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nsys_rules.analysis.bandwidth import device_shares, gemv_mask
+from nsys_rules.rules.gemv.bandwidth import device_shares, gemv_mask
 from nsys_rules.analysis.device_time import FEW_ROWS, insert_in_order
 from nsys_rules.analysis.grouped import CHUNK_ROWS, group_ids
 from nsys_rules.analysis.intervals import merge_intervals, point_in
 from nsys_rules.analysis.points import RUNS_FROM
 from nsys_rules.analysis.names import rows_with_codes
 from nsys_rules.rules.queue_delay import close_short_gaps, queue_profile
-from nsys_rules.taxonomy import classify
+from nsys_rules.analysis.taxonomy import classify
 
 
 def _plain_point_in(times, starts, ends):

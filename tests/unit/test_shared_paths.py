@@ -9,7 +9,7 @@ import pytest
 from nsys_rules.analysis.intervals import clip, complement, counts_in, merge_intervals, point_in
 from nsys_rules.analysis.names import flag_names
 from nsys_rules.inputs import open_trace
-from nsys_rules.job.extract import collect_ranks
+from nsys_rules.model.job.extract import collect_ranks
 from nsys_rules.loaders.columns import ONE_VALUE_ROWS, one_value
 from nsys_rules.testing import TraceBuilder
 
@@ -155,7 +155,7 @@ def test_blocking_calls_of_one_in_order_thread_equal_the_thread_sorted_path(seed
 
 @pytest.mark.parametrize("seed", range(5))
 def test_positional_tail_of_some_groups_equals_their_rows_of_the_whole(seed):
-    from nsys_rules.analysis import tails
+    from nsys_rules.rules.kernel_tail import tails
 
     rng = np.random.default_rng(seed)
     n, groups = 4000, 12
@@ -173,7 +173,7 @@ def test_positional_tail_of_some_groups_equals_their_rows_of_the_whole(seed):
 
 @pytest.mark.parametrize("case", ["rising", "repeat", "two_pids", "negative", "wide"])
 def test_keys_rising_reads_the_ids_as_the_keys_would(case):
-    from nsys_rules.analysis.launches import keys_rising, launch_key
+    from nsys_rules.analysis.keys import keys_rising, launch_key
 
     rng = np.random.default_rng(4)
     corr = np.cumsum(rng.integers(1, 5, 10_000)).astype(np.int32)

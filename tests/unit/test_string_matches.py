@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from nsys_rules.job.names import comm_names
+from nsys_rules.model.job.names import comm_names
 from nsys_rules.loaders.export import _any_re2
 
 KERNELS = ["void gemv_kernel<float>(float const*)", "ampere_sgemm_128x64_nn", "gemm_1_" * 600,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from nsys_rules.taxonomy import CLASSES, Taxonomy, base_name, class_times, classify, skinny_tile
+from nsys_rules.analysis.taxonomy import CLASSES, Taxonomy, base_name, class_times, classify, skinny_tile
 
 # Names as nsys exports them (demangled or short), from our H200 traces and the public corpus.
 CASES = {

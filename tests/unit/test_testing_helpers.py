@@ -7,7 +7,7 @@ import pytest
 from nsys_rules.findings import Severity
 from nsys_rules.loaders.sqlite import SqliteExport
 from nsys_rules.testing import TraceBuilder, metric_values, only_finding, run_rule, skip_reason
-from nsys_rules.trace import Trace
+from nsys_rules.model.trace import Trace
 
 
 def _open(path):

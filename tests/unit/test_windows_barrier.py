@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nsys_rules.inputs import open_trace
 from nsys_rules.testing import TraceBuilder
-from nsys_rules.windows import steady_state_window
+from nsys_rules.model.windows import steady_state_window
 
 STEP = 1_000_000
 

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nsys_rules.api import Severity, TraceBuilder, metric_values, only_finding, run_rule, run_rules, skip_reason
+from nsys_rules.api import Severity
+from nsys_rules.testing import TraceBuilder, metric_values, only_finding, run_rule, run_rules, skip_reason
 
 # The core's test run collects these too (pyproject testpaths); without the plugin installed they skip, saying how.
 pytest.importorskip("nsys_rules_nvtx_coverage", reason="the example plugin is not installed: "

@@ -1,0 +1,1 @@
+"""A multi-rank job: the ranks, their communication and their steps, built once from every trace."""

@@ -1,0 +1,146 @@
+"""The settings of one run (what the engine reads) and how a rule option's value is checked.
+
+:class:`Settings` is filled by the command line and the config file (:mod:`nsys_rules.config`
+reads the file); :func:`option_setting` checks one ``RULE.OPTION=VALUE`` against the rule's
+``Options`` dataclass, for the file, ``--set`` and the test kit alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import sys
+import typing
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+from nsys_rules.errors import UsageError
+from nsys_rules.findings import Severity
+from nsys_rules.textsafe import clip_value
+
+if TYPE_CHECKING:  # annotations only: commands parse their flags without importing pandas
+    from nsys_rules.rule import Rule
+
+FAIL_ON = ("info", "warning", "error", "never")
+
+
+#: Seconds one rule may run (``--rule-timeout``, ``rule-timeout``): generous, it only stops a rule that hangs.
+DEFAULT_RULE_TIMEOUT = 300.0
+
+
+@dataclass
+class Settings:
+    """The effective configuration of one run (file, then flags)."""
+
+    select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    fail_on: str = "error"
+    severity: dict[str, Severity] = field(default_factory=dict)
+    rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    steady_ranges: list[str] = field(default_factory=list)
+    max_memory: int | None = None
+    rule_timeout: float = DEFAULT_RULE_TIMEOUT
+    filter_time: str | None = None
+    filter_nvtx: str | None = None
+    export_format: str = "sqlite"  # what a .nsys-rep is exported to first (--export-format)
+    source: str | None = None  # the config file read, if any
+    profile: bool = False  # compute the steady-state profile (markdown/HTML reports need it)
+    #: Findings that are not errors and save less than this percent of the steady state are "minor".
+    noise_floor_pct: float = 0.5
+
+
+def suggest(word: str, choices: typing.Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` or an empty string."""
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def resolve_rule_name(name: str, rules: Mapping[str, type[Rule]], aliases: Mapping[str, str], where: str) -> str:
+    """A rule name or alias -> the rule name; UsageError with a suggestion otherwise."""
+    if name in rules:
+        return name
+    if name in aliases:
+        return aliases[name]
+    raise UsageError(f"{where}: unknown rule {name!r}{suggest(name, [*rules, *aliases])}")
+
+
+def option_setting(rule: type[Rule], option: str, raw: Any, where: str) -> tuple[str, Any]:
+    """``(name, value)`` of one option setting of ``rule``, checked and converted (:func:`coerce_option`).
+
+    A former name (``rule.renamed_options``) still works for one release: its value is converted
+    to the new unit and one line on stderr says what to write instead.
+    """
+    key = option.replace("-", "_")
+    renamed = rule.renamed_options.get(key)
+    if renamed is None:
+        return key, coerce_option(rule, option, raw, where)
+    value = coerce_option(rule, renamed.new, raw, where)
+    if renamed.factor != 1 and isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = round(value * renamed.factor, 12)  # 0.07 x 100 is 7.000000000000001 in floats
+    _deprecated(f"{rule.name}.{key}", f"{rule.name}.{renamed.new}={value:g}" + (
+        " (a percent, not a fraction)" if renamed.factor == 100 else ""))
+    return renamed.new, value
+
+
+_WARNED: set[str] = set()
+
+
+def _deprecated(old: str, instead: str) -> None:
+    """One line on stderr, once per run, for a setting under a name that goes away in the next release."""
+    if old not in _WARNED:
+        _WARNED.add(old)
+        sys.stderr.write(f"nsys-rules: {clip_value(old, 120)} is deprecated and goes away in the next release; "
+                         f"write {clip_value(instead, 160)}\n")
+
+
+def coerce_option(rule: type[Rule], option: str, raw: Any, where: str) -> Any:
+    """Check ``option`` exists on ``rule.Options`` and convert ``raw`` (TOML value or CLI text) to its type."""
+    fields = {f.name: f for f in dataclasses.fields(rule.Options)}
+    key = option.replace("-", "_")
+    if key not in fields:
+        raise UsageError(f"{where}: rule {rule.name} has no option {option!r}{suggest(key, fields)}"
+                         + ("" if fields else " (it has no options)"))
+    f = fields[key]
+    default = f.default if f.default is not dataclasses.MISSING else (
+        f.default_factory() if f.default_factory is not dataclasses.MISSING else None)  # type: ignore[misc]
+    kind = type(default)
+    try:
+        value = _coerce(raw, kind, default)
+    except (TypeError, ValueError, OverflowError):
+        raise UsageError(f"{where}: {rule.name}.{option} expects {kind.__name__}, got {clip_value(raw, 60)!r}") from None
+    if (isinstance(value, float) and not math.isfinite(value)) or (isinstance(value, int) and abs(value) >= 2**63):
+        # NaN and infinity compare false with everything: a threshold of nan silently turns a rule off,
+        # and JSON/SARIF have no way to write them.
+        raise UsageError(f"{where}: {rule.name}.{option} must be a finite number, not {clip_value(raw, 60)!r}")
+    return value
+
+
+def _coerce(raw: Any, kind: type, default: Any) -> Any:
+    """``raw`` (TOML value or CLI text) as ``kind``; TypeError/ValueError when it is not one."""
+    if isinstance(raw, str) and kind is not str:
+        if kind is bool:
+            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(raw)
+            return raw.lower() in ("true", "1", "yes")
+        if kind in (tuple, list):
+            return tuple(p.strip() for p in raw.split(",") if p.strip())
+        if default is None:
+            return _number_or_text(raw)
+        return kind(float(raw)) if kind is int and "e" in raw.lower() else kind(raw)
+    if kind in (tuple, list) and isinstance(raw, list):
+        return tuple(raw)
+    if kind is float and isinstance(raw, int) and not isinstance(raw, bool):
+        return float(raw)
+    if default is not None and not isinstance(raw, kind):
+        raise ValueError(raw)
+    return raw
+
+
+def _number_or_text(raw: str) -> Any:
+    for conv in (int, float):
+        try:
+            return conv(raw)
+        except ValueError:
+            pass
+    return raw

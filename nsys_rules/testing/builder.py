@@ -1,0 +1,348 @@
+"""Test helpers for rule and plugin authors.
+
+:class:`TraceBuilder` writes a real nsys-schema SQLite file (the tables and columns the
+loader reads, with ``StringIds``, GPU info and capture metadata), so a test builds the
+exact scenario it needs and runs the same code path as a real trace::
+
+    b = TraceBuilder(command=["target/release/server"])
+    for step in range(10):
+        b.nvtx("decode_step", step * 1_000_000, step * 1_000_000 + 900_000)
+        b.kernel("gemv_kernel", start=step * 1_000_000 + 10_000, duration=50_000)
+    findings = run_rule("kernel-tail", b.write(tmp_path / "t.sqlite"))
+
+:func:`run_rule` fails the test when the rule was skipped or raised, or when the engine would
+refuse to register it (with the very message users would see); :func:`skip_reason` is its
+opposite; :func:`only_finding` and :func:`metric_values` keep asserts short. Every row method
+takes its arguments in one order: the name (when the row has one), the start, then the duration
+(ns); an NVTX range takes its end instead, since a mark (``end=None``) has none. Older exports:
+``TraceBuilder(legacy_metadata=True)`` (nsys 2022.1-2023.2 metadata) or ``write_metadata=False``
+(before 2022.1). This module is public API for plugin authors (see docs/plugins.md).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from nsys_rules.testing.schema import EXPORT_DDL
+
+PID = 4242
+MAIN_TID = 4242
+VM_BITS = 1 << 48  # nsys stores a VM id above the pid/tid bits of a serialized global id
+
+MEMCPY_KINDS = {"HtoD": 1, "DtoH": 2, "DtoD": 8, "HtoH": 9, "PtoP": 10}
+MEMORY_KINDS = {"pageable": 0, "pinned": 1, "device": 2, "array": 3, "managed": 4}
+SYNC_TYPES = {"event": 1, "stream_wait_event": 2, "stream": 3, "context": 4}
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """A GPU row of ``TARGET_INFO_GPU``; the defaults describe an H200."""
+
+    id: int = 0
+    name: str = "NVIDIA H200"
+    memory_bandwidth: int | None = 4_814_304_000_000
+    sm_count: int = 132
+    clock_hz: int = 1_980_000_000
+    total_memory: int = 150_109_880_320
+    compute_capability: tuple[int, int] = (9, 0)
+
+
+@dataclass
+class TraceBuilder:
+    """Builds an nsys SQLite export row by row.
+
+    Times are ns. Every GPU operation gets a launching API call (same correlationId) that
+    starts ``launch_lead`` ns before it unless ``launch_at`` is given. Tables nobody
+    added rows to are not written, as nsys does not write empty tables.
+    """
+
+    command: Iterable[str] = ("target/release/app",)
+    environment: Mapping[str, str] = field(default_factory=dict)
+    gpus: Iterable[GpuSpec] = (GpuSpec(),)
+    graph_trace_mode: str | None = "Node"
+    nsys_version: str = "2025.3.2.0"
+    schema_version: str = "3.20.3"
+    launch_lead: int = 5_000
+    launch_duration: int = 3_000
+    write_metadata: bool = True
+    #: Write metadata the way nsys 2022.1-2023.2 did: ``EXPORT_META_DATA`` instead of
+    #: ``META_DATA_EXPORT``, and no ``META_DATA_CAPTURE`` (capture options unrecorded).
+    legacy_metadata: bool = False
+    #: UTC epoch ns of the capture start (TARGET_INFO_SESSION_START_TIME); None writes no such table.
+    session_start_utc_ns: int | None = None
+    _rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict, init=False)
+    _strings: dict[str, int] = field(default_factory=dict, init=False)
+    _corr: int = field(default=0, init=False)
+
+    # -- primitives --------------------------------------------------------------------------
+    def string(self, value: str) -> int:
+        """Id of ``value`` in StringIds (added on first use)."""
+        if value not in self._strings:
+            self._strings[value] = len(self._strings) + 1
+        return self._strings[value]
+
+    def _add(self, table: str, row: tuple[Any, ...]) -> None:
+        self._rows.setdefault(table, []).append(row)
+
+    def _next_corr(self) -> int:
+        self._corr += 1
+        return self._corr
+
+    @staticmethod
+    def global_tid(tid: int = MAIN_TID, pid: int = PID) -> int:
+        """Serialized global thread id, as nsys stores it."""
+        return VM_BITS | (pid << 24) | tid
+
+    @staticmethod
+    def global_pid(pid: int = PID) -> int:
+        """Serialized global process id."""
+        return VM_BITS | (pid << 24)
+
+    # -- host side ---------------------------------------------------------------------------
+    def api(self, name: str, start: int, duration: int = 1_000, *, tid: int = MAIN_TID, pid: int = PID,
+            correlation_id: int | None = None, return_value: int = 0) -> int:
+        """A CUDA runtime or driver API call (``name`` as nsys stores it, e.g. ``cudaMalloc_v3020``)."""
+        corr = self._next_corr() if correlation_id is None else correlation_id
+        self._add("CUPTI_ACTIVITY_KIND_RUNTIME", (start, start + duration, 1, self.global_tid(tid, pid), corr,
+                                                  self.string(name), return_value, None))
+        return corr
+
+    def nvtx(self, name: str, start: int, end: int | None = None, *, duration: int | None = None,
+             tid: int = MAIN_TID, pid: int = PID, registered: bool = False, domain: int = 0,
+             process_wide: bool = False) -> None:
+        """An NVTX push/pop range from ``start`` to ``end`` (or ``start + duration``); neither: a mark.
+
+        ``registered`` stores the name in StringIds. ``process_wide`` writes a start/end range
+        (``nvtxRangeStartA``/``nvtxRangeEnd``, eventType 60) instead: not bound to the thread that
+        opened it.
+        """
+        if duration is not None:
+            if end is not None:
+                raise TypeError("nvtx(): give end or duration, not both")
+            end = start + duration
+        text, text_id = (None, self.string(name)) if registered else (name, None)
+        event_type = 34 if end is None else (60 if process_wide else 59)
+        end_tid = self.global_tid(tid, pid) if process_wide and end is not None else None
+        self._add("NVTX_EVENTS", (start, end, event_type, None, None, None, text, self.global_tid(tid, pid), end_tid,
+                                  text_id, domain, None, None, None, None, None, None, None, None, None))
+
+    def profiler_start(self, start: int, *, driver: bool = False) -> None:
+        """The ``cudaProfilerStart`` call that a ``-c cudaProfilerApi`` capture begins with."""
+        self.api("cuProfilerStart" if driver else "cudaProfilerStart_v4000", start, 2_000)
+
+    # -- GPU side ----------------------------------------------------------------------------
+    def _launch(self, api_name: str | None, start: int, launch_at: int | None, tid: int, pid: int) -> int:
+        if api_name is None:
+            return self._next_corr()
+        at = start - self.launch_lead if launch_at is None else launch_at
+        return self.api(api_name, at, self.launch_duration, tid=tid, pid=pid)
+
+    def kernel(self, name: str, start: int, duration: int, *, grid: tuple[int, int, int] = (1, 1, 1),
+               block: tuple[int, int, int] = (128, 1, 1), short_name: str | None = None, device: int = 0,
+               stream: int = 7, api: str | None = "cudaLaunchKernel_v7000", launch_at: int | None = None,
+               tid: int = MAIN_TID, pid: int = PID, graph_node_id: int | None = None, registers: int = 32,
+               correlation_id: int | None = None) -> int:
+        """A kernel and the API call that launched it; returns its correlationId.
+
+        With ``correlation_id`` the kernel belongs to an existing call (a node of a graph replayed
+        by :meth:`graph_launch` with ``traced_as_graph=False``): no API row is added.
+        """
+        corr = correlation_id if correlation_id is not None else self._launch(api, start, launch_at, tid, pid)
+        short = short_name or name.split("(")[0].split("<")[0].split("::")[-1]
+        self._add("CUPTI_ACTIVITY_KIND_KERNEL", (
+            start, start + duration, device, 1, None, stream, corr, self.global_pid(pid), self.string(name),
+            self.string(short), None, 1, 0, registers, *grid, *block, 0, 0, 0, 0, corr, 0, graph_node_id, None))
+        return corr
+
+    def memcpy(self, start: int, duration: int, nbytes: int, *, kind: str = "HtoD", src: str = "pinned",
+               dst: str = "device", device: int = 0, stream: int = 7, api: str | None = "cudaMemcpyAsync_v3020",
+               launch_at: int | None = None, tid: int = MAIN_TID, pid: int = PID) -> int:
+        """A memcpy (``kind`` HtoD/DtoH/DtoD/HtoH/PtoP, memory kinds pageable/pinned/device/managed)."""
+        corr = self._launch(api, start, launch_at, tid, pid)
+        self._add("CUPTI_ACTIVITY_KIND_MEMCPY", (
+            start, start + duration, device, 1, None, stream, corr, self.global_pid(pid), nbytes, MEMCPY_KINDS[kind],
+            None, MEMORY_KINDS[src], MEMORY_KINDS[dst], device, 1, device, 1, None, None, None, 1))
+        return corr
+
+    def memset(self, start: int, duration: int, nbytes: int, *, memory: str = "device", device: int = 0,
+               stream: int = 7, api: str | None = "cudaMemsetAsync_v3020", launch_at: int | None = None,
+               tid: int = MAIN_TID, pid: int = PID) -> int:
+        """A memset on ``memory`` (device/pinned/managed/...)."""
+        corr = self._launch(api, start, launch_at, tid, pid)
+        self._add("CUPTI_ACTIVITY_KIND_MEMSET", (start, start + duration, device, 1, None, stream, corr,
+                                                 self.global_pid(pid), 0, nbytes, None, MEMORY_KINDS[memory]))
+        return corr
+
+    def sync(self, start: int, duration: int, *, kind: str = "stream", api: str = "cudaStreamSynchronize_v3020",
+             device: int = 0, stream: int = 7, tid: int = MAIN_TID, pid: int = PID) -> int:
+        """A blocking synchronization: the API call and its SYNCHRONIZATION row, over the same interval."""
+        corr = self.api(api, start, duration, tid=tid, pid=pid)
+        self._add("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", (start, start + duration, device, 1, None, stream, corr,
+                                                          self.global_pid(pid), SYNC_TYPES[kind], 0))
+        return corr
+
+    def graph_launch(self, start: int, duration: int, *, graph_id: int = 1, exec_id: int = 1, device: int = 0,
+                     stream: int = 7, api: str = "cudaGraphLaunch_v10000", launch_at: int | None = None,
+                     tid: int = MAIN_TID, pid: int = PID, traced_as_graph: bool = True) -> int:
+        """A graph replay: the launch call and, when ``traced_as_graph``, its GRAPH_TRACE row."""
+        corr = self._launch(api, start, launch_at, tid, pid)
+        if traced_as_graph:
+            self._add("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", (start, start + duration, device, 1, None, stream, corr,
+                                                          self.global_pid(pid), graph_id, exec_id))
+        return corr
+
+    def memory_event(self, start: int, nbytes: int, *, allocate: bool = True, device: int = 0, address: int = 0,
+                     pid: int = PID) -> None:
+        """A ``--cuda-memory-usage`` allocation (or free) event."""
+        self._add("CUDA_GPU_MEMORY_USAGE_EVENTS", (start, self.global_pid(pid), device, 1, address, 0, nbytes, 2,
+                                                   0 if allocate else 1, None, 0, None))
+
+    def overhead(self, name: str, start: int, duration: int, *, tid: int = MAIN_TID) -> None:
+        """A profiler-overhead interval (``name`` as nsys writes it, e.g. ``CUDA profiling data flush``)."""
+        if not isinstance(name, str):
+            raise TypeError("overhead(name, start, duration): the name comes first, as in every TraceBuilder row")
+        self._add("PROFILER_OVERHEAD", (start, start + duration, self.global_tid(tid), self.string(name), 0))
+
+    # -- output ------------------------------------------------------------------------------
+    def _metadata(self) -> None:
+        if not self.write_metadata:
+            return
+        rows: list[tuple[str, str]] = [("CAPTURE_EVENT_TYPE", "Cuda"), ("CAPTURE_EVENT_TYPE", "NvtxEvents")]
+        command = list(self.command)
+        if command:
+            rows.append(("PROCESS_0:COMMAND", command[0]))
+            rows += [(f"PROCESS_0:ARGUMENT_{i}", a) for i, a in enumerate(command[1:])]
+        rows += [("PROCESS_0:ENVIRONMENT_VARIABLE", f'{k}="{v}"') for k, v in self.environment.items()]
+        if self.graph_trace_mode:
+            rows.append(("PROCESS_0:CUDA_GRAPH_TRACE_OPTIONS:MODE", self.graph_trace_mode))
+        if not self.legacy_metadata:
+            self._rows["META_DATA_CAPTURE"] = rows
+        major, minor, micro = (self.schema_version.split(".") + ["0", "0"])[:3]
+        self._rows["EXPORT_META_DATA" if self.legacy_metadata else "META_DATA_EXPORT"] = [
+            ("EXPORT_PRODUCT_VERSION", self.nsys_version), ("EXPORT_SCHEMA_VERSION", self.schema_version),
+            ("EXPORT_SCHEMA_VERSION_MAJOR", major), ("EXPORT_SCHEMA_VERSION_MINOR", minor),
+            ("EXPORT_SCHEMA_VERSION_MICRO", micro)]
+        self._rows["TARGET_INFO_GPU"] = [
+            (VM_BITS, g.id, g.name, f"0000:00:{g.id:02x}.0", 1, 50_331_648, g.total_memory, g.memory_bandwidth,
+             g.clock_hz, g.sm_count, "GH100", *g.compute_capability) for g in self.gpus]
+        self._rows["ThreadNames"] = [(self.string("main"), 0, self.global_tid())]
+        if self.session_start_utc_ns is not None:
+            self._rows["TARGET_INFO_SESSION_START_TIME"] = [(self.session_start_utc_ns, None, None, None)]
+
+    def write(self, path: str | Path) -> Path:
+        """Write the export to ``path`` (replaced if it exists) and return the path."""
+        path = Path(path)
+        if path.exists():
+            path.unlink()
+        self._metadata()
+        db = sqlite3.connect(path)
+        try:
+            db.execute(f"CREATE TABLE StringIds ({EXPORT_DDL['StringIds']})")
+            db.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, s) for s, i in self._strings.items()])
+            for table, rows in self._rows.items():
+                if not rows:
+                    continue
+                db.execute(f"CREATE TABLE {table} ({EXPORT_DDL[table]})")
+                marks = ", ".join("?" * len(rows[0]))
+                db.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+            db.commit()
+        finally:
+            db.close()
+        return path
+
+
+def run_rule(rule: str | type, trace_path: str | Path, *, options: Mapping[str, Any] | None = None,
+             filter_time: str | None = None, filter_nvtx: str | None = None, window: str | None = None) -> list[Any]:
+    """Run one registered rule (by name, or a Rule class) on a trace file; returns its findings.
+
+    Raises ``AssertionError`` when the engine would refuse to register the rule (the message users
+    would see), or when the rule was skipped or raised, with the reason, so a test of a firing
+    case cannot pass by accident. ``window="full"`` judges the whole capture instead of the rule's
+    window (the default ``steady`` one keeps only the steady steps: see docs/plugins.md).
+    """
+    result = run_rules([rule], trace_path, options={_name(rule): dict(options or {})},
+                       filter_time=filter_time, filter_nvtx=filter_nvtx, window=window)
+    if result.errors:
+        raise AssertionError(f"rule raised: {result.errors[0].error}\n{result.errors[0].traceback}")
+    if result.skipped:
+        raise AssertionError(f"rule skipped: {result.skipped[0].reason}")
+    return result.findings
+
+
+def run_rules(rules: Iterable[str | type], trace_path: str | Path, *, options: Mapping[str, Mapping[str, Any]] | None = None,
+              filter_time: str | None = None, filter_nvtx: str | None = None, window: str | None = None) -> Any:
+    """Run several rules on a trace; returns the :class:`nsys_rules.engine.TraceResult`.
+
+    Each rule passes the engine's registration checks first (:func:`nsys_rules.plugin_manager.validate_rule`):
+    a rule the engine would refuse fails here with the same message (``AssertionError``).
+    """
+    from nsys_rules.settings import Settings
+    from nsys_rules.engine import analyze_trace
+    from nsys_rules.inputs import open_trace
+    from nsys_rules.plugin_manager import build_registry, validate_rule
+
+    registry = build_registry(autoload=True)
+    classes = []
+    for rule in rules:
+        if isinstance(rule, type):
+            problem = validate_rule(rule, getattr(rule, "scope", "trace"))
+            if problem:
+                raise AssertionError(f"the engine refuses this rule: {problem}")
+            classes.append(rule)
+        elif str(rule) in registry.rules:
+            classes.append(registry.rules[str(rule)])
+        else:
+            refused = "; ".join(f"{e.plugin}: {e.error}" for e in registry.errors)
+            raise AssertionError(f"no rule {rule!r} is registered" + (f" (plugin errors: {refused})" if refused
+                                                                      else " (is its plugin installed?)"))
+    if window is not None:
+        if window not in ("steady", "full"):
+            raise ValueError(f"window must be 'steady' or 'full', not {window!r}")
+        classes = [type(c.__name__, (c,), {"window": window, "__doc__": c.__doc__}) for c in classes]
+    settings = Settings(rule_options={k: dict(v) for k, v in (options or {}).items()},
+                        filter_time=filter_time, filter_nvtx=filter_nvtx)
+    trace = open_trace(Path(trace_path))
+    try:
+        return analyze_trace(trace, classes, settings)
+    finally:
+        trace.close()
+
+
+def _name(rule: str | type) -> str:
+    return rule if isinstance(rule, str) else getattr(rule, "name", str(rule))
+
+
+# -- assertions for pytest -------------------------------------------------------------------
+def only_finding(findings: Iterable[Any], rule: str | None = None) -> Any:
+    """The single finding (of ``rule`` when given); ``AssertionError`` listing them otherwise.
+
+    For firing cases::
+
+        finding = only_finding(run_rule("nvtx-coverage", path))
+        assert finding.severity is Severity.INFO
+    """
+    found = [f for f in findings if rule is None or f.rule == rule]
+    if len(found) != 1:
+        listed = "; ".join(f"{f.rule} [{f.severity.value}] {f.message[:80]}" for f in found) or "none"
+        raise AssertionError(f"expected exactly one finding{f' of {rule}' if rule else ''}, got {len(found)}: {listed}")
+    return found[0]
+
+
+def metric_values(finding: Any) -> dict[str, float | int]:
+    """``{metric name: value}`` of a finding, for plain ``==`` / ``pytest.approx`` asserts."""
+    return {name: m.value for name, m in finding.metrics.items()}
+
+
+def skip_reason(rule: str | type, trace_path: str | Path, *, options: Mapping[str, Any] | None = None) -> str:
+    """Why the engine skipped ``rule`` on this trace; ``AssertionError`` when it ran instead.
+
+    For the "missing table / capture option" cases, which :func:`run_rule` treats as failures.
+    """
+    result = run_rules([rule], trace_path, options={_name(rule): dict(options or {})})
+    if result.errors:
+        raise AssertionError(f"rule raised instead of being skipped: {result.errors[0].error}")
+    if not result.skipped:
+        raise AssertionError(f"rule ran ({len(result.findings)} findings) instead of being skipped")
+    return f"{result.skipped[0].reason} ({result.skipped[0].fix})"

@@ -1,0 +1,114 @@
+"""pageable-memcpy: asynchronous copies from or to pageable host memory (nsys `cuda_memcpy_async`)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from nsys_rules.rules.copies.common import copy_groups
+from nsys_rules.api import Finding, Renamed, Rule, RuleContext, Severity
+
+PAGEABLE = 0
+#: nsys matches `cudaMemcpy%Async%`; the driver API's `cuMemcpy*Async` copies behave the same.
+ASYNC_COPY_API = re.compile(r"^cu(?:da)?Memcpy.*Async")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of pageable-memcpy."""
+
+    window: str = field(default="full", metadata={"help": "'full' (whole capture, as nsys analyze) or 'steady'"})
+    report: str = field(default="group", metadata={
+        "help": "'all': one finding per flagged copy; 'group': one per direction; "
+                "'auto': per copy while a group has at most max_findings copies"})
+    max_findings: int = field(default=5, metadata={"help": "copies per group reported one by one in 'auto' mode"})
+    min_bytes: int = field(default=0, metadata={"help": "ignore copies smaller than this (nsys: 0)"})
+    include_driver_api: bool = field(default=True, metadata={
+        "help": "also flag driver `cuMemcpy*Async` calls (nsys only matches `cudaMemcpy*Async`)"})
+    warn_share_pct: float = field(default=5.0, metadata={
+        "help": "warning when the host time of the flagged calls reaches this percent of the judged time"})
+
+
+def flag_pageable_async(copies: pd.DataFrame, api_raw: np.ndarray, *, min_bytes: int = 0,
+                        include_driver_api: bool = True) -> np.ndarray:
+    """Mask of copies with a pageable end launched by an asynchronous memcpy call."""
+    names = pd.Series(api_raw, dtype=object).fillna("")
+    pattern = ASYNC_COPY_API if include_driver_api else re.compile(r"^cudaMemcpy.*Async")
+    by_api = names.str.contains(pattern).to_numpy()
+    pageable = (copies["src_kind"].to_numpy() == PAGEABLE) | (copies["dst_kind"].to_numpy() == PAGEABLE)
+    return by_api & pageable & (copies["bytes"].to_numpy() >= min_bytes)
+
+
+class PageableMemcpy(Rule):
+    """Asynchronous memcpy calls whose host side is pageable memory.
+
+    What it detects: copies launched with `cudaMemcpy*Async` (or the driver's `cuMemcpy*Async`)
+    whose source or destination is pageable host memory (the memcpy row's memory kind 0),
+    as nsys's `cuda_memcpy_async` rule does.
+    Why it hurts: the driver must stage pageable memory through a pinned bounce buffer, so the
+    "async" call blocks the host until the copy is staged and cannot overlap with kernels;
+    in a decode loop every such copy is a hidden host stall.
+    Evidence: count, bytes, GPU copy time and host time of the flagged calls per API,
+    direction (one finding per direction, the main stream and API named); the time range of the flagged
+    copies. Savings count only for copies launched inside the steady steps; loading copies shorten
+    start-up, not the step.
+    Next optimizations: allocate the host buffer pinned (`cudaMallocHost`/`cudaHostAlloc`,
+    `torch.empty(..., pin_memory=True)` / `tensor.pin_memory()`, or `cudaHostRegister` an
+    existing buffer) and keep the copy async; for per-step inputs reuse one pinned staging buffer.
+    Options: `window`, `report`, `max_findings`, `min_bytes`, `include_driver_api`, `warn_share_pct`.
+    Requires: the memcpy and API tables (`--trace=cuda`).
+    False positives: one-off copies during loading are harmless (use `window=steady` to judge
+    only the steady state); tiny copies cost little, which the host time shows.
+    """
+
+    name = "pageable-memcpy"
+    title = "Asynchronous memcpy on pageable host memory"
+    default_severity = Severity.INFO
+    requires = ("memcpy", "api")
+    optional = ()
+    columns = {"memcpy": ("start", "end", "pid", "correlation_id", "device_id", "stream_id", "bytes", "copy_kind",
+                          "src_kind", "dst_kind"),
+               "api": ("start", "end", "correlation_id", "pid", "name")}
+    window = "full"
+    aliases = ("cuda_memcpy_async",)
+    Options = Options
+    renamed_options = {"warning_share": Renamed("warn_share_pct", 100)}
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opts = ctx.options
+        copies = ctx.frame("memcpy")
+        api = ctx.launch_calls("memcpy")
+        mask = flag_pageable_async(copies, api["api_raw"].to_numpy(), min_bytes=opts.min_bytes,
+                                   include_driver_api=opts.include_driver_api)
+        if not mask.any():
+            return
+        for cg in copy_groups(ctx, copies, api, mask, opts.report, opts.max_findings):
+            single = cg.group.single
+            in_loop = cg.in_loop(ctx)
+            # Loading copies cost start-up time, not step time: information, whatever their share of the capture.
+            severity = Severity.WARNING if in_loop and cg.host_ns >= opts.warn_share_pct / 100 * cg.judged_ns else Severity.INFO
+            what = (f"A {cg.direction} copy ({cg.src} -> {cg.dst}, {cg.nbytes} B)" if single else
+                    f"{cg.count} {cg.direction} copies ({cg.src} -> {cg.dst}, {cg.nbytes / 1e6:.3f} MB in all)")
+            yield ctx.finding(
+                f"{what} launched with {cg.api} on stream {cg.stream} "
+                f"{'uses' if single else 'use'} pageable host memory, so the driver stages it and the call "
+                f"blocks the host. Host time in these calls {cg.host_ns / 1e6:.3f} ms ({cg.share:.2f} % of the "
+                f"judged {cg.judged_ns / 1e6:.1f} ms), GPU copy time {cg.gpu_ns / 1e6:.3f} ms.",
+                "Pin the host buffer (`cudaMallocHost`/`cudaHostAlloc`, `cudaHostRegister` on an existing buffer, "
+                "or `pin_memory=True` in PyTorch) and keep the copy asynchronous; reuse one pinned staging buffer "
+                "for per-step inputs.",
+                severity=severity, metrics=cg.metrics(), location=cg.location(), key=cg.key,
+                **_savings(ctx, cg.host_ns, in_loop))
+
+
+def _savings(ctx: RuleContext, host_ns: int, in_loop: bool) -> dict:
+    """In the loop, the host's time in the staging calls is launch wait the GPU may pay; outside, it is loading."""
+    if in_loop:
+        return {"estimated_savings_ns": host_ns, "budget_part": "launch_wait"}
+    return {"savings_note": "outside the steady steps (loading or tear-down): pinning shortens start-up, not the step"}
+
+RULE = PageableMemcpy

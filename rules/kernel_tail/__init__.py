@@ -1,0 +1,1 @@
+"""Kernels whose durations have a tail, with the tail statistics the rule reads."""

@@ -137,6 +137,22 @@ LIBRARY_DOMAINS = frozenset({
 _LIBRARY_RANGE = re.compile("|".join(f"(?:{p})" for p in LIBRARY_RANGE_PATTERNS))
 
 
+#: A value after ``=`` (``step=12``, ``shape=[4,128]``) and a number that is a word of its own or ends
+#: the name (``train_step 3``, ``iter_7``, ``Epoch 1 Step 30``, ``step12``): what changes between
+#: the iterations of one range a program opens with a counter in its name.
+_KEY_VALUE = re.compile(r"=(?:\[[^\]]*\]|\([^)]*\)|[^\s,;)\]}]+)")
+_NUMBER = re.compile(r"(?<![A-Za-z0-9.])\d+(?:\.\d+)?|(?<=[A-Za-z])\d+$")
+
+
+def range_family(name: str) -> str:
+    """An NVTX range name with its counters replaced by ``#``: ``train_step 3`` -> ``train_step #``.
+
+    ``range_push(f"train_step {i}")`` gives every iteration its own name; its family is one name
+    again. Numbers glued inside a word (``fp16_gemm``) stay: they name a kind, not an iteration.
+    """
+    return _NUMBER.sub("#", _KEY_VALUE.sub("=#", name))
+
+
 def is_library_range(name: str) -> bool:
     """Whether an NVTX range name is one a library emits (:data:`LIBRARY_RANGE_PATTERNS`)."""
     return bool(_LIBRARY_RANGE.match(name.strip()))

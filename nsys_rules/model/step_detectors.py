@@ -1,5 +1,6 @@
-"""The four ways a step shows in a trace, strongest first (see :mod:`.steps` for the model); the
-fourth, the period of the kernel sequence, is in :mod:`.step_period`.
+"""Three of the ways a step shows in a trace (see :mod:`.steps` for the model and their order): a
+user's NVTX range, a readback or sync once per step, a group of CUDA graph launches. A call made
+once per step is in :mod:`.step_calls`, the period of the kernel sequence in :mod:`.step_period`.
 
 Each detector looks inside ``bound`` (the profiler-API capture range, or the whole capture) and
 returns a :class:`Found` (host intervals of the steps, in time order) or a one-line reason why
@@ -17,7 +18,7 @@ from nsys_rules.model.trace import Trace
 from nsys_rules.model.activity import KERNEL, GpuOps, graph_replays
 from nsys_rules.analysis.host import blocking_calls, copy_directions
 from nsys_rules.analysis.intervals import counts_in, point_in, rising, runs_in
-from nsys_rules.analysis.names import LIBRARY_DOMAINS, is_library_range
+from nsys_rules.analysis.names import LIBRARY_DOMAINS, is_library_range, range_family
 
 #: NVTX event types that are ranges (push/pop, start/end) and the one that names a domain.
 RANGE_EVENTS = (59, 60, 70, 71)
@@ -32,7 +33,7 @@ TILE_SHARE = 0.25
 class Found:
     """Steps a detector found: host intervals (n x 2, int64) and what marks them."""
 
-    source: str  # "nvtx", "graph", "marker", "kernels"
+    source: str  # "nvtx", "marker", "graph", "call", "kernels"
     name: str
     host: np.ndarray
     pid: int | None
@@ -75,10 +76,11 @@ def nvtx_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
     ranges = nvtx.loc[keep, ["start", "end", "name", "pid"]]
     if ranges.empty:
         return "no NVTX ranges inside the capture range"
+    ranges = ranges.assign(step_name=step_names(ranges))
     launches = _sorted_launches(ops)
     candidates: dict[str, tuple[np.ndarray, int]] = {}
     rejected: list[str] = []
-    for (name, pid), grp in ranges.groupby(["name", "pid"], observed=True, sort=False):
+    for (name, pid), grp in ranges.groupby(["step_name", "pid"], observed=True, sort=False):
         if len(grp) < bound.min_repeats:
             continue
         label = str(name)
@@ -108,13 +110,35 @@ def nvtx_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
         return "no NVTX range repeats like a step" + (f": {', '.join(rejected[:4])}" if rejected else "")
     names = list(candidates)
     outer = [n for n in names if not _mostly_nested(candidates[n][0], [candidates[o][0] for o in names if o != n])]
-    preferred = [n for n in names if n.split("\x00")[0] in bound.preferred]
+    preferred = [n for n in names if n.split("\x00")[0] in bound.preferred
+                 or range_family(n.split("\x00")[0]) in {range_family(p) for p in bound.preferred}]
     pool = preferred or outer or names
     best = max(pool, key=lambda n: (len(candidates[n][0]), int(candidates[n][0][-1, 1])))
     host, pid = candidates[best]
     library = [r for r in rejected if "library" in r]
     return Found("nvtx", best.split("\x00")[0], host, pid,
                  ("; library ranges passed over: " + ", ".join(library[:3])) if library else "")
+
+
+def step_names(ranges: pd.DataFrame) -> pd.Series:
+    """Each range's name as a step candidate: its :func:`range_family` where the family is a counter.
+
+    ``range_push(f"train_step {i}")`` names every iteration differently: such a family (most of
+    its instances have a name of their own) is one candidate, ``train_step #``. A family whose
+    names repeat (``layer 0`` .. ``layer 31`` in every step) numbers positions inside a step, not
+    iterations: its names stay apart, as written.
+    """
+    names = pd.Categorical(ranges["name"].astype(str))  # distinct names once: a family per name, not per range
+    raw = names.categories.to_numpy(object)
+    family = np.array([range_family(n) for n in raw], object)
+    counted = pd.DataFrame({"raw": names.codes, "family": pd.Categorical(family[names.codes]),
+                            "pid": ranges["pid"].to_numpy()})
+    sizes = counted.groupby(["family", "pid"], sort=False, observed=True)["raw"].agg(["size", "nunique"])
+    counters = sizes[(sizes["nunique"] > 1) & (sizes["nunique"] >= 0.8 * sizes["size"])].index
+    if not len(counters):
+        return pd.Series(raw[names.codes], index=ranges.index)
+    is_counter = pd.MultiIndex.from_arrays([counted["family"].astype(object), counted["pid"]]).isin(counters)
+    return pd.Series(np.where(is_counter, family[names.codes], raw[names.codes]), index=ranges.index)
 
 
 def _tiles(s: np.ndarray, e: np.ndarray, ops: GpuOps) -> bool:
@@ -245,10 +269,10 @@ def marker_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
         ends = grp["end"].to_numpy(np.int64)
         if len(ends) < bound.min_repeats + 1:
             continue
-        grouped = _per_step(ends, launches, bound.min_repeats)
+        grouped = per_step(ends, launches, bound.min_repeats)
         if grouped is None:
             continue
-        boundaries, per_step, coverage = grouped
+        boundaries, calls_per_step, coverage = grouped
         if coverage < 0.3 * len(launches):
             continue  # a thread's waits that cover little of the work are not the loop's rhythm
         # The work before the first boundary is not a step of this loop: a generate() loop's first
@@ -256,8 +280,8 @@ def marker_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
         host = np.stack([boundaries[:-1], boundaries[1:]], axis=1)
         score = (1 if key == "readback" else 0, coverage)
         label = f"{api_name} after a device-to-host copy" if key == "readback" else str(api_name)
-        if per_step > 1:
-            label = f"group of {per_step} ({label})"
+        if calls_per_step > 1:
+            label = f"group of {calls_per_step} ({label})"
         if best is None or score > best[0]:
             best = (score, Found("marker", label, host, int(pid)))
     if best is None:
@@ -265,7 +289,7 @@ def marker_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
     return best[1]
 
 
-def _per_step(ends: np.ndarray, launches: np.ndarray, min_repeats: int) -> tuple[np.ndarray, int, int] | None:
+def per_step(ends: np.ndarray, launches: np.ndarray, min_repeats: int) -> tuple[np.ndarray, int, int] | None:
     """Step boundaries among a marker's occurrences, occurrences per step, and the launches the steps cover.
 
     A loop may wait several times per step (a readback for the stop check, another for the

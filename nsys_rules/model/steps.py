@@ -4,12 +4,16 @@ Every rule and the budget draw per-step numbers from one :class:`StepModel`. Evi
 first (``source``):
 
 a. ``nvtx``: user NVTX ranges that behave like steps (they repeat, tile the loop and hold its
-   GPU launches); library ranges (CUB, NCCL, cuDNN, XLA thunks, ``aten::``...) never qualify;
-b. ``graph``: one CUDA graph launch per step (graph and node trace modes alike);
-c. ``marker``: a readback or synchronization once per step (``.item()``, ``block_until_ready()``),
-   else ``kernels``: the period of the whole repeating kernel sequence, only when something shows
+   GPU launches), numbered names as one (``train_step 3`` -> ``train_step #``), the outermost
+   first; library ranges (CUB, NCCL, cuDNN, XLA thunks, ``aten::``...) never qualify;
+b. ``marker``: a readback or synchronization once per step (``.item()``, ``block_until_ready()``);
+c. ``graph``: one CUDA graph launch, or a regular group of them, per step (graph and node trace
+   modes alike): after the markers, since a sync per token is coarser than a token's launches;
+d. ``call``: a call that neither waits nor launches, once per step (a stream-ordered allocation,
+   an event record, an input copy);
+e. ``kernels``: the period of the whole repeating kernel sequence, only when something shows
    that the period is a step and not one layer;
-d. a profiler-API capture range (``-c cudaProfilerApi``) bounds the search; steps come from a-c.
+f. a profiler-API capture range (``-c cudaProfilerApi``) bounds the search; steps come from a-e.
 
 Warm-up ends after the last leading step with a module load or a first-use allocation, a
 duration unlike the rest, or a lone synchronization (a benchmark's end-of-warm-up barrier).
@@ -35,6 +39,7 @@ from nsys_rules.model.activity import GpuOps, gpu_ops
 from nsys_rules.analysis.intervals import point_in, rising, runs_in
 from nsys_rules.analysis.names import ALLOC_APIS, MODULE_LOADS, PROFILER_START_APIS, PROFILER_STOP_APIS, SYNC_APIS, in_set
 from nsys_rules.model.step_detectors import Bound, Found, graph_steps, marker_steps, nvtx_steps
+from nsys_rules.model.step_calls import call_steps
 from nsys_rules.model.step_period import kernel_steps
 
 #: Allocation calls whose first use in the loop is warm-up (frees are not: they follow allocations).
@@ -160,7 +165,10 @@ def _model(trace: Trace, options: SteadyOptions) -> StepModel:
     lo, hi = prange if prange else (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
     bound = Bound(lo, hi, options.min_repeats, options.range_names)
     reasons = []
-    for detect in (nvtx_steps, graph_steps, marker_steps, kernel_steps):
+    # The coarsest mark that tiles the loop wins: a user's range, then a readback or sync once per
+    # step, then a group of graph launches, then a bookkeeping call once per step, then the period of
+    # the kernel sequence. A sync per token is coarser than the several graph launches a token makes.
+    for detect in (nvtx_steps, marker_steps, graph_steps, call_steps, kernel_steps):
         found = detect(trace, ops, bound)
         if isinstance(found, Found):
             return _finish(trace, ops, found, prange, options)
@@ -183,7 +191,8 @@ def _finish(trace: Trace, ops: GpuOps, found: Found, prange: tuple[int, int] | N
     dropped += separate
     gpu = _tile(work, host)
     words = {"nvtx": f"NVTX range '{found.name}'", "graph": "one CUDA graph launch per step",
-             "marker": f"a {found.name} once per step", "kernels": f"the kernel sequence repeating {found.name}"}
+             "marker": f"a {found.name} once per step", "call": f"a {found.name} call once per step",
+             "kernels": f"the kernel sequence repeating {found.name}"}
     text = f"{words[found.source]}{found.note if found.source == 'graph' else ''}, {len(host)} steps"
     if dropped:
         text += f" after {dropped} warm-up step(s) ({why})"

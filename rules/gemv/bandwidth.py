@@ -251,6 +251,7 @@ def _step_source(ctx: RuleContext) -> str:
     model = ctx.window.model
     if model is not None and model.count:
         return {"nvtx": f"NVTX range '{model.name}'", "graph": "graph replays", "marker": f"the per-step {model.name}",
+                "call": f"the per-step {model.name} call",
                 "kernels": f"the kernel sequence repeating {model.name}"}.get(model.source, model.source)
     return "the window"
 

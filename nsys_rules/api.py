@@ -47,9 +47,11 @@ from nsys_rules.loop import gpu_launches, gpu_op_frames, loop_span, spread
 from nsys_rules.model.activity import KERNEL, MEMCPY, MEMSET, REPLAY, gpu_ops, kernel_symbols
 from nsys_rules.model.budget import LABELS, Budget, part_of_class, require_visible_kernels
 from nsys_rules.model.commands import command_evidence, recapture_command
+from nsys_rules.model.framework import Framework, framework
 from nsys_rules.model.job.model import Job
 from nsys_rules.model.launches import launch_api_rows, launch_times, launching_rows
-from nsys_rules.model.steps import StepModel
+from nsys_rules.model.regime_causes import GRAPH_CAPTURE_APIS, StepFacts, step_facts
+from nsys_rules.model.steps import Regime, StepModel
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.windows import Window, steady_state_window
 from nsys_rules.report import Report
@@ -60,8 +62,10 @@ from nsys_rules.userfiles import read_small_text
 
 __all__ = [
     # rules and what they get
-    "Rule", "RuleContext", "Renamed", "Window", "steady_state_window", "StepModel", "Budget", "Trace", "MissingData",
-    "InputError", "UsageError",
+    "Rule", "RuleContext", "Renamed", "Window", "steady_state_window", "StepModel", "Regime", "Budget", "Trace",
+    "MissingData", "InputError", "UsageError",
+    # the program's framework (advice in its own terms); what each step holds
+    "Framework", "framework", "StepFacts", "step_facts", "GRAPH_CAPTURE_APIS",
     # findings
     "Finding", "Severity", "Location", "Metric", "metric",
     # hooks and the other things plugins register; jobs (all ranks together)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from nsys_rules.hooks import hookimpl
 
 from nsys_rules.rules import (alloc_churn, capture_scope, fp32_gemm, fusion_candidate, graph_trace_hidden, launch_blocking,
-                              launch_bound, module_loading, queue_delay, step_outliers, sync_stall)
+                              launch_bound, module_loading, queue_delay, recompile, step_outliers, sync_stall)
 from nsys_rules.rules.copies import pageable_memcpy, sync_memcpy, sync_memset  # nsys analyze parity
 from nsys_rules.rules.gaps import gpu_idle_gaps, gpu_low_utilization  # nsys analyze parity
 from nsys_rules.rules.gemv import debug_build, gemv_dominance
@@ -19,7 +19,8 @@ from nsys_rules.rules.ranks import exposed_comm, rank_imbalance, rank_straggler 
 #: Built-in rule modules, one rule each; order is the order of ``nsys-rules rules``.
 MODULES = [graph_trace_hidden, gemv_dominance, kernel_tail, debug_build, sync_stall, alloc_churn]
 MODULES += [pageable_memcpy, sync_memcpy, sync_memset, gpu_idle_gaps, gpu_low_utilization, launch_bound,
-            launch_blocking, queue_delay, capture_scope, step_outliers, module_loading, fusion_candidate, fp32_gemm]
+            launch_blocking, queue_delay, capture_scope, step_outliers, module_loading, recompile, fusion_candidate,
+            fp32_gemm]
 
 
 #: Built-in job rule modules (over all ranks of a job), in ``nsys-rules rules`` order after the others.

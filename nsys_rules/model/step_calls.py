@@ -54,7 +54,7 @@ def call_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
         times = np.sort(grp["start"].to_numpy(np.int64))
         if len(times) < bound.min_repeats + 1:
             continue
-        grouped = per_step(times, launches, bound.min_repeats)
+        grouped = per_step(times, launches, bound.min_repeats, chain=False)
         if grouped is None:
             continue
         boundaries, calls_per_step, coverage = grouped

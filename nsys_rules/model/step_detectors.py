@@ -142,24 +142,30 @@ def step_names(ranges: pd.DataFrame) -> pd.Series:
 
 
 def _tiles(s: np.ndarray, e: np.ndarray, ops: GpuOps) -> bool:
-    """Whether instances follow each other: a typical instance lasts at least a quarter of the typical spacing.
+    """Whether instances follow each other: a typical instance lasts at least a quarter of the spacing to the next.
 
-    Judged on the host clock, or on the GPU clock (the work launched inside each instance), since
-    a host that runs ahead of the GPU (graph replays, a debug build) opens and closes its ranges
-    long before the work runs. Medians keep one long pause (a warm-up barrier) from deciding.
+    Judged per instance (its length over the spacing to the next one), on the host clock, or on
+    the GPU clock (the work launched inside each instance), since a host that runs ahead of the GPU
+    (graph replays, a debug build) opens and closes its ranges long before the work runs. The
+    median of the per-instance shares keeps one long pause (a warm-up barrier) from deciding, and
+    so do runs of steps at different paces (a slow regime, then a fast one).
     """
-    spacing = np.diff(s)
-    if not len(spacing) or np.median(spacing) <= 0:
+    if len(s) < 2:
         return False
-    if np.median(e - s) >= TILE_SHARE * np.median(spacing):
+    if _median_share(e[:-1] - s[:-1], np.diff(s)) >= TILE_SHARE:
         return True
     first, last = _work_in(ops, s, e)
     some = last >= 0
     if some.sum() < 2:
         return False
     first, last = first[some], last[some]
-    gpu_spacing = np.diff(first)
-    return bool(np.median(gpu_spacing) > 0 and np.median(last - first) >= TILE_SHARE * np.median(gpu_spacing))
+    return _median_share(last[:-1] - first[:-1], np.diff(first)) >= TILE_SHARE
+
+
+def _median_share(lengths: np.ndarray, spacing: np.ndarray) -> float:
+    """Median of each instance's length over the spacing to the next (instances at the same time: skipped)."""
+    ok = spacing > 0
+    return float(np.median(lengths[ok] / spacing[ok])) if ok.any() else 0.0
 
 
 def _sorted_launches(ops: GpuOps) -> np.ndarray:
@@ -289,7 +295,8 @@ def marker_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
     return best[1]
 
 
-def per_step(ends: np.ndarray, launches: np.ndarray, min_repeats: int) -> tuple[np.ndarray, int, int] | None:
+def per_step(ends: np.ndarray, launches: np.ndarray, min_repeats: int, chain: bool = True
+             ) -> tuple[np.ndarray, int, int] | None:
     """Step boundaries among a marker's occurrences, occurrences per step, and the launches the steps cover.
 
     A loop may wait several times per step (a readback for the stop check, another for the
@@ -312,7 +319,7 @@ def per_step(ends: np.ndarray, launches: np.ndarray, min_repeats: int) -> tuple[
         phase = max(phases)[1] if k > 1 else 0
         boundaries = ends[phase::k]
         counts = np.diff(np.searchsorted(launches, boundaries))
-        run = _regular_run(counts, min_repeats)
+        run = _regular_run(counts, min_repeats, chain)
         if run is None:
             continue
         first, length = run
@@ -324,19 +331,43 @@ def per_step(ends: np.ndarray, launches: np.ndarray, min_repeats: int) -> tuple[
     return boundaries, k, coverage
 
 
-def _regular_run(counts: np.ndarray, min_repeats: int) -> tuple[int, int] | None:
-    """(first, length) of the longest run of intervals holding about the same number of launches (within 25 %)."""
-    if len(counts) < min_repeats:
+def _regular_run(counts: np.ndarray, min_repeats: int, chain: bool = True) -> tuple[int, int] | None:
+    """(first, length) of the run of intervals holding a regular number of launches that covers the most launches.
+
+    Regular: within 25 % of the run's median count. A loop can change pace (a regime of steps that
+    autotune or build kernels, then a steady one), so with ``chain`` consecutive regular stretches of
+    at least ``min_repeats`` intervals each chain into one run, as long as every interval holds work.
+    A weak mark (a bookkeeping call) does not chain: one regular stretch only.
+    """
+    if len(counts) < min_repeats or not (counts > 0).any():
         return None
-    values, freq = np.unique(counts[counts > 0], return_counts=True)
-    if not len(values):
+    stretches = [(a, b) for a, b in _regular_stretches(counts) if b - a >= min_repeats and counts[a:b].min() > 0]
+    if not stretches:
         return None
-    typical = float(values[np.argmax(freq * values)])  # the count that holds the most launches
-    near = np.abs(counts - typical) <= 0.25 * typical
-    length, end = longest_run(near)
-    if length < min_repeats:
-        return None
-    return end - length, length
+    chains: list[tuple[int, int]] = []
+    for a, b in stretches:
+        if chain and chains and chains[-1][1] == a:
+            chains[-1] = (chains[-1][0], b)
+        else:
+            chains.append((a, b))
+    first, stop = max(chains, key=lambda c: (int(counts[c[0]:c[1]].sum()), c[1] - c[0]))
+    return first, stop - first
+
+
+def _regular_stretches(counts: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive intervals cut into maximal stretches whose counts stay within 25 % of the stretch's median."""
+    out = []
+    first, n = 0, len(counts)
+    while first < n:
+        stop = first + 1
+        while stop < n:
+            typical = float(np.median(counts[first:stop]))
+            if abs(float(counts[stop]) - typical) > 0.25 * max(typical, 1.0):
+                break
+            stop += 1
+        out.append((first, stop))
+        first = stop
+    return out
 
 
 def periodic_run(symbols: np.ndarray, min_repeats: int) -> tuple[int, int, int] | None:

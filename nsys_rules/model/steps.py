@@ -37,16 +37,13 @@ from nsys_rules.model.trace import Trace
 from nsys_rules.model.activity import COLUMNS as ACTIVITY_COLUMNS
 from nsys_rules.model.activity import GpuOps, gpu_ops
 from nsys_rules.analysis.intervals import point_in, rising, runs_in
-from nsys_rules.analysis.names import ALLOC_APIS, MODULE_LOADS, PROFILER_START_APIS, PROFILER_STOP_APIS, SYNC_APIS, in_set
+from nsys_rules.analysis.names import PROFILER_START_APIS, PROFILER_STOP_APIS, in_set
 from nsys_rules.model.step_detectors import Bound, Found, graph_steps, marker_steps, nvtx_steps
+from nsys_rules.analysis.regimes import MIN_RUN, regimes, steady_regime
+from nsys_rules.model.regime_causes import regime_cause, step_facts
 from nsys_rules.model.step_calls import call_steps
 from nsys_rules.model.step_period import kernel_steps
-
-#: Allocation calls whose first use in the loop is warm-up (frees are not: they follow allocations).
-_ALLOCATING = frozenset(name for name in ALLOC_APIS if "Free" not in name and "Destroy" not in name
-                        and "Release" not in name and "Unregister" not in name and "Unmap" not in name)
-#: Calls whose cost in a leading step marks it as warm-up.
-_COSTLY = MODULE_LOADS | _ALLOCATING
+from nsys_rules.model.warmup import earlier_runs, warmup_steps
 
 
 @dataclass(frozen=True)
@@ -59,6 +56,27 @@ class SteadyOptions:
 
 
 DEFAULT_STEADY = SteadyOptions()
+
+
+@dataclass(frozen=True)
+class Regime:
+    """A run of consecutive steps at one pace (:mod:`nsys_rules.analysis.regimes`).
+
+    ``first`` counts the loop's steps after warm-up from 0; the steady regime's steps are the
+    model's steps, the others are left out of every per-step figure, with ``cause`` saying why
+    they differ.
+    """
+
+    first: int
+    count: int
+    median_ns: int
+    steady: bool
+    cause: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        """The regime as the JSON's ``window.steady.regimes`` entries have it."""
+        return {"first_step": self.first + 1, "steps": self.count, "median_step_ns": self.median_ns,
+                "steady": self.steady, "cause": self.cause}
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,6 +102,8 @@ class StepModel:
     reason: str = ""
     #: The loop's streams on its device: those with work in at least half of the steps.
     streams: tuple[int, ...] = ()
+    #: Runs of steps at clearly different paces (after warm-up), the steady one among them; empty when one pace.
+    regimes: tuple["Regime", ...] = ()
 
     @property
     def count(self) -> int:
@@ -182,14 +202,20 @@ def _finish(trace: Trace, ops: GpuOps, found: Found, prange: tuple[int, int] | N
             options: SteadyOptions) -> StepModel:
     host = found.host.astype(np.int64)
     work, device, streams, launches = _project(ops, host, found.pid)
-    separate = 0 if prange else _earlier_runs(host, found.source, launches)
+    separate = 0 if prange else earlier_runs(host, found.source, launches)
     host, work = host[separate:], work[separate:]
-    dropped, why = _warmup(trace, found, host, options)
+    dropped, why = warmup_steps(trace, found, host, options.min_repeats)
     if separate:
         why = "an earlier, separate run" + (f" and {why}" if why else "")
     host, work = host[dropped:], work[dropped:]
     dropped += separate
     gpu = _tile(work, host)
+    found_regimes: tuple[Regime, ...] = ()
+    runs = regimes(gpu[:, 1] - gpu[:, 0])
+    if len(runs) > 1:
+        found_regimes, keep = _regimes(trace, ops, found, host, gpu, runs, options)
+        host, work = host[keep], work[keep]
+        gpu = _tile(work, host)
     words = {"nvtx": f"NVTX range '{found.name}'", "graph": "one CUDA graph launch per step",
              "marker": f"a {found.name} once per step", "call": f"a {found.name} call once per step",
              "kernels": f"the kernel sequence repeating {found.name}"}
@@ -200,31 +226,25 @@ def _finish(trace: Trace, ops: GpuOps, found: Found, prange: tuple[int, int] | N
         text = "profiler API capture range; " + text
     if found.source == "nvtx" and found.note:
         text += found.note
+    for regime in found_regimes:
+        if not regime.steady:
+            text += (f"; {regime.count} steps ({regime.first + 1}-{regime.first + regime.count} after warm-up) at "
+                     f"{regime.median_ns / 1e6:.2f} ms left out: {regime.cause}")
     return StepModel(found.source, text, found.name, host, work, gpu, found.pid, device, dropped, prange,
-                     streams=streams)
+                     streams=streams, regimes=found_regimes)
 
 
-def _earlier_runs(host: np.ndarray, source: str, launches: np.ndarray) -> int:
-    """Leading steps that belong to an earlier run of the loop (a warm-up call), cut at the last long break.
-
-    Between ranges, a pause of more than four typical steps separates two runs. Markers tile the
-    loop, so the break is inside a step: one that lasts more than four typical steps and holds
-    other work than a step (a different number of launches: the next call's prefill, set-up); a
-    step that is only slow (lazy loading) is not a break. The steps up to the last break in the
-    first half are the earlier run.
-    """
-    n = len(host)
-    if n < 4:
-        return 0
-    durations = host[:, 1] - host[:, 0]
-    typical = float(np.median(durations))
-    if source == "nvtx":
-        long = np.append(host[1:, 0] - host[:-1, 1] > 4 * max(typical, 1), False)  # pause after step i
-    else:
-        usual = float(np.median(launches))
-        long = (durations > 4 * max(typical, 1)) & (np.abs(launches - usual) > 0.25 * max(usual, 1))
-    breaks = np.flatnonzero(long[: n // 2])
-    return int(breaks[-1]) + 1 if len(breaks) else 0
+def _regimes(trace: Trace, ops: GpuOps, found: Found, host: np.ndarray, gpu: np.ndarray, runs: list[tuple[int, int]],
+             options: SteadyOptions) -> tuple[tuple[Regime, ...], slice]:
+    """The regimes of the steps after warm-up, each with its cause, and the steady one's steps (the last long run)."""
+    keep = steady_regime(runs, max(options.min_repeats, MIN_RUN))
+    durations = gpu[:, 1] - gpu[:, 0]
+    facts = step_facts(trace, ops, host, found.pid)
+    steady = slice(*runs[keep])
+    out = tuple(Regime(first, stop - first, int(np.median(durations[first:stop])), i == keep,
+                       "" if i == keep else regime_cause(facts, slice(first, stop), steady, durations))
+                for i, (first, stop) in enumerate(runs))
+    return out, steady
 
 
 def _project(ops: GpuOps, host: np.ndarray, pid: int | None
@@ -332,78 +352,3 @@ def _tile(work: np.ndarray, host: np.ndarray) -> np.ndarray:
     return np.stack([bounds, ends], axis=1)
 
 
-def _warmup(trace: Trace, found: Found, host: np.ndarray, options: SteadyOptions) -> tuple[int, str]:
-    """How many leading steps are warm-up, and the evidence.
-
-    Warm-up is a leading step that pays a one-time cost worth 10 % of a typical step in module
-    loads or first-use allocations (lazy loading, allocator growth), or the steps before a lone
-    synchronization that a benchmark puts between warm-up and measured steps. A step that is
-    merely slow stays: it is an iteration of the loop (step-outliers judges it).
-    """
-    n = len(host)
-    limit = max(0, min(n // 2, n - max(options.min_repeats, 1)))
-    if not limit or not trace.has("api"):
-        return 0, ""
-    api = trace.frame("api", ["start", "end", "name", "pid", "tid"])
-    names = trace.api_names()
-    pid = api["pid"].to_numpy()
-    # The process's calls; None: all of them (one process, a one-value column: no mask over every call).
-    mine = None if found.pid is None or (pid.strides == (0,) and len(pid) and int(pid[0]) == found.pid) \
-        else pid == found.pid
-    starts, ends = api["start"].to_numpy(np.int64), api["end"].to_numpy(np.int64)
-    votes: list[tuple[int, str]] = [(0, "")]
-    costly = in_set(names, _COSTLY) if mine is None else in_set(names, _COSTLY) & mine
-    cost = _time_per_step(starts[costly], ends[costly], host)
-    typical = float(np.median(host[:, 1] - host[:, 0]))
-    early = max(2, n // 10)
-    # A load in most steps is the loop's own pattern: only a cost well above the usual step's
-    # counts as one-time (a first decode step loading 37 modules among steps that load one small one).
-    heavy = np.flatnonzero(cost[:early] >= max(0.1 * typical, 10 * float(np.median(cost))))
-    if len(heavy):
-        votes.append((int(heavy[-1]) + 1, "module loading or first allocations"))
-    sync = in_set(names, SYNC_APIS) if mine is None else in_set(names, SYNC_APIS) & mine
-    barrier = _barrier(starts[sync], ends[sync], host, found.source)
-    if barrier:
-        votes.append((barrier, "a synchronization between warm-up and measured steps"))
-    dropped, why = max(votes)
-    return min(dropped, limit), why
-
-
-def _time_per_step(starts: np.ndarray, ends: np.ndarray, host: np.ndarray) -> np.ndarray:
-    """Summed duration of the calls starting inside each step."""
-    index = point_in(starts, host[:, 0], host[:, 1])
-    held = index >= 0
-    return np.bincount(index[held], weights=(ends - starts)[held], minlength=len(host))
-
-
-def _steps_holding(times: np.ndarray, host: np.ndarray) -> np.ndarray:
-    held = np.zeros(len(host), bool)
-    index = point_in(times, host[:, 0], host[:, 1])
-    held[index[index >= 0]] = True
-    return held
-
-
-def _barrier(sync_starts: np.ndarray, sync_ends: np.ndarray, host: np.ndarray, source: str) -> int:
-    """Steps before a benchmark's end-of-warm-up barrier: a lone synchronization in the first half.
-
-    Harnesses run warm-up steps, wait for the GPU, then measure; warm-up steps after the first
-    often take exactly as long as measured ones, so durations alone keep them. A sync in every
-    step (or between every two) is the loop's own pattern, not a barrier. Per-step markers (the
-    syncs that end each step) are not barriers.
-    """
-    if len(host) < 2 or not len(sync_starts):
-        return 0
-    boundary = np.isin(sync_ends, host[:, 1]) if source == "marker" else np.zeros(len(sync_ends), bool)
-    starts = sync_starts[~boundary]
-    starts = starts[(starts >= host[0, 0]) & (starts <= host[-1, 1])]
-    if not len(starts):
-        return 0
-    pos = np.searchsorted(host[:, 0], starts, side="right") - 1
-    between = (pos >= 0) & (starts > host[pos.clip(0), 1])
-    if source == "nvtx":  # inside a user's step range a sync is the step's own business
-        pos, between = pos[between], between[between]
-    owner = np.where(between, pos + 1, pos)  # a sync between steps k and k+1 opens step k+1
-    owners = np.unique(owner[owner > 0])
-    if len(owners) != 1 or owners[0] > len(host) // 2:
-        return 0
-    return int(owners[0])

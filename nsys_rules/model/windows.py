@@ -79,6 +79,8 @@ class Window:
         if model is not None and model.count and self.kind not in ("", "filter"):
             out["gpu_start_ns"], out["gpu_end_ns"] = model.gpu_span  # type: ignore[misc]
             out["warmup_steps"] = model.warmup
+            if model.regimes:
+                out["regimes"] = [r.to_json() for r in model.regimes]
         return out
 
 

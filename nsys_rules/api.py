@@ -50,7 +50,7 @@ from nsys_rules.model.commands import command_evidence, recapture_command
 from nsys_rules.model.framework import Framework, framework
 from nsys_rules.model.job.model import Job
 from nsys_rules.model.launches import launch_api_rows, launch_times, launching_rows
-from nsys_rules.model.regime_causes import GRAPH_CAPTURE_APIS, StepFacts, step_facts
+from nsys_rules.model.regime_causes import GRAPH_CAPTURE_APIS, StepFacts, kernels_after, library_of, step_facts
 from nsys_rules.model.steps import Regime, StepModel
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.windows import Window, steady_state_window
@@ -65,7 +65,7 @@ __all__ = [
     "Rule", "RuleContext", "Renamed", "Window", "steady_state_window", "StepModel", "Regime", "Budget", "Trace",
     "MissingData", "InputError", "UsageError",
     # the program's framework (advice in its own terms); what each step holds
-    "Framework", "framework", "StepFacts", "step_facts", "GRAPH_CAPTURE_APIS",
+    "Framework", "framework", "StepFacts", "step_facts", "GRAPH_CAPTURE_APIS", "kernels_after", "library_of",
     # findings
     "Finding", "Severity", "Location", "Metric", "metric",
     # hooks and the other things plugins register; jobs (all ranks together)

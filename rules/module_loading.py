@@ -7,8 +7,8 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import (Finding, KERNEL, Location, MODULE_LOADS, MissingData, Renamed, Rule, RuleContext, Severity,
-                            base_name, gpu_ops, in_set, metric, pct, point_in)
+from nsys_rules.api import (Finding, Location, MODULE_LOADS, MissingData, Renamed, Rule, RuleContext, Severity, in_set,
+                            kernels_after, library_of, metric, pct, point_in)
 
 
 @dataclass(frozen=True)
@@ -25,16 +25,6 @@ def loads_per_step(starts: np.ndarray, host: np.ndarray) -> np.ndarray:
     """Module-load calls starting inside each step."""
     index = point_in(starts, host[:, 0], host[:, 1])
     return np.bincount(index[index >= 0], minlength=len(host))
-
-
-def library_of(kernel_names: list[str]) -> str:
-    """Which generator the freshly loaded kernels come from, by their names."""
-    text = " ".join(kernel_names).lower()
-    if "cudnn" in text:
-        return "cudnn"
-    if "triton" in text:
-        return "triton"
-    return ""
 
 
 class ModuleLoading(Rule):
@@ -92,8 +82,9 @@ class ModuleLoading(Rule):
         calls, call_ns = int(inside.sum()), int((ends[inside] - starts[inside]).sum())
         idle = budget.ns("module_loading")
         steady = budget.total_ns
-        followers = _following_kernels(ctx, starts[inside])
+        followers = kernels_after(ctx.trace, starts[inside])
         source = library_of(followers)
+        source = "" if source == "gemm" else source  # a GEMM library's lazy load: the generic advice
         share = pct(idle, steady)
         what = {"cudnn": "cuDNN builds runtime-fused kernels (its generated attention kernels follow the loads)",
                 "triton": "Triton kernels are compiled (torch.compile recompiling for new shapes)"}.get(
@@ -111,28 +102,6 @@ class ModuleLoading(Rule):
                                    "steady_time": metric(steady, "ns")},
                           location=Location(pid=model.pid, api="cuLibraryLoadData" if calls else None),
                           key=source or "lazy")
-
-
-def _following_kernels(ctx: RuleContext, load_starts: np.ndarray, limit: int = 5) -> list[str]:
-    """Distinct base names of the first kernel launched after each load."""
-    ops = gpu_ops(ctx.trace)
-    kernels = ops.kind == KERNEL
-    if not kernels.any() or not len(load_starts):
-        return []
-    launch = ops.launch[kernels]
-    rows = ops.table_row[kernels]
-    order = np.argsort(launch, kind="stable")
-    at = np.searchsorted(launch[order], load_starts)
-    at = at[at < len(order)]
-    frame = ctx.trace.frame("kernels", ["name"])
-    out: list[str] = []
-    for i in at.tolist():
-        label = base_name(str(frame["name"].iloc[int(rows[order[i]])]))[:70]
-        if label not in out:
-            out.append(label)
-        if len(out) >= limit:
-            break
-    return out
 
 
 def _advice(source: str) -> str:

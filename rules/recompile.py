@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import (Finding, Framework, Location, Rule, RuleContext, Severity, StepFacts, framework, metric, pct,
-                            step_facts)
+from nsys_rules.api import (Finding, Framework, Location, Rule, RuleContext, Severity, StepFacts, StepModel, framework,
+                            kernels_after, library_of, metric, pct, step_facts)
 from nsys_rules.api import gpu_ops as activity
 
 
@@ -28,19 +29,21 @@ class Options:
 class Event:
     """Steps of the loop that compiled code or captured graphs, and what they cost over a usual step."""
 
-    what: str  # "capture" or "compile"
+    what: str  # "capture", "compile" (host time compiling before the loads) or "load" (the load calls themselves)
     steps: tuple[int, ...]  # 1-based loop step numbers (after warm-up)
     extra_ns: int  # time over the median steady step, summed
     loads: int
     captures: int
     in_steady: bool  # inside the steady steps (else an earlier regime, left out of them)
+    library: str = ""  # what the loaded code was for: cudnn, triton, gemm (kernels launched right after the loads)
 
 
 class Recompile(Rule):
     """GPU code is compiled, or CUDA graphs are captured, inside the measured loop instead of before it.
 
     What it detects: steps after warm-up that hold module loads (`cuModuleLoadData`,
-    `cuLibraryLoadData`: a JIT compile's output being loaded) or graph capture calls
+    `cuLibraryLoadData`: a JIT compile's output being loaded, or a kernel's first use under lazy
+    loading when the load calls themselves are the step's extra time) or graph capture calls
     (`cudaStreamBeginCapture`, `cudaGraphInstantiate`), one-off (a recompile for a new shape in
     step 10 of 20) or in every step of an earlier regime (a new shape each step until the loop
     settles); loads in more than `max_step_pct` percent of the steady steps are module-loading's.
@@ -76,15 +79,18 @@ class Recompile(Rule):
         facts = step_facts(ctx.trace, activity(ctx.trace), model.host, model.pid)
         events = _steady_events(facts, durations, median, model.count, opts.max_step_pct / 100)
         events += _regime_events(model.regimes, median)
+        events = [_with_library(ctx, e, model) for e in events]
         loop_ns = int(durations.sum()) + sum(r.count * r.median_ns for r in model.regimes if not r.steady)
         fw = framework(ctx.trace)
         for event in events:
             share = pct(event.extra_ns, loop_ns)
             if share < opts.min_share_pct:
                 continue
+            # A kernel loaded at its first use costs once in the whole run: information, not a warning.
+            warn = share >= opts.warn_share_pct and event.what != "load"
             yield ctx.finding(
                 _message(event, median, model.count, share, fw), _advice(event, fw),
-                severity=Severity.WARNING if share >= opts.warn_share_pct else Severity.INFO,
+                severity=Severity.WARNING if warn else Severity.INFO,
                 estimated_savings_ns=event.extra_ns, budget_part="module_loading" if event.in_steady else None,
                 savings_note=None if event.in_steady else "in steps before the steady state, outside its budget",
                 metrics={"steps": metric(len(event.steps), "count"), "extra_time": metric(event.extra_ns, "ns"),
@@ -104,9 +110,26 @@ def _steady_events(facts: StepFacts, durations: np.ndarray, median: float, count
         if not len(steps) or (what == "compile" and len(steps) > max_share * count):
             continue  # loads in many steps are the loop's pattern: module-loading reports it
         extra = int(np.maximum(durations[steps] - median, 0).sum())
+        if what == "compile" and int(facts.module_load_ns[steps].sum()) >= 0.5 * extra:
+            what = "load"  # the load calls are the cost: a kernel's first use loading lazily, nothing compiled
         out.append(Event(what, tuple(int(s) + 1 for s in steps), extra, int(facts.module_loads[steps].sum()),
                          int(facts.graph_captures[steps].sum()), True))
     return out
+
+
+def _with_library(ctx: RuleContext, event: Event, model: StepModel) -> Event:
+    """The event with the library its code was for, from the kernels launched right after its steps' loads."""
+    if event.what == "capture" or not event.in_steady:
+        return event
+    api = ctx.trace.frame("api", ["start", "name"])
+    loads = np.flatnonzero(ctx.trace.api_names().isin(["cuModuleLoadData", "cuModuleLoadDataEx", "cuLibraryLoadData",
+                                                       "cuModuleLoad", "cuLibraryLoadFromFile", "cuModuleLoadFatBinary"]))
+    starts = api["start"].to_numpy(np.int64)[loads]
+    steps = np.asarray(event.steps) - 1
+    inside = np.zeros(len(starts), bool)
+    for s in steps.tolist():
+        inside |= (starts >= model.host[s, 0]) & (starts <= model.host[s, 1])
+    return dataclasses.replace(event, library=library_of(kernels_after(ctx.trace, starts[inside])))
 
 
 def _regime_events(regimes: Iterable, median: float) -> list[Event]:
@@ -129,6 +152,10 @@ def _message(event: Event, median: float, count: int, share: float, fw: Framewor
     if event.what == "capture":
         what = f"CUDA graphs were captured again ({event.captures} capture/instantiate calls)" if event.in_steady \
             else "CUDA graphs were captured again in every step"
+    elif event.library == "gemm":
+        what = f"the GEMM library picked and loaded a kernel for a shape first seen there ({event.loads} module loads)"
+    elif event.what == "load":
+        what = f"GPU code was loaded at its first use ({event.loads} module loads, lazy loading)"
     else:
         what = f"GPU code was compiled and loaded ({event.loads} module loads)" if event.in_steady \
             else "new GPU code was built in every step"
@@ -149,6 +176,10 @@ def _advice(event: Event, fw: Framework) -> str:
                     "and run each once before the loop; `JAX_LOG_COMPILES=1` names the function and shapes.")
         return ("The graph is captured again inside the loop: capture and instantiate every variant once at "
                 "start-up and replay it (update parameters with cudaGraphExecUpdate instead of re-capturing).")
+    if event.what == "load":
+        return ("A kernel first used inside the loop was loaded then (CUDA's lazy module loading): once per run, "
+                "so measure after a warm-up that runs every shape (every expert size, every sequence bucket), or set "
+                "`CUDA_MODULE_LOADING=EAGER` to load all modules at start-up.")
     if fw.name == "jax":
         return ("jax.jit compiled again for a new input shape or static argument: pad inputs to a few fixed shapes "
                 "(buckets) and warm each up before the loop, keep `static_argnums` values fixed; `JAX_LOG_COMPILES=1` "
@@ -157,6 +188,10 @@ def _advice(event: Event, fw: Framework) -> str:
         return ("torch.compile recompiled for a new input shape: mark the changing dimension dynamic before the "
                 "first call (`torch._dynamo.mark_dynamic(x, dim)`) or compile with `dynamic=True`, or pad to a few "
                 "lengths and warm each up before the loop; `TORCH_LOGS=recompiles` names the guard that failed.")
+    if event.library == "gemm":
+        return ("A matrix shape first seen here made the GEMM library pick and load a new kernel (MoE routing and "
+                "variable batch or sequence sizes meet new shapes): warm up with every shape the loop will see "
+                "before measuring, or pad to a few sizes (expert capacity, sequence buckets).")
     if fw.is_torch:
         return ("A new shape made PyTorch build new kernels (cuDNN's runtime-fused attention or convolution "
                 "autotuning with `torch.backends.cudnn.benchmark`): keep shapes static (a static KV cache, padding to "

@@ -15,7 +15,8 @@ import numpy as np
 
 from nsys_rules.analysis.intervals import point_in
 from nsys_rules.analysis.names import ALLOC_APIS, MODULE_LOADS, in_set
-from nsys_rules.model.activity import KERNEL, GpuOps
+from nsys_rules.analysis.taxonomy import base_name
+from nsys_rules.model.activity import KERNEL, GpuOps, gpu_ops
 from nsys_rules.model.trace import Trace
 
 #: Calls that capture or instantiate a CUDA graph: done again inside the loop, a re-capture.
@@ -109,3 +110,37 @@ def regime_cause(facts: StepFacts, regime: slice, steady: slice, step_ns: np.nda
     if kernel_extra >= 0.5 * extra:
         return f"the same kernels running longer (+{kernel_extra / 1e6:.2f} ms of kernel time a step)"
     return f"more host time between launches (+{ms:.2f} ms a step, the same GPU work)"
+
+
+def kernels_after(trace: Trace, times: np.ndarray, limit: int = 5) -> list[str]:
+    """Distinct base names of the first kernel launched after each of ``times`` (what a load or compile was for)."""
+    ops = gpu_ops(trace)
+    kernels = ops.kind == KERNEL
+    if not kernels.any() or not len(times) or not trace.has("kernels"):
+        return []
+    launch = ops.launch[kernels]
+    rows = ops.table_row[kernels]
+    order = np.argsort(launch, kind="stable")
+    at = np.searchsorted(launch[order], np.asarray(times))
+    at = at[at < len(order)]
+    names = trace.frame("kernels", ["name"])["name"]
+    out: list[str] = []
+    for i in at.tolist():
+        label = base_name(str(names.iloc[int(rows[order[i]])]))[:70]
+        if label not in out:
+            out.append(label)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def library_of(kernel_names: list[str]) -> str:
+    """Which library built or picked the kernels, by their names: ``cudnn``, ``triton``, ``gemm`` or ``""``."""
+    text = " ".join(kernel_names).lower()
+    if "cudnn" in text:
+        return "cudnn"
+    if "triton" in text:
+        return "triton"
+    if any(k in text for k in ("gemm", "nvjet", "xmma", "cutlass", "cublas")):
+        return "gemm"
+    return ""

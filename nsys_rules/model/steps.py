@@ -57,6 +57,10 @@ class SteadyOptions:
 
 DEFAULT_STEADY = SteadyOptions()
 
+#: Fewest steps, and least GPU work in them, that make a loop when no user range marks the steps.
+MIN_LOOP_STEPS = 5
+MIN_LOOP_GPU_NS = 1_000_000
+
 
 @dataclass(frozen=True)
 class Regime:
@@ -191,7 +195,10 @@ def _model(trace: Trace, options: SteadyOptions) -> StepModel:
     for detect in (nvtx_steps, marker_steps, graph_steps, call_steps, kernel_steps):
         found = detect(trace, ops, bound)
         if isinstance(found, Found):
-            return _finish(trace, ops, found, prange, options)
+            model = _finish(trace, ops, found, prange, options)
+            if isinstance(model, StepModel):
+                return model
+            found = model
         reasons.append(found)
     where = "inside the profiler API capture range" if prange else "in the trace"
     reason = f"no step model fits {where}: " + "; ".join(dict.fromkeys(reasons))
@@ -199,7 +206,8 @@ def _model(trace: Trace, options: SteadyOptions) -> StepModel:
 
 
 def _finish(trace: Trace, ops: GpuOps, found: Found, prange: tuple[int, int] | None,
-            options: SteadyOptions) -> StepModel:
+            options: SteadyOptions) -> StepModel | str:
+    """The model from the steps a detector found, or why they are no loop (too little repeated work)."""
     host = found.host.astype(np.int64)
     work, device, streams, launches = _project(ops, host, found.pid)
     separate = 0 if prange else earlier_runs(host, found.source, launches)
@@ -216,6 +224,9 @@ def _finish(trace: Trace, ops: GpuOps, found: Found, prange: tuple[int, int] | N
         found_regimes, keep = _regimes(trace, ops, found, host, gpu, runs, options)
         host, work = host[keep], work[keep]
         gpu = _tile(work, host)
+    little = _too_little(found, work)
+    if little:
+        return little
     words = {"nvtx": f"NVTX range '{found.name}'", "graph": "one CUDA graph launch per step",
              "marker": f"a {found.name} once per step", "call": f"a {found.name} call once per step",
              "kernels": f"the kernel sequence repeating {found.name}"}
@@ -232,6 +243,24 @@ def _finish(trace: Trace, ops: GpuOps, found: Found, prange: tuple[int, int] | N
                      f"{regime.median_ns / 1e6:.2f} ms left out: {regime.cause}")
     return StepModel(found.source, text, found.name, host, work, gpu, found.pid, device, dropped, prange,
                      streams=streams, regimes=found_regimes)
+
+
+def _too_little(found: Found, work: np.ndarray) -> str:
+    """Why the steps a mark cuts are no loop worth a step model, or an empty string.
+
+    A user's step range says what a step is, however small. An inferred mark (a sync, a graph
+    launch, a call, a kernel period) needs :data:`MIN_LOOP_STEPS` steps holding at least
+    :data:`MIN_LOOP_GPU_NS` of GPU work in all: a model upload's copies and a one-off forward
+    repeat a little, but they are no loop, and per-step judgements of them mislead.
+    """
+    if found.source == "nvtx":
+        return ""
+    some = work[:, 1] >= 0
+    gpu_ns = int((work[some, 1] - work[some, 0]).sum())
+    if len(work) < MIN_LOOP_STEPS or gpu_ns < MIN_LOOP_GPU_NS:
+        return (f"{found.name} repeats {len(work)} time(s) over {gpu_ns / 1e6:.2f} ms of GPU work: too little "
+                "repeated work for a loop")
+    return ""
 
 
 def _regimes(trace: Trace, ops: GpuOps, found: Found, host: np.ndarray, gpu: np.ndarray, runs: list[tuple[int, int]],

@@ -86,3 +86,22 @@ def test_an_earlier_regime_that_compiles_every_step(tmp_path):
     f = only_finding(run_rule("recompile", b.write(tmp_path / "t.sqlite")))
     assert "earlier regime" in f.message and f.severity is Severity.WARNING
     assert metric_values(f)["steps"] >= 10
+
+
+def test_a_first_use_load_is_lazy_loading_and_information(tmp_path):
+    # The step's extra time is the load call itself: nothing was compiled, a kernel was loaded at first use.
+    b = TraceBuilder()
+    t = T0
+    for i in range(20):
+        start = t
+        if i == 9:
+            b.api("cuLibraryLoadData", t, 8_000_000)
+            t += 8_100_000
+        for k in range(4):
+            b.kernel("void at::native::gemv_kernel<float>()", start=t + k * 20_000 + 10_000, duration=150_000,
+                     launch_at=t + k * 20_000)
+        t += STEP
+        b.nvtx(f"step={i}", start, t - 1_000)
+    f = only_finding(run_rule("recompile", b.write(tmp_path / "t.sqlite")))
+    assert f.severity is Severity.INFO and "lazy loading" in f.message
+    assert "CUDA_MODULE_LOADING=EAGER" in f.recommendation

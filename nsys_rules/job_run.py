@@ -57,7 +57,12 @@ def collect(trace: Trace, rules: Iterable[type], settings: Any, several: bool) -
             from nsys_rules.model.windows import user_window
 
             window = user_window(trace, settings.filter_time, settings.filter_nvtx)
-        ranks = collect_ranks(trace, several, window)
+        from nsys_rules.model.steps import SteadyOptions
+        from nsys_rules.model.windows import steady_state_window
+
+        # One step model per report: the job's steps are the trace's own, where it has them.
+        model = steady_state_window(trace, SteadyOptions(tuple(settings.steady_ranges))).model
+        ranks = collect_ranks(trace, several, window, steps=model)
     except (UsageError, InputError):
         raise
     except Exception as exc:  # noqa: BLE001 - the job analysis failing must not hide the trace's findings

@@ -64,6 +64,10 @@ class RankData:
     top_kernels: dict[str, int] = field(default_factory=dict)  # heaviest compute kernels: name -> ns
     trace_index: int = 0  # position among the job's traces, set by the job
     notes: list[str] = field(default_factory=list)
+    #: Where the trace's steady steps begin and end on this rank's GPU clock (the first step's start, then
+    #: each step's end: n + 1 bounds for n steps), when the trace's step model steps this rank.
+    step_bounds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    step_source: str = ""
 
     @property
     def instances(self) -> int:
@@ -92,13 +96,16 @@ def session_start_ns(trace: Trace) -> int | None:
     return int(value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else None
 
 
-def collect_ranks(trace: Trace, several: bool, window: Any = None, names: CommNames | None = None) -> list[RankData]:
+def collect_ranks(trace: Trace, several: bool, window: Any = None, names: CommNames | None = None,
+                  steps: Any = None) -> list[RankData]:
     """The ranks of ``trace`` with their communication summaries.
 
     ``several`` says the job has other traces, so kernels are also sent for the behaviour test
     even when this trace holds one rank. Returns [] for a one-rank trace without communication
     in a one-trace job: nothing to analyze as a job. ``window`` (a :class:`~nsys_rules.model.windows.Window`)
-    keeps only the kernels launched inside it.
+    keeps only the kernels launched inside it. ``steps`` (the trace's
+    :class:`~nsys_rules.model.steps.StepModel`) gives the rank it steps its step ends, so the job
+    cuts its steps where the trace does.
     """
     if not trace.has("kernels"):
         return []
@@ -150,6 +157,11 @@ def collect_ranks(trace: Trace, several: bool, window: Any = None, names: CommNa
             code=inverse.astype(np.int32), stream=_ints(kernels["stream_id"])[rows], start=start[rows], end=end[rows],
             overlap=overlap, cum_start=cum_s, cum_end=cum_e,
             kernel_ns=int((end - start)[mine].sum()), top_kernels=_top(code, labels, end - start, mine & ~comm)))
+    if steps is not None and getattr(steps, "count", 0):
+        for rank in out:
+            if steps.pid is None or rank.pid == steps.pid:
+                rank.step_bounds = np.concatenate([steps.gpu[:1, 0], steps.gpu[:, 1]]).astype(np.int64)
+                rank.step_source = steps.description
     return out
 
 

@@ -123,8 +123,46 @@ def build_job(data: list[RankData]) -> Job:
     steps = job_steps(rows.key[coherent] if coherent.any() else rows.key)
     if coherent.any() and not coherent.all():
         steps = _steps_over(steps, np.flatnonzero(coherent))
+    steps = traced_steps(data, rows, local_end, coherent) or steps
     return Job(ranks, data, clock, rows, coherent, start, end, end - start, overlap, lead, np.maximum(lead_span, 0),
                steps, families, [*notes, *session_notes, *clock.notes, *_far_apart(clock)])
+
+
+def traced_steps(data: list[RankData], rows: Rows, local_end: np.ndarray, coherent: np.ndarray) -> JobSteps | None:
+    """The job's steps where a rank's own trace cuts its steps (one step model per report), or None.
+
+    A job step still ends at a collective (the point all ranks meet): the trace's steps say how
+    many collectives one step holds (the median over its steps: two SendRecv per training step)
+    and where the last steady step ends, so the job has the trace's step count and boundaries.
+    A step holding several collectives is said so, never redefined as one per collective. None
+    when no rank carries steps, or its steps hold fewer collectives than steps.
+    """
+    ranked = [r for r, d in enumerate(data) if len(d.step_bounds)]
+    if not ranked:
+        return None
+    r = ranked[0]
+    keep = np.flatnonzero(coherent) if coherent.any() else np.arange(rows.count)
+    ends = local_end[keep, r]
+    ok = ~np.isnan(ends)
+    keep, ends = keep[ok], ends[ok]
+    order = np.argsort(ends, kind="stable")
+    keep, ends = keep[order], ends[order]
+    trace_bounds = data[r].step_bounds
+    steps = len(trace_bounds) - 1
+    # The last collective ended by each step bound (-1: none yet; the first step then holds the first one).
+    last = np.searchsorted(ends, trace_bounds.astype(float), side="right") - 1
+    per_step = int(round(float(np.median(np.diff(last))))) if steps else 0
+    if per_step < 1 or len(ends) < 2:
+        return None
+    # Anchored at the last steady step's end (the first step may begin before any collective ended, and
+    # a step bound is a collective): every step holds per_step collectives, back from there.
+    positions = last[-1] - per_step * np.arange(steps, -1, -1)
+    positions = positions[(positions >= 0) & (positions < len(ends))]
+    if len(positions) < 2:
+        return None
+    bounds = keep[positions].astype(np.int64)
+    what = "one collective" if per_step == 1 else f"{per_step} collectives"
+    return JobSteps(bounds, per_step, f"the trace's steps ({data[r].step_source}), {what} per step")
 
 
 def keep_communication(data: list[RankData]) -> tuple[list[RankData], dict[str, str], list[str]]:

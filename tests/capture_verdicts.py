@@ -2,7 +2,8 @@
 
 An expectation names rules that must reach a severity (``must``), rules that must stay at info
 or below (``must_not``), and regular expressions a rule's messages must match (``message_re``)
-or must not match (``message_not_re``).
+or must not match (``message_not_re``); ``must_any`` lists rule choices one of which must hold,
+``any_finding_not_re`` a pattern no finding's message or recommendation may match.
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ def verdict_problems(findings: list[dict[str, Any]], expected: dict[str, Any]) -
     for rule, pattern in expected.get("message_not_re", {}).items():
         if any(re.search(pattern, f["message"]) for f in findings if f["rule"] == rule):
             problems.append(f"{rule} message has /{pattern}/")
+    for options in expected.get("must_any", []):  # one of several rules may own the cause
+        if not any(worst.get(r, -1) >= LEVEL[floor] for r, floor in options.items()):
+            problems.append(f"none of {sorted(options)} at its severity")
+    pattern = expected.get("any_finding_not_re")
+    if pattern:  # advice that does not belong to the program's framework
+        problems += [f"{f['rule']} says /{pattern}/" for f in findings
+                     if re.search(pattern, f["message"]) or re.search(pattern, f.get("recommendation") or "")]
     return problems
 
 

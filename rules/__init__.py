@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from nsys_rules.hooks import hookimpl
 
-from nsys_rules.rules import (alloc_churn, capture_scope, fp32_gemm, fusion_candidate, graph_trace_hidden, launch_blocking,
-                              launch_bound, module_loading, queue_delay, recompile, step_outliers, sync_stall)
+from nsys_rules.rules import (alloc_churn, capture_scope, fp32_gemm, fusion_candidate, graph_trace_hidden, input_prep,
+                              launch_blocking, launch_bound, module_loading, queue_delay, recompile, step_outliers, sync_stall)
 from nsys_rules.rules.copies import pageable_memcpy, sync_memcpy, sync_memset  # nsys analyze parity
 from nsys_rules.rules.gaps import gpu_idle_gaps, gpu_low_utilization  # nsys analyze parity
 from nsys_rules.rules.gemv import debug_build, gemv_dominance
@@ -17,7 +17,7 @@ from nsys_rules.rules.kernel_tail import kernel_tail
 from nsys_rules.rules.ranks import exposed_comm, rank_imbalance, rank_straggler  # job rules: all ranks together
 
 #: Built-in rule modules, one rule each; order is the order of ``nsys-rules rules``.
-MODULES = [graph_trace_hidden, gemv_dominance, kernel_tail, debug_build, sync_stall, alloc_churn]
+MODULES = [graph_trace_hidden, gemv_dominance, kernel_tail, debug_build, input_prep, sync_stall, alloc_churn]
 MODULES += [pageable_memcpy, sync_memcpy, sync_memset, gpu_idle_gaps, gpu_low_utilization, launch_bound,
             launch_blocking, queue_delay, capture_scope, step_outliers, module_loading, recompile, fusion_candidate,
             fp32_gemm]

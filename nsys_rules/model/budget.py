@@ -31,6 +31,7 @@ from nsys_rules.model.trace import Trace
 from nsys_rules.model.activity import BUSY_CLASSES, GpuOps, gpu_ops
 from nsys_rules.model.budget_host import HostTimeline
 from nsys_rules.model.budget_idle import idle_parts
+from nsys_rules.model.budget_shape import move_host_prep
 from nsys_rules.analysis.intervals import Coverage, complement, merge_intervals
 from nsys_rules.model.evidence import evidence
 from nsys_rules.model.steps import StepModel
@@ -47,6 +48,7 @@ PARTS: tuple[tuple[str, str, str], ...] = (
     ("communication", "communication kernels", "busy"), ("other", "other kernels", "busy"),
     ("copy", "memcpy/memset", "busy"), ("graph_replay", "graph replays (kernels hidden)", "busy"),
     ("contention", "other streams/processes (loop idle)", "busy"),
+    ("host_prep", "idle: host work between steps", "idle"),
     ("launch_wait", "idle: waiting for launches", "idle"), ("after_sync", "idle: after a synchronization", "idle"),
     ("allocation", "idle: allocation/free", "idle"), ("module_loading", "idle: module loading/compiling", "idle"),
     ("graph_internal", "idle: inside graph replays", "idle"), ("idle_other", "idle: other (dependencies)", "idle"),
@@ -183,6 +185,9 @@ def _budget(trace: Trace, model: StepModel) -> Budget | None:
     timelines: dict[tuple[int, int], HostTimeline] = {}
     idle = idle_parts(trace, sub, gaps, steps, timelines)
     per_step.update(idle)
+    # A block of host work between launches is no launch overhead: input preparation, or a compile.
+    loads = [tl.load_starts for tl in timelines.values() if len(tl.load_starts)]
+    move_host_prep(per_step, gaps, steps, own_busy, np.concatenate(loads) if loads else None)
     durations = b - a
     median_step = int(np.argsort(durations, kind="stable")[(len(durations) - 1) // 2])
     parts = []

@@ -213,3 +213,31 @@ def test_evidence_prefill_and_decode_phases(tmp_path):
     assert phases["time_to_first_token_ns_p50"] == 400_000
     # From the first token's GEMV to the last token's argmax, over 8 tokens.
     assert phases["time_per_output_token_ns_p50"] == (7 * 100_000 + 60_000 - 5_000) // 8
+
+
+def test_a_block_of_host_work_between_steps_is_host_prep_not_launch_overhead(tmp_path):
+    # 10 ms of host work before each step's first launch, no sync: the block moves out of launch_wait.
+    b = TraceBuilder()
+    t = T0
+    for i in range(8):
+        start = t
+        t += 10_000_000
+        for k in range(10):
+            b.kernel("void at::native::vectorized_elementwise_kernel<4>()", start=t + 10_000, duration=100_000,
+                     launch_at=t)
+            t += 120_000
+        b.nvtx(f"train_step {i}", start, t)
+    _, budget = budget_of(b.write(tmp_path / "t.sqlite"))
+    got = parts(budget)
+    assert got["host_prep"] == pytest.approx(7 * 10_000_000, rel=0.02)  # every step but the first has the block before it
+    assert got.get("launch_wait", 0) < 7 * 400_000  # what stays is the launch pace between kernels
+    assert_adds_up(budget)
+
+
+def test_short_host_work_after_a_sync_stays_the_syncs(tmp_path):
+    # A readback loop whose host works 100 us after each sync: a step's GPU work hides it, so it is after_sync.
+    b = TraceBuilder()
+    sync_loop(b, steps=8, host_ns=100_000)
+    _, budget = budget_of(b.write(tmp_path / "t.sqlite"))
+    assert "host_prep" not in parts(budget) and parts(budget)["after_sync"] > 0
+    assert_adds_up(budget)

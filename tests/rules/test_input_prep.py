@@ -1,0 +1,85 @@
+"""input-prep: one block of host work per step that the GPU waits through, and the framework's own advice."""
+
+from __future__ import annotations
+
+import pytest
+
+from nsys_rules.api import Severity
+from nsys_rules.testing import TraceBuilder, metric_values, only_finding, run_rule
+
+T0 = 100_000_000
+
+
+def _loop(b: TraceBuilder, *, prep_ns: int, steps: int = 12, kernels: int = 20, kernel_ns: int = 100_000,
+          kernel: str = "void at::native::vectorized_elementwise_kernel<4>()", readback: bool = True) -> int:
+    """A training loop: ``prep_ns`` of host work (the next batch), an upload, ``kernels`` launches, a readback.
+
+    Returns the step time.
+    """
+    t = T0
+    step = 0
+    for i in range(steps):
+        start = t
+        t += prep_ns  # tokenizing, augmenting: host code, no CUDA call
+        b.memcpy(t + 20_000, 10_000, 1 << 20, kind="HtoD", src="pageable", launch_at=t)
+        t += 30_000
+        for k in range(kernels):
+            b.kernel(kernel, start=t + 10_000, duration=kernel_ns, launch_at=t)
+            t += kernel_ns + 5_000
+        if readback:
+            b.memcpy(t + 10_000, 2_000, 4, kind="DtoH", src="device", dst="pinned", launch_at=t)
+            b.sync(t + 1_000, 12_000)
+            t += 20_000
+        b.nvtx(f"train_step {i}", start, t)
+        step = t - start
+    return step
+
+
+def test_a_block_of_host_work_before_each_step_is_input_preparation(tmp_path):
+    b = TraceBuilder()
+    step = _loop(b, prep_ns=40_000_000)
+    f = only_finding(run_rule("input-prep", b.write(tmp_path / "t.sqlite")))
+    m = metric_values(f)
+    assert f.severity is Severity.WARNING and f.budget_part == "host_prep"
+    # The readback released the host into the block: launching before waiting would hide a step's GPU
+    # work (20 x 0.1 ms) of it, which stays sync-stall's; the rest is the input pipeline's.
+    assert m["host_block_per_step"] == pytest.approx(40_000_000 - 2_000_000, rel=0.02)
+    assert m["step_share"] == pytest.approx(100 * 38e6 / step, abs=1.5)
+    assert m["htod_bytes_per_step"] == 1 << 20 and m["htod_pageable_share"] == 100
+    assert "DataLoader" in f.recommendation and "pin_memory" in f.recommendation and "PyTorch" in f.message
+
+
+def test_launch_gaps_spread_through_the_step_are_not_input_preparation(tmp_path):
+    b = TraceBuilder()
+    _loop(b, prep_ns=200_000, kernels=40, kernel_ns=50_000)  # 0.2 ms: the loop's own launch pace, no block
+    assert run_rule("input-prep", b.write(tmp_path / "t.sqlite")) == []
+
+
+def test_the_share_boundary(tmp_path):
+    # A 1.2 ms block in a ~3.3 ms step (no readback) is reported; a floor above its share silences it,
+    # a warning threshold above it makes it information.
+    b = TraceBuilder()
+    _loop(b, prep_ns=1_200_000, readback=False)
+    path = b.write(tmp_path / "t.sqlite")
+    share = metric_values(only_finding(run_rule("input-prep", path)))["step_share"]
+    assert run_rule("input-prep", path, options={"min_share_pct": share + 1}) == []
+    f = only_finding(run_rule("input-prep", path, options={"warn_share_pct": share + 1}))
+    assert f.severity is Severity.INFO
+
+
+def test_jax_gets_jax_advice_and_no_pytorch(tmp_path):
+    b = TraceBuilder()
+    _loop(b, prep_ns=8_000_000, kernel="loop_add_fusion")
+    for i in range(3):
+        b.nvtx(f"XlaModule:#hlo_module=jit_train_step,program_id={i}#", T0 - 5_000_000 + i * 1_000_000,
+               duration=500_000)
+    f = only_finding(run_rule("input-prep", b.write(tmp_path / "t.sqlite")))
+    assert "prefetch_to_device" in f.recommendation and "float(loss)" in f.recommendation  # the readback waits
+    assert "torch" not in f.recommendation.lower() and "DataLoader" not in f.recommendation
+
+
+def test_a_cuda_program_gets_thread_and_stream_advice(tmp_path):
+    b = TraceBuilder()
+    _loop(b, prep_ns=8_000_000, kernel="gemv_bf16_kernel")
+    f = only_finding(run_rule("input-prep", b.write(tmp_path / "t.sqlite")))
+    assert "another thread" in f.recommendation and "torch" not in f.recommendation.lower()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from nsys_rules.errors import UsageError
 from nsys_rules.findings import Severity
-from nsys_rules.settings import FAIL_ON, Settings, option_setting, resolve_rule_name, suggest
+from nsys_rules.settings import FAIL_ON, Settings, build_options, option_setting, resolve_rule_name, suggest
 from nsys_rules.textsafe import clip_value
 from nsys_rules.units import parse_size
 from nsys_rules.userfiles import read_small_text, read_user_file
@@ -93,6 +93,8 @@ def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Map
                 for opt, raw in opts.items():
                     key, setting = option_setting(rules[name], opt, raw, str(path))
                     settings.rule_options.setdefault(name, {})[key] = setting
+    for name, options in settings.rule_options.items():  # the rule's own check of its values, all of them at once
+        build_options(rules[name], options, str(path))
     return settings
 
 

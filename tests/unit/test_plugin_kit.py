@@ -137,3 +137,25 @@ def test_the_test_kit_is_still_found_in_the_api_for_one_release():
         assert api.TraceBuilder is kit.TraceBuilder
     with pytest.raises(AttributeError):
         api.no_such_name  # noqa: B018 - the attribute access is the test
+
+
+def doc_block(heading: str) -> str:
+    """The first Python block under ``heading`` in docs/plugins.md."""
+    text = DOC.read_text(encoding="utf-8")
+    return re.search(r"```python\n(.*?)```", text[text.index(heading):], re.S).group(1)
+
+
+def test_the_documented_option_check_refuses_in_one_line(tmp_path):
+    from nsys_rules.api import UsageError
+
+    rule = load_plugin(doc_example(), tmp_path).BigKernels
+    checked = type("BigKernels", (rule,), {"__doc__": rule.__doc__,  # the documented rule with the documented Options
+                                           "Options": load_plugin(doc_block("### Checking option values"), tmp_path).Options})
+    path = dominated_trace(tmp_path / "t.sqlite")
+    assert len(run_rule(checked, path, options={"kernel_pattern": "gemm"})) == 1
+    with pytest.raises(UsageError) as refused:
+        run_rule(checked, path, options={"kernel_pattern": "("})
+    assert str(refused.value) == ("options: big-kernels.kernel_pattern '(' is not a regular expression: missing ), "
+                                  "unterminated subpattern at position 0")
+    with pytest.raises(UsageError, match=r"^options: big-kernels\.min_share_pct must be a percent \(0-100\), not 120$"):
+        run_rule(checked, path, options={"min_share_pct": 120})

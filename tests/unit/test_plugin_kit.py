@@ -159,3 +159,43 @@ def test_the_documented_option_check_refuses_in_one_line(tmp_path):
                                   "unterminated subpattern at position 0")
     with pytest.raises(UsageError, match=r"^options: big-kernels\.min_share_pct must be a percent \(0-100\), not 120$"):
         run_rule(checked, path, options={"min_share_pct": 120})
+
+
+def test_the_conventions_check_passes_the_documented_rule(tmp_path):
+    from nsys_rules.testing import assert_rule_conventions, rule_convention_problems
+
+    plugin = load_plugin(doc_example(), tmp_path)
+    assert rule_convention_problems(plugin.BigKernels) == []
+    assert_rule_conventions(plugin.BigKernels)
+
+
+@pytest.mark.parametrize("mistake, expected", [
+    (('    Evidence: the kernel\'s share and its total time.\n', ''),
+     "big-kernels: the docstring lacks the sections ['Evidence']"),
+    (('    """One kernel name takes a large share of the GPU time.\n\n', '    """\n'),
+     "big-kernels: the docstring has no summary line"),
+    (('Options: `min_share_pct`.', 'Options: `min_share_pct`, `max_share_pct`.'),
+     "big-kernels: the docstring's Options section names options it does not have: ['max_share_pct']"),
+    (('metadata={"help": "report from this percent of GPU time"}', 'metadata={}'),
+     "big-kernels: Options fields without metadata help: ['min_share_pct']"),
+    (('"report from this percent of GPU time"', '"report from this fraction (0-1) of GPU time"'),
+     "big-kernels.min_share_pct: a *_pct option's help says 'percent'"),
+    (('min_share_pct: float = field(default=20.0', 'min_share: float = field(default=0.2'),
+     "big-kernels.min_share: a share or fraction is a percent named *_pct"),
+    (('title = "One kernel dominates GPU time"', 'title = ""'), "big-kernels: no title"),
+    (('requires = ("kernels",)', 'requires = ("kernel",)'),
+     "the engine refuses it: rule big-kernels: unknown tables ['kernel'] (did you mean 'kernels'?)"),
+])
+def test_the_conventions_check_names_each_mistake(tmp_path, mistake, expected):
+    from nsys_rules.testing import assert_rule_conventions, rule_convention_problems
+
+    old, new = mistake
+    source = doc_example()
+    assert old in source
+    if "min_share:" in new:
+        source = source.replace("ctx.options.min_share_pct", "100 * ctx.options.min_share")
+    rule = load_plugin(source.replace(old, new, 1), tmp_path).BigKernels
+    problems = rule_convention_problems(rule)
+    assert any(p.startswith(expected) for p in problems), problems
+    with pytest.raises(AssertionError, match="breaks the rule conventions"):
+        assert_rule_conventions(rule)

@@ -17,7 +17,7 @@ from nsys_rules import __version__
 from nsys_rules.report import Report
 from nsys_rules.errors import UsageError
 from nsys_rules.outpaths import write_atomic
-from nsys_rules.userfiles import read_small_text
+from nsys_rules.userfiles import read_user_file
 
 BASELINE_FORMAT = "nsys-rules-baseline"
 BASELINE_VERSION = 1
@@ -46,14 +46,7 @@ def write_baseline(report: Report, path: Path) -> None:
 
 def read_baseline(path: Path) -> set[str]:
     """Fingerprints in a baseline file or a ``check --format json`` output; one clear line when unusable."""
-    try:
-        data = json.loads(read_small_text(path))
-    except FileNotFoundError:
-        raise UsageError(f"baseline {path} does not exist (create it with --write-baseline {path})") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read baseline {path}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"baseline {path} is not JSON: {exc.msg} at line {exc.lineno}") from None
+    data = read_user_file(path, "baseline", json.loads, "JSON", f" (create it with --write-baseline {path})")
     findings = data.get("findings") if isinstance(data, dict) else None
     if not isinstance(findings, list):
         raise UsageError(f"baseline {path} has no 'findings' list: write one with --write-baseline "

@@ -182,11 +182,7 @@ def _run(argv: Sequence[str] | None) -> int:
         return 0
     except OSError as exc:
         if sys.stdout is not None and exc.errno not in _OUTPUT_ERRNOS:
-            if debug:
-                traceback.print_exc()
-            sys.stderr.write(f"nsys-rules: internal error: {type(exc).__name__}: {one_line(str(exc))} "
-                             "(rerun with --debug and report it)\n")
-            return int(ExitCode.INCOMPLETE)
+            return _internal_error(exc, debug)
         _silence_stdout()
         sys.stderr.write(f"nsys-rules: cannot write the output ({exc.strerror or exc}); nothing more written\n")
         return int(ExitCode.INCOMPLETE)
@@ -194,11 +190,16 @@ def _run(argv: Sequence[str] | None) -> int:
         if _interrupted(exc):  # Ctrl-C inside a class body or import, wrapped by Python (``__set_name__``)
             sys.stderr.write("nsys-rules: interrupted\n")
             return 130
-        if debug:
-            traceback.print_exc()
-        sys.stderr.write(f"nsys-rules: internal error: {type(exc).__name__}: {one_line(str(exc))} "
-                         "(rerun with --debug and report it)\n")
-        return int(ExitCode.INCOMPLETE)
+        return _internal_error(exc, debug)
+
+
+def _internal_error(exc: BaseException, debug: bool) -> int:
+    """A bug: one line (the traceback too with ``--debug``), exit 4."""
+    if debug:
+        traceback.print_exc()
+    sys.stderr.write(f"nsys-rules: internal error: {type(exc).__name__}: {one_line(str(exc))} "
+                     "(rerun with --debug and report it)\n")
+    return int(ExitCode.INCOMPLETE)
 
 
 def _fit_error(line: str) -> str:

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from nsys_rules.errors import UsageError
 from nsys_rules.findings import Severity
-from nsys_rules.settings import FAIL_ON, Settings, option_setting, resolve_rule_name, suggest
+from nsys_rules.settings import FAIL_ON, Settings, build_options, option_setting, resolve_rule_name, suggest
 from nsys_rules.textsafe import clip_value
 from nsys_rules.units import parse_size
-from nsys_rules.userfiles import read_small_text
+from nsys_rules.userfiles import read_small_text, read_user_file
 
 if TYPE_CHECKING:  # annotations only: commands parse their flags without importing pandas
     from nsys_rules.rule import Rule
@@ -52,14 +52,7 @@ def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Map
     settings = Settings()
     if path is None:
         return settings
-    try:
-        data = tomllib.loads(read_small_text(path))
-    except FileNotFoundError:
-        raise UsageError(f"config file {path} not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"config file {clip_value(path, 200)}: cannot read ({clip_value(exc, 300)})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"config file {path}: invalid TOML ({exc})") from None
+    data = read_user_file(path, "config file", tomllib.loads, "TOML")
     table = data.get("tool", {}).get("nsys-rules", {}) if path.name == "pyproject.toml" else data
     if not isinstance(table, dict):
         raise UsageError(f"{path}: [tool.nsys-rules] must be a table")
@@ -100,6 +93,8 @@ def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Map
                 for opt, raw in opts.items():
                     key, setting = option_setting(rules[name], opt, raw, str(path))
                     settings.rule_options.setdefault(name, {})[key] = setting
+    for name, options in settings.rule_options.items():  # the rule's own check of its values, all of them at once
+        build_options(rules[name], options, str(path))
     return settings
 
 

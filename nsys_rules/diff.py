@@ -29,6 +29,7 @@ from nsys_rules.errors import UsageError
 from nsys_rules.model.overview import build_profile
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.windows import SteadyOptions, steady_state_window
+from nsys_rules.units import human_ns
 
 #: A change smaller than this fraction of the base step time is noise.
 SIGNIFICANT = 0.01
@@ -114,16 +115,16 @@ class DiffResult:
         kind = "kernel-time" if kernels and abs(d_busy) >= abs(d_idle) else "gaps" if gaps else "none"
         causes: list[tuple[float, str]] = []  # (size, sentence): the larger cause first
         if kernels:
-            causes.append((abs(d_busy), f"GPU kernel time per step {_moved(d_busy)} by {_ns(abs(d_busy))} "
-                                      f"({_ns(b['busy_per_step_ns'])} -> {_ns(n['busy_per_step_ns'])})"))
+            causes.append((abs(d_busy), f"GPU kernel time per step {_moved(d_busy)} by {human_ns(abs(d_busy))} "
+                                      f"({human_ns(b['busy_per_step_ns'])} -> {human_ns(n['busy_per_step_ns'])})"))
         if gaps:
-            causes.append((abs(d_idle), f"idle time (gaps) per step {_moved(d_idle)} by {_ns(abs(d_idle))} "
-                                      f"({_ns(b['idle_per_step_ns'])} -> {_ns(n['idle_per_step_ns'])})"))
+            causes.append((abs(d_idle), f"idle time (gaps) per step {_moved(d_idle)} by {human_ns(abs(d_idle))} "
+                                      f"({human_ns(b['idle_per_step_ns'])} -> {human_ns(n['idle_per_step_ns'])})"))
         said = [text for _, text in sorted(causes, key=lambda x: -x[0])]
         if b["steps"] != n["steps"]:
             said.append(f"the step count changed ({b['steps']} -> {n['steps']} steps: totals differ, the per-step "
                         "numbers compare as they are)")
-        head = (f"step time {self.step_change_pct:+.1f} % ({_ns(b['step_time_ns'])} -> {_ns(n['step_time_ns'])} "
+        head = (f"step time {self.step_change_pct:+.1f} % ({human_ns(b['step_time_ns'])} -> {human_ns(n['step_time_ns'])} "
                 f"per step)")
         text = head + (": " + "; ".join(said) if said else ": no significant change in kernels or gaps")
         return {"kind": kind, "changed": changed, "text": text, "step_delta_ns": round(d_step, 1),
@@ -224,10 +225,3 @@ def _moved(delta: float) -> str:
     return "grew" if delta > 0 else "shrank"
 
 
-def _ns(value: float, signed: bool = False) -> str:
-    sign = ("+" if value > 0 else "-" if value < 0 else "") if signed else ""
-    v = abs(value)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if v >= scale:
-            return f"{sign}{v / scale:.3g} {unit}"
-    return f"{sign}{v:.0f} ns"

@@ -53,6 +53,8 @@ def rule_markdown(rule: type[Rule], plugin: str = "") -> str:
         out += [sec["summary"], ""]
     for name in DOC_SECTIONS:
         if name == "Options":
+            # The table, generated from Options, is the reference; the docstring's section only lists the
+            # names, so its text is shown only when it says more than that.
             out += ["## Options", ""]
             rows = option_rows(rule)
             if rows:
@@ -60,17 +62,29 @@ def rule_markdown(rule: type[Rule], plugin: str = "") -> str:
                 out += [f"| `{n}` | `{d}` | {h} |" for n, d, h in rows]
             else:
                 out.append("None.")
-            if sec.get("Options"):
+            if _says_more(sec.get("Options", ""), [n for n, _, _ in rows]):
                 out += ["", _capitalized(sec["Options"])]
             out.append("")
             continue
         if name == "Requires":
-            tables = ", ".join(rule.requires) or "nothing"
-            opt = f" (uses {', '.join(rule.optional)} when present)" if rule.optional else ""
-            out += ["## Requires", "", f"Tables: {tables}{opt}." + (f" {sec['Requires']}" if sec.get("Requires") else ""), ""]
+            # The docstring says what the rule needs and why (tables, capture metadata, a step model); the
+            # tables it declares stand in only when it says nothing.
+            out += ["## Requires", "", _capitalized(sec.get("Requires", "")) or _declared_tables(rule), ""]
             continue
         out += [f"## {name}", "", _capitalized(sec.get(name, "")) or "(not documented)", ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _says_more(text: str, names: list[str]) -> bool:
+    """Whether a docstring section holds more than a list of these names (`a`, `b` and `c`.)."""
+    rest = re.sub(r"`([^`]*)`", lambda m: "" if m.group(1) in names else m.group(0), text)
+    return bool(re.sub(r"\band\b|none|[\s,.;]", "", rest, flags=re.IGNORECASE))
+
+
+def _declared_tables(rule: type[Rule]) -> str:
+    tables = ", ".join(rule.requires) or "nothing"
+    optional = f" (uses {', '.join(rule.optional)} when present)" if rule.optional else ""
+    return f"Tables: {tables}{optional}."
 
 
 def _capitalized(text: str) -> str:

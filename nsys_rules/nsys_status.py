@@ -32,13 +32,17 @@ class StatusLine:
 
 
 @dataclass(frozen=True)
-class Explained:
-    """A check that is not fine: ``level`` "warn" or "info", what it means, and the fix."""
+class Item:
+    """One line of ``nsys-rules doctor``'s diagnosis: ``level`` ok, info, warn or FAIL (FAIL: profiling cannot work)."""
 
-    line: StatusLine
     level: str
-    meaning: str
+    topic: str
+    text: str
     fix: str = ""
+
+
+#: The topic of the lines :func:`explain_status` writes.
+TOPIC = "status -e"
 
 
 _VERDICTS = ("Not Available", "Available", "OK", "Fail", "Yes", "No", "enabled", "disabled")
@@ -61,42 +65,59 @@ def parse_status(text: str) -> list[StatusLine]:
     return lines
 
 
-def explain(line: StatusLine) -> Explained | None:
+def explain_status(output: str, returncode: int) -> list[Item]:
+    """The diagnosis from the output of ``nsys status -e``: the failed checks explained, the passed ones counted."""
+    lines = parse_status(output)
+    if not lines:
+        last = output.strip().splitlines()[-1:] or ["no output"]
+        return [Item("warn", TOPIC, f"printed no checks (exit code {returncode}): {last[0]}")]
+    explained = [e for e in (explain(line) for line in lines) if e is not None]
+    problems = sum(1 for e in explained if e.level == "warn")
+    summary = "CPU sampling works" if not problems else "CPU sampling is limited; CUDA and NVTX tracing work"
+    return explained + [Item("ok" if not problems else "info", TOPIC, f"{len(lines)} checks read: {summary}")]
+
+
+def explain(line: StatusLine) -> Item | None:
     """What a failed or notable check means for profiling, and how to fix it; None when it is fine."""
+    shown = f"{line.key} = {line.value}" if line.value else f"{line.key}: {line.verdict}"
+
+    def item(level: str, meaning: str, fix: str = "") -> Item:
+        return Item(level, TOPIC, f"{shown}: {meaning}", fix)
+
     key = line.key.lower()
     failed = line.verdict in ("Fail", "No")
     if key.startswith("linux kernel paranoid level"):
         level = _int(line.value)
         if line.verdict == "Fail" or (level is not None and level > MAX_PARANOID):
-            return Explained(line, "warn", f"perf_event_paranoid is {line.value}: nsys cannot sample CPU call stacks "
-                             f"or trace context switches (it needs {MAX_PARANOID} or less); CUDA and NVTX tracing "
-                             "still work", f"{_PARANOID_FIX}; {_SILENCE}")
+            return item("warn", f"perf_event_paranoid is {line.value}: nsys cannot sample CPU call stacks "
+                        f"or trace context switches (it needs {MAX_PARANOID} or less); CUDA and NVTX tracing "
+                        "still work", f"{_PARANOID_FIX}; {_SILENCE}")
         return None
     if key.startswith("linux perf_event_open") and failed:
-        return Explained(line, "warn", "the kernel refuses perf_event_open (the paranoid level, a container's seccomp "
-                         "profile, or a sandbox such as gVisor): no CPU sampling", "lower perf_event_paranoid "
-                         f"({_PARANOID_FIX}); in Docker add --cap-add=SYS_ADMIN; {_SILENCE}")
+        return item("warn", "the kernel refuses perf_event_open (the paranoid level, a container's seccomp "
+                    "profile, or a sandbox such as gVisor): no CPU sampling", "lower perf_event_paranoid "
+                    f"({_PARANOID_FIX}); in Docker add --cap-add=SYS_ADMIN; {_SILENCE}")
     if key.startswith("sampling trigger event") and failed:
-        return Explained(line, "warn", "no perf event can trigger CPU samples (common in virtual machines without "
-                         "a virtual PMU)", f"profile on bare metal or a VM that exposes the PMU; {_SILENCE}")
+        return item("warn", "no perf event can trigger CPU samples (common in virtual machines without "
+                    "a virtual PMU)", f"profile on bare metal or a VM that exposes the PMU; {_SILENCE}")
     if "last branch record" in key and line.verdict == "Not Available":
-        return Explained(line, "info", "no Intel LBR: nsys takes CPU call stacks from frame pointers or DWARF "
-                         "instead (--backtrace=fp or dwarf); nothing to fix")
+        return item("info", "no Intel LBR: nsys takes CPU call stacks from frame pointers or DWARF "
+                    "instead (--backtrace=fp or dwarf); nothing to fix")
     if key.startswith("cpu profiling environment (system-wide)") and failed:
-        return Explained(line, "info", "system-wide CPU sampling needs root; only --sample=system-wide uses it")
+        return item("info", "system-wide CPU sampling needs root; only --sample=system-wide uses it")
     if (key.startswith("cpu profiling environment") or key.startswith("sampling environment")) and failed:
-        return Explained(line, "warn", "CPU sampling of the profiled program is unavailable (see the checks above); "
-                         "CUDA and NVTX tracing still work", f"fix the checks above, {_SILENCE}")
+        return item("warn", "CPU sampling of the profiled program is unavailable (see the checks above); "
+                    "CUDA and NVTX tracing still work", f"fix the checks above, {_SILENCE}")
     if key.startswith("linux kernel version") and failed:
-        return Explained(line, "warn", f"kernel {line.value} is too old for nsys's CPU sampling",
-                         f"a newer kernel (4.3 or later); {_SILENCE}")
+        return item("warn", f"kernel {line.value} is too old for nsys's CPU sampling",
+                    f"a newer kernel (4.3 or later); {_SILENCE}")
     if key.startswith("timestamp counter") and failed:
-        return Explained(line, "info", "no usable CPU timestamp counter: nsys falls back to a slower clock source")
+        return item("info", "no usable CPU timestamp counter: nsys falls back to a slower clock source")
     if key.startswith("root privilege"):
         return None
     if failed:
-        return Explained(line, "warn", "nsys reports this check failed", "see the System Requirements of the "
-                         "Nsight Systems Installation Guide (https://docs.nvidia.com/nsight-systems/)")
+        return item("warn", "nsys reports this check failed", "see the System Requirements of the "
+                    "Nsight Systems Installation Guide (https://docs.nvidia.com/nsight-systems/)")
     return None
 
 

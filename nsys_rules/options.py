@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsys_rules.settings import Settings, option_setting, resolve_rule_name
+from nsys_rules.settings import Settings, build_options, option_setting, resolve_rule_name
 from nsys_rules.errors import UsageError
 from nsys_rules.registry import Registry
 from nsys_rules.rule import Rule
@@ -21,14 +21,11 @@ def select_rules(registry: Registry, settings: Settings) -> list[type[Rule]]:
 
 
 def effective_options(rule: type[Rule], settings: Settings) -> Any:
-    """``rule.Options`` with the configured overrides applied."""
+    """``rule.Options`` with the configured overrides applied (:func:`nsys_rules.settings.build_options`)."""
     overrides = settings.rule_options.get(rule.name, {})
     if any(key in rule.renamed_options for key in overrides):  # set from code (run_rule(options=...)), not --set
         overrides = dict(option_setting(rule, key, value, "options") for key, value in overrides.items())
-    try:
-        return rule.Options(**overrides)
-    except (TypeError, ValueError, ArithmeticError) as exc:
-        raise UsageError(f"options of {rule.name}: {exc}") from None
+    return build_options(rule, overrides, "options")
 
 
 def rule_window_kind(rule: type[Rule], options: Any) -> str:

@@ -2,7 +2,10 @@
 
 :class:`Settings` is filled by the command line and the config file (:mod:`nsys_rules.config`
 reads the file); :func:`option_setting` checks one ``RULE.OPTION=VALUE`` against the rule's
-``Options`` dataclass, for the file, ``--set`` and the test kit alike.
+``Options`` dataclass (the name, the type), and :func:`build_options` builds the ``Options`` with
+every value a source gives, so that the rule's own check of its values (``__post_init__``
+raising ``ValueError``) is a usage error naming ``rule.option``: for the file, ``--set`` and the
+test kit alike.
 """
 
 from __future__ import annotations
@@ -10,12 +13,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import sys
 import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
-from nsys_rules.errors import UsageError
+from nsys_rules.errors import PluginError, UsageError
 from nsys_rules.findings import Severity
 from nsys_rules.textsafe import clip_value
 
@@ -92,6 +96,51 @@ def _deprecated(old: str, instead: str) -> None:
         _WARNED.add(old)
         sys.stderr.write(f"nsys-rules: {clip_value(old, 120)} is deprecated and goes away in the next release; "
                          f"write {clip_value(instead, 160)}\n")
+
+
+#: What an ``Options`` dataclass raises for a value it refuses, from its ``__post_init__``: the user's mistake
+#: (exit 2), not the rule's. ``re.error`` because a regular-expression option is checked by compiling it;
+#: ``UsageError`` because built-in parsers (sizes) raise it.
+REFUSED_VALUE = (ValueError, TypeError, ArithmeticError, re.error, UsageError)
+
+
+def build_options(rule: type[Rule], overrides: Mapping[str, Any], where: str) -> Any:
+    """``rule.Options(**overrides)``; one :class:`UsageError` line when the Options refuse a value.
+
+    A rule checks its option values in ``Options.__post_init__`` and raises ``ValueError`` with what
+    is wrong (docs/plugins.md, "Checking option values"). The line names ``where`` (the config file,
+    ``--set``, ``options``) and the option: when several were given, the first one the Options refuse
+    on its own (values that are only wrong together name the rule's options). Any other exception,
+    or ``sys.exit()``, is the rule's bug: a :class:`PluginError` (exit 4) naming the rule.
+    """
+    try:
+        return rule.Options(**overrides)
+    except REFUSED_VALUE as exc:
+        raise UsageError(_refused(rule, overrides, where, exc)) from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - plugin code: a bug in it is reported, never fatal
+        raise PluginError(f"rule {rule.name}: its Options failed on the values of {where}: "
+                          f"{type(exc).__name__}: {clip_value(exc, 300)}") from None
+
+
+def _refused(rule: type[Rule], overrides: Mapping[str, Any], where: str, exc: BaseException) -> str:
+    reason = clip_value(exc, 300) or type(exc).__name__
+    culprit = next((key for key in overrides if len(overrides) == 1 or _refuses(rule, key, overrides[key])), None)
+    if culprit is None:
+        return f"{where}: options of {rule.name} ({', '.join(overrides)}): {reason}"
+    if reason.startswith(culprit) and reason[len(culprit):len(culprit) + 1] in (" ", ":"):
+        return f"{where}: {rule.name}.{reason}"  # "roofline_pct must be ..." reads as "gemv-dominance.roofline_pct must be ..."
+    return f"{where}: {rule.name}.{culprit}: {reason}"
+
+
+def _refuses(rule: type[Rule], key: str, value: Any) -> bool:
+    """Whether ``rule.Options`` refuse ``key=value`` with every other option at its default."""
+    try:
+        rule.Options(**{key: value})
+    except REFUSED_VALUE:
+        return True
+    except (Exception, SystemExit):  # noqa: BLE001 - only looking for the culprit of a refusal already made
+        return False
+    return False
 
 
 def coerce_option(rule: type[Rule], option: str, raw: Any, where: str) -> Any:

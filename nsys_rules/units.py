@@ -13,15 +13,20 @@ def pct(part: float, whole: float) -> float:
     return 100.0 * part / whole if whole else 0.0
 
 
-def human_ns(ns: float | int | None) -> str:
-    """``1234567`` -> ``1.23 ms`` (three significant digits, the largest unit that fits); ``""`` for None."""
+def human_ns(ns: float | int | None, signed: bool = False) -> str:
+    """``1234567`` -> ``1.23 ms`` (three significant digits, the largest unit that fits); ``""`` for None.
+
+    ``signed``: a change, with its sign (``+1.23 ms``, ``-4 us``, ``0 ns``).
+    """
     if ns is None:
         return ""
     ns = float(ns)
+    sign = "-" if ns < 0 else "+" if signed and ns > 0 else ""
+    size = abs(ns)
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.3g} {unit}"
-    return f"{ns:.0f} ns"
+        if size >= scale:
+            return f"{sign}{size / scale:.3g} {unit}"
+    return f"{sign}{size:.0f} ns"
 
 
 _SIZE = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3,

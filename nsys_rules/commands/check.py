@@ -19,7 +19,9 @@ from nsys_rules.commands.common import FAIL_CHOICES, add_filter_flags, add_plugi
 from nsys_rules.commands.outputs import add_output_flags, finish, prepare
 
 if TYPE_CHECKING:
+    from nsys_rules.registry import Registry
     from nsys_rules.report import Report
+    from nsys_rules.settings import Settings
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -85,16 +87,22 @@ def _memory_limit_set(args: argparse.Namespace) -> bool:
         return True  # settings_for reports the file; nothing is read before it does
 
 
+def check_setup(args: argparse.Namespace) -> tuple[Registry, Settings]:
+    """The registry and settings of a ``check`` (``profile`` checks them before it captures); the format checked."""
+    registry = registry_for(args)
+    settings = settings_for(args, registry)
+    if args.format not in registry.formatters:
+        raise UsageError(f"unknown --format {args.format!r}; choose from {', '.join(sorted(registry.formatters))}")
+    return registry, settings
+
+
 def _run(args: argparse.Namespace) -> int:
     from nsys_rules.engine import run_check
     from nsys_rules.inputs import expand_inputs, open_trace
     from nsys_rules.isolation import call_plugin
     from nsys_rules.parallel import default_jobs, run_many
 
-    registry = registry_for(args)
-    settings = settings_for(args, registry)
-    if args.format not in registry.formatters:
-        raise UsageError(f"unknown --format {args.format!r}; choose from {', '.join(sorted(registry.formatters))}")
+    registry, settings = check_setup(args)
     paths = expand_inputs(args.traces, tuple(registry.loaders))
     baseline = prepare(args, registry, settings, paths)
     if len(paths) > 1 or args.jobs != 1 or args.dask:

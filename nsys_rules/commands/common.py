@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nsys_rules.config import find_config, load_config, parse_percent, parse_seconds, parse_set
-from nsys_rules.settings import FAIL_ON, Settings, resolve_rule_name
+from nsys_rules.settings import FAIL_ON, Settings, build_options, resolve_rule_name
 from nsys_rules.errors import UsageError
 from nsys_rules.textsafe import clip_value
 from nsys_rules.units import parse_size
@@ -60,6 +60,7 @@ def settings_for(args: argparse.Namespace, registry: Registry) -> Settings:
         settings.fail_on = args.fail_on
     for rule, opts in parse_set(getattr(args, "set", None) or [], registry.rules, aliases).items():
         settings.rule_options.setdefault(rule, {}).update(opts)
+        build_options(registry.rules[rule], settings.rule_options[rule], "--set")  # with the file's values of it
     if getattr(args, "noise_floor", None) is not None:
         settings.noise_floor_pct = parse_percent(args.noise_floor, "--noise-floor")
     if getattr(args, "max_memory", None):

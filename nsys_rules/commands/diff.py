@@ -10,13 +10,14 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from nsys_rules.diff import DEFAULT_GATE_PCT, DiffResult, compare, side_summary
+from nsys_rules.diff import DEFAULT_GATE_PCT, Change, DiffResult, compare, side_summary
 from nsys_rules.errors import ExitCode, UsageError
 from nsys_rules.formatters.layout import FILE_WIDTH, fit, one_line, shorten, terminal_width
 from nsys_rules.formatters.markdown import cell, code_cell
 from nsys_rules.inputs import open_trace
 from nsys_rules.loaders.memory_limit import install_read_guard
 from nsys_rules.textsafe import terminal_safe
+from nsys_rules.units import human_ns
 from nsys_rules.model.windows import SteadyOptions
 from nsys_rules.commands.common import add_plugin_flags, registry_for, settings_for
 
@@ -72,15 +73,6 @@ def run(args: argparse.Namespace) -> int:
     return int(ExitCode.FINDINGS if result.regressed else ExitCode.OK)
 
 
-def _ns(value: float, signed: bool = False) -> str:
-    sign = ("+" if value > 0 else "-" if value < 0 else "") if signed else ""
-    v = abs(value)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if v >= scale:
-            return f"{sign}{v / scale:.3g} {unit}"
-    return f"{sign}{v:.0f} ns"
-
-
 def _pct(value: float | None) -> str:
     return "new" if value is None else f"{value:+.1f} %"
 
@@ -88,7 +80,7 @@ def _pct(value: float | None) -> str:
 def _gate_line(result: DiffResult) -> str:
     status = "FAIL" if result.regressed else "pass"
     return (f"gate: {status}: time per step {_pct(result.step_change_pct)} "
-            f"({_ns(result.base['step_time_ns'])} -> {_ns(result.new['step_time_ns'])}), gate {result.gate_pct:g} %")
+            f"({human_ns(result.base['step_time_ns'])} -> {human_ns(result.new['step_time_ns'])}), gate {result.gate_pct:g} %")
 
 
 #: The per-step totals: the step (what the gate judges), then what explains it.
@@ -103,10 +95,19 @@ def _totals(result: DiffResult) -> list[list[str]]:
         b, n = result.base[key], result.new[key]
         if key == "contention_per_step_ns" and not (b or n):
             continue
-        rows.append([label, _ns(b), _ns(n), _ns(n - b, signed=True), _pct(100.0 * (n - b) / b if b else None)])
+        rows.append([label, human_ns(b), human_ns(n), human_ns(n - b, signed=True), _pct(100.0 * (n - b) / b if b else None)])
     rows.append(["steps", str(result.base["steps"]), str(result.new["steps"]),
                  f"{result.new['steps'] - result.base['steps']:+d}", ""])
     return rows
+
+
+def _change(c: Change) -> list[str]:
+    """BASE, NEW, delta and change cells of one part, class or kernel."""
+    return [human_ns(c.base_ns), human_ns(c.new_ns), human_ns(c.delta_ns, signed=True), _pct(c.pct)]
+
+
+def _md_row(cells: list[str]) -> str:
+    return f"| {' | '.join(cells)} |"
 
 
 def _side(label: str, side: dict[str, object]) -> str:
@@ -119,16 +120,14 @@ def render_table(result: DiffResult, top: int = 10, width: int = FILE_WIDTH) -> 
     out = fit([_side("BASE", result.base), _side("NEW ", result.new)], width) + [""]
     out.append(tabulate(_totals(result), headers=["per step", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
     out += ["", "the step by part (mean per step):"]
-    out.append(tabulate([[shorten(c.kernel_class, name_w), _ns(c.base_ns), _ns(c.new_ns), _ns(c.delta_ns, True),
-                          _pct(c.pct)] for c in result.parts if c.base_ns or c.new_ns],
+    out.append(tabulate([[shorten(c.kernel_class, name_w), *_change(c)] for c in result.parts if c.base_ns or c.new_ns],
                         headers=["part", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
     out += ["", "GPU time by kernel class:"]
-    out.append(tabulate([[one_line(c.name), _ns(c.base_ns), _ns(c.new_ns), _ns(c.delta_ns, True), _pct(c.pct)]
-                         for c in result.classes], headers=["class", "BASE", "NEW", "delta", "change"],
-                        tablefmt="simple"))
+    out.append(tabulate([[one_line(c.name), *_change(c)] for c in result.classes],
+                        headers=["class", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
     out += ["", f"biggest movers (top {top}):"]
-    out.append(tabulate([[shorten(one_line(c.name), name_w), one_line(c.kernel_class), _ns(c.base_ns), _ns(c.new_ns),
-                          _ns(c.delta_ns, True), _pct(c.pct)] for c in result.movers[:top]],
+    out.append(tabulate([[shorten(one_line(c.name), name_w), one_line(c.kernel_class), *_change(c)]
+                         for c in result.movers[:top]],
                         headers=["kernel", "class", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
     out += [""] + fit([f"verdict: {result.verdict['text']}", _gate_line(result)]
                       + [f"note: {one_line(note)}" for note in result.notes], width)
@@ -143,16 +142,13 @@ def render_markdown(result: DiffResult, top: int = 10) -> str:
            "", f"**Verdict:** {cell(result.verdict['text'], 1000)}", "",
            f"BASE {code_cell(b['path'], 300)} ({b['steps']} steps) → NEW {code_cell(n['path'], 300)} ({n['steps']} steps)",
            "", "| per step | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
-    out += [f"| {' | '.join(r)} |" for r in _totals(result)]
+    out += [_md_row(r) for r in _totals(result)]
     out += ["", "| part of the step | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
-    out += [f"| {cell(c.kernel_class)} | {_ns(c.base_ns)} | {_ns(c.new_ns)} | {_ns(c.delta_ns, True)} | {_pct(c.pct)} |"
-            for c in result.parts if c.base_ns or c.new_ns]
+    out += [_md_row([cell(c.kernel_class), *_change(c)]) for c in result.parts if c.base_ns or c.new_ns]
     out += ["", "| kernel class | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
-    out += [f"| {cell(c.name)} | {_ns(c.base_ns)} | {_ns(c.new_ns)} | {_ns(c.delta_ns, True)} | {_pct(c.pct)} |"
-            for c in result.classes]
+    out += [_md_row([cell(c.name), *_change(c)]) for c in result.classes]
     out += ["", "**Biggest movers**", "", "| kernel | class | BASE | NEW | delta | change |",
             "|---|---|---:|---:|---:|---:|"]
-    out += [f"| {code_cell(c.name, 70)} | {cell(c.kernel_class)} | {_ns(c.base_ns)} | {_ns(c.new_ns)} | "
-            f"{_ns(c.delta_ns, True)} | {_pct(c.pct)} |" for c in result.movers[:top]]
+    out += [_md_row([code_cell(c.name, 70), cell(c.kernel_class), *_change(c)]) for c in result.movers[:top]]
     out += [""] + [f"> note: {cell(note, 1000)}" for note in result.notes]
     return "\n".join(out).rstrip() + "\n"

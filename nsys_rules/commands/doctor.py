@@ -15,28 +15,17 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 from nsys_rules.capture import environment_problems
 from nsys_rules.errors import ExitCode
 from nsys_rules.nsys_locate import INSTALL_HINT, NsysLocation, importer_problem, locate_nsys, nsys_version
-from nsys_rules.nsys_status import explain, parse_status
+from nsys_rules.nsys_status import TOPIC, Item, explain_status
 from nsys_rules.textsafe import terminal_safe
 
 #: Where nvidia-smi lives when it is not on PATH (driver installs, container runtimes).
 NVIDIA_SMI_PLACES = ("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi")
 _WIDTH = 100
-
-
-@dataclass(frozen=True)
-class Item:
-    """One line of the diagnosis: ``level`` ok, info, warn or FAIL (FAIL: profiling cannot work)."""
-
-    level: str
-    topic: str
-    text: str
-    fix: str = ""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -95,20 +84,8 @@ def status_items(nsys: Path) -> list[Item]:
         proc = subprocess.run([str(nsys), "status", "-e"], capture_output=True, text=True, errors="replace",
                               timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return [Item("warn", "status -e", f"could not run `nsys status -e`: {exc}")]
-    lines = parse_status(proc.stdout + "\n" + proc.stderr)
-    if not lines:
-        last = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
-        return [Item("warn", "status -e", f"printed no checks (exit code {proc.returncode}): {last[0]}")]
-    explained = [e for e in (explain(line) for line in lines) if e is not None]
-    items = []
-    for e in explained:
-        shown = f"{e.line.key} = {e.line.value}" if e.line.value else f"{e.line.key}: {e.line.verdict}"
-        items.append(Item(e.level, "status -e", f"{shown}: {e.meaning}", e.fix))
-    problems = sum(1 for e in explained if e.level == "warn")
-    summary = "CPU sampling works" if not problems else "CPU sampling is limited; CUDA and NVTX tracing work"
-    items.append(Item("ok" if not problems else "info", "status -e", f"{len(lines)} checks read: {summary}"))
-    return items
+        return [Item("warn", TOPIC, f"could not run `nsys status -e`: {exc}")]
+    return explain_status(proc.stdout + "\n" + proc.stderr, proc.returncode)
 
 
 def gpu_items() -> list[Item]:

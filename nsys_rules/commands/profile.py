@@ -26,7 +26,6 @@ from nsys_rules.errors import ExitCode, InputError, UsageError
 from nsys_rules.nsys_locate import NsysLocation, importer_problem, locate_nsys, missing_message, off_path_note
 from nsys_rules.textsafe import terminal_safe
 from nsys_rules.commands import check
-from nsys_rules.commands.common import registry_for, settings_for
 from nsys_rules.commands.outputs import prepare
 
 #: How many of the program's last output lines a failure shows.
@@ -99,10 +98,7 @@ def _options(args: argparse.Namespace, command: list[str]) -> CaptureOptions:
 
 def _validate_check_options(args: argparse.Namespace) -> None:
     # A bad --select or --format must stop before a capture that can take minutes, not after it.
-    registry = registry_for(args)
-    settings = settings_for(args, registry)
-    if args.format not in registry.formatters:
-        raise UsageError(f"unknown --format {args.format!r}; choose from {', '.join(sorted(registry.formatters))}")
+    registry, settings = check.check_setup(args)
     for rule in select_rules(registry, settings):
         effective_options(rule, settings)
     prepare(args, registry, settings)  # reads --baseline

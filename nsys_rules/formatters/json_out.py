@@ -32,7 +32,13 @@ def envelope(report: Report) -> dict[str, Any]:
 
 def format_json(report: Report) -> str:
     """Deterministic, indented JSON of the envelope."""
-    return json.dumps(finite(envelope(report)), indent=2, sort_keys=False, default=_default, allow_nan=False) + "\n"
+    return json_text(envelope(report))
+
+
+def json_text(value: Any) -> str:
+    """``value`` as indented JSON text: NaN and infinity as null (:func:`finite`), numpy scalars as numbers, sets
+    and tuples as lists, anything else as its ``str``; the JSON and SARIF outputs both write this way."""
+    return json.dumps(finite(value), indent=2, default=_plain, allow_nan=False) + "\n"
 
 
 def finite(value: Any) -> Any:
@@ -47,7 +53,7 @@ def finite(value: Any) -> Any:
     return value
 
 
-def _default(value: Any) -> Any:
+def _plain(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
     if isinstance(value, (set, tuple)):

@@ -14,7 +14,6 @@ finite are left out (JSON has no NaN or Infinity).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -24,7 +23,7 @@ from nsys_rules.docs import doc_sections, rule_markdown
 from nsys_rules.report import Report, tool_info
 from nsys_rules.findings import Finding, Severity
 from nsys_rules.registry import BUILTIN
-from nsys_rules.formatters.json_out import finite
+from nsys_rules.formatters.json_out import json_text
 from nsys_rules.textsafe import markdown_safe, sarif_text
 
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -96,15 +95,7 @@ def sarif_log(report: Report) -> dict[str, Any]:
 
 def format_sarif(report: Report) -> str:
     """The report as an indented SARIF 2.1.0 document."""
-    return json.dumps(finite(sarif_log(report)), indent=2, default=_plain, allow_nan=False) + "\n"
-
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()
-    if isinstance(value, (set, tuple)):
-        return list(value)
-    return str(value)
+    return json_text(sarif_log(report))
 
 
 def _descriptor(entry: dict[str, Any], registry: Any) -> dict[str, Any]:

@@ -26,6 +26,14 @@ _NSYS_VERSION_SUFFIX = re.compile(r"_v\d{4}$")
 PERCENTILES = (95, 99)
 
 
+def report_columns(columns: list[str], percentiles: bool, unit: str = "ns", names: int = 1) -> list[str]:
+    """A report's columns; with ``percentiles``, a ``P95 (<unit>)`` column per :data:`PERCENTILES` goes
+    before the last ``names`` columns (the name columns stay last, as in nsys)."""
+    if not percentiles:
+        return list(columns)
+    return columns[:-names] + [f"P{p} ({unit})" for p in PERCENTILES] + columns[-names:]
+
+
 def nsys_api_name(name: str) -> str:
     """The API name as ``nsys stats`` prints it (only a 4-digit ``_vNNNN`` suffix removed)."""
     return _NSYS_VERSION_SUFFIX.sub("", name)

@@ -11,7 +11,8 @@ import numpy as np
 from nsys_rules.analysis.grouped import group_stats
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.windows import Window
-from nsys_rules.stats.common import PERCENTILES, StatsResult, duration_summary, nsys_api_name, order_rows, rows_from_columns
+from nsys_rules.stats.common import (PERCENTILES, StatsResult, duration_summary, nsys_api_name, order_rows, report_columns,
+                                     rows_from_columns)
 from nsys_rules.stats.filters import host_mask
 
 NAME = "cuda_api_sum"
@@ -22,7 +23,7 @@ COLUMNS = ["Time (%)", "Total Time (ns)", "Num Calls", "Avg (ns)", "Med (ns)", "
 
 def build(trace: Trace, window: Window | None, variant: str | None = None, percentiles: bool = False) -> StatsResult:
     """Run the report on ``trace`` restricted to ``window``."""
-    columns = COLUMNS[:-1] + [f"P{p} (ns)" for p in PERCENTILES] + ["Name"] if percentiles else list(COLUMNS)
+    columns = report_columns(COLUMNS, percentiles)
     if not trace.has("api"):
         return StatsResult(columns, reason=f"{trace.path} does not contain CUDA trace data "
                            "(CUPTI_ACTIVITY_KIND_RUNTIME); capture with `nsys profile --trace=cuda`")

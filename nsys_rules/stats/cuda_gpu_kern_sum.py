@@ -12,7 +12,7 @@ import pandas as pd
 from nsys_rules.analysis.grouped import group_stats
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.windows import Window
-from nsys_rules.stats.common import PERCENTILES, StatsResult, duration_summary, order_rows, rows_from_columns
+from nsys_rules.stats.common import PERCENTILES, StatsResult, duration_summary, order_rows, report_columns, rows_from_columns
 from nsys_rules.stats.filters import gpu_mask
 
 NAME = "cuda_gpu_kern_sum"
@@ -49,7 +49,7 @@ def frame_columns(variant: str | None, filtered: bool) -> list[str]:
 
 def build(trace: Trace, window: Window | None, variant: str | None = None, percentiles: bool = False) -> StatsResult:
     """Run the report on ``trace`` restricted to ``window``."""
-    columns = _columns(percentiles)
+    columns = report_columns(COLUMNS, percentiles)
     if not trace.has("kernels"):
         return StatsResult(columns, reason=f"{trace.path} does not contain CUDA kernel data "
                            "(CUPTI_ACTIVITY_KIND_KERNEL); capture with `nsys profile --trace=cuda`")
@@ -65,9 +65,3 @@ def build(trace: Trace, window: Window | None, variant: str | None = None, perce
     cols = duration_summary(stats, [categories[g] for g in stats.group], "Name", "Instances", percentiles)
     rows = order_rows(rows_from_columns(cols), ("Total Time (ns)", True), ("Instances", False), ("Name", False))
     return StatsResult(list(cols), rows, text_columns=("Name",))
-
-
-def _columns(percentiles: bool) -> list[str]:
-    if not percentiles:
-        return list(COLUMNS)
-    return COLUMNS[:-1] + [f"P{p} (ns)" for p in PERCENTILES] + ["Name"]

@@ -7,7 +7,8 @@ from typing import Any
 from nsys_rules.analysis.grouped import group_stats
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.windows import Window
-from nsys_rules.stats.common import PERCENTILES, StatsResult, order_rows, python_values, round_half_up, rows_from_columns
+from nsys_rules.stats.common import (PERCENTILES, StatsResult, order_rows, python_values, report_columns, round_half_up,
+                                     rows_from_columns)
 from nsys_rules.stats.memops import load_memops
 
 NAME = "cuda_gpu_mem_size_sum"
@@ -18,7 +19,7 @@ MB = 1e6
 
 def build(trace: Trace, window: Window | None, variant: str | None = None, percentiles: bool = False) -> StatsResult:
     """Run the report on ``trace`` restricted to ``window``."""
-    columns = COLUMNS[:-1] + [f"P{p} (MB)" for p in PERCENTILES] + ["Operation"] if percentiles else list(COLUMNS)
+    columns = report_columns(COLUMNS, percentiles, unit="MB")
     ops = load_memops(trace, window)
     if isinstance(ops, str):
         return StatsResult(columns, reason=ops)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from nsys_rules.analysis.grouped import group_stats
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.windows import Window
-from nsys_rules.stats.common import PERCENTILES, StatsResult, duration_summary, order_rows, rows_from_columns
+from nsys_rules.stats.common import PERCENTILES, StatsResult, duration_summary, order_rows, report_columns, rows_from_columns
 from nsys_rules.stats.memops import load_memops
 
 NAME = "cuda_gpu_mem_time_sum"
@@ -16,7 +16,7 @@ COLUMNS = ["Time (%)", "Total Time (ns)", "Count", "Avg (ns)", "Med (ns)", "Min 
 
 def build(trace: Trace, window: Window | None, variant: str | None = None, percentiles: bool = False) -> StatsResult:
     """Run the report on ``trace`` restricted to ``window``."""
-    columns = COLUMNS[:-1] + [f"P{p} (ns)" for p in PERCENTILES] + ["Operation"] if percentiles else list(COLUMNS)
+    columns = report_columns(COLUMNS, percentiles)
     ops = load_memops(trace, window)
     if isinstance(ops, str):
         return StatsResult(columns, reason=ops)

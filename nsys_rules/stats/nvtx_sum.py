@@ -14,7 +14,7 @@ from nsys_rules.analysis.grouped import first_rows, group_ids, group_stats
 from nsys_rules.loaders.sqlite import NULL_INT
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.windows import Window
-from nsys_rules.stats.common import PERCENTILES, StatsResult, duration_summary, order_rows, rows_from_columns
+from nsys_rules.stats.common import PERCENTILES, StatsResult, duration_summary, order_rows, report_columns, rows_from_columns
 from nsys_rules.stats.filters import host_mask
 
 NAME = "nvtx_sum"
@@ -29,7 +29,7 @@ STYLES = {59: "PushPop", 60: "StartEnd", 70: "PushPop", 71: "StartEnd"}  # NVTX 
 
 def build(trace: Trace, window: Window | None, variant: str | None = None, percentiles: bool = False) -> StatsResult:
     """Run the report on ``trace`` restricted to ``window``."""
-    columns = COLUMNS[:-2] + [f"P{p} (ns)" for p in PERCENTILES] + ["Style", "Range"] if percentiles else list(COLUMNS)
+    columns = report_columns(COLUMNS, percentiles, names=2)
     if not trace.has("nvtx"):
         return StatsResult(columns, reason=f"{trace.path} does not contain NV Tools Extension (NVTX) data; "
                            "annotate with NVTX and capture with `nsys profile --trace=nvtx`")

@@ -127,3 +127,20 @@ def test_numbers_match_plain_sql_on_real_traces(h200, name):
     assert (values["gpu_time"], values["uncovered_gpu_time"], values["gpu_ops"], values["uncovered_ops"]) == (
         gpu_time, uncovered, ops, uncovered_ops)
     assert values["unlinked_ops"] == 0
+
+
+def test_the_readmes_test_example_passes_as_written(tmp_path):
+    import re
+    import textwrap
+
+    from tests.conftest import ROOT
+
+    readme = (ROOT / "plugins" / DIST / "README.md").read_text(encoding="utf-8")
+    step = readme[readme.index("4. **Tests.**"):]
+    source = textwrap.dedent(re.search(r"```python\n(.*?)```", step, re.S).group(1))
+    namespace: dict = {}
+    exec(compile(source, "README.md", "exec"), namespace)  # noqa: S102 - the README's own example
+    tests = sorted(name for name in namespace if name.startswith("test_"))
+    assert tests == ["test_conventions", "test_fires"]
+    namespace["test_conventions"]()
+    namespace["test_fires"](tmp_path)

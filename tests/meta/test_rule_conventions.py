@@ -1,7 +1,8 @@
 """Conventions every registered rule follows (built-in pack and installed plugins).
 
-- the docstring has every section of ``DOC_SECTIONS`` (``nsys-rules explain`` renders them);
-- every ``Options`` field has help text and a default;
+- :func:`nsys_rules.testing.assert_rule_conventions`, the check plugin authors run in their own
+  tests: the engine registers the rule, a title, every docstring section of ``DOC_SECTIONS``
+  (``nsys-rules explain`` renders them), Options with help and defaults, shares as ``*_pct`` percents;
 - every built-in rule has its own tests file, ``tests/rules/test_<module>.py``
   (plugins ship their tests in their own distribution);
 - every hook spec is documented like pytest's: what it returns and when it is called.
@@ -11,16 +12,15 @@ Parametrized by rule name, so a failure names the rule.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import sys
 
 import pytest
 
 from nsys_rules import hooks
-from nsys_rules.docs import doc_sections, missing_sections, options_without_help, rule_markdown
+from nsys_rules.docs import rule_markdown
 from nsys_rules.plugin_manager import BUILTIN, build_registry
-from nsys_rules.rule import DOC_SECTIONS
+from nsys_rules.testing import assert_rule_conventions
 from tests.conftest import ROOT
 
 REGISTRY = build_registry(autoload=True)
@@ -34,26 +34,10 @@ def test_registry_loaded_cleanly():
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_docstring_has_every_section(name):
+def test_rule_follows_the_conventions(name):
     rule = REGISTRY.rules[name]
-    assert missing_sections(rule) == [], f"{name}: docstring lacks {missing_sections(rule)} (sections: {DOC_SECTIONS})"
-    assert doc_sections(rule).get("summary"), f"{name}: docstring has no summary line"
+    assert_rule_conventions(rule)
     assert "(not documented)" not in rule_markdown(rule)
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_every_option_has_help_and_a_default(name):
-    rule = REGISTRY.rules[name]
-    assert options_without_help(rule) == [], f"{name}: Options fields without metadata help: {options_without_help(rule)}"
-    for f in dataclasses.fields(rule.Options):
-        assert f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING, \
-            f"{name}: option {f.name} has no default"
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_rule_declares_title_and_window(name):
-    rule = REGISTRY.rules[name]
-    assert rule.title and rule.window in ("steady", "full")
 
 
 @pytest.mark.parametrize("name", BUILTINS)

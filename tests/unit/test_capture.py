@@ -9,7 +9,7 @@ import pytest
 
 from nsys_rules import capture, nsys_locate
 from nsys_rules.commands.profile import program_lines
-from nsys_rules.nsys_status import explain, parse_status
+from nsys_rules.nsys_status import explain, explain_status, parse_status
 
 # `nsys status -e` as nsys printed it up to about 2022 (verdicts on most lines).
 OLD_STATUS = """Sampling Environment Check
@@ -112,10 +112,13 @@ def test_parse_status_old_layout():
     lines = parse_status(OLD_STATUS)
     assert [(line.key, line.verdict) for line in lines][:2] == [("Linux Kernel Paranoid Level", "Fail"),
                                                               ("Linux Distribution", "")]
-    explained = {e.line.key: e for e in map(explain, lines) if e is not None}
+    explained = {line.key: e for line in lines if (e := explain(line)) is not None}
     assert set(explained) == {"Linux Kernel Paranoid Level", "Sampling trigger event available", "Sampling Environment"}
-    assert all(e.level == "warn" for e in explained.values())
-    assert "perf_event_paranoid is 3" in explained["Linux Kernel Paranoid Level"].meaning
+    assert all(e.level == "warn" and e.topic == "status -e" for e in explained.values())
+    assert explained["Linux Kernel Paranoid Level"].text.startswith("Linux Kernel Paranoid Level = 3: perf_event_paranoid is 3")
+    items = explain_status(OLD_STATUS, 0)  # the explained checks, then the count of those read
+    assert items[:-1] == list(explained.values())
+    assert items[-1].text == f"{len(lines)} checks read: CPU sampling is limited; CUDA and NVTX tracing work"
 
 
 def test_paranoid_level_without_a_verdict_is_judged_by_its_number():

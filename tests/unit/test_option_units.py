@@ -1,4 +1,5 @@
-"""One unit per kind of option: shares are percents named ``*_pct``; the former names still work for one release."""
+"""One unit per kind of option: shares are percents named ``*_pct`` (checked for every rule by
+``nsys_rules.testing.assert_rule_conventions``, tests/meta); the former names still work for one release."""
 
 from __future__ import annotations
 
@@ -17,19 +18,6 @@ RULES = REGISTRY.rules
 
 def _fields(rule: type) -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(rule.Options)}
-
-
-@pytest.mark.parametrize("name", sorted(RULES))
-def test_shares_and_fractions_are_percents(name):
-    """An option that is a share of something has the unit in its name, and it is a percent."""
-    for option, f in _fields(RULES[name]).items():
-        help_text = str(f.metadata.get("help", ""))
-        if option.endswith("_pct"):
-            assert "percent" in help_text, f"{name}.{option}: say 'percent' in the help"
-            assert "fraction" not in help_text and "(0-1)" not in help_text, f"{name}.{option}: {help_text}"
-        else:
-            assert not ("share" in option or "fraction" in option), f"{name}.{option}: a share is a percent, *_pct"
-            assert "this share" not in help_text and "this fraction" not in help_text, f"{name}.{option}: {help_text}"
 
 
 @pytest.mark.parametrize("name", sorted(n for n, r in RULES.items() if r.renamed_options))

@@ -95,3 +95,41 @@ def test_committed_rule_pages_are_what_explain_generates(tmp_path):
     assert sorted(generated) == sorted([f"{n}.md" for n, p in registry.rule_plugin.items() if p == BUILTIN] + ["index.md"])
     stale = [name for name, text in generated.items() if (committed / name).read_text() != text]
     assert not stale, f"regenerate with `{REGENERATE}`: {', '.join(stale)}"
+
+
+def test_options_and_requires_are_shown_once():
+    """The Options table is generated; the docstring's list of the same names is not repeated under it, and
+    Requires is the docstring's text (the declared tables only stand in when it says nothing)."""
+
+    class _Listed(_Complete):
+        """Finds everything.
+
+        What it detects: all of it.
+        Why it hurts: time.
+        Evidence: numbers.
+        Next optimizations: fix it.
+        Options: `documented` and `bare`.
+        Requires: the kernel table (`--trace=cuda`).
+        False positives: none known.
+        """
+
+        requires = ("kernels",)
+        optional = ("nvtx",)
+        Options = _Options
+
+    page = rule_markdown(_Listed)
+    assert page.count("`documented`") == 1 and "| `documented` | `1` | has help |" in page
+    requires = page[page.index("## Requires"):page.index("## False positives")]
+    assert requires.split("\n", 2)[2].strip() == "The kernel table (`--trace=cuda`)."
+    explained = type("_Explained", (_Listed,), {"__doc__": _Listed.__doc__.replace(
+        "Options: `documented` and `bare`.", "Options: `bare` is a fraction; `documented` wins over it.")})
+    assert "`bare` is a fraction; `documented` wins over it." in rule_markdown(explained)
+    silent = type("_Silent", (_Listed,), {"__doc__": "Finds everything.\n\nWhat it detects: all of it.\n"})
+    assert "Tables: kernels (uses nvtx when present)." in rule_markdown(silent)
+
+
+def test_explain_prints_each_section_once():
+    proc = run_cli("explain", "--no-plugins", "sync-memset")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("`max_findings`") == 1
+    assert proc.stdout.count("## Requires") == 1 and "Tables:" not in proc.stdout

@@ -1,7 +1,8 @@
 """Tests of nvtx-coverage, written the way any plugin author tests a rule.
 
-Scenarios are built with ``nsys_rules.api.TraceBuilder`` (a real nsys-schema SQLite
-file) and run through the real engine with ``run_rule``.
+Scenarios are built with ``nsys_rules.testing.TraceBuilder`` (a real nsys-schema SQLite
+file) and run through the real engine with ``run_rule``; ``assert_rule_conventions`` checks the
+docstring, names and options as nsys-rules checks its built-in rules.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import pandas as pd
 import pytest
 
 from nsys_rules.api import Severity
-from nsys_rules.testing import TraceBuilder, metric_values, only_finding, run_rule, run_rules, skip_reason
+from nsys_rules.testing import (TraceBuilder, assert_rule_conventions, metric_values, only_finding, run_rule, run_rules,
+                                skip_reason)
 
 # The core's test run collects these too (pyproject testpaths); without the plugin installed they skip, saying how.
 pytest.importorskip("nsys_rules_nvtx_coverage", reason="the example plugin is not installed: "
@@ -31,6 +33,10 @@ def _steps(b: TraceBuilder, steps: int, annotated: int, *, kernel_ns: int = MS) 
             b.nvtx("step", t, t + 5 * MS)
         b.kernel("gemm_kernel" if i < annotated else "init_kernel", start=t + 100_000, duration=kernel_ns)
     return b
+
+
+def test_follows_the_rule_conventions():
+    assert_rule_conventions(NvtxCoverage)
 
 
 def test_fires_with_exact_share(tmp_path):

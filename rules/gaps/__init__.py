@@ -1,1 +1,1 @@
-"""GPU idle gaps and low utilization over the whole capture (the ``nsys analyze`` parity rules), with what they share (``common``)."""
+"""GPU idle gaps and low utilization over the whole capture (the ``nsys analyze`` parity rules), and what they share."""

@@ -42,7 +42,8 @@ from nsys_rules.errors import InputError, MissingData, UsageError
 from nsys_rules.findings import Finding, Location, Metric, Severity, metric
 from nsys_rules.hooks import hookimpl
 from nsys_rules.job_rule import JobContext, JobRule, step_list
-from nsys_rules.loaders.export import ColumnarExport, Export
+from nsys_rules.loaders.columnar import ColumnarExport
+from nsys_rules.loaders.export import Export
 from nsys_rules.loop import gpu_launches, gpu_op_frames, loop_span, spread, step_count
 from nsys_rules.model.activity import KERNEL, MEMCPY, MEMSET, REPLAY, gpu_ops, kernel_symbols
 from nsys_rules.model.budget import LABELS, Budget, part_of_class, require_visible_kernels

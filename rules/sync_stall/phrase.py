@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 
 from nsys_rules.api import DEVICE_SYNC_APIS
 from nsys_rules.rules.sync_stall.judge import SyncVerdict
 from nsys_rules.rules.sync_stall.measure import SyncEvidence
-
-
-def is_python(command: Sequence[str]) -> bool:
-    """True when the profiled program is a Python interpreter (the fix is then shown in PyTorch terms)."""
-    command = command[:1]
-    return bool(command) and "python" in command[0].rsplit("/", 1)[-1]
 
 
 def message(ev: SyncEvidence, verdict: SyncVerdict, llm: bool) -> str:
@@ -70,7 +62,7 @@ def readback_fix(top_api: str, python: bool, llm: bool = True) -> str:
 
 
 def recommendation(ev: SyncEvidence, python: bool = False, llm: bool = True) -> str:
-    """The next optimizations, first the one for the API the host waits in longest."""
+    """The next optimizations, first the one for the API the host waits in longest (in PyTorch terms for ``python``)."""
     top_api = ev.top_api
     steps: list[str] = []
     if ev.readbacks:

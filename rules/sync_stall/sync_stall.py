@@ -13,7 +13,7 @@ from typing import Iterable
 from nsys_rules.api import Finding, Location, Renamed, Rule, RuleContext, Severity
 from nsys_rules.rules.sync_stall.judge import judge
 from nsys_rules.rules.sync_stall.measure import SYNC_COLUMNS, loop_calls, measure
-from nsys_rules.rules.sync_stall.phrase import is_python, message, recommendation
+from nsys_rules.rules.sync_stall.phrase import message, recommendation
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class SyncStall(Rule):
         evidence = measure(ctx, calls, span, dropped)
         verdict = judge(evidence, opts.warn_share_pct, opts.structural_block_pct)
         yield ctx.finding(message(evidence, verdict, ctx.llm_like),
-                          recommendation(evidence, is_python(ctx.trace.capture.command), ctx.llm_like),
+                          recommendation(evidence, ctx.trace.capture.runs_python, ctx.llm_like),
                           severity=verdict.severity, metrics=evidence.metrics(), estimated_savings_ns=verdict.savings,
                           budget_part="after_sync", savings_range=(verdict.savings, evidence.after_sync),
                           location=Location(pid=evidence.pid, tid=evidence.tid, api=evidence.top_api, nvtx=(

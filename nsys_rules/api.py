@@ -28,7 +28,7 @@ from nsys_rules.analysis.flagged import REPORT_MODES, FlaggedGroup, split_flagge
 from nsys_rules.analysis.grouped import (GroupStats, code_durations, column_codes, duration_sum, first_rows, group_ids,
                                          group_quantiles, group_stats, masked_durations, packed_lexsort, packed_sort,
                                          quantiles, segment_sums)
-from nsys_rules.analysis.host import blocking_calls, copy_directions
+from nsys_rules.analysis.host import blocking_calls, busiest_thread, copy_directions
 from nsys_rules.analysis.intervals import (Coverage, busy_ns, busy_within, coverage, gaps_at_least, idle_gaps,
                                            merge_intervals, overlap_length, point_in, rising, union)
 from nsys_rules.analysis.keys import find_keys, first_of_each_call, keys_rising, launch_key, sorted_keys
@@ -42,8 +42,9 @@ from nsys_rules.errors import InputError, MissingData, UsageError
 from nsys_rules.findings import Finding, Location, Metric, Severity, metric
 from nsys_rules.hooks import hookimpl
 from nsys_rules.job_rule import JobContext, JobRule, step_list
-from nsys_rules.loaders.export import ColumnarExport, Export
-from nsys_rules.loop import gpu_launches, gpu_op_frames, loop_span, spread
+from nsys_rules.loaders.columnar import ColumnarExport
+from nsys_rules.loaders.export import Export
+from nsys_rules.loop import gpu_launches, gpu_op_frames, loop_span, spread, step_count
 from nsys_rules.model.activity import KERNEL, MEMCPY, MEMSET, REPLAY, gpu_ops, kernel_symbols
 from nsys_rules.model.budget import LABELS, Budget, part_of_class, require_visible_kernels
 from nsys_rules.model.commands import command_evidence, recapture_command
@@ -75,7 +76,7 @@ __all__ = [
     "first_of_each_call",
     # GPU work: every operation as one table, the window's operations, the loop, per-device time
     "gpu_ops", "kernel_symbols", "KERNEL", "MEMCPY", "MEMSET", "REPLAY", "GPU_OP_TABLES", "gpu_op_frames",
-    "gpu_launches", "loop_span", "spread", "device_intervals", "chunk_utilization", "merge_low_chunks",
+    "gpu_launches", "loop_span", "spread", "step_count", "device_intervals", "chunk_utilization", "merge_low_chunks",
     # the step budget's parts
     "LABELS", "part_of_class", "require_visible_kernels",
     # intervals
@@ -87,7 +88,8 @@ __all__ = [
     # API calls and NVTX ranges by what they are; blocking calls
     "KERNEL_LAUNCH_APIS", "GRAPH_LAUNCH_APIS", "ANY_KERNEL_LAUNCH_APIS", "SYNC_APIS", "DEVICE_SYNC_APIS", "ALLOC_APIS",
     "MODULE_LOAD_APIS", "MODULE_LOADS", "PROFILER_START_APIS", "in_set", "flag_names", "is_library_range",
-    "category_codes", "rows_with_codes", "is_any_launch", "is_waiting_call", "blocking_calls", "copy_directions",
+    "category_codes", "rows_with_codes", "is_any_launch", "is_waiting_call", "blocking_calls", "busiest_thread",
+    "copy_directions",
     # kernel classes
     "CLASSES", "DEFAULT_TAXONOMY", "base_name", "classify", "category_classes",
     # flagged rows cut into findings (the nsys analyze parity rules)

@@ -2,7 +2,7 @@
 
 :func:`gpu_op_frames` is the window's GPU operations (what the whole-capture GPU rules read);
 :func:`gpu_launches`, :func:`loop_span` and :func:`spread` say where the repeating loop is, which
-is where host-side patterns (syncs, allocations) are judged.
+is where host-side patterns (syncs, allocations) are judged; :func:`step_count` how many steps it has.
 
 Load and tear-down can sit inside a window that has no steps (a whole-capture window, or a
 kernel-pattern window that runs to the end of the capture), so rules about the steady loop
@@ -37,6 +37,11 @@ def loop_span(steps: tuple[tuple[int, int], ...], launches: np.ndarray) -> tuple
     if len(launches) >= 2:
         return int(launches.min()), int(launches.max())
     return None
+
+
+def step_count(ctx: "RuleContext") -> int:
+    """Steps of the loop: the step model's steady steps, else the window's steps (0 when none are known)."""
+    return ctx.steps.count if ctx.steps is not None else len(ctx.window.steps)
 
 
 def spread(times: np.ndarray, lo: int, hi: int, slices: int = 10) -> float:

@@ -6,15 +6,19 @@ over all ranks of a job through ``register_job_rules``.
 
 from __future__ import annotations
 
-from nsys_rules.hooks import hookimpl
+from nsys_rules.api import hookimpl
 
-from nsys_rules.rules import (alloc_churn, capture_scope, fp32_gemm, fusion_candidate, graph_trace_hidden, input_prep,
-                              launch_blocking, launch_bound, module_loading, queue_delay, recompile, step_outliers, sync_stall)
+from nsys_rules.rules import (capture_scope, fp32_gemm, fusion_candidate, graph_trace_hidden, input_prep, launch_blocking,
+                              module_loading, recompile, step_outliers)
+from nsys_rules.rules.alloc_churn import alloc_churn
 from nsys_rules.rules.copies import pageable_memcpy, sync_memcpy, sync_memset  # nsys analyze parity
 from nsys_rules.rules.gaps import gpu_idle_gaps, gpu_low_utilization  # nsys analyze parity
 from nsys_rules.rules.gemv import debug_build, gemv_dominance
 from nsys_rules.rules.kernel_tail import kernel_tail
+from nsys_rules.rules.launch_bound import launch_bound
+from nsys_rules.rules.queue_delay import queue_delay
 from nsys_rules.rules.ranks import exposed_comm, rank_imbalance, rank_straggler  # job rules: all ranks together
+from nsys_rules.rules.sync_stall import sync_stall
 
 #: Built-in rule modules, one rule each; order is the order of ``nsys-rules rules``.
 MODULES = [graph_trace_hidden, gemv_dominance, kernel_tail, debug_build, input_prep, sync_stall, alloc_churn]

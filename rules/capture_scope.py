@@ -136,7 +136,7 @@ class CaptureScope(Rule):
             "the capture.",
             "Capture only the measured loop: `nsys profile -c cudaProfilerApi --capture-range-end=stop "
             f"--cuda-graph-trace=node --export=sqlite -o {name} {program}` with cudaProfilerStart/Stop around the "
-            f"steps ({_how_to_mark(trace)}); or `--delay={delay_s} --duration={duration_s}`; or keep "
+            f"steps ({_how_to_mark(trace.capture.runs_python)}); or `--delay={delay_s} --duration={duration_s}`; or keep "
             f"this trace and judge the steady part with `nsys-rules check --filter-time "
             f"{steady_start / 1e6:.0f}ms/{steady_end / 1e6:.0f}ms {shell_word(trace.label)}`.",
             metrics={"time_before_steady_state": metric(scope.before, "ns"),
@@ -151,10 +151,9 @@ class CaptureScope(Rule):
             key="outside-steady")
 
 
-def _how_to_mark(trace) -> str:
-    """How this kind of program calls cudaProfilerStart/Stop."""
-    command = trace.capture.command[:1]
-    if command and "python" in command[0].rsplit("/", 1)[-1]:
+def _how_to_mark(python: bool) -> str:
+    """How this kind of program (a Python interpreter or not) calls cudaProfilerStart/Stop."""
+    if python:
         return ("PyTorch `torch.cuda.profiler.start()`/`stop()`; elsewhere in Python `cupy.cuda.profiler.start()` or "
                 "`cudaProfilerStart` through `ctypes`")
     return "`cudaProfilerStart()`/`cudaProfilerStop()` from `cuda_profiler_api.h`, or the program's own capture flag"

@@ -108,23 +108,13 @@ class Fp32Gemm(Rule):
                    .sort_values(ascending=False).head(3))
         top = ", ".join(f"{name} {pct(t, spent):.0f} %" for name, t in by_name.items())
         gpu_name = gpu.name if gpu is not None else f"GPU {device}"
-        fix = ("Run them on tensor cores: in PyTorch `torch.backends.cuda.matmul.allow_tf32 = True` (or "
-               "`torch.set_float32_matmul_precision(\"high\")`), or mixed precision with "
-               "`torch.autocast(\"cuda\", dtype=torch.bfloat16)`; in JAX "
-               "`jax.config.update(\"jax_default_matmul_precision\", \"tensorfloat32\")`; with cuBLAS "
-               "`cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH)` or the compute type "
-               "`CUBLAS_COMPUTE_32F_FAST_TF32`. TF32 keeps 10 mantissa bits: check the results."
-               if tf32 else
-               "This GPU has FP16 tensor cores but no TF32: use mixed precision (PyTorch "
-               "`torch.autocast(\"cuda\", dtype=torch.float16)` with a `GradScaler` for training; cuBLAS "
-               "`cublasGemmEx` with FP16 inputs and FP32 accumulation).")
         yield ctx.finding(
             f"FP32 GEMM kernels on CUDA cores take {spent / 1e6:.2f} ms, {share:.1f} % of the "
             f"{steady_ns / 1e6:.1f} ms steady state on {gpu_name} (compute capability {cc[0]}.{cc[1]}), "
             f"{len(rows)} launches; top: {top}. Tensor cores run them several times faster "
             f"({'TF32' if tf32 else 'FP16 mixed precision'}); at {opts.speedup:g}x about "
             f"{saving / 1e6:.2f} ms comes back.",
-            fix,
+            _recommendation(tf32),
             severity=Severity.WARNING if share >= opts.warn_share_pct else Severity.INFO,
             budget_part="gemm", estimated_savings_ns=saving,
             savings_range=(min(spent / 2, ceiling), min(spent * 7 / 8, ceiling)),
@@ -132,6 +122,20 @@ class Fp32Gemm(Rule):
                      "launches": metric(len(rows), "count"), "steady_time": metric(steady_ns, "ns"),
                      "compute_capability": metric(cc[0] + cc[1] / 10, "ratio")},
             location=Location(device=device, kernel=str(by_name.index[0])))
+
+
+def _recommendation(tf32: bool) -> str:
+    """The switch to tensor cores: TF32 where the GPU has it (compute capability 8 and up), else FP16."""
+    return ("Run them on tensor cores: in PyTorch `torch.backends.cuda.matmul.allow_tf32 = True` (or "
+            "`torch.set_float32_matmul_precision(\"high\")`), or mixed precision with "
+            "`torch.autocast(\"cuda\", dtype=torch.bfloat16)`; in JAX "
+            "`jax.config.update(\"jax_default_matmul_precision\", \"tensorfloat32\")`; with cuBLAS "
+            "`cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH)` or the compute type "
+            "`CUBLAS_COMPUTE_32F_FAST_TF32`. TF32 keeps 10 mantissa bits: check the results."
+            if tf32 else
+            "This GPU has FP16 tensor cores but no TF32: use mixed precision (PyTorch "
+            "`torch.autocast(\"cuda\", dtype=torch.float16)` with a `GradScaler` for training; cuBLAS "
+            "`cublasGemmEx` with FP16 inputs and FP32 accumulation).")
 
 
 RULE = Fp32Gemm

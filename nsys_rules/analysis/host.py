@@ -1,7 +1,7 @@
 """Host calls that block on the GPU: synchronizations and device-to-host readbacks.
 
 Used by the step model (a readback repeating once per step marks the step), the budget (GPU
-idle after a synchronization) and the sync-stall rule.
+idle after a synchronization) and the sync-stall and alloc-churn rules.
 """
 
 from __future__ import annotations
@@ -83,6 +83,26 @@ def blocking_calls(api: pd.DataFrame, names: pd.Series, copies: pd.DataFrame | N
     after = after_readback_sorted[keep_sorted]
     prev_rows = order[np.flatnonzero(keep_sorted) - 1]
     return _blocking_frame(api, names, copies, start, pid, tid, rows, after, prev_rows, readback)
+
+
+def busiest_thread(calls: pd.DataFrame, durations: np.ndarray | pd.Series) -> tuple[int | None, int | None, int]:
+    """The thread that spent the most time in ``calls``: its pid, its tid and that time (ns).
+
+    ``calls`` has ``pid`` and ``tid`` columns; ``durations`` is aligned with it. A missing id
+    (a damaged export can leave thread ids NULL) comes back as None; ties go to the first
+    thread in (pid, tid) order.
+    """
+    per_thread = calls.assign(d=durations).groupby(["pid", "tid"], observed=True, dropna=False)["d"].sum()
+    pid, tid = per_thread.idxmax()
+    return _id(pid), _id(tid), int(per_thread.max())
+
+
+def _id(value: object) -> int | None:
+    """An id as int, None when missing."""
+    try:
+        return None if pd.isna(value) else int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
 
 
 def _one_thread_in_order(start: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> bool:

@@ -24,7 +24,8 @@ from nsys_rules.malloc_tune import release_free_memory
 from nsys_rules.loaders import damage as damage_fix
 from nsys_rules.loaders import claims
 from nsys_rules.loaders.batches import fill_columns, note_column, stoppable
-from nsys_rules.loaders.export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, has_nsys_tables
+from nsys_rules.loaders.columnar import ColumnarExport
+from nsys_rules.loaders.export import MAX_META_ROWS, MAX_STRING, NULL_INT, has_nsys_tables
 
 #: Folder kinds by the file suffix nsys gives each table.
 SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}

@@ -25,7 +25,8 @@ from nsys_rules.errors import InputError
 from nsys_rules.loaders import damage as damage_fix
 from nsys_rules.loaders import claims, split
 from nsys_rules.loaders.batches import fill_columns, stoppable
-from nsys_rules.loaders.export import MAX_META_ROWS, MAX_STRING, NULL_INT, ColumnarExport, has_nsys_tables
+from nsys_rules.loaders.columnar import ColumnarExport
+from nsys_rules.loaders.export import MAX_META_ROWS, MAX_STRING, NULL_INT, has_nsys_tables
 from nsys_rules.loaders.guard import SQLITE_MAGIC, check_file, pending_sidecar, private_copy, remove_folder
 from nsys_rules.loaders.tables import TABLES
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -25,7 +25,9 @@ from nsys_rules.analysis.taxonomy import CLASSES, classify
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.launches import launching_rows
 from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS, in_set, rows_with_codes
-from nsys_rules.analysis.spliced import Spliced, interleave, splice
+from nsys_rules.analysis.intervals import rising
+from nsys_rules.analysis.spliced import Spliced, interleave
+from nsys_rules.model.activity_merge import SPLICED_FIELDS, merge_parts
 
 #: Operation kinds (``GpuOps.kind``).
 KERNEL, MEMCPY, MEMSET, REPLAY = 0, 1, 2, 3
@@ -139,7 +141,7 @@ _IN_ORDER: "weakref.WeakKeyDictionary[Trace, frozenset[int]]" = weakref.WeakKeyD
 def _build(trace: Trace) -> tuple[GpuOps, frozenset[int]]:
     parts: list[dict[str, np.ndarray]] = []
     in_order: set[int] = set()
-    rising: list[bool] = []
+    in_order_parts: list[bool] = []
     for kind, table in KIND_TABLES.items():
         if not trace.has(table):
             continue
@@ -148,84 +150,18 @@ def _build(trace: Trace) -> tuple[GpuOps, frozenset[int]]:
             continue
         part, launched = _part(trace, kind, frame)
         parts.append(part)
-        rising.append(_rising(part["start"]))
-        if launched and rising[-1]:  # the merge keeps a part's row order when it needs no sort
+        in_order_parts.append(rising(part["start"]))
+        if launched and in_order_parts[-1]:  # the merge keeps a part's row order when it needs no sort
             in_order.add(kind)
     if not parts:
         return GpuOps(**{name: np.empty(0, bool if name == "by_graph" else np.int64) for name in _FIELDS}), frozenset()
     # Rows that differ at both ends are not one value: no scan of a million rows to find out.
     merged = {name: values if isinstance(values, Spliced) or len(values) and values[0] != values[-1]
-              else one_value(values) for name, values in _merge(parts, rising, SPLICED_FIELDS).items()}
+              else one_value(values) for name, values in merge_parts(parts, _FIELDS, in_order_parts, SPLICED_FIELDS).items()}
     for values in merged.values():
         if not isinstance(values, Spliced) and values.flags.writeable:
             values.flags.writeable = False  # shared by every rule of the trace
     return GpuOps(**merged), frozenset(in_order)
-
-
-def _merge(parts: list[dict[str, np.ndarray]], rising: list[bool] | None = None,
-           spliced: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The parts as one table in start order.
-
-    Each part is usually in start order already, and one (the kernels) holds nearly every row:
-    the others are slotted in at their places, so the only new arrays are the output ones (a
-    concatenation then a sorted copy doubled the peak on a 1M-kernel trace). The fields named in
-    ``spliced`` are kept as the biggest part's own values with the others spliced in
-    (:class:`~.spliced.Spliced`, no copy) where that part needs no sort and the others are few.
-    """
-    rising = [_rising(p["start"]) for p in parts] if rising is None else rising  # which parts need no sort
-    by_size = sorted(range(len(parts)), key=lambda k: -len(parts[k]["start"]))
-    parts = [parts[k] for k in by_size]
-    big = parts[0]
-    if not rising[by_size[0]]:
-        order = np.argsort(big["start"], kind="stable")
-        big = {name: values[order] for name, values in big.items()}
-    keep = bool(spliced) and rising[by_size[0]]  # the big part's rows in its frame's order: row numbers 0, 1, ...
-    if len(parts) == 1:
-        rows = big["table_row"]
-        return {**big, "table_row": splice(None, len(rows), rows[:0], rows[:0], rows.dtype)} if keep and (
-            "table_row" in spliced) else big
-    small = {name: np.concatenate([p[name] for p in parts[1:]]) for name in _FIELDS}
-    order = np.argsort(small["start"], kind="stable")
-    small = {name: values[order] for name, values in small.items()}
-    # Final position of each small row: the big rows starting at or before it, plus the small rows before it.
-    at = np.searchsorted(big["start"], small["start"], side="right") + np.arange(len(order))
-    total = len(big["start"]) + len(order)
-    # A few small rows (a handful of copies among a million kernels): the big rows go in as slices
-    # between them; many: through a mask.
-    is_small = None if len(at) <= _FEW_SMALL else np.zeros(total, bool)
-    if is_small is not None:
-        is_small[at] = True
-    keep = keep and len(at) <= _MAX_SPLICED
-    out: dict[str, Any] = {}
-    for name in _FIELDS:
-        dtype = np.result_type(big[name].dtype, small[name].dtype)
-        if keep and name in spliced:
-            out[name] = splice(None if name == "table_row" else big[name], len(big[name]), at, small[name], dtype)
-            continue
-        value = big[name][:1]
-        if total >= ONE_VALUE_ROWS and big[name].strides == (0,) and (small[name] == value).all():
-            out[name] = np.broadcast_to(value.astype(dtype), total)  # one value in every row, as one_value keeps it
-            continue
-        if is_small is None:
-            out[name] = interleave(big[name], at, small[name], dtype)
-            continue
-        values = np.empty(total, dtype)
-        values[at] = small[name]
-        values[~is_small] = big[name]
-        out[name] = values
-    return out
-
-
-#: Up to this many rows outside the biggest part are slotted in one by one.
-_FEW_SMALL = 64
-#: Up to this many rows outside the biggest part are spliced into the fields kept as :class:`~.spliced.Spliced`.
-_MAX_SPLICED = 4096
-#: Fields kept spliced where they can be: read at few rows, by mask or by comparison with one value.
-SPLICED_FIELDS = ("table_row", "corr", "stream", "kind")
-
-
-def _rising(values: np.ndarray) -> bool:
-    return len(values) < 2 or bool((values[1:] >= values[:-1]).all())
 
 
 def _int(frame: pd.DataFrame, column: str, dtype: type = np.int32, fill: int = -1) -> np.ndarray:

@@ -65,6 +65,11 @@ class CaptureInfo:
         """The profiled command as one shell-quoted line (every word quoted: the file chose them)."""
         return shell_join(self.command)
 
+    @property
+    def runs_python(self) -> bool:
+        """Whether the profiled program is a Python interpreter (advice then names the Python way)."""
+        return bool(self.command) and "python" in self.command[0].rsplit("/", 1)[-1]
+
 
 @dataclass(frozen=True)
 class ExportInfo:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
-
 import numpy as np
 import pandas as pd
 
-from nsys_rules.rules.copies.common import copy_groups
-from nsys_rules.api import Finding, Renamed, Rule, RuleContext, Severity
+from nsys_rules.api import Renamed, Severity
+from nsys_rules.rules.copies.common import CopyGroup, FlaggedCallRule, FlaggedCalls, copy_groups
 
 PAGEABLE = 0
 #: nsys matches `cudaMemcpy%Async%`; the driver API's `cuMemcpy*Async` copies behave the same.
@@ -43,7 +41,7 @@ def flag_pageable_async(copies: pd.DataFrame, api_raw: np.ndarray, *, min_bytes:
     return by_api & pageable & (copies["bytes"].to_numpy() >= min_bytes)
 
 
-class PageableMemcpy(Rule):
+class PageableMemcpy(FlaggedCallRule):
     """Asynchronous memcpy calls whose host side is pageable memory.
 
     What it detects: copies launched with `cudaMemcpy*Async` (or the driver's `cuMemcpy*Async`)
@@ -78,37 +76,35 @@ class PageableMemcpy(Rule):
     Options = Options
     renamed_options = {"warning_share": Renamed("warn_share_pct", 100)}
 
-    def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        opts = ctx.options
-        copies = ctx.frame("memcpy")
-        api = ctx.launch_calls("memcpy")
-        mask = flag_pageable_async(copies, api["api_raw"].to_numpy(), min_bytes=opts.min_bytes,
-                                   include_driver_api=opts.include_driver_api)
-        if not mask.any():
-            return
-        for cg in copy_groups(ctx, copies, api, mask, opts.report, opts.max_findings):
-            single = cg.group.single
-            in_loop = cg.in_loop(ctx)
-            # Loading copies cost start-up time, not step time: information, whatever their share of the capture.
-            severity = Severity.WARNING if in_loop and cg.host_ns >= opts.warn_share_pct / 100 * cg.judged_ns else Severity.INFO
-            what = (f"A {cg.direction} copy ({cg.src} -> {cg.dst}, {cg.nbytes} B)" if single else
-                    f"{cg.count} {cg.direction} copies ({cg.src} -> {cg.dst}, {cg.nbytes / 1e6:.3f} MB in all)")
-            yield ctx.finding(
-                f"{what} launched with {cg.api} on stream {cg.stream} "
+    table = "memcpy"
+    grouping = staticmethod(copy_groups)
+    budget_part = "launch_wait"
+    outside_note = "outside the steady steps (loading or tear-down): pinning shortens start-up, not the step"
+
+    def flag(self, rows: pd.DataFrame, api_raw: np.ndarray, opts: Options) -> np.ndarray:
+        return flag_pageable_async(rows, api_raw, min_bytes=opts.min_bytes, include_driver_api=opts.include_driver_api)
+
+    def severity(self, group: FlaggedCalls, opts: Options) -> Severity:
+        # Loading copies cost start-up time, not step time: information, whatever their share of the capture.
+        return super().severity(group, opts) if group.in_loop else Severity.INFO
+
+    def saved(self, group: FlaggedCalls) -> int:
+        # In the loop, the host's time in the staging calls is launch wait the GPU may pay.
+        return group.host_ns
+
+    def message(self, group: CopyGroup, opts: Options) -> str:
+        cg, single = group, group.group.single
+        what = (f"A {cg.direction} copy ({cg.src} -> {cg.dst}, {cg.nbytes} B)" if single else
+                f"{cg.count} {cg.direction} copies ({cg.src} -> {cg.dst}, {cg.nbytes / 1e6:.3f} MB in all)")
+        return (f"{what} launched with {cg.api} on stream {cg.stream} "
                 f"{'uses' if single else 'use'} pageable host memory, so the driver stages it and the call "
                 f"blocks the host. Host time in these calls {cg.host_ns / 1e6:.3f} ms ({cg.share:.2f} % of the "
-                f"judged {cg.judged_ns / 1e6:.1f} ms), GPU copy time {cg.gpu_ns / 1e6:.3f} ms.",
-                "Pin the host buffer (`cudaMallocHost`/`cudaHostAlloc`, `cudaHostRegister` on an existing buffer, "
+                f"judged {cg.judged_ns / 1e6:.1f} ms), GPU copy time {cg.gpu_ns / 1e6:.3f} ms.")
+
+    def recommendation(self, group: CopyGroup) -> str:
+        return ("Pin the host buffer (`cudaMallocHost`/`cudaHostAlloc`, `cudaHostRegister` on an existing buffer, "
                 "or `pin_memory=True` in PyTorch) and keep the copy asynchronous; reuse one pinned staging buffer "
-                "for per-step inputs.",
-                severity=severity, metrics=cg.metrics(), location=cg.location(), key=cg.key,
-                **_savings(ctx, cg.host_ns, in_loop))
+                "for per-step inputs.")
 
-
-def _savings(ctx: RuleContext, host_ns: int, in_loop: bool) -> dict:
-    """In the loop, the host's time in the staging calls is launch wait the GPU may pay; outside, it is loading."""
-    if in_loop:
-        return {"estimated_savings_ns": host_ns, "budget_part": "launch_wait"}
-    return {"savings_note": "outside the steady steps (loading or tear-down): pinning shortens start-up, not the step"}
 
 RULE = PageableMemcpy

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
-
 import numpy as np
 import pandas as pd
 
-from nsys_rules.rules.copies.common import copy_groups
-from nsys_rules.api import Finding, Renamed, Rule, RuleContext, Severity
+from nsys_rules.api import Renamed, Severity
+from nsys_rules.rules.copies.common import CopyGroup, FlaggedCallRule, copy_groups
 
 HTOD, DTOD = 1, 8
 #: Runtime `cudaMemcpy*` and driver `cuMemcpy*` calls; the Async ones are excluded separately.
@@ -53,7 +51,7 @@ def flag_sync_copies(copies: pd.DataFrame, api_raw: np.ndarray, *, max_small_hto
     return sync & ~in_device & ~small_htod
 
 
-class SyncMemcpy(Rule):
+class SyncMemcpy(FlaggedCallRule):
     """Synchronous memcpy calls: the host waits for the copy and everything queued before it.
 
     What it detects: copies launched by `cudaMemcpy`/`cudaMemcpy2D`/... (or the driver's
@@ -85,30 +83,24 @@ class SyncMemcpy(Rule):
     Options = Options
     renamed_options = {"warning_share": Renamed("warn_share_pct", 100)}
 
-    def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        opts = ctx.options
-        copies = ctx.frame("memcpy")
-        api = ctx.launch_calls("memcpy")
-        mask = flag_sync_copies(copies, api["api_raw"].to_numpy(), max_small_htod_bytes=opts.max_small_htod_bytes,
+    table = "memcpy"
+    grouping = staticmethod(copy_groups)
+
+    def flag(self, rows: pd.DataFrame, api_raw: np.ndarray, opts: Options) -> np.ndarray:
+        return flag_sync_copies(rows, api_raw, max_small_htod_bytes=opts.max_small_htod_bytes,
                                 include_driver_api=opts.include_driver_api)
-        if not mask.any():
-            return
-        for cg in copy_groups(ctx, copies, api, mask, opts.report, opts.max_findings):
-            severity = Severity.WARNING if cg.host_ns >= opts.warn_share_pct / 100 * cg.judged_ns else Severity.INFO
-            one = f"A synchronous {cg.direction} copy ({cg.src} -> {cg.dst}, {cg.nbytes} B)"
-            what = (one if cg.group.single else
-                    f"{cg.count} synchronous {cg.direction} copies ({cg.src} -> {cg.dst}, "
-                    f"{cg.nbytes / 1e6:.3f} MB in all)")
-            yield ctx.finding(
-                f"{what} with {cg.api} on stream {cg.stream} blocked the host {cg.host_ns / 1e6:.3f} ms "
-                f"({cg.share:.2f} % of the judged {cg.judged_ns / 1e6:.1f} ms) for {cg.gpu_ns / 1e6:.3f} ms of copying.",
-                f"Replace {cg.api} with `cudaMemcpyAsync` on the work stream from pinned host memory and wait "
+
+    def message(self, group: CopyGroup, opts: Options) -> str:
+        cg = group
+        what = (f"A synchronous {cg.direction} copy ({cg.src} -> {cg.dst}, {cg.nbytes} B)" if cg.group.single else
+                f"{cg.count} synchronous {cg.direction} copies ({cg.src} -> {cg.dst}, {cg.nbytes / 1e6:.3f} MB in all)")
+        return (f"{what} with {cg.api} on stream {cg.stream} blocked the host {cg.host_ns / 1e6:.3f} ms "
+                f"({cg.share:.2f} % of the judged {cg.judged_ns / 1e6:.1f} ms) for {cg.gpu_ns / 1e6:.3f} ms of copying.")
+
+    def recommendation(self, group: CopyGroup) -> str:
+        return (f"Replace {group.api} with `cudaMemcpyAsync` on the work stream from pinned host memory and wait "
                 "on an event only where the host consumes the data; keep data on the GPU when the host does not "
-                "need it.",
-                severity=severity, metrics=cg.metrics(), location=cg.location(),
-                key=cg.key, **(
-                    {"estimated_savings_ns": max(0, cg.host_ns - cg.gpu_ns), "budget_part": "after_sync"}
-                    if cg.in_loop(ctx) else
-                    {"savings_note": "outside the steady steps (loading or tear-down): not step time"}))
+                "need it.")
+
 
 RULE = SyncMemcpy

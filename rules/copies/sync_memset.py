@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
-
 import numpy as np
 import pandas as pd
 
-from nsys_rules.rules.copies.common import MEMORY_KINDS
-from nsys_rules.api import Finding, Location, Renamed, Rule, RuleContext, Severity, metric, pct, split_flagged
+from nsys_rules.api import Renamed, Severity
+from nsys_rules.rules.copies.common import FlaggedCallRule, MemsetGroup, memset_groups
 
 #: Runtime `cudaMemset*` and driver `cuMemsetD*` calls; the async ones are excluded separately.
 SET_API = re.compile(r"^cu(?:da)?Memset")
@@ -45,7 +43,7 @@ def flag_sync_memsets(memsets: pd.DataFrame, api_raw: np.ndarray, *, memory_kind
     return sync & kinds
 
 
-class SyncMemset(Rule):
+class SyncMemset(FlaggedCallRule):
     """Synchronous memset calls on pinned or managed memory.
 
     What it detects: memsets launched by `cudaMemset`/`cudaMemset2D`/... (or the driver's
@@ -72,52 +70,23 @@ class SyncMemset(Rule):
     Options = Options
     renamed_options = {"warning_share": Renamed("warn_share_pct", 100)}
 
-    def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        opts = ctx.options
-        memsets = ctx.frame("memset")
-        api = ctx.launch_calls("memset")
-        mask = flag_sync_memsets(memsets, api["api_raw"].to_numpy(), memory_kinds=tuple(opts.memory_kinds),
+    table = "memset"
+    grouping = staticmethod(memset_groups)
+
+    def flag(self, rows: pd.DataFrame, api_raw: np.ndarray, opts: Options) -> np.ndarray:
+        return flag_sync_memsets(rows, api_raw, memory_kinds=tuple(opts.memory_kinds),
                                  include_driver_api=opts.include_driver_api)
-        if not mask.any():
-            return
-        rows = memsets.loc[mask].reset_index(drop=True)
-        api = api.loc[mask].reset_index(drop=True)
-        rows["api"] = api["api_raw"].to_numpy()
-        rows["host_ns"] = (api["api_end"] - api["api_start"]).to_numpy()
-        lo, hi = ctx.window_bounds()
-        judged = max(1, hi - lo)
-        for group in split_flagged(rows, ["api", "mem_kind", "stream_id"], opts.report, opts.max_findings):
-            g = group.rows
-            host = int(g["host_ns"].clip(lower=0).sum())
-            gpu = int((g["end"] - g["start"]).sum())
-            nbytes = int(g["bytes"].sum())
-            api_name, mem_kind, stream = group.key
-            kind = MEMORY_KINDS.get(int(mem_kind), str(mem_kind))
-            share = pct(host, judged)
-            severity = Severity.WARNING if host >= opts.warn_share_pct / 100 * judged else Severity.INFO
-            what = (f"A synchronous memset of {nbytes} B of {kind} memory" if group.single else
-                    f"{len(g)} synchronous memsets of {kind} memory ({nbytes / 1e6:.3f} MB in all)")
-            yield ctx.finding(
-                f"{what} with {api_name} on stream {stream} blocked the host {host / 1e6:.3f} ms "
-                f"({share:.2f} % of the judged {judged / 1e6:.1f} ms); GPU time {gpu / 1e6:.3f} ms.",
-                f"Replace {api_name} with `cudaMemsetAsync` on the work stream, or clear the buffer inside a kernel "
-                "that already runs.",
-                severity=severity,
-                metrics={"memsets": metric(len(g), "count"), "bytes": metric(nbytes, "B"),
-                         "host_time": metric(host, "ns"), "gpu_time": metric(gpu, "ns"),
-                         "share_of_judged_time": metric(share, "%")},
-                location=Location(pid=int(g["pid"].iloc[0]), device=int(g["device_id"].iloc[0]), stream=int(stream),
-                                  api=str(api_name), start_ns=group.start, end_ns=group.end),
-                key=f"{kind}/{stream}{group.key_suffix}", **_savings(ctx, g, max(0, host - gpu)))
 
+    def message(self, group: MemsetGroup, opts: Options) -> str:
+        g = group
+        what = (f"A synchronous memset of {g.nbytes} B of {g.kind} memory" if g.group.single else
+                f"{g.count} synchronous memsets of {g.kind} memory ({g.nbytes / 1e6:.3f} MB in all)")
+        return (f"{what} with {g.api} on stream {g.stream} blocked the host {g.host_ns / 1e6:.3f} ms "
+                f"({g.share:.2f} % of the judged {g.judged_ns / 1e6:.1f} ms); GPU time {g.gpu_ns / 1e6:.3f} ms.")
 
-def _savings(ctx: RuleContext, rows: pd.DataFrame, saved: int) -> dict:
-    """Host blocking in the loop is after-sync idle the GPU may pay; outside the steps it is not step time."""
-    span = ctx.steps.host_span if ctx.steps is not None else None
-    launch = rows["launch_start"].to_numpy() if "launch_start" in rows else rows["start"].to_numpy()
-    if span is not None and ((launch >= span[0]) & (launch <= span[1])).mean() >= 0.5:
-        return {"estimated_savings_ns": saved, "budget_part": "after_sync"}
-    return {"savings_note": "outside the steady steps (loading or tear-down): not step time"}
+    def recommendation(self, group: MemsetGroup) -> str:
+        return (f"Replace {group.api} with `cudaMemsetAsync` on the work stream, or clear the buffer inside a kernel "
+                "that already runs.")
 
 
 RULE = SyncMemset

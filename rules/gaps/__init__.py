@@ -1,1 +1,1 @@
-"""Time the GPU spends idle or under-used over the capture (the ``nsys analyze`` gap and utilization rules)."""
+"""GPU idle gaps and low utilization over the whole capture (the ``nsys analyze`` parity rules), and what they share."""

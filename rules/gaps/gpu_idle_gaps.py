@@ -8,8 +8,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, Location, Renamed, Rule, RuleContext, Severity, device_intervals, gaps_at_least,
-                            gpu_op_frames, merge_intervals, metric, pct, split_flagged, steady_state_window)
+from nsys_rules.api import (Finding, Location, Renamed, Rule, RuleContext, Severity, gaps_at_least, gpu_op_frames,
+                            merge_intervals, metric, pct, split_flagged)
+from nsys_rules.rules.gaps.common import GPU_TIME_COLUMNS, per_device, steady_start
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ def device_gaps(ops: pd.DataFrame | list[pd.DataFrame], min_gap_ns: int) -> pd.D
     ``ops``: one frame of GPU operations, or several (kernels, memcpys, memsets) read as one.
     """
     out = []
-    for pid, dev, op_starts, op_ends in device_intervals(ops if isinstance(ops, list) else [ops]):
+    for pid, dev, op_starts, op_ends in per_device(ops):
         starts, lengths = gaps_at_least(op_starts, op_ends, min_gap_ns)
         if len(starts):
             out.append(pd.DataFrame({"pid": pid, "device_id": dev, "start": starts,
@@ -90,13 +91,7 @@ class GpuIdleGaps(Rule):
     default_severity = Severity.INFO
     requires = ()
     optional = ("kernels", "memcpy", "memset", "graph_trace", "overhead", "api", "nvtx")
-    columns = {"kernels": ("start", "end", "pid", "device_id", "correlation_id", "name"),
-               "memcpy": ("start", "end", "pid", "device_id", "correlation_id"),
-               "memset": ("start", "end", "pid", "device_id", "correlation_id"),
-               "graph_trace": ("start", "end", "pid", "device_id", "correlation_id"),
-               "overhead": ("start", "end", "pid", "name"),
-               "api": ("start", "end", "correlation_id", "pid", "name"),
-               "nvtx": ("start", "end", "name")}
+    columns = {**GPU_TIME_COLUMNS, "overhead": ("start", "end", "pid", "name")}
     window = "full"
     aliases = ("gpu_gaps",)
     Options = Options
@@ -121,9 +116,8 @@ class GpuIdleGaps(Rule):
             gaps = gaps.loc[~drop].reset_index(drop=True)
             if gaps.empty:
                 return
-        steady_start = _steady_start(ctx)
         # A gap that opened before the steady state began is loading or warm-up, not the run.
-        gaps["phase"] = np.where(gaps["start"].to_numpy() < steady_start, "start-up", "run")
+        gaps["phase"] = np.where(gaps["start"].to_numpy() < steady_start(ctx), "start-up", "run")
         lo, hi = ctx.window_bounds()
         judged = max(1, hi - lo)
         for group in split_flagged(gaps, ["pid", "device_id", "phase"], opts.report, opts.max_findings):
@@ -153,12 +147,6 @@ class GpuIdleGaps(Rule):
                          "share_of_judged_time": metric(share, "%")},
                 location=Location(pid=int(pid), device=int(dev), start_ns=group.start, end_ns=group.end),
                 key=f"{phase}{group.key_suffix}")
-
-
-def _steady_start(ctx: RuleContext) -> int:
-    """Where the steady state begins (gaps before it are start-up); -inf when unknown."""
-    window = steady_state_window(ctx.trace)
-    return window.start if window.start is not None and window.kind != "none" else -(2**62)
 
 
 RULE = GpuIdleGaps

@@ -8,8 +8,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, Location, Renamed, Rule, RuleContext, Severity, chunk_utilization, device_intervals,
-                            gpu_op_frames, merge_low_chunks, metric, pct, split_flagged, steady_state_window)
+from nsys_rules.api import (Finding, Location, Renamed, Rule, RuleContext, Severity, chunk_utilization, gpu_op_frames,
+                            merge_low_chunks, metric, pct, split_flagged)
+from nsys_rules.rules.gaps.common import GPU_TIME_COLUMNS, per_device, steady_gpu_span
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ def low_utilization_regions(ops: pd.DataFrame | list[pd.DataFrame], chunks: int,
     ``ops``: one frame of GPU operations, or several (kernels, memcpys, memsets) read as one.
     """
     rows = []
-    for pid, dev, s, e in device_intervals(ops if isinstance(ops, list) else [ops]):
+    for pid, dev, s, e in per_device(ops):
         lo, hi = int(s.min()), int(e.max())
         starts, lengths, used = chunk_utilization(s, e, lo, hi, chunks)
         for start, length, in_use in merge_low_chunks(starts, lengths, used, below):
@@ -68,12 +69,7 @@ class GpuLowUtilization(Rule):
     default_severity = Severity.INFO
     requires = ()
     optional = ("kernels", "memcpy", "memset", "graph_trace", "api", "nvtx")
-    columns = {"kernels": ("start", "end", "pid", "device_id", "correlation_id", "name"),
-               "memcpy": ("start", "end", "pid", "device_id", "correlation_id"),
-               "memset": ("start", "end", "pid", "device_id", "correlation_id"),
-               "graph_trace": ("start", "end", "pid", "device_id", "correlation_id"),
-               "api": ("start", "end", "correlation_id", "pid", "name"),
-               "nvtx": ("start", "end", "name")}
+    columns = GPU_TIME_COLUMNS
     window = "full"
     aliases = ("gpu_time_util",)
     Options = Options
@@ -89,7 +85,7 @@ class GpuLowUtilization(Rule):
         if regions.empty:
             return
         regions["idle"] = ((regions["end"] - regions["start"]) * (1 - regions["in_use_pct"].clip(upper=100) / 100))
-        steady_lo, steady_hi = _steady_span(ctx)
+        steady_lo, steady_hi = steady_gpu_span(ctx)
         for group in split_flagged(regions, ["pid", "device_id"], opts.report, opts.max_findings):
             g = group.rows
             pid, dev = group.key
@@ -120,17 +116,6 @@ class GpuLowUtilization(Rule):
                          "gpu_span": metric(span, "ns")},
                 location=Location(pid=int(pid), device=int(dev), start_ns=group.start, end_ns=group.end),
                 key=("steady" if reaches_steady else "start-up") + group.key_suffix)
-
-
-def _steady_span(ctx: RuleContext) -> tuple[int, int]:
-    """The steady state on the GPU clock (its steps' GPU work), else the steady window; unbounded when unknown."""
-    window = steady_state_window(ctx.trace)
-    model = window.model
-    if model is not None and model.count:
-        return model.gpu_span  # type: ignore[return-value]
-    if window.intervals is None or window.kind == "none":
-        return -(2**62), 2**62
-    return int(window.start), int(window.end)  # type: ignore[arg-type]
 
 
 RULE = GpuLowUtilization

@@ -1,1 +1,1 @@
-"""Kernels whose durations have a tail, with the tail statistics the rule reads."""
+"""kernel-tail: the rule, its three steps (``measure``, ``judge``, ``phrase``) and the tail statistics (``tails``)."""

@@ -59,6 +59,18 @@ def need_steps(job: Job, at_least: int = 1) -> None:
                           "around 10 or more steps)")
 
 
+def need_job(job: Job, ranks: int = 1, steps: int = 0) -> None:
+    """Skip (MissingData) unless the job has ``ranks`` ranks, communication kernels and ``steps`` steps.
+
+    Checked in that order, so the skip names the first thing missing.
+    """
+    if ranks > 1:
+        need_ranks(job, ranks)
+    need_collectives(job)
+    if steps:
+        need_steps(job, steps)
+
+
 def full_rows(job: Job) -> np.ndarray:
     """Collectives where every rank meets (coherent, present on all ranks)."""
     return job.coherent & ~np.isnan(job.start).any(axis=1)
@@ -114,6 +126,13 @@ def signed_rank_z(values: np.ndarray) -> float:
     mean = n * (n + 1) / 4
     sd = np.sqrt(n * (n + 1) * (2 * n + 1) / 24)
     return (positive - mean) / sd
+
+
+def worst_first(values: np.ndarray, keep: np.ndarray | None = None, limit: int | None = None) -> np.ndarray:
+    """Positions of ``values`` (NaN as 0) from the largest down, ties in position order, among ``keep``, at most ``limit``."""
+    vals = np.nan_to_num(values)
+    chosen = np.arange(len(vals)) if keep is None else np.flatnonzero(keep)
+    return chosen[np.argsort(-vals[chosen], kind="stable")][:limit]
 
 
 def ms(ns: float) -> str:

@@ -9,7 +9,7 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.api import Finding, Job, JobContext, JobRule, Renamed, Severity, metric, pct, step_list
-from nsys_rules.rules.ranks.compare import full_rows, ms, need_collectives, need_steps, rank_label
+from nsys_rules.rules.ranks.compare import full_rows, ms, need_job, rank_label, worst_first
 
 
 @dataclass(frozen=True)
@@ -111,8 +111,7 @@ class ExposedComm(JobRule):
 
     def check(self, ctx: JobContext) -> Iterable[Finding]:  # type: ignore[override]
         job, opts = ctx.job, ctx.options
-        need_collectives(job)
-        need_steps(job)
+        need_job(job, steps=1)
         ex = exposure(job)
         step = float(np.nanmedian(per_rank(ex.step_time)))
         if not np.isfinite(step) or step <= 0:
@@ -162,10 +161,9 @@ def _upper_first(text: str) -> str:
 
 
 def _worst_steps(values: np.ndarray, limit: int = 5) -> np.ndarray:
-    """Steps well above the rank's typical one (a quarter more than its median), worst first, in step order."""
+    """The ``limit`` worst steps well above the rank's typical one (a quarter more than its median), in step order."""
     vals = np.nan_to_num(values)
-    above = np.flatnonzero(vals > 1.25 * float(np.median(vals)))
-    return np.sort(above[np.argsort(-vals[above], kind="stable")][:limit])
+    return np.sort(worst_first(vals, vals > 1.25 * float(np.median(vals)), limit))
 
 
 def _kernel_names(job: Job, limit: int = 3) -> str:

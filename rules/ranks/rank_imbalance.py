@@ -8,7 +8,7 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.api import Finding, Job, JobContext, JobRule, Renamed, Severity, metric, pct, step_list
-from nsys_rules.rules.ranks.compare import diff_command, ms, need_collectives, need_ranks, need_steps, rank_label, t_statistic
+from nsys_rules.rules.ranks.compare import diff_command, ms, need_job, rank_label, t_statistic, worst_first
 
 
 @dataclass(frozen=True)
@@ -114,9 +114,7 @@ class RankImbalance(JobRule):
 
     def check(self, ctx: JobContext) -> Iterable[Finding]:  # type: ignore[override]
         job, opts = ctx.job, ctx.options
-        need_ranks(job)
-        need_collectives(job)
-        need_steps(job, opts.min_steps)
+        need_job(job, ranks=2, steps=opts.min_steps)
         for found in judged(job):
             share = found.excess / found.reference if found.reference > 0 else 0.0
             if share < opts.min_excess_pct / 100 or found.significance < opts.significance:
@@ -129,7 +127,7 @@ class RankImbalance(JobRule):
         steps = job.steps.count
         per_step = (job.step_totals("compute") if found.measure == "GPU compute time" else job.step_times())
         col = per_step[:, found.busiest] - np.nanmedian(per_step, axis=1)
-        worst = np.sort(np.argsort(-np.nan_to_num(col), kind="stable")[:5])
+        worst = np.sort(worst_first(col, limit=5))
         kernels = kernel_differences(job, found.busiest)
         step_time = ctx.step_time_ns() / max(1, steps)
         metrics = {

@@ -8,8 +8,8 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.api import Finding, Job, JobContext, JobRule, Renamed, Severity, metric, pct, step_list
-from nsys_rules.rules.ranks.compare import (diff_command, full_rows, ms, need_collectives, need_ranks, others_median, rank_label,
-                                    signed_rank_z)
+from nsys_rules.rules.ranks.compare import (diff_command, full_rows, ms, need_job, others_median, rank_label, signed_rank_z,
+                                            worst_first)
 
 
 #: What a rank can do instead of arriving, in the order they are named.
@@ -176,8 +176,7 @@ class RankStraggler(JobRule):
 
     def check(self, ctx: JobContext) -> Iterable[Finding]:  # type: ignore[override]
         job, opts = ctx.job, ctx.options
-        need_ranks(job)
-        need_collectives(job)
+        need_job(job, ranks=2)
         found = find_straggler(job, opts)
         if found is None:
             return
@@ -235,8 +234,7 @@ def _worst_steps(per_step: np.ndarray | None) -> np.ndarray:
     positive = late[late > 0]
     if not len(positive):
         return np.zeros(0, np.int64)
-    chosen = np.flatnonzero(late >= 0.5 * float(np.median(positive)))
-    return chosen[np.argsort(-late[chosen], kind="stable")]
+    return worst_first(late, late >= 0.5 * float(np.median(positive)))
 
 
 def _step_span(job: Job, step: int) -> tuple[float, float]:

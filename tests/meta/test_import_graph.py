@@ -226,7 +226,7 @@ def test_a_rule_imports_only_the_api_and_its_family(module):
 
 def test_the_family_check_sees_a_family():
     assert _family("nsys_rules.rules.copies.common") == "nsys_rules.rules.copies"
-    assert _family("nsys_rules.rules.sync_stall") is None
+    assert _family("nsys_rules.rules.graph_trace_hidden") is None
 
 
 def test_nothing_imports_the_rule_pack():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nsys_rules.testing import TraceBuilder, run_rule, run_rules
-from nsys_rules.rules.alloc_churn import caching_disabled, context_init_rows
+from nsys_rules.rules.alloc_churn.measure import caching_disabled, context_init_rows
 from nsys_rules.testing import metric_values as values
 
 PERIOD = 1_000_000

@@ -23,7 +23,7 @@ def _loop(b: TraceBuilder, *, prep_ns: int, steps: int = 12, kernels: int = 20, 
         t += prep_ns  # tokenizing, augmenting: host code, no CUDA call
         b.memcpy(t + 20_000, 10_000, 1 << 20, kind="HtoD", src="pageable", launch_at=t)
         t += 30_000
-        for k in range(kernels):
+        for _ in range(kernels):
             b.kernel(kernel, start=t + 10_000, duration=kernel_ns, launch_at=t)
             t += kernel_ns + 5_000
         if readback:

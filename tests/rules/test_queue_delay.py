@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nsys_rules.findings import Severity
-from nsys_rules.rules.queue_delay import queue_profile
+from nsys_rules.rules.queue_delay.measure import queue_profile
 from nsys_rules.analysis.intervals import merge_intervals
 from nsys_rules.testing import TraceBuilder, run_rule
 from nsys_rules.testing import metric_values as values

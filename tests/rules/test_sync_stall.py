@@ -9,7 +9,8 @@ import pytest
 from nsys_rules.inputs import open_trace
 from nsys_rules.testing import TraceBuilder, run_rule, run_rules
 from nsys_rules.analysis.intervals import merge_intervals as busy_union
-from nsys_rules.rules.sync_stall import blocking_calls, copy_directions, idle_after
+from nsys_rules.api import blocking_calls, copy_directions
+from nsys_rules.rules.sync_stall.measure import idle_after
 from nsys_rules.testing import metric_values as values
 
 PERIOD = 1_000_000  # one decode step, ns

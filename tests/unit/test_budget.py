@@ -222,7 +222,7 @@ def test_a_block_of_host_work_between_steps_is_host_prep_not_launch_overhead(tmp
     for i in range(8):
         start = t
         t += 10_000_000
-        for k in range(10):
+        for _ in range(10):
             b.kernel("void at::native::vectorized_elementwise_kernel<4>()", start=t + 10_000, duration=100_000,
                      launch_at=t)
             t += 120_000

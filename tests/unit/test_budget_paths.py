@@ -206,15 +206,15 @@ def _part(rng, n, kind, constant=False):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_merge_of_a_few_rows_equals_the_masked_merge(seed, monkeypatch):
-    from nsys_rules.model import activity
+    from nsys_rules.model import activity, activity_merge
 
     rng = np.random.default_rng(seed)
     big = _part(rng, 5_000, 0, constant=True)
     for small_rows in (1, 3, 40):
         parts = [big, _part(rng, small_rows, 1, constant=seed % 2 == 0)]
-        few = activity._merge(parts)
-        monkeypatch.setattr(activity, "_FEW_SMALL", -1)
-        masked = activity._merge(parts)
+        few = activity_merge.merge_parts(parts, activity._FIELDS)
+        monkeypatch.setattr(activity_merge, "_FEW_SMALL", -1)
+        masked = activity_merge.merge_parts(parts, activity._FIELDS)
         monkeypatch.undo()
         for name, values in masked.items():
             assert few[name].dtype == values.dtype and few[name].tolist() == values.tolist(), name

@@ -248,13 +248,14 @@ def test_spliced_one_value_columns_compare_as_the_plain_column(rows):
 
 def test_spliced_activity_fields_equal_the_merged_ones(tmp_path):
     from nsys_rules.model import activity
+    from nsys_rules.model.activity_merge import merge_parts
     from nsys_rules.analysis.spliced import Spliced
 
     trace = open_trace(_mixed_trace(tmp_path))
     ops = gpu_ops(trace)
     assert isinstance(ops.table_row, Spliced) and isinstance(ops.corr, Spliced)  # the path under test
-    plain = activity._merge([activity._part(trace, kind, trace.frame(table, COLUMNS[table]))[0]
-                             for kind, table in activity.KIND_TABLES.items() if trace.has(table)])
+    plain = merge_parts([activity._part(trace, kind, trace.frame(table, COLUMNS[table]))[0]
+                         for kind, table in activity.KIND_TABLES.items() if trace.has(table)], activity._FIELDS)
     for name in activity.SPLICED_FIELDS:
         assert np.asarray(getattr(ops, name)).tolist() == plain[name].tolist(), name
         assert (getattr(ops, name) == 1).tolist() == (plain[name] == 1).tolist(), name

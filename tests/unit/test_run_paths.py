@@ -13,7 +13,7 @@ from nsys_rules.analysis.grouped import CHUNK_ROWS, group_ids
 from nsys_rules.analysis.intervals import merge_intervals, point_in
 from nsys_rules.analysis.points import RUNS_FROM
 from nsys_rules.analysis.names import rows_with_codes
-from nsys_rules.rules.queue_delay import close_short_gaps, queue_profile
+from nsys_rules.rules.queue_delay.measure import close_short_gaps, queue_profile
 from nsys_rules.analysis.taxonomy import classify
 
 

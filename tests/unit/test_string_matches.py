@@ -1,4 +1,4 @@
-"""The string-table pre-check in RE2 (``loaders.export._any_re2``) answers as Python's engine does,
+"""The string-table pre-check in RE2 (``loaders.strings._any_re2``) answers as Python's engine does,
 or leaves the answer to it (None) where RE2 cannot judge."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from nsys_rules.model.job.names import comm_names
-from nsys_rules.loaders.export import _any_re2
+from nsys_rules.loaders.strings import _any_re2
 
 KERNELS = ["void gemv_kernel<float>(float const*)", "ampere_sgemm_128x64_nn", "gemm_1_" * 600,
            "void at::native::vectorized_elementwise_kernel<4, float>", "cross_device_reduce_2stage<float>"]

@@ -1,0 +1,39 @@
+"""How launch-bound weighs one device: launch-bound at all, what CUDA graphs would save, and how severe that is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nsys_rules.api import Budget, Severity
+from nsys_rules.rules.launch_bound.measure import DeviceLaunches
+
+
+@dataclass(frozen=True)
+class LaunchVerdict:
+    """The saving and the severity of one device's launch-bound finding."""
+
+    judged: int  # the steady state's time (the budget's when the device runs the loop) (ns)
+    busy_share: float  # of it, the time the GPU was busy (0-1)
+    savings: int  # ns
+    severity: Severity
+    on_loop: bool  # the device runs the loop the step budget describes
+
+
+def judge(found: DeviceLaunches, budget: Budget | None, max_busy_pct: float, max_median_kernel_ns: int,
+          warn_share_pct: float) -> LaunchVerdict | None:
+    """The verdict on one device; None when it is busy enough, its kernels long, or it never waited for a launch."""
+    prof = found.profile
+    on_loop = budget is not None and budget.device == found.device
+    judged = budget.total_ns if on_loop else prof.judged_ns  # type: ignore[union-attr]
+    busy_share = budget.busy_ns / judged if on_loop and judged else prof.busy_share  # type: ignore[union-attr]
+    if busy_share >= max_busy_pct / 100 or prof.median_kernel_ns > max_median_kernel_ns:
+        return None
+    if not prof.starved_gaps:
+        return None
+    savings = prof.savings_ns
+    if on_loop:
+        savings = min(savings, budget.ns("launch_wait"))  # type: ignore[union-attr]
+    severity = Severity.WARNING if savings >= warn_share_pct / 100 * judged else Severity.INFO
+    if found.graph_loop:
+        severity = Severity.INFO  # what is left between replays is the host's own work, not launches
+    return LaunchVerdict(judged, busy_share, savings, severity, on_loop)

@@ -1,0 +1,1 @@
+"""queue-delay: the rule (``queue_delay``) and its three steps: ``measure``, ``judge``, ``phrase``."""

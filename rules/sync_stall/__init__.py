@@ -1,0 +1,1 @@
+"""sync-stall: the rule (``sync_stall``) and its three steps: ``measure``, ``judge``, ``phrase``."""

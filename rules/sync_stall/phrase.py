@@ -1,0 +1,87 @@
+"""How sync-stall says what it found: the message and the next optimization, in the program's own API family."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nsys_rules.api import DEVICE_SYNC_APIS
+from nsys_rules.rules.sync_stall.judge import SyncVerdict
+from nsys_rules.rules.sync_stall.measure import SyncEvidence
+
+
+def message(ev: SyncEvidence, verdict: SyncVerdict, llm: bool) -> str:
+    """What the host waited in, how long, and what the GPU lost after each wait."""
+    apis = ", ".join(f"{int(r['size'])} {api_name} ({r['sum'] / 1e6:.2f} ms)" for api_name, r in ev.by_api.head(4).iterrows())
+    rate = f" ({ev.per_step:.2g} per step over {ev.steps} steps)" if ev.per_step is not None else ""
+    readback = ""
+    if ev.readbacks:
+        pattern = " (the `.item()` pattern)" if llm else ""
+        readback = (f" {ev.readbacks} of them wait on a device-to-host readback"
+                    f"{' queued just before' if ev.queued_readbacks else ''}{pattern}.")
+    check = "" if ev.confirmed is None else f" The SYNCHRONIZATION table confirms {ev.confirmed} of the calls."
+    # Say why the saving is below the bubbles when the host's own pace limits it.
+    host_bound = (f" Most of each bubble is the host's own work before its next launch, which it needs with or "
+                  f"without the sync (it waited only {ev.recoverable / 1e6:.2f} ms in them): the loop is host-bound."
+                  if verdict.host_bound else "")
+    why = (f" Although the GPU loses little here, the host is parked in a sync {ev.share:.0f} % of every step: "
+           "any host work the loop adds per step lands on the GPU's critical path."
+           if verdict.by_structure_only else "")
+    savings = verdict.savings
+    text = (
+        f"{len(ev.calls)} blocking calls in the steady state{rate}: {apis}. The host waits {ev.blocked / 1e6:.2f} ms "
+        f"in total ({ev.share:.1f} % of the {ev.steady_ns / 1e6:.1f} ms steady state on the busiest thread), "
+        f"p50 {ev.p50 / 1e3:.1f} us and max {ev.longest / 1e3:.1f} us per call.{readback} After each sync the GPU idles "
+        f"{np.median(ev.bubbles) / 1e3:.1f} us (p50; {ev.bubble_total / 1e6:.2f} ms in total) before new work arrives: "
+        f"removing the round trip saves about {savings / 1e6:.2f} ms ({verdict.savings_pct(ev):.1f} % of the "
+        f"steady state).{host_bound}{why}{check}"
+        + (f" {ev.dropped} set-up or final sync call(s) outside the loop were left out." if ev.dropped else ""))
+    if ev.graph_launch_p50 is not None:
+        # Node-level graph tracing costs host time per node inside the launch call, and the launch
+        # sits between the sync and the GPU's next work: the traced bubble is longer than the real one.
+        text += (f" Each graph launch takes {ev.graph_launch_p50 / 1e3:.0f} us on the host in this node-traced capture, "
+                 "inflating the bubble; an untraced run has a shorter one.")
+    return text
+
+
+def readback_fix(top_api: str, python: bool, llm: bool = True) -> str:
+    """The asynchronous-readback recipe in the API family the program uses."""
+    if top_api.startswith("cu") and not top_api.startswith("cuda"):  # driver API
+        how = ("`cuMemcpyDtoHAsync` into a pinned `cuMemHostAlloc` buffer, `cuEventRecord` after it, and "
+               "`cuEventSynchronize` (or `cuEventQuery`) on that event one step later")
+    elif python:
+        how = ("`host = torch.empty(n, dtype=..., pin_memory=True)` once, then per step "
+               "`host.copy_(t, non_blocking=True); ev = torch.cuda.Event(); ev.record()` and `ev.synchronize()` "
+               "one step later, instead of `.item()`/`.cpu()`/`.tolist()`")
+    else:
+        how = ("`cudaMemcpyAsync` into a pinned `cudaMallocHost` buffer, `cudaEventRecord` after it, and "
+               "`cudaEventSynchronize` (or `cudaEventQuery`) on that event one step later")
+    tail = ("; better still, sample on the GPU and keep the tokens on the device" if llm else
+            "; better still, make the decision on the device (a device-side flag or loop) so no value crosses per step")
+    return (f"make the per-step readback asynchronous: {how}, so the host enqueues step N+1 while the GPU runs "
+            f"step N{tail}")
+
+
+def recommendation(ev: SyncEvidence, python: bool = False, llm: bool = True) -> str:
+    """The next optimizations, first the one for the API the host waits in longest (in PyTorch terms for ``python``)."""
+    top_api = ev.top_api
+    steps: list[str] = []
+    if ev.readbacks:
+        steps.append(readback_fix(top_api, python, llm))
+    if top_api in DEVICE_SYNC_APIS:
+        steps.append(f"replace the device-wide `{top_api}` with an event recorded on the one stream whose result "
+                     "is needed (`cudaEventRecord` + `cudaEventSynchronize`/`cudaStreamWaitEvent`), or drop it")
+    elif not ev.readbacks:
+        steps.append(f"remove the per-step `{top_api}`, or wait on an event recorded for just the data that is "
+                     "needed, one step behind, instead of draining the stream")
+    if ev.graph_launches:
+        steps.append("the step already replays as a CUDA graph, so the host round trip between replays is what is "
+                     "left: launch replay N+1 before waiting on replay N's result (double-buffer its output), or "
+                     "put several steps in one graph")
+    else:
+        what = "the decode step" if llm else "the loop body"
+        steps.append(f"capture {what} in a CUDA graph and keep the loop on the device (one launch per step, "
+                     "no host round trip between steps)")
+    threads = ev.calls[["pid", "tid"]].drop_duplicates()
+    where = "" if len(threads) == 1 else f" ({len(threads)} threads block; start with the busiest)"
+    text = "; ".join(steps)
+    return text[0].upper() + text[1:] + "." + where

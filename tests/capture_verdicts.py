@@ -33,9 +33,9 @@ def verdict_problems(findings: list[dict[str, Any]], expected: dict[str, Any]) -
     for rule, pattern in expected.get("message_not_re", {}).items():
         if any(re.search(pattern, f["message"]) for f in findings if f["rule"] == rule):
             problems.append(f"{rule} message has /{pattern}/")
-    for options in expected.get("must_any", []):  # one of several rules may own the cause
-        if not any(worst.get(r, -1) >= LEVEL[floor] for r, floor in options.items()):
-            problems.append(f"none of {sorted(options)} at its severity")
+    choices = expected.get("must_any", [])  # several ways to own the cause: one of them must hold whole
+    if choices and not any(all(worst.get(r, -1) >= LEVEL[floor] for r, floor in choice.items()) for choice in choices):
+        problems.append(f"none of {[sorted(c) for c in choices]} at its severity")
     pattern = expected.get("any_finding_not_re")
     if pattern:  # advice that does not belong to the program's framework
         problems += [f"{f['rule']} says /{pattern}/" for f in findings

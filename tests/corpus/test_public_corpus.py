@@ -106,16 +106,29 @@ def unpack(xz_path: Path, into: Path) -> Path:
     return target
 
 
+#: Starts nsys-rules from a small fresh interpreter and writes its peak RSS (KiB) to the file named first:
+#: a child forked straight from the test process starts with that process's peak (Linux keeps ru_maxrss
+#: across fork and exec), which grows with every test before this one.
+_LAUNCHER = """
+import os, subprocess, sys
+proc = subprocess.Popen([sys.executable, "-m", "nsys_rules", *sys.argv[2:]])
+_, status, usage = os.wait4(proc.pid, 0)
+open(sys.argv[1], "w").write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_with_rss(*args: str) -> tuple[int, str, str, int]:
     """``nsys-rules ARGS`` as a child process: exit code, stdout, stderr and the child's peak RSS (bytes)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "nsys_rules", *args], stdout=out, stderr=err)
-        # Reap it ourselves: os.wait4 gives this child's own rusage (ru_maxrss is KiB on Linux).
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
+            tempfile.TemporaryDirectory() as work:
+        rss_file = os.path.join(work, "rss")
+        proc = subprocess.run([sys.executable, "-c", _LAUNCHER, rss_file, *args], stdout=out, stderr=err)
         out.seek(0)
         err.seek(0)
-        return proc.returncode, out.read(), err.read(), usage.ru_maxrss * 1024
+        with open(rss_file) as f:
+            rss_kib = int(f.read())
+        return proc.returncode, out.read(), err.read(), rss_kib * 1024
 
 
 @pytest.mark.skipif(not hasattr(os, "wait4"), reason="peak RSS needs os.wait4 (Linux/macOS)")

@@ -5,11 +5,17 @@ Rules estimate what fixing their finding would save and name the budget part it 
 
 1. On a trace that an error-level finding calls misleading (``CUDA_LAUNCH_BLOCKING``, a debug
    build, graph-mode hidden kernels) every timing-based saving is withheld, with the reason.
-2. Each saving is capped by its budget part; findings of one part share it, the highest ranked
-   first, so the savings of a trace add up to at most its steady-state time.
-3. Symptoms (GPU idle gaps, low utilization, queue delay) whose idle time a root-cause finding
+2. Each saving is capped by its budget part; findings of one part share it, causes first, then
+   step-outliers (slow steps: a symptom), then the idle-time symptoms, each group by severity and
+   saving, so the owner of a part keeps its saving. Symptoms draw on idle parts only, and a saving
+   without a part on what the idle parts leave: the savings of a trace add up to at most its idle
+   time plus the busy time of the parts a finding removes (a kernel class it speeds up). A saving
+   outside the steady steps (``budget_part="outside"``: an earlier regime) is not in their budget.
+3. Every idle part of the median step is owned by the finding that claims most of it (``owners``);
+   an owner of a part of at least :data:`WARN_PART_SHARE` of the median step is at least a warning.
+4. Symptoms (GPU idle gaps, low utilization, queue delay) whose idle time a root-cause finding
    explains are folded into it (``folded_into``); start-up symptoms fold into capture-scope.
-4. Findings that are not errors and save less than the noise floor are marked ``minor`` and shown
+5. Findings that are not errors and save less than the noise floor are marked ``minor`` and shown
    as info at most, and so are timing findings whose savings were withheld: they wait for a re-capture.
 """
 
@@ -37,20 +43,90 @@ OUTLIER_CAUSES = {"kernels": "kernel-tail", "module loading": "module-loading", 
 #: Rules that explain idle time without a budget part of their own (the trace is misleading as a whole).
 CAUSE_RULES = frozenset({"launch-blocking"})
 
+#: Slow steps: what grew in them is explained by the causes first.
+STEP_SYMPTOM_RULES = frozenset({"step-outliers"})
+
+#: An idle part of at least this share of the median step makes its owner at least a warning; under
+#: :data:`OWNED_PART_SHARE` a part needs no owner.
+WARN_PART_SHARE = 0.2
+OWNED_PART_SHARE = 0.1
+
+#: ``budget_part`` of a saving made outside the steady steps (an earlier regime): not in their budget.
+OUTSIDE = "outside"
+
 
 def finalize(findings: Iterable[Finding], budget: Budget | None, steady: tuple[int, int] | None,
-             noise_floor_pct: float = 0.5, judged_ns: int = 0) -> list[Finding]:
+             noise_floor_pct: float = 0.5, judged_ns: int = 0, fixed: frozenset[str] = frozenset()) -> list[Finding]:
     """The findings of one trace, made into one consistent answer (see the module docstring).
 
     ``steady`` is the steady state's host span (start-up symptoms lie before it); ``judged_ns`` the
-    time the noise floor is a share of when there are no steps (the judged window's length).
+    time the noise floor is a share of when there are no steps (the judged window's length);
+    ``fixed`` the rules whose severity the user set (never raised here).
     """
     out = list(findings)
     out = _withhold(out)
     out = _cap(out, budget)
     out = _fold(out, steady)
+    out = _raise_owners(out, budget, fixed)
     floor = noise_floor_pct / 100.0 * (budget.total_ns if budget is not None else judged_ns)
     return [_as_minor(f) if _is_minor(f, floor) else f for f in out]
+
+
+def part_owners(findings: Iterable[Finding], budget: Budget) -> dict[str, dict[str, object]]:
+    """Per idle part of the budget, the finding that owns it (claims most of its time), or why none does.
+
+    ``{part: {"rule": ..., "fingerprint": ..., "severity": ...}}`` for an owned part,
+    ``{part: {"owner": None, "why": ...}}`` otherwise: the part is under
+    :data:`OWNED_PART_SHARE` of the median step, or no rule of the run explains it.
+    """
+    median = budget.quantile(0.5) or 1
+    claims: dict[str, list[Finding]] = {}
+    for f in findings:
+        if f.folded_into or not f.budget_part or f.budget_part == OUTSIDE:
+            continue
+        for name in f.budget_part.split("+"):
+            claims.setdefault(name, []).append(f)
+    # On a trace an error calls misleading (CUDA_LAUNCH_BLOCKING, a debug build), that error explains
+    # the idle time no other finding claims: re-capture before judging it.
+    misleading = sorted((f for f in findings if f.severity is Severity.ERROR and f.rule in MISLEADING_RULES),
+                        key=_claim_order)
+    out: dict[str, dict[str, object]] = {}
+    for part in budget.parts:
+        if part.kind != "idle":
+            continue
+        owners = sorted(claims.get(part.name, []), key=lambda f: (f.minor, _claim_order(f))) or misleading[:1]
+        if owners:
+            top = owners[0]
+            out[part.name] = {"rule": top.rule, "fingerprint": top.fingerprint, "severity": top.severity.value}
+        elif part.median_step_ns < OWNED_PART_SHARE * median:
+            out[part.name] = {"owner": None, "why": f"under {OWNED_PART_SHARE:.0%} of the median step"}
+        else:
+            out[part.name] = {"owner": None, "why": _unowned_reason(part.name)}
+    return out
+
+
+def _unowned_reason(part: str) -> str:
+    return {"graph_internal": "the graph's own nodes waiting on each other: no host-side fix; see the graph's structure",
+            "idle_other": "waiting on other streams, events or processes: no finding of this run names them",
+            }.get(part, "no rule of this run explains it")
+
+
+def _raise_owners(findings: list[Finding], budget: Budget | None, fixed: frozenset[str]) -> list[Finding]:
+    """An owner of an idle part of at least :data:`WARN_PART_SHARE` of the median step is at least a warning."""
+    if budget is None:
+        return findings
+    median = budget.quantile(0.5)
+    big = {p.name for p in budget.parts if p.kind == "idle" and median and p.median_step_ns >= WARN_PART_SHARE * median}
+    if not big:
+        return findings
+    owners = part_owners(findings, budget)
+    raise_prints = {o["fingerprint"] for name, o in owners.items() if name in big and "fingerprint" in o}
+
+    def raised(f: Finding) -> bool:
+        return (f.fingerprint in raise_prints and f.severity is Severity.INFO and f.rule not in fixed
+                and not (f.savings_note or "").startswith("withheld"))
+
+    return [dataclasses.replace(f, severity=Severity.WARNING) if raised(f) else f for f in findings]
 
 
 def _as_minor(f: Finding) -> Finding:
@@ -79,8 +155,10 @@ def _withhold(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _claim_order(f: Finding) -> tuple[int, int, str]:
-    return (-f.severity.rank, -(f.estimated_savings_ns or 0), f.rule)
+def _claim_order(f: Finding) -> tuple[int, int, int, str]:
+    """Causes claim their parts first, then slow steps, then idle-time symptoms; within each, by rank."""
+    tier = 2 if f.rule in SYMPTOM_RULES else 1 if f.rule in STEP_SYMPTOM_RULES else 0
+    return (tier, -f.severity.rank, -(f.estimated_savings_ns or 0), f.rule)
 
 
 def _cap(findings: list[Finding], budget: Budget | None) -> list[Finding]:
@@ -88,24 +166,26 @@ def _cap(findings: list[Finding], budget: Budget | None) -> list[Finding]:
     if budget is None:
         return findings
     remaining = {p.name: p.ns for p in budget.parts}
-    claimed = 0
     out = list(findings)
     order = sorted(range(len(out)), key=lambda i: _claim_order(out[i]))
     for i in order:
         f = out[i]
-        if f.estimated_savings_ns is None or f.budget_part is None:
+        if f.estimated_savings_ns is None or f.budget_part is None or f.budget_part == OUTSIDE:
             continue
-        # A finding may draw on several parts ("gemv+idle_other"): its room is their sum, and what
-        # it takes comes out of each in proportion.
-        parts = [p for p in f.budget_part.split("+") if p]
+        # A finding may draw on several parts ("host_prep+launch_wait"), listed where most of its time
+        # went first: its room is their sum, and it takes from each in that order, so a part it names
+        # last (a little of its time) keeps what other owners need. A symptom explains idle time, never kernels.
+        parts = [p for p in f.budget_part.split("+") if p and (_claims_busy(f) or KINDS.get(p) == "idle")]
         room = sum(remaining.get(p, 0) for p in parts)
         take = min(f.estimated_savings_ns, room)
+        left = take
         for p in parts:
-            share = take * remaining.get(p, 0) // room if room else 0
+            share = min(left, remaining.get(p, 0))
             remaining[p] = remaining.get(p, 0) - share
-        claimed += take
+            left -= share
         out[i] = _with_savings(f, take, room)
-    pool = max(0, budget.total_ns - claimed)
+    # A saving without a part comes out of the idle time the parts' owners left.
+    pool = max(0, sum(v for name, v in remaining.items() if KINDS.get(name) == "idle"))
     for i in order:
         f = out[i]
         if f.estimated_savings_ns is None or f.budget_part is not None:
@@ -114,6 +194,11 @@ def _cap(findings: list[Finding], budget: Budget | None) -> list[Finding]:
         pool -= take
         out[i] = _with_savings(f, take, take)
     return out
+
+
+def _claims_busy(f: Finding) -> bool:
+    """Whether a finding may claim busy parts: a cause that removes kernel or copy time, never a symptom."""
+    return f.rule not in SYMPTOM_RULES and f.rule not in STEP_SYMPTOM_RULES
 
 
 def _with_savings(f: Finding, take: int, room: int) -> Finding:

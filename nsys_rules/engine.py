@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from nsys_rules.model.budget import Budget, step_budget
 from nsys_rules.model.steps import StepModel, model_needs, restrict
-from nsys_rules.answer import finalize
+from nsys_rules.answer import finalize, part_owners
 from nsys_rules.model.compat import missing_table
 from nsys_rules.settings import Settings
 from nsys_rules.findings import rank_key
@@ -89,11 +89,17 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         result.errors.extend(outcome.errors)
     span = (steady.start, steady.end) if steady.intervals else None
     judged = steady.duration_ns(_capture_span(trace)) if budget is None else 0
-    result.findings = finalize(result.findings, budget, span, settings.noise_floor_pct, judged)  # type: ignore[arg-type]
+    result.findings = finalize(result.findings, budget, span, settings.noise_floor_pct, judged,  # type: ignore[arg-type]
+                               frozenset(settings.severity))
     if settings.profile:
         _add_profile(trace, result, windows)
     result.info.window = windows.describe()
     result.info.budget = budget.to_json() if budget is not None else None
+    if budget is not None:  # which finding owns each idle part of the step, or why none does
+        owners = part_owners(result.findings, budget)
+        for part in result.info.budget["parts"]:
+            if part["name"] in owners:
+                part["owner"] = owners[part["name"]]
     if budget is None:
         result.info.budget_reason = (model.reason if model is not None and model.reason else
                                      "the steady steps ran no GPU work")

@@ -32,7 +32,13 @@ def judge(found: DeviceLaunches, budget: Budget | None, max_busy_pct: float, max
         return None
     savings = prof.savings_ns
     if on_loop:
-        savings = min(savings, budget.ns("launch_wait"))  # type: ignore[union-attr]
+        # The step budget's launch_wait is the host time spread between the loop's launches, gaps of
+        # any length short of a block (a block is input-prep's, a compile module-loading's): the time
+        # CUDA graphs or a compiled step give back, all of it owned here.
+        # A graph replay still leaves graph_gap_ns before each of its kernels (prof.savings_ns already
+        # took it off each short launch gap).
+        residual = prof.starved_ns - prof.savings_ns
+        savings = max(0, budget.ns("launch_wait") - residual)  # type: ignore[union-attr]
     severity = Severity.WARNING if savings >= warn_share_pct / 100 * judged else Severity.INFO
     if found.graph_loop:
         severity = Severity.INFO  # what is left between replays is the host's own work, not launches

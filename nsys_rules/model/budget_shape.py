@@ -72,21 +72,28 @@ def move_host_prep(per_step: dict[str, np.ndarray], gaps: tuple[np.ndarray, np.n
             _take(per_step, compiling, steps, pieces.astype(np.int64))  # the block built the code loaded in it
             continue
         released = int(np.minimum(sync[steps], pieces).sum())
-        amount = total - int(min(released, hide))
+        hidden = int(min(released, hide))
+        amount = total - hidden
         if amount <= 0:
             continue
-        _take(per_step, prep, steps, (pieces * amount // total).astype(np.int64))
+        # The hidden share stays after_sync (launching before the readback recovers it).
+        keep = (pieces * hidden // total).astype(np.int64)
+        _take(per_step, prep, steps, (pieces * amount // total).astype(np.int64), keep_sync=keep)
 
 
-def _take(per_step: dict[str, np.ndarray], prep: np.ndarray, steps: np.ndarray, amounts: np.ndarray) -> None:
-    """Move up to ``amounts`` of each step's host-bound idle (after_sync, then launch_wait) into ``prep`` (a part)."""
+def _take(per_step: dict[str, np.ndarray], prep: np.ndarray, steps: np.ndarray, amounts: np.ndarray,
+          keep_sync: np.ndarray | None = None) -> None:
+    """Move up to ``amounts`` of each step's host-bound idle (after_sync beyond ``keep_sync``, then launch_wait)
+    into ``prep`` (a part)."""
     ok = amounts > 0
+    keep = keep_sync[ok] if keep_sync is not None else np.zeros(int(ok.sum()), np.int64)
     steps, amounts = steps[ok], amounts[ok]
     for name in ("after_sync", "launch_wait"):
         if not len(steps) or name not in per_step:
             continue
         part = per_step[name]
-        taken = np.minimum(amounts, part[steps])
+        available = np.maximum(part[steps] - keep, 0) if name == "after_sync" else part[steps]
+        taken = np.minimum(amounts, available)
         np.subtract.at(part, steps, taken)
         np.add.at(prep, steps, taken)
         amounts = amounts - taken

@@ -230,7 +230,9 @@ def _finish(trace: Trace, ops: GpuOps, found: Found, prange: tuple[int, int] | N
     words = {"nvtx": f"NVTX range '{found.name}'", "graph": "one CUDA graph launch per step",
              "marker": f"a {found.name} once per step", "call": f"a {found.name} call once per step",
              "kernels": f"the kernel sequence repeating {found.name}"}
-    text = f"{words[found.source]}{found.note if found.source == 'graph' else ''}, {len(host)} steps"
+    if found.source == "graph" and found.note:  # several launches a step: " (17 graph launches per step)"
+        words["graph"] = f"a group of {found.note.strip(' ()').split(' graph')[0]} CUDA graph launches per step"
+    text = f"{words[found.source]}, {len(host)} steps"
     if dropped:
         text += f" after {dropped} warm-up step(s) ({why})"
     if prange:

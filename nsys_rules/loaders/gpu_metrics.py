@@ -120,7 +120,7 @@ def read_samples(export: Any, keys: Iterable[tuple[int, int]], lo: int | None = 
     wanted = sorted(set((int(t), int(m)) for t, m in keys))
     if not wanted or not available(export):
         return {}
-    pieces = list(_pieces(export, wanted, lo, hi))
+    pieces = list(iter_pieces(export, wanted, lo, hi))
     time = _concat([p[0] for p in pieces])
     type_id = _concat([p[1] for p in pieces])
     metric_id = _concat([p[2] for p in pieces])
@@ -141,8 +141,10 @@ def _concat(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
-def _pieces(export: Any, wanted: list[tuple[int, int]], lo: int | None,
-            hi: int | None) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+def iter_pieces(export: Any, wanted: list[tuple[int, int]], lo: int | None = None,
+                hi: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """The wanted samples a slice at a time, as (time, typeId, metricId, value) arrays: for a consumer that
+    aggregates as they come (a summary of the whole table) instead of holding every sample."""
     from nsys_rules.loaders.arrowdir import ArrowDirExport
     from nsys_rules.loaders.sqlite import SqliteExport
 

@@ -381,13 +381,21 @@ def measure_budget(trace: Trace, model: "StepModel", budget: "Budget", found: Me
             values[kind] = interval_means(own_s, own_e, s.value[own_i], starts, ends)
     gpu_info = trace.gpu(budget.device) if budget.device is not None else None
     peak = float(gpu_info.memory_bandwidth) if gpu_info is not None and gpu_info.memory_bandwidth else None
-    parts = _measure(columns, shares, values, peak)
+    parts = _in_budget_order(_measure(columns, shares, values, peak))
     step_a, step_b = steps[:, 0], steps[:, 1]
     per_step = {k: interval_means(starts, ends, v, step_a, step_b) for k, v in values.items()}
     lengths = (ends - starts).astype(np.float64)
     step_mean = {k: float(np.sum(v * lengths) / np.sum(lengths)) for k, v in values.items() if np.isfinite(v).all()}
     return BudgetMetrics(gpu, found.frequency_hz, len(starts), float(np.median(lengths)), peak, parts, step_mean,
                          per_step, None, (starts, ends), values, tuple(columns), shares, (lo, hi, budget.device))
+
+
+def _in_budget_order(parts: dict[str, PartActivity]) -> dict[str, PartActivity]:
+    """The parts in the budget's reporting order (``PARTS``), idle last."""
+    from nsys_rules.model.budget import PARTS
+
+    order = {name: i for i, (name, _, _) in enumerate(PARTS)}
+    return dict(sorted(parts.items(), key=lambda item: order.get(item[0], len(order))))
 
 
 def _measure(columns: list[str], shares: np.ndarray, values: dict[str, np.ndarray], peak: float | None,

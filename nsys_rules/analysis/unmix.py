@@ -122,12 +122,20 @@ def _least_squares(design: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.nd
     Through the normal equations: the Gram matrix is C x C (a dozen columns), so its pseudo-inverse
     costs nothing, where ``lstsq`` factors the whole N x C design (25 ms for 7,000 samples).
     """
-    inverse = np.linalg.pinv(design.T @ design)
+    gram = design.T @ design
+    inverse = np.linalg.pinv(gram)
     beta = inverse @ (design.T @ y)
     residual = y - design @ beta
     dof = max(len(y) - design.shape[1], 1)
     sigma2 = float(residual @ residual) / dof
-    return beta, np.sqrt(np.maximum(np.diag(inverse) * sigma2, 0.0)), float(np.sqrt(sigma2))
+    stderr = np.sqrt(np.maximum(np.diag(inverse) * sigma2, 0.0))
+    # Columns that always move together (a kernel that only ever runs beside another) have no level of their own:
+    # the pseudo-inverse would split the pair's level between them with a small error. Their error is infinite.
+    values, vectors = np.linalg.eigh(gram)
+    null = values <= 1e-9 * max(float(values.max()), 1e-300)
+    if null.any():
+        stderr[(np.abs(vectors[:, null]) > 1e-6).any(axis=1)] = np.inf
+    return beta, stderr, float(np.sqrt(sigma2))
 
 
 def interval_means(starts: np.ndarray, ends: np.ndarray, values: np.ndarray, lo: np.ndarray,

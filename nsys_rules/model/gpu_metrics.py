@@ -96,11 +96,12 @@ class MetricSet:
         """The GPUs that were sampled."""
         return tuple(sorted(self.by_gpu))
 
-    def for_device(self, device: int | None) -> tuple[int, dict[str, store.MetricName]] | None:
-        """The sampled metrics of the GPU the kernels call ``device`` (the only sampled GPU when the trace has one)."""
+    def for_device(self, device: int | None, one_gpu: bool = False) -> tuple[int, dict[str, store.MetricName]] | None:
+        """The sampled metrics of the GPU the kernels call ``device``; on a host of one GPU (``one_gpu``) its only
+        sampled GPU whatever its index (nsys numbers the GPUs it samples its own way)."""
         if device is not None and int(device) in self.by_gpu:
             return int(device), self.by_gpu[int(device)]
-        if len(self.by_gpu) == 1:
+        if one_gpu and len(self.by_gpu) == 1:
             gpu = next(iter(self.by_gpu))
             return gpu, self.by_gpu[gpu]
         return None
@@ -344,7 +345,7 @@ def with_gpu_metrics(trace: Trace, model: "StepModel", budget: "Budget") -> "Bud
 
 def measure_budget(trace: Trace, model: "StepModel", budget: "Budget", found: MetricSet) -> BudgetMetrics:
     """Each budget part's measured activity over the steady steps (see the module docstring)."""
-    chosen = found.for_device(budget.device)
+    chosen = found.for_device(budget.device, one_gpu=len(trace.gpus) <= 1)
     if chosen is None:
         sampled = ", ".join(str(g) for g in found.gpus) or "none"
         return unavailable(f"the GPU metrics sample GPU(s) {sampled}, not the loop's GPU {budget.device}")

@@ -98,8 +98,9 @@ def test_static_decode_gemv_bandwidth_is_measured_without_any_set(reports):
     report = reports["g_decode_static_metrics"]
     finding = _gemv(report)
     metrics = {k: v["value"] for k, v in finding["metrics"].items()}
-    # Measured on the H200: 2.74 TB/s, 57 % of the 4.81 TB/s peak (reads), the GEMVs memory-bound.
-    assert 50 <= metrics["measured_read_pct"] <= 65
+    # Measured on the H200: 2.23 TB/s, 46 % of the 4.81 TB/s peak (reads; at most 50 %: all the steps' DRAM reads
+    # over the GEMV time), the GEMVs memory-bound.
+    assert 40 <= metrics["measured_read_pct"] <= 55
     assert metrics["measured_bandwidth"] == pytest.approx(metrics["measured_read_pct"] / 100 * 4_814_304_000_000, rel=1e-6)
     assert "GEMV kernels read DRAM at" in finding["message"] and "not computed" not in finding["message"]
     # The model-load bytes (2.21 GB) cover one token; a step of this loop reads them about 4 times.
@@ -162,13 +163,20 @@ def test_own_decode_capture_agrees_with_the_weight_bytes(metrics_decode):
     report = validate_report(proc.stdout)
     finding = _gemv(report)
     metrics = {k: v["value"] for k, v in finding["metrics"].items()}
-    # 3.50 GB per token over 938 us of GEMV: 3.73 TB/s (77.5 %); measured 3.91 TB/s (81.3 %) of reads: +5 %.
+    # 3.50 GB per token over 938 us of GEMV: 3.73 TB/s (77.5 %); measured 3.79 TB/s (78.8 %) of reads: +1.7 %.
     assert metrics["weight_bytes"] == WEIGHT_BYTES
     assert metrics["measured_bandwidth"] / metrics["achieved_bandwidth"] == pytest.approx(1.0, abs=0.15)
     assert "the measurement agrees (within 15 %)" in finding["message"]
-    expected = ROOT.parent / "main" / LOOPS / "expected.json"
-    if expected.is_file():  # the SQL-derived expectations another change writes: the same step count
-        spec = json.loads(expected.read_text()).get("traces", {}).get("metrics_decode.sqlite", {})
-        if "steps" in spec:
-            window = report["traces"][0]["window"]["steady"]
-            assert window["steps"] + window["warmup_steps"] <= spec["steps"]
+    # The expectations derived from the trace by SQL, before nsys-rules ran on it (tests/data/loops/expected.json,
+    # here or in the main checkout beside): the measured bandwidth in their band, and within their ratio to the bytes'.
+    for expected in (ROOT / LOOPS / "expected.json", SHARED.parent / "main" / LOOPS / "expected.json"):
+        if not expected.is_file():
+            continue
+        spec = json.loads(expected.read_text()).get("traces", {}).get("metrics_decode.sqlite", {}).get("gpu_metrics", {})
+        band = spec.get("with_option", {}).get("expected_bandwidth_GBps")
+        if band:
+            assert band[0] <= metrics["measured_bandwidth"] / 1e9 <= band[1]
+        ratio = spec.get("ratio_metric_over_bytes", {}).get("expect")
+        if ratio:
+            assert ratio[0] <= metrics["measured_bandwidth"] / metrics["achieved_bandwidth"] <= ratio[1]
+        break

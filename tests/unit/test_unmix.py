@@ -69,3 +69,19 @@ def test_interval_means_of_piecewise_constant_values():
     means = interval_means(starts, ends, values, np.array([0, 50, 250, 400]), np.array([300, 150, 300, 500]))
     assert means[:3] == pytest.approx([30.0, 20.0, 50.0])
     assert np.isnan(means[3])  # no sample covers it
+
+
+def test_levels_stay_in_the_counters_range_and_an_impossible_neighbour_is_not_reported():
+    # A kernel that reads 40 % alone, but 20 % in the periods it shares with a small one: fitted freely, the small one
+    # would read -20 % and lift the big one's level; held at 0 it is unresolved, and the big one stays between.
+    n = 400
+    pure = np.column_stack([np.ones(n), np.zeros(n), np.zeros(n)])
+    shared = np.column_stack([np.full(n, 0.5), np.full(n, 0.5), np.zeros(n)])
+    idle = np.column_stack([np.zeros(n), np.zeros(n), np.ones(n)])
+    shares = np.vstack([pure, shared, idle])
+    values = np.concatenate([np.full(n, 40.0), np.full(n, 10.0), np.zeros(n)])
+    values += np.random.default_rng(2).normal(0, 0.5, len(values))
+    fit = unmix(shares, values, keep=np.array([False, False, True]))
+    assert not fit.resolved[1] and fit.level[1] == pytest.approx(0, abs=1e-6)
+    assert fit.resolved[0] and 20 < fit.level[0] < 40
+    assert (fit.level >= 0).all() and (fit.level <= 100).all()

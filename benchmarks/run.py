@@ -20,6 +20,11 @@ otherwise compile ~110 modules in every run (~0.16 s), which no installed copy p
 
 ``--growth`` builds 2x, 4x, 8x traces of both formats with ``benchmarks/replicate.py`` and shows
 how ``check`` time and memory grow with size (linear is the target).
+
+``--metrics [TRACE]`` times ``check`` on a trace with GPU metrics (default: the 346 MB
+``g_decode_static_metrics.sqlite`` of ``../shared/traces/metrics/gm.tar.xz.part*``, unpacked into the
+work folder) with the metrics read and measured, against the same check with ``--no-gpu-metrics``:
+at most 2x the time and 600 MB of peak RSS.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SHARED = ROOT.parent / "shared"
+SHARED = Path(os.environ.get("NSYS_RULES_SHARED", ROOT.parent / "shared"))
 BIG_XZ = SHARED / "traces" / "big" / "big_decode.sqlite.xz"
 BIG_PARQUET_PARTS = SHARED / "traces" / "big"
 BARE = SHARED / "tools" / "bare_read.py"
@@ -71,6 +76,11 @@ for t, c in (("CUPTI_ACTIVITY_KIND_KERNEL", ["start", "end", "deviceId", "stream
     pq.read_table(f"{d}/{t}.parquet", columns=c)
 """
 RSS_TARGET_MB = 300.0
+METRICS_PARTS = SHARED / "traces" / "metrics"
+METRICS_TRACE = "g_decode_static_metrics.sqlite"
+#: With GPU metrics: check at most this many times the check that leaves them unread, within this peak RSS.
+METRICS_TIME_TARGET = 2.0
+METRICS_RSS_TARGET_MB = 600.0
 
 
 @dataclass
@@ -156,6 +166,49 @@ def unpack_big_parquet(workdir: Path) -> Path:
         found[0].rename(target)
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def unpack_metrics(workdir: Path) -> Path:
+    """The biggest GPU metrics capture, unpacked into ``workdir`` once."""
+    target = workdir / METRICS_TRACE
+    if not target.exists():
+        parts = sorted(METRICS_PARTS.glob("gm.tar.xz.part*"))
+        if not parts:
+            raise SystemExit(f"no --metrics trace given and {METRICS_PARTS}/gm.tar.xz.part* are absent")
+        with lzma.open(_Parts(parts)) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[arg-type]
+            for member in tar:
+                if member.isfile() and Path(member.name).name == METRICS_TRACE:
+                    source = tar.extractfile(member)
+                    assert source is not None
+                    partial = target.with_suffix(".part")
+                    with open(partial, "wb") as out:
+                        shutil.copyfileobj(source, out, 1 << 22)
+                    partial.rename(target)
+                    break
+    return target
+
+
+def metrics_benchmark(trace: Path, repeat: int) -> None:
+    """``check`` with the GPU metrics read and measured, against the same check with ``--no-gpu-metrics``."""
+    plain = _CHECK + ["--format", "json", "--no-gpu-metrics"]
+    full = _CHECK + ["--format", "json"]
+    without: list[Run] = []
+    with_metrics: list[Run] = []
+    for _ in range(repeat):
+        without.append(measure(_argv(plain, trace)))
+        with_metrics.append(measure(_argv(full, trace)))
+    base, run = _median(without), _median(with_metrics)
+    ratios = sorted(w.seconds / b.seconds for w, b in zip(with_metrics, without, strict=True))
+    ratio = run.seconds / base.seconds
+    print(f"GPU metrics: {trace} ({_size_mb(trace):.0f} MB); median of {repeat} interleaved runs")
+    print_table(["figure", "seconds", "ratio", "target", "RSS MB", "RSS target", "CPU s"], [
+        ["check --no-gpu-metrics (metrics unread)", f"{base.seconds:.2f}", "1.00", "-", f"{base.rss_mb:.0f}", "-",
+         f"{base.cpu:.2f}"],
+        [f"check, GPU metrics measured (ratios {', '.join(f'{x:.2f}' for x in ratios)})", f"{run.seconds:.2f}",
+         f"{ratio:.2f}", f"<= {METRICS_TIME_TARGET:.1f} {'ok' if ratio <= METRICS_TIME_TARGET else 'OVER'}",
+         f"{run.rss_mb:.0f}",
+         f"<= {METRICS_RSS_TARGET_MB:.0f} {'ok' if run.rss_mb <= METRICS_RSS_TARGET_MB else 'OVER'}", f"{run.cpu:.2f}"],
+    ])
 
 
 def byte_compile() -> None:
@@ -274,10 +327,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--growth", default="", help="size factors to show growth for, e.g. 1,2,4,8")
     parser.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "nsys-rules-bench",
                         help="where unpacked and replicated traces go")
-    parser.add_argument("--no-main", action="store_true", help="only the growth table")
+    parser.add_argument("--no-main", action="store_true", help="only the growth table (and --metrics)")
+    parser.add_argument("--metrics", nargs="?", const="", metavar="TRACE",
+                        help="also time check on a GPU metrics trace with and without the metrics read (default: the "
+                             "346 MB shared capture, unpacked into the work folder)")
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     byte_compile()
+    if args.metrics is not None and args.no_main and not args.growth:
+        metrics_benchmark(Path(args.metrics) if args.metrics else unpack_metrics(args.workdir), max(1, args.repeat))
+        return 0
     if not BARE.exists():
         raise SystemExit(f"{BARE} is absent: the floor needs ../shared/tools/bare_read.py")
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
@@ -293,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_main:
             print()
         growth(traces, formats, [int(x) for x in args.growth.split(",")], args.workdir, max(1, args.repeat))
+    if args.metrics is not None:
+        print()
+        metrics_benchmark(Path(args.metrics) if args.metrics else unpack_metrics(args.workdir), max(1, args.repeat))
     return 0
 
 

@@ -49,6 +49,7 @@ from nsys_rules.model.activity import KERNEL, MEMCPY, MEMSET, REPLAY, gpu_ops, k
 from nsys_rules.model.budget import LABELS, Budget, part_of_class, require_visible_kernels
 from nsys_rules.model.commands import command_evidence, recapture_command
 from nsys_rules.model.framework import Framework, framework
+from nsys_rules.model.gpu_metrics import BudgetMetrics, PartActivity, measure_kernels
 from nsys_rules.model.job.model import Job
 from nsys_rules.model.launches import launch_api_rows, launch_times, launching_rows
 from nsys_rules.model.regime_causes import GRAPH_CAPTURE_APIS, StepFacts, kernels_after, library_of, step_facts
@@ -77,8 +78,8 @@ __all__ = [
     # GPU work: every operation as one table, the window's operations, the loop, per-device time
     "gpu_ops", "kernel_symbols", "KERNEL", "MEMCPY", "MEMSET", "REPLAY", "GPU_OP_TABLES", "gpu_op_frames",
     "gpu_launches", "loop_span", "spread", "step_count", "device_intervals", "chunk_utilization", "merge_low_chunks",
-    # the step budget's parts
-    "LABELS", "part_of_class", "require_visible_kernels",
+    # the step budget's parts; what the GPU metrics measured during them (Budget.metrics)
+    "LABELS", "part_of_class", "require_visible_kernels", "BudgetMetrics", "PartActivity", "measure_kernels",
     # intervals
     "merge_intervals", "union", "busy_ns", "busy_within", "idle_gaps", "gaps_at_least", "overlap_length", "point_in",
     "rising", "Coverage", "coverage",

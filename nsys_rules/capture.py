@@ -40,6 +40,8 @@ class CaptureOptions:
     delay: int | None = None
     duration: int | None = None
     extra: tuple[str, ...] = ()
+    gpu_metrics: bool = False  # sample DRAM, SM, tensor and PCIe activity (--gpu-metrics-devices=all)
+    gpu_metrics_frequency: int | None = None  # Hz (nsys: 10..200000, default 10000)
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,22 @@ class Problem:
     message: str
     fix: str = ""
     exit_code: ExitCode | None = None
+
+
+#: The sampling frequencies nsys accepts for GPU metrics (Hz).
+METRICS_FREQUENCY = (10, 200_000)
+
+
+def parse_metrics_frequency(value: str) -> int:
+    """``--metrics-frequency`` HZ: a whole number nsys accepts (10..200000)."""
+    try:
+        hz = int(value)
+    except ValueError:
+        hz = -1
+    low, high = METRICS_FREQUENCY
+    if not low <= hz <= high:
+        raise UsageError(f"--metrics-frequency takes a whole number of Hz from {low} to {high}, not {value!r}")
+    return hz
 
 
 def parse_range_end(value: str) -> str:
@@ -77,6 +95,10 @@ def nsys_flags(options: CaptureOptions, long_form: bool = False) -> list[str]:
         flags.append(f"--delay={options.delay}")
     if options.duration is not None:
         flags.append(f"--duration={options.duration}")
+    if options.gpu_metrics or options.gpu_metrics_frequency is not None:
+        flags.append("--gpu-metrics-devices=all")
+        if options.gpu_metrics_frequency is not None:
+            flags.append(f"--gpu-metrics-frequency={options.gpu_metrics_frequency}")
     flags += options.extra
     return flags if long_form else [*flags, "-o", options.output]
 

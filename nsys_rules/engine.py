@@ -73,6 +73,10 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
     model = windows.model()
     steps = model if model is not None and model.count else None
     budget = step_budget(trace, steps) if steps is not None else None
+    if budget is not None and steps is not None and settings.gpu_metrics:
+        from nsys_rules.model.gpu_metrics import with_gpu_metrics
+
+        budget = with_gpu_metrics(trace, steps, budget)  # unchanged without GPU metrics in the trace
     # Isolated and time-limited (nsys_rules.isolation): a failing, hanging or lying rule is an error entry.
     # On many cores the rules run side by side (nsys_rules.rule_threads); the outcomes keep their order.
     outcomes = run_all(
@@ -93,6 +97,8 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
                                frozenset(settings.severity))
     if settings.profile:
         _add_profile(trace, result, windows)
+        if result.profile is not None and budget is not None and getattr(budget.metrics, "measured", False):
+            result.profile["gpu_metrics"] = budget.metrics.strip()  # the HTML's per-step strip
     result.info.window = windows.describe()
     result.info.budget = budget.to_json() if budget is not None else None
     if budget is not None:  # which finding owns each idle part of the step, or why none does

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 #: The highest perf_event_paranoid at which nsys can still sample the processes it launches.
 MAX_PARANOID = 2
@@ -126,3 +127,98 @@ def _int(text: str) -> int | None:
         return int(text.strip())
     except ValueError:
         return None
+
+
+# -- GPU metrics (nsys profile --gpu-metrics-devices) ----------------------------------------------
+#: The NVIDIA driver's parameters on Linux: ``RmProfilingAdminOnly: 1`` keeps the GPU's performance
+#: counters, which GPU metrics sampling reads, for admin users (root).
+NVIDIA_PARAMS = Path("/proc/driver/nvidia/params")
+COUNTERS_DOC = "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
+COUNTERS_FIX = ("run the capture as root (sudo), or open the counters to every user: echo 'options nvidia "
+                "NVreg_RestrictProfilingToAdminUsers=0' | sudo tee /etc/modprobe.d/nvidia-profiling.conf, then reload "
+                "the driver (reboot); in a container the host's driver decides (" + COUNTERS_DOC + ")")
+METRICS_HELP = ("profile", "--gpu-metrics-devices=help")
+
+
+@dataclass(frozen=True)
+class GpuMetricsDevices:
+    """What ``nsys profile --gpu-metrics-devices=help`` lists: the GPUs it can sample and those it cannot."""
+
+    supported: tuple[str, ...]  # "0: Hopper GH100 | NVIDIA H200 PCI[0000:00:06.0]"
+    unsupported: tuple[str, ...]
+    privilege: bool  # nsys said the counters need more privilege
+
+
+@dataclass(frozen=True)
+class GpuMetricsVerdict:
+    """Whether GPU metrics can be sampled here: ``level`` ok, warn or info; ``blocked`` when a capture asking for them
+    would fail (no access to the counters)."""
+
+    level: str
+    message: str
+    fix: str = ""
+    blocked: bool = False
+
+
+_PRIVILEGE = ("insufficient privilege", "err_nvgpuctrperm", "permission")
+_NONE_SUPPORTED = "none of the installed gpus"
+
+
+def parse_gpu_metrics_devices(text: str) -> GpuMetricsDevices | None:
+    """The device lists of ``nsys profile --gpu-metrics-devices=help``; None when the output lists none (an nsys
+    without GPU metrics, or an error)."""
+    low = text.lower()
+    privilege = any(p in low for p in _PRIVILEGE)
+    supported: list[str] = []
+    unsupported: list[str] = []
+    section = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        lower = line.lower()
+        if "--gpu-metrics-devices values are" in lower:
+            section = supported
+            continue
+        if lower.startswith("some gpus are not supported"):
+            section = unsupported
+            continue
+        if not line or lower.startswith("see ") or section is None:
+            continue
+        key = line.split(":", 1)[0].strip()
+        if section is supported and not key.isdigit():
+            continue  # all, cuda-visible, none
+        section.append(line)
+    if section is None and not privilege and _NONE_SUPPORTED not in low:
+        return None
+    return GpuMetricsDevices(tuple(supported), tuple(unsupported), privilege)
+
+
+def admin_only_counters(params_text: str | None) -> bool | None:
+    """``RmProfilingAdminOnly`` of the driver's parameters: True when the counters are for admins; None if unknown."""
+    if not params_text:
+        return None
+    for line in params_text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "RmProfilingAdminOnly":
+            return value.strip() == "1"
+    return None
+
+
+def gpu_metrics_verdict(devices: GpuMetricsDevices | None, admin_only: bool | None, root: bool,
+                        last_line: str = "") -> GpuMetricsVerdict:
+    """Can ``nsys profile --gpu-metrics-devices=all`` sample here, and if not, what to do."""
+    if (devices is not None and devices.privilege) or (admin_only and not root):
+        why = ("nsys reports insufficient privilege" if devices is not None and devices.privilege else
+               "the driver keeps them for admin users (RmProfilingAdminOnly: 1) and this is not root")
+        return GpuMetricsVerdict("warn", f"GPU metrics cannot be sampled: no access to the GPU's performance counters "
+                                 f"({why}); CUDA and NVTX tracing still work", COUNTERS_FIX, blocked=True)
+    if devices is None:
+        shown = f": {last_line}" if last_line else ""
+        return GpuMetricsVerdict("warn", f"nsys lists no GPU metrics devices (`nsys profile --gpu-metrics-devices=help`"
+                                 f"{shown})", "GPU metrics sampling needs nsys 2023.1 or newer: update Nsight Systems")
+    if not devices.supported:
+        listed = f" (unsupported: {'; '.join(devices.unsupported)})" if devices.unsupported else ""
+        return GpuMetricsVerdict("info", f"no GPU here supports GPU metrics sampling{listed}",
+                                 "GPU metrics need a Turing or newer GPU the driver exposes to profiling "
+                                 "(not a vGPU without profiling enabled)")
+    return GpuMetricsVerdict("ok", f"GPU metrics can be sampled on {'; '.join(devices.supported)}: capture with "
+                             "`nsys-rules profile --metrics -- CMD` to measure DRAM, SM and tensor activity per part")

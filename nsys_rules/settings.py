@@ -50,6 +50,7 @@ class Settings:
     export_format: str = "sqlite"  # what a .nsys-rep is exported to first (--export-format)
     source: str | None = None  # the config file read, if any
     profile: bool = False  # compute the steady-state profile (markdown/HTML reports need it)
+    gpu_metrics: bool = True  # measure the budget's parts from the trace's GPU metrics, when it has them
     #: Findings that are not errors and save less than this percent of the steady state are "minor".
     noise_floor_pct: float = 0.5
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
-from nsys_rules.api import Finding, Location, Rule, RuleContext, Severity, flag_names, metric, pct
+from nsys_rules.api import (LABELS, Finding, Location, Rule, RuleContext, Severity, flag_names, measure_kernels, metric,
+                            pct)
 
 #: FP32 GEMM kernels that run on CUDA cores (FFMA): cuBLAS's <arch>_sgemm_* and xmma f32 kernels
 #: with f32 inputs, CUTLASS's SIMT kernels (a name holding "gemm" and "simt" or "ffma").
@@ -18,6 +19,13 @@ SIMT_MARK = ("simt", "ffma")
 TENSOR_CORE = ("tf32", "tensorop", "hmma", "s1688", "s16816", "bf16", "f16", "half", "gemv")
 #: Double precision (DGEMM, CUTLASS SIMT on double): TF32 and FP16 advice does not apply.
 DOUBLE = ("dgemm", "zgemm", "double", "f64")
+#: With GPU metrics: below this percent of tensor-pipe activity while the FP32 GEMMs run, they are confirmed on CUDA
+#: cores; the GEMM part of a trace whose tensor pipes stay below LOW_TENSOR_PCT while its GEMMs run gets precision and
+#: shape advice, its saving estimated as reaching TENSOR_TARGET_PCT (well-shaped bf16 GEMMs on H100/H200 keep the
+#: tensor pipes 70-90 % active). Constants, not options: the JSON of traces without metrics stays as it was.
+CUDA_CORE_PCT = 5.0
+LOW_TENSOR_PCT = 40.0
+TENSOR_TARGET_PCT = 70.0
 
 
 def is_simt_gemm(name: str) -> bool:
@@ -54,17 +62,26 @@ class Fp32Gemm(Rule):
     Why it hurts: since Ampere, TF32 tensor cores run FP32 GEMMs at about 8x the CUDA cores' peak
     (A100: 156 vs 19.5 TFLOPS; H100: 495 vs 67), and BF16/FP16 at twice that again. PyTorch keeps
     FP32 matmuls off tensor cores by default.
+    With GPU metrics in the trace (`nsys profile --gpu-metrics-devices=all`), the tensor pipes'
+    activity while those kernels run confirms it (about 0 %: CUDA cores), and GEMMs of any precision
+    that keep the tensor pipes under 40 % active while they run (prefill, training) get their own
+    finding with precision and shape advice.
     Evidence: time, launches and share of the steady state in those kernels, the top kernels, the
-    GPU and its compute capability.
+    GPU and its compute capability; measured tensor activity (and DRAM traffic) when the trace has
+    GPU metrics.
     Next optimizations: PyTorch `torch.backends.cuda.matmul.allow_tf32 = True` (or
     `torch.set_float32_matmul_precision("high")`), or mixed precision with `torch.autocast`; JAX
     `jax.config.update("jax_default_matmul_precision", "tensorfloat32")`; cuBLAS
     `cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH)` or compute type
     `CUBLAS_COMPUTE_32F_FAST_TF32`. On compute capability 7.x (no TF32): FP16 mixed precision.
+    GEMMs with low measured tensor activity: bf16/fp16 (FP8 on Hopper) inputs, M/N/K multiples
+    of 64 (at least 8), enough tiles to fill every SM; skinny, memory-bound ones: more tokens per
+    GEMM, fused projections.
     Options: `min_share_pct`, `warn_share_pct`, `speedup`.
     Requires: the kernel table; the GPU's compute capability (`TARGET_INFO_GPU`).
     False positives: code that needs full FP32 accuracy (TF32 keeps 10 mantissa bits); check the
-    results after the switch. Small or skinny GEMMs gain less than the estimate.
+    results after the switch. Small or skinny GEMMs gain less than the estimate. Tensor activity
+    is unmixed from 100 us samples: a GEMM part too short to separate is not judged.
     """
 
     name = "fp32-gemm"
@@ -76,29 +93,37 @@ class Fp32Gemm(Rule):
     Options = Options
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        opts = ctx.options
         kernels = ctx.frame("kernels")
         if kernels.empty:
             return
+        fp32 = self._fp32(ctx, kernels)
+        if fp32 is not None:
+            yield fp32
+        low = self._low_tensor(ctx, kernels, fp32)
+        if low is not None:
+            yield low
+
+    def _fp32(self, ctx: RuleContext, kernels: Any) -> Finding | None:
+        opts = ctx.options
         budget = ctx.budget
         simt = flag_names(kernels["name"], is_simt_gemm)
         if budget is not None and simt.any():
             # The budget's device only, as a mask: no copy of every kernel row for the usual trace without any.
             simt &= kernels["device_id"].to_numpy() == budget.device
         if not simt.any():
-            return
+            return None
         rows = kernels.loc[simt]
         device = int(rows["device_id"].iloc[0])
         gpu = ctx.trace.gpu(device)
         cc = gpu.compute_capability if gpu is not None else None
         if cc is None or cc[0] < 7:
-            return  # no tensor cores, or none that this trace can show
+            return None  # no tensor cores, or none that this trace can show
         durations = (rows["end"] - rows["start"]).to_numpy(np.int64)
         spent = int(durations.sum())
         steady_ns = budget.total_ns if budget is not None else max(1, int(kernels["end"].max() - kernels["start"].min()))
         share = pct(spent, steady_ns)
         if share < opts.min_share_pct:
-            return
+            return None
         tf32 = cc[0] >= 8
         # The saving comes out of the GEMM part of the step: never more than that part holds.
         gemm_part = budget.ns("gemm") if budget is not None else 0
@@ -108,20 +133,83 @@ class Fp32Gemm(Rule):
                    .sort_values(ascending=False).head(3))
         top = ", ".join(f"{name} {pct(t, spent):.0f} %" for name, t in by_name.items())
         gpu_name = gpu.name if gpu is not None else f"GPU {device}"
-        yield ctx.finding(
+        numbers = {"fp32_gemm_time": metric(spent, "ns"), "share_of_steady_time": metric(share, "%"),
+                   "launches": metric(len(rows), "count"), "steady_time": metric(steady_ns, "ns"),
+                   "compute_capability": metric(cc[0] + cc[1] / 10, "ratio")}
+        measured = ""
+        tensor = measure_kernels(ctx.trace, budget, [str(n) for n in rows["name"].astype(object).unique()],
+                                 "fp32 gemm") if budget is not None and budget.metrics is not None else None
+        level = tensor.level("tensor_active") if tensor is not None else None
+        if level is not None:
+            numbers["tensor_active"] = metric(level, "%")
+            measured = (f" Measured: the tensor pipes are {level:.1f} % active while they run (GPU metrics), so they "
+                        "run on CUDA cores." if level < CUDA_CORE_PCT else
+                        f" Measured: the tensor pipes are {level:.0f} % active while they run (GPU metrics): part of "
+                        "this work already reaches tensor cores (a kernel whose name does not say TF32), so the saving "
+                        "may be smaller.")
+        return ctx.finding(
             f"FP32 GEMM kernels on CUDA cores take {spent / 1e6:.2f} ms, {share:.1f} % of the "
             f"{steady_ns / 1e6:.1f} ms steady state on {gpu_name} (compute capability {cc[0]}.{cc[1]}), "
             f"{len(rows)} launches; top: {top}. Tensor cores run them several times faster "
             f"({'TF32' if tf32 else 'FP16 mixed precision'}); at {opts.speedup:g}x about "
-            f"{saving / 1e6:.2f} ms comes back.",
+            f"{saving / 1e6:.2f} ms comes back." + measured,
             _recommendation(tf32),
             severity=Severity.WARNING if share >= opts.warn_share_pct else Severity.INFO,
             budget_part="gemm", estimated_savings_ns=saving,
             savings_range=(min(spent / 2, ceiling), min(spent * 7 / 8, ceiling)),
-            metrics={"fp32_gemm_time": metric(spent, "ns"), "share_of_steady_time": metric(share, "%"),
-                     "launches": metric(len(rows), "count"), "steady_time": metric(steady_ns, "ns"),
-                     "compute_capability": metric(cc[0] + cc[1] / 10, "ratio")},
+            metrics=numbers,
             location=Location(device=device, kernel=str(by_name.index[0])))
+
+    def _low_tensor(self, ctx: RuleContext, kernels: Any, fp32: Finding | None) -> Finding | None:
+        """With GPU metrics: GEMMs (not the FP32 ones above) that keep the tensor pipes little busy while they run."""
+        opts = ctx.options
+        budget = ctx.budget
+        metrics = budget.metrics if budget is not None else None
+        if budget is None or metrics is None or not metrics.measured:
+            return None
+        gemm = metrics.part("gemm")
+        level = gemm.level("tensor_active") if gemm is not None else None
+        gemm_ns = budget.ns("gemm")
+        if gemm is None or level is None or level >= LOW_TENSOR_PCT or not gemm_ns:
+            return None
+        share = pct(gemm_ns, budget.total_ns)
+        if share < opts.min_share_pct:
+            return None
+        if fp32 is not None and fp32.metrics["fp32_gemm_time"].value >= gemm_ns / 2:
+            return None  # mostly the FP32 GEMMs above: their finding says it
+        gpu = ctx.trace.gpu(budget.device) if budget.device is not None else None
+        cc = gpu.compute_capability if gpu is not None else None
+        if cc is not None and cc[0] < 7:
+            return None  # no tensor cores
+        saving = gemm_ns * (1 - level / TENSOR_TARGET_PCT)
+        dram = gemm.dram_pct
+        words = gemm.to_json().get("bound_words", "")
+        memory_side = dram is not None and dram >= 2 * level
+        shape = ("They move more DRAM bytes than they feed the tensor cores: skinny products (few tokens per "
+                 "GEMM) are memory-bound: put more tokens in each GEMM (bigger batches or micro-batches, longer "
+                 "prefill chunks), fuse the small projections (Q/K/V, gate/up) into one GEMM. " if memory_side else
+                 "Neither DRAM nor the tensor pipes are near their peaks: the GEMMs are too small or badly shaped for "
+                 "the GPU: make M, N and K multiples of 64 (at least of 8 for bf16/fp16, 16 for fp8: pad the vocabulary "
+                 "and hidden sizes), give each GEMM enough tiles to fill every SM (tile and wave quantization: "
+                 "batch more tokens per GEMM, or use a grouped/batched GEMM for many small ones). ")
+        precision = ("Check the precision too: bf16/fp16 inputs (`torch.autocast(\"cuda\", dtype=torch.bfloat16)`), TF32 "
+                     "for the FP32 ones (`torch.backends.cuda.matmul.allow_tf32 = True`)"
+                     + (", FP8 on Hopper and newer (Transformer Engine) for the large ones" if cc and cc[0] >= 9 else "")
+                     + ".")
+        return ctx.finding(
+            f"GEMM kernels keep the tensor pipes {level:.0f} % active while they run (GPU metrics, "
+            f"±{gemm.stderr.get('tensor_active', 0.0):.1f} points), well below what well-shaped GEMMs reach "
+            f"({TENSOR_TARGET_PCT:.0f} % and more): {LABELS['gemm']} take {gemm_ns / 1e6:.2f} ms, {share:.1f} % of the "
+            f"{budget.total_ns / 1e6:.1f} ms steady state" + (f"; they are {words}" if words else "") + ". At "
+            f"{TENSOR_TARGET_PCT:.0f} % tensor activity about {saving / 1e6:.2f} ms comes back.",
+            shape + precision,
+            title="GEMMs with low tensor-core activity (measured)", key="low-tensor",
+            severity=Severity.WARNING if share >= opts.warn_share_pct else Severity.INFO,
+            budget_part="gemm", estimated_savings_ns=saving,
+            metrics={"gemm_time": metric(gemm_ns, "ns"), "share_of_steady_time": metric(share, "%"),
+                     "tensor_active": metric(level, "%"), **({"dram_pct": metric(dram, "%")} if dram is not None else {}),
+                     "steady_time": metric(budget.total_ns, "ns")},
+            location=Location(device=budget.device))
 
 
 def _recommendation(tf32: bool) -> str:

@@ -59,6 +59,8 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--export-format", choices=EXPORT_FORMATS, default="sqlite",
                    help="what a .nsys-rep is exported to first with nsys: sqlite (default), parquetdir (faster to "
                         "read) or arrowdir")
+    p.add_argument("--no-gpu-metrics", action="store_true",
+                   help="leave the trace's GPU metrics samples unread (the budget then carries no measured activity)")
     add_filter_flags(p)
     add_plugin_flags(p)
     add_output_flags(p)

@@ -70,6 +70,8 @@ def settings_for(args: argparse.Namespace, registry: Registry) -> Settings:
     settings.filter_time = filter_value(args, "filter_time", "START/END, e.g. 5s/7s")
     settings.filter_nvtx = filter_value(args, "filter_nvtx", "an NVTX range name")
     settings.export_format = getattr(args, "export_format", None) or "sqlite"
+    if getattr(args, "no_gpu_metrics", False):
+        settings.gpu_metrics = False
     return settings
 
 

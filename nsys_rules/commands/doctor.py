@@ -20,7 +20,9 @@ from pathlib import Path
 from nsys_rules.capture import environment_problems
 from nsys_rules.errors import ExitCode
 from nsys_rules.nsys_locate import INSTALL_HINT, NsysLocation, importer_problem, locate_nsys, nsys_version
-from nsys_rules.nsys_status import TOPIC, Item, explain_status
+from nsys_rules import nsys_status
+from nsys_rules.nsys_status import (METRICS_HELP, TOPIC, GpuMetricsVerdict, Item, admin_only_counters, explain_status,
+                                    gpu_metrics_verdict, parse_gpu_metrics_devices)
 from nsys_rules.textsafe import terminal_safe
 
 #: Where nvidia-smi lives when it is not on PATH (driver installs, container runtimes).
@@ -75,7 +77,25 @@ def nsys_items(location: NsysLocation) -> list[Item]:
     broken = importer_problem(nsys)
     if broken:
         items.append(Item("FAIL", "importer", broken[0], broken[1]))
-    return items + status_items(nsys)
+    verdict = gpu_metrics_check(nsys)
+    return items + status_items(nsys) + [Item(verdict.level, "GPU metrics", verdict.message, verdict.fix)]
+
+
+def gpu_metrics_check(nsys: Path) -> GpuMetricsVerdict:
+    """Whether this nsys can sample GPU metrics here: its ``--gpu-metrics-devices=help`` listing, the driver's
+    ``RmProfilingAdminOnly`` and whether we are root (the counters' access)."""
+    try:
+        proc = subprocess.run([str(nsys), *METRICS_HELP], capture_output=True, text=True, errors="replace", timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return GpuMetricsVerdict("warn", f"could not run `nsys profile --gpu-metrics-devices=help`: {exc}")
+    text = proc.stdout + "\n" + proc.stderr
+    try:
+        params: str | None = nsys_status.NVIDIA_PARAMS.read_text(errors="replace")
+    except OSError:
+        params = None
+    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    last = (text.strip().splitlines() or [""])[-1][:200]
+    return gpu_metrics_verdict(parse_gpu_metrics_devices(text), admin_only_counters(params), root, last)
 
 
 def status_items(nsys: Path) -> list[Item]:

@@ -53,6 +53,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         "END: stop (default) or repeat:N")
     p.add_argument("--delay", type=int, metavar="SECONDS", help="start collecting after SECONDS (nsys --delay)")
     p.add_argument("--duration", type=int, metavar="SECONDS", help="collect for SECONDS (nsys --duration)")
+    p.add_argument("--metrics", action="store_true",
+                   help="also sample GPU metrics (nsys --gpu-metrics-devices=all: DRAM, SM, tensor and PCIe activity), "
+                        "so check measures what each part of the step does; needs access to the GPU's counters "
+                        "(`nsys-rules doctor` says)")
+    p.add_argument("--metrics-frequency", metavar="HZ",
+                   help="GPU metrics samples per second (nsys --gpu-metrics-frequency, 10-200000; default 10000); "
+                        "implies --metrics")
     p.add_argument("--nsys-arg", action="append", default=[], metavar="FLAG",
                    help="one more nsys profile flag, as --nsys-arg=--cuda-memory-usage=true (repeatable)")
     p.add_argument("--nsys", metavar="PATH", help="the nsys binary to use (default: $NSYS_RULES_NSYS, PATH, "
@@ -92,8 +99,10 @@ def _options(args: argparse.Namespace, command: list[str]) -> CaptureOptions:
             raise UsageError(f"--{name} takes whole seconds >= 0")
     output = capture.normalize_output(args.output or f"{capture.DEFAULT_FOLDER}/{capture.default_name(command)}")
     range_end = capture.parse_range_end(args.profiler_range) if args.profiler_range else None
+    frequency = capture.parse_metrics_frequency(args.metrics_frequency) if args.metrics_frequency else None
     return CaptureOptions(output=output, trace=args.trace, range_end=range_end, delay=args.delay,
-                          duration=args.duration, extra=tuple(args.nsys_arg))
+                          duration=args.duration, extra=tuple(args.nsys_arg),
+                          gpu_metrics=bool(args.metrics) or frequency is not None, gpu_metrics_frequency=frequency)
 
 
 def _validate_check_options(args: argparse.Namespace) -> None:
@@ -127,7 +136,22 @@ def preflight(command: list[str], options: CaptureOptions, location: NsysLocatio
     trace = capture.trace_problem(options.trace)
     if trace:
         problems.append(trace)
+    if options.gpu_metrics and location.path is not None:
+        problems += _metrics_problems(location.path)
     return problems
+
+
+def _metrics_problems(nsys: Path) -> list[Problem]:
+    """``--metrics``: a stop when the GPU's counters are out of reach (nsys would refuse the whole capture), a warning
+    when no GPU here can be sampled."""
+    from nsys_rules.commands.doctor import gpu_metrics_check
+
+    verdict = gpu_metrics_check(nsys)
+    if verdict.blocked:
+        return [Problem(verdict.message, verdict.fix + "; or profile without --metrics", ExitCode.BAD_INPUT)]
+    if verdict.level != "ok":
+        return [Problem(verdict.message + " (--metrics: the capture may hold no GPU metrics)", verdict.fix)]
+    return []
 
 
 def _report_problems(problems: list[Problem], verdict: bool) -> ExitCode | None:

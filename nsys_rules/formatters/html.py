@@ -18,6 +18,7 @@ from nsys_rules.report import Report, TraceResult
 from nsys_rules.textsafe import NAME_CHARS as LONG_NAME
 from nsys_rules.textsafe import clip, html_safe
 from nsys_rules.units import human_ns
+from nsys_rules.formatters.measured import measured_view, pct_text
 from nsys_rules.formatters.html_charts import CLASS_COLORS, classes_section, distributions_section, timeline_section
 from nsys_rules.formatters.layout import (NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, ms, savings_note,
                                           savings_share, savings_text)
@@ -181,7 +182,24 @@ def _budget_section(info: TraceInfo) -> str:
            f"style='border-radius:8px;overflow:hidden'>{''.join(rects)}</svg>")
     return (f"<section><h2>Step budget</h2><p class='sub'>{html_safe(view.headline())}; the median step "
             f"({ms(view.median_step_ns)}) by part:</p>{svg}<table><tr><th>part</th><th class='n'>median step</th>"
-            f"<th class='n'>share</th><th class='n'>mean/step</th></tr>{''.join(rows)}</table></section>")
+            f"<th class='n'>share</th><th class='n'>mean/step</th></tr>{''.join(rows)}</table>"
+            f"{_measured_table(info)}</section>")
+
+
+def _measured_table(info: TraceInfo) -> str:
+    """What the GPU metrics measured while each part ran; empty for a trace without them."""
+    view = measured_view(info)
+    if view is None:
+        return ""
+    if view.reason is not None:
+        return f"<p class='sub'>GPU metrics: not measured ({html_safe(view.reason)})</p>"
+    head = "".join(f"<th class='n'>{html_safe(h)}</th>" for _, h in view.columns)
+    rows = "".join(
+        f"<tr><td>{html_safe(row.label)}</td>" + "".join(f"<td class='n'>{pct_text(row.levels.get(k))}</td>"
+                                                      for k, _ in view.columns)
+        + f"<td>{html_safe(row.words or row.bound)}</td></tr>" for row in view.rows)
+    return (f"<h3>Measured while each part runs</h3><p class='sub'>{html_safe(view.headline)}</p>"
+            f"<table><tr><th>part</th>{head}<th>bound</th></tr>{rows}</table>")
 
 
 def _card(key: str, value: str, sub: str) -> str:

@@ -90,12 +90,47 @@ def timeline_section(p: dict[str, Any]) -> str:
     svg = (f"<svg viewBox='0 0 {width} {height}' width='100%' role='img' aria-label='busy and idle GPU time per step'>"
            + "".join(parts) + "</svg>")
     note = "" if p["timeline"]["complete"] else f" (every step is not drawn: {len(rows)} of {p['steps']} evenly spread)"
+    svg += _metrics_strip(rows, p.get("gpu_metrics"), width, left, slot, bar)
     svg += _step_strip(p["timeline"].get("typical"))
     return (f"<section><h2>Steady-state timeline: busy vs idle per step</h2><p class='sub'>{p['steps']} steps of "
             f"{html_safe(str(p['step_range']))}, wall time on the GPU clock{note}; GPU busy "
             f"{100.0 * p['busy_share']:.0f} % of the step</p>{svg}"
             "<div class='legend'><span><i style='background:var(--busy)'></i>GPU busy</span>"
             "<span><i style='background:var(--idle)'></i>GPU idle (gaps: host, launches, syncs)</span></div></section>")
+
+
+#: The per-step lanes under the timeline when the trace has GPU metrics: metric key, label, colour.
+METRIC_LANES = (("dram_read", "DRAM read", "#0ea5e9"), ("tensor_active", "tensor active", "#a855f7"))
+
+
+def _metrics_strip(rows: list[dict[str, Any]], strip: dict[str, list[float | None]] | None, width: int, left: int,
+                   slot: float, bar: float) -> str:
+    """Per step, under the busy/idle bars: its mean DRAM read and tensor activity (percent of peak, GPU metrics)."""
+    lanes = [lane for lane in METRIC_LANES if strip and strip.get(lane[0])]
+    if not lanes or strip is None:
+        return ""
+    lane_h, gap = 34, 8
+    parts = []
+    for n, (key, label, color) in enumerate(lanes):
+        top = n * (lane_h + gap) + 4
+        values = strip[key]
+        parts.append(f"<rect x='{left}' y='{top}' width='{width - left - 10}' height='{lane_h}' fill='#f8fafc' "
+                     f"stroke='#e2e8f0'/><text x='{left - 6}' y='{top + lane_h / 2 + 4:.1f}' text-anchor='end'>"
+                     f"{html_safe(label.split()[0])}</text>")
+        for i, r in enumerate(rows):
+            step = r["step"]
+            value = values[step] if step < len(values) else None
+            if value is None:
+                continue
+            h = lane_h * min(max(value, 0.0), 100.0) / 100.0
+            x = left + i * slot + (slot - bar) / 2
+            parts.append(f"<rect x='{x:.2f}' y='{top + lane_h - h:.2f}' width='{bar:.2f}' height='{max(h, 0.5):.2f}' "
+                         f"fill='{color}'><title>step {step}: {html_safe(label)} {value:.1f} % of peak</title></rect>")
+    height = len(lanes) * (lane_h + gap)
+    legend = "".join(f"<span><i style='background:{color}'></i>{html_safe(label)} (mean over the step, % of peak; "
+                     "lane top = 100 %)</span>" for _, label, color in lanes)
+    return (f"<h3>GPU metrics per step (measured)</h3><svg viewBox='0 0 {width} {height}' width='100%' role='img' "
+            f"aria-label='DRAM and tensor activity per step'>{''.join(parts)}</svg><div class='legend'>{legend}</div>")
 
 
 def _step_strip(detail: dict[str, Any] | None) -> str:

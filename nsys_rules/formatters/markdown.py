@@ -21,6 +21,7 @@ from nsys_rules.records import TraceInfo
 from nsys_rules.report import Report, TraceResult
 from nsys_rules.textsafe import markdown_code, markdown_safe
 from nsys_rules.units import human_ns
+from nsys_rules.formatters.measured import measured_view, pct_text
 from nsys_rules.formatters.layout import (NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, ms, savings_note,
                                           savings_share, savings_text, shorten)
 
@@ -109,6 +110,21 @@ def _budget_table(info: TraceInfo) -> list[str]:
     for row in view.rows:
         label = ("↳ " if row.depth else "") + cell(row.label, 80)
         out.append(f"| {label} | {ms(row.median_ns)} | {100 * row.share:.1f} % | {ms(row.mean_ns)} |")
+    return out + [""] + _measured_table(info)
+
+
+def _measured_table(info: TraceInfo) -> list[str]:
+    """What the GPU metrics measured while each part ran (only for traces that hold them)."""
+    view = measured_view(info)
+    if view is None:
+        return []
+    if view.reason is not None:
+        return [f"GPU metrics: not measured ({cell(view.reason, 300)})", ""]
+    out = [cell(view.headline, 300), "", "| part | " + " | ".join(h for _, h in view.columns) + " | bound |",
+           "|---|" + "---:|" * len(view.columns) + "---|"]
+    for row in view.rows:
+        out.append(f"| {cell(row.label, 80)} | " + " | ".join(pct_text(row.levels.get(k)) for k, _ in view.columns)
+                   + f" | {cell(row.words or row.bound, 200)} |")
     return out + [""]
 
 

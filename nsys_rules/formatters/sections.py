@@ -15,6 +15,7 @@ from nsys_rules.report import Report
 from nsys_rules.textsafe import terminal_safe
 from nsys_rules.units import human_ns
 from nsys_rules.formatters.layout import NO_CUDA, Answer, budget_lines, gpu_names, one_line, shorten, skipped_lines
+from nsys_rules.formatters.measured import measured_lines
 
 
 def header_lines(report: Report, width: int) -> list[str]:
@@ -37,6 +38,7 @@ def header_lines(report: Report, width: int) -> list[str]:
         if steady:
             lines.append(f"steady state: {one_line(steady)}")
         lines += budget_lines(info, label_width=min(40, max(24, width - 38)))
+        lines += measured_lines(info, label_width=min(40, max(24, width - 38)), width=width)
     return lines
 
 

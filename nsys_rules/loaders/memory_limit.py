@@ -299,6 +299,20 @@ class ReadGuard:
             self._strings_paid = True
 
 
+    def admit_bytes(self, trace: "Trace", what: str, nbytes: int) -> None:
+        """Admit a read priced by its caller (``what``: its name, e.g. the GPU metrics of a time range), in bytes
+        at its peak; :class:`InputError` (exit 3) when it would pass the limit. A second read of the same name
+        replaces the first one's price."""
+        with self._lock:
+            previous = self._charged.get(what)
+            room = (self.limit - self._used + (previous[1] if previous else 0)) if self.limit is not None else None
+            if room is not None and nbytes > room:
+                raise InputError(f"{getattr(trace, 'label', 'trace')}: reading {what} needs about {human(nbytes)} "
+                                 f"more, {human(max(room, 0))} is left of the {human(self.limit or 0)} limit "
+                                 f"({_where(self.explicit)})")
+            self._record(what, frozenset(), nbytes)
+
+
 def _run_bytes(item: TableCost) -> int:
     return int((item.bytes - item.text) * RUN_FACTOR + item.text * TEXT_RUN_FACTOR)
 

@@ -110,6 +110,8 @@ class Budget:
     loop_streams: tuple[int, ...]
     median_step: int
     evidence: dict[str, Any] = field(default_factory=dict)
+    #: What the GPU metrics measured during each part (:class:`~.gpu_metrics.BudgetMetrics`); None without them.
+    metrics: Any = None
 
     def part(self, name: str) -> Part:
         """The part called ``name`` (a zero part when the budget has none)."""
@@ -146,6 +148,7 @@ class Budget:
                        "per_step_ns": round(p.per_step_ns, 1), "median_step_ns": p.median_step_ns,
                        **({"detail": p.detail} if p.detail else {})} for p in self.parts],
             "evidence": self.evidence,
+            **({"metrics": self.metrics.to_json()} if self.metrics is not None else {}),
         }
 
 

@@ -10,18 +10,19 @@ from types import ModuleType
 
 from nsys_rules.errors import UsageError
 from nsys_rules.stats import (cuda_api_sum, cuda_gpu_kern_sum, cuda_gpu_mem_size_sum, cuda_gpu_mem_time_sum,
-                              cuda_kern_exec_sum, nvtx_sum)
+                              cuda_kern_exec_sum, gpu_metric_sum, nvtx_sum)
 
 #: Report modules by report name, in help order.
 REPORTS: dict[str, ModuleType] = {m.NAME: m for m in (cuda_gpu_kern_sum, cuda_api_sum, cuda_kern_exec_sum,
-                                            cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum, nvtx_sum)}
+                                            cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum, nvtx_sum, gpu_metric_sum)}
 
 
 #: What nsys calls each report in its output (`` ** <title> (<name>):``).
 TITLES = {"cuda_gpu_kern_sum": "CUDA GPU Kernel Summary", "cuda_api_sum": "CUDA API Summary",
           "cuda_kern_exec_sum": "CUDA Kernel Launch & Exec Time Summary",
           "cuda_gpu_mem_time_sum": "CUDA GPU MemOps Summary (by Time)",
-          "cuda_gpu_mem_size_sum": "CUDA GPU MemOps Summary (by Size)", "nvtx_sum": "NVTX Range Summary"}
+          "cuda_gpu_mem_size_sum": "CUDA GPU MemOps Summary (by Size)", "nvtx_sum": "NVTX Range Summary",
+          "gpu_metric_sum": "GPU Metrics Summary (nsys-rules)"}
 
 #: The reports ``nsys stats`` runs when none is named, in its order, that nsys-rules has (nsys's
 #: default set also holds OS runtime, OpenMP, OpenGL, Vulkan, DirectX, WDDM, unified memory,

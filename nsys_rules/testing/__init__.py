@@ -11,10 +11,11 @@ runs one rule through the real engine on it; :mod:`.jobs` builds multi-rank jobs
 
 from __future__ import annotations
 
-from nsys_rules.testing.builder import (MAIN_TID, PID, GpuSpec, TraceBuilder, metric_values, only_finding, run_rule, run_rules,
-                                        skip_reason)
+from nsys_rules.testing.builder import (GPU_METRIC_NAMES, MAIN_TID, PID, GpuSpec, TraceBuilder, metric_values, only_finding,
+                                        run_rule, run_rules, skip_reason)
 from nsys_rules.testing.conventions import assert_rule_conventions, rule_convention_problems
 from nsys_rules.testing.jobs import JobPlan, run_job_rules, write_job
 
 __all__ = ["TraceBuilder", "PID", "MAIN_TID", "GpuSpec", "run_rule", "run_rules", "only_finding", "metric_values",
-           "skip_reason", "JobPlan", "write_job", "run_job_rules", "assert_rule_conventions", "rule_convention_problems"]
+           "skip_reason", "JobPlan", "write_job", "run_job_rules", "assert_rule_conventions", "rule_convention_problems",
+           "GPU_METRIC_NAMES"]

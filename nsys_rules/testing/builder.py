@@ -32,6 +32,17 @@ PID = 4242
 MAIN_TID = 4242
 VM_BITS = 1 << 48  # nsys stores a VM id above the pid/tid bits of a serialized global id
 
+#: nsys's names of the GPU metrics a Hopper GPU samples (``--gpu-metrics-devices``), by the short keys
+#: :meth:`TraceBuilder.sample_gpu_metrics` takes; ``GPU_METRIC_ORDER`` is nsys's metricId order.
+GPU_METRIC_NAMES = {"gpc_clock": "GPC Clock Frequency [MHz]", "sys_clock": "SYS Clock Frequency [MHz]",
+                    "gr_active": "GR Active [Throughput %]", "sm_active": "SMs Active [Throughput %]",
+                    "sm_issue": "SM Issue [Throughput %]", "tensor_active": "Tensor Active [Throughput %]",
+                    "dram_read": "DRAM Read Bandwidth [Throughput %]", "dram_write": "DRAM Write Bandwidth [Throughput %]",
+                    "pcie_rx": "PCIe RX Throughput [Throughput %]", "pcie_tx": "PCIe TX Throughput [Throughput %]"}
+GPU_METRIC_ORDER = tuple(GPU_METRIC_NAMES.values())
+#: The GPU metrics' event type and source as nsys serializes them (``typeId`` = this | the GPU's index).
+GPU_METRICS_TYPE = VM_BITS | (1 << 32)
+
 MEMCPY_KINDS = {"HtoD": 1, "DtoH": 2, "DtoD": 8, "HtoH": 9, "PtoP": 10}
 MEMORY_KINDS = {"pageable": 0, "pinned": 1, "device": 2, "array": 3, "managed": 4}
 SYNC_TYPES = {"event": 1, "stream_wait_event": 2, "stream": 3, "context": 4}
@@ -72,9 +83,12 @@ class TraceBuilder:
     legacy_metadata: bool = False
     #: UTC epoch ns of the capture start (TARGET_INFO_SESSION_START_TIME); None writes no such table.
     session_start_utc_ns: int | None = None
+    #: GPU metrics sampling frequency recorded in the capture options when samples are written (Hz).
+    gpu_metrics_frequency: int = 10_000
     _rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict, init=False)
     _strings: dict[str, int] = field(default_factory=dict, init=False)
     _corr: int = field(default=0, init=False)
+    _metric_ids: dict[tuple[int, str], int] = field(default_factory=dict, init=False)
 
     # -- primitives --------------------------------------------------------------------------
     def string(self, value: str) -> int:
@@ -205,6 +219,48 @@ class TraceBuilder:
             raise TypeError("overhead(name, start, duration): the name comes first, as in every TraceBuilder row")
         self._add("PROFILER_OVERHEAD", (start, start + duration, self.global_tid(tid), self.string(name), 0))
 
+    # -- GPU metrics (--gpu-metrics-devices) --------------------------------------------------
+    def gpu_metric(self, name: str, start: int, value: int, *, gpu: int = 0) -> None:
+        """One sample of GPU metric ``name`` (nsys's name, or a key of :data:`GPU_METRIC_NAMES`) of GPU ``gpu`` at
+        ``start``: the metric's average over the period up to its next sample."""
+        name = GPU_METRIC_NAMES.get(name, name)
+        key = (gpu, name)
+        if key not in self._metric_ids:
+            self._metric_ids[key] = sum(1 for g, _ in self._metric_ids if g == gpu)
+            self._add("TARGET_INFO_GPU_METRICS", (GPU_METRICS_TYPE | gpu, GPU_METRICS_TYPE | gpu, "",
+                                                  self._metric_ids[key], name))
+        self._add("GPU_METRICS", (start, start, GPU_METRICS_TYPE | gpu, self._metric_ids[key], int(value)))
+
+    def sample_gpu_metrics(self, levels: Mapping[str, Mapping[str, float]], start: int, end: int, *,
+                           period: int = 100_000, idle: Mapping[str, float] | None = None, gpu: int = 0,
+                           metrics: Iterable[str] | None = None) -> None:
+        """Samples every ``period`` ns from ``start`` to ``end`` as the GPU would report them for the kernels added so
+        far: each sample is the time-weighted mix, over its period, of the ``levels`` of the kernels that ran
+        (kernel name -> {metric: percent}), ``idle`` levels where none ran, 0 for a kernel not in ``levels``;
+        rounded to whole percents as nsys stores them. ``metrics``: the metric keys or names to write (default:
+        every one named in ``levels`` and ``idle``)."""
+        names = {v: k for k, v in self._strings.items()}
+        kernels = [(r[0], r[1], names.get(r[8], "")) for r in self._rows.get("CUPTI_ACTIVITY_KIND_KERNEL", [])
+                   if r[2] == gpu]
+        idle = dict(idle or {})
+        wanted = list(dict.fromkeys(metrics if metrics is not None else
+                                    [m for lv in [*levels.values(), idle] for m in lv]))
+        for t in range(start, end, period):
+            stop = t + period
+            busy = 0
+            mix = dict.fromkeys(wanted, 0.0)
+            for k_start, k_end, kernel in kernels:
+                overlap = min(k_end, stop) - max(k_start, t)
+                if overlap <= 0:
+                    continue
+                busy += overlap
+                for metric_name, level in levels.get(kernel, {}).items():
+                    if metric_name in mix:
+                        mix[metric_name] += level * overlap
+            for metric_name in wanted:
+                value = (mix[metric_name] + idle.get(metric_name, 0.0) * max(period - busy, 0)) / period
+                self.gpu_metric(metric_name, t, round(value), gpu=gpu)
+
     # -- output ------------------------------------------------------------------------------
     def _metadata(self) -> None:
         if not self.write_metadata:
@@ -217,6 +273,10 @@ class TraceBuilder:
         rows += [("PROCESS_0:ENVIRONMENT_VARIABLE", f'{k}="{v}"') for k, v in self.environment.items()]
         if self.graph_trace_mode:
             rows.append(("PROCESS_0:CUDA_GRAPH_TRACE_OPTIONS:MODE", self.graph_trace_mode))
+        gpus = sorted({g for g, _ in self._metric_ids})
+        if gpus:
+            rows.append(("GPU_METRICS_OPTIONS:SAMPLING_FREQUENCY", str(self.gpu_metrics_frequency)))
+            rows += [(f"GPU_METRICS_OPTIONS:GPU_{i}:ID", str(g)) for i, g in enumerate(gpus)]
         if not self.legacy_metadata:
             self._rows["META_DATA_CAPTURE"] = rows
         major, minor, micro = (self.schema_version.split(".") + ["0", "0"])[:3]

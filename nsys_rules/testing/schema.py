@@ -57,6 +57,12 @@ EXPORT_DDL = {
         "totalMemory INTEGER, memoryBandwidth INTEGER, clockRate INTEGER, smCount INTEGER, chipName TEXT, "
         "computeMajor INTEGER, computeMinor INTEGER"),
     "ThreadNames": "nameId INTEGER NOT NULL, priority INTEGER, globalTid INTEGER",
+    "TARGET_INFO_GPU_METRICS": (
+        "typeId INTEGER NOT NULL, sourceId INTEGER NOT NULL, typeName TEXT NOT NULL, metricId INTEGER NOT NULL, "
+        "metricName TEXT NOT NULL"),
+    "GPU_METRICS": (
+        "rawTimestamp INTEGER NOT NULL, timestamp INTEGER NOT NULL, typeId INTEGER NOT NULL, metricId INTEGER NOT NULL, "
+        "value INTEGER NOT NULL"),
     "META_DATA_CAPTURE": "name TEXT NOT NULL, value TEXT",
     "META_DATA_EXPORT": "name TEXT NOT NULL, value TEXT",
     "EXPORT_META_DATA": "name TEXT NOT NULL, value TEXT",

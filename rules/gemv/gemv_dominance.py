@@ -10,6 +10,7 @@ import pandas as pd
 
 from nsys_rules.rules.gemv.bandwidth import (Bandwidth, config_weight_bytes, device_shares, gemv_mask, measure_bandwidth,
                                            peak_bandwidth, per_step_time, weight_bytes_value)
+from nsys_rules.rules.gemv.measured import MeasuredGemv, measured_gemv
 from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, base_name, metric, pct,
                             require_visible_kernels)
 
@@ -71,14 +72,20 @@ class GemvDominance(Rule):
     Why it hurts: a GEMV does two flops per weight byte, so it is bound by memory bandwidth:
     the step time is the weight bytes over the bandwidth the kernels reach. Large GEMVs reach
     85-90 % of peak, small ones (< 5 MB) 60-70 %.
+    With GPU metrics in the trace (`nsys profile --gpu-metrics-devices=all`) no bytes are needed:
+    the DRAM read bandwidth while the GEMVs run is measured (the step budget's GEMV part,
+    unmixed from the samples) and the verdict comes from it; when weight bytes are known too,
+    both are shown and a disagreement beyond 15 % is named with its likely cause.
     Evidence: GEMV time and share per device, GEMV time per step, and when known the weight
-    bytes, their source, achieved bandwidth and its fraction of peak.
+    bytes, their source, achieved bandwidth and its fraction of peak; the measured DRAM
+    bandwidth, its fraction of peak and the DRAM bytes per step when the trace has GPU metrics.
     Next optimizations: above `roofline_pct` percent of peak the kernels are done: read fewer
     bytes per token (weight-only int8/fp8/int4 quantization) or more tokens per read
     (batching, speculative decoding). Below `room_pct`, custom GEMV kernels have room
     (vectorized 128-bit loads, split-K for skinny shapes, fused QKV / gate-up projections);
-    the saving to `target_pct` of peak is estimated. Without bytes, give
-    `--set gemv-dominance.weight_bytes=...` to get the bandwidth.
+    the saving to `target_pct` of peak is estimated. Without bytes or GPU metrics, give
+    `--set gemv-dominance.weight_bytes=...` (or capture with `nsys-rules profile --metrics`) to
+    get the bandwidth.
     Options: `min_share_pct`, `weight_bytes`, `model_config`, `weight_dtype_bytes`, `steps`,
     `peak_bandwidth`, `min_load_bytes`, `roofline_pct`, `room_pct`, `target_pct`,
     `min_savings_pct`, `extra_gemv_patterns`.
@@ -138,6 +145,14 @@ class GemvDominance(Rule):
                    f"{int(row['gemv_count'])} launches; top: {top}.")
         severity, savings = Severity.INFO, None
         peak, peak_why = peak_bandwidth(ctx, device, opts.peak_bandwidth)
+        measured = measured_gemv(ctx, kernels, is_gemv, device, peak)
+        if measured is not None:
+            # The GPU metrics measured the GEMVs' DRAM traffic: no weight bytes needed, the verdict comes from it.
+            text, numbers, recommendation, severity, savings = self._measured(ctx, measured, bw, gemv_ns, total_ns,
+                                                                              _library_share(kernels, is_gemv, device))
+            metrics.update(numbers)
+            return ctx.finding(message + text, recommendation, severity=severity, metrics=metrics,
+                               location=Location(device=device), estimated_savings_ns=savings, budget_part="gemv")
         if bw is None:
             message += f" Achieved bandwidth not computed: {why}."
             recommendation = self._no_bytes_advice(ctx, kernels, is_gemv, device, peak)
@@ -163,6 +178,46 @@ class GemvDominance(Rule):
                 recommendation, severity, savings = self._band_advice(ctx, frac, bw, gemv_ns, total_ns, library)
         return ctx.finding(message, recommendation, severity=severity, metrics=metrics,
                            location=Location(device=device), estimated_savings_ns=savings, budget_part="gemv")
+
+    def _measured(self, ctx: RuleContext, m: MeasuredGemv, bw: Bandwidth | None, gemv_ns: int, total_ns: int,
+                  library: float) -> tuple[str, dict, str, Severity, float | None]:
+        """The sentence, numbers, advice, severity and savings when the GPU metrics measured the GEMVs."""
+        numbers = {"measured_bandwidth": metric(m.read_bps, "B/s"), "measured_read_pct": metric(m.read_pct, "%"),
+                   "measured_fraction": metric(100 * m.fraction, "%"), "peak_bandwidth": metric(m.peak, "B/s"),
+                   "measured_samples": metric(m.samples, "count")}
+        write = f"; writes add {m.write_pct:.0f} %" if m.write_pct is not None and m.write_pct >= 0.5 else ""
+        text = (f" GEMV kernels read DRAM at {m.read_bps / 1e12:.2f} TB/s, {m.read_pct:.0f} % of the "
+                f"{m.peak / 1e12:.2f} TB/s peak, measured ({m.samples} GPU metrics samples{m.rate_text}; "
+                f"±{m.read_stderr:.1f} points{write}).")
+        advice_bw = Bandwidth(int(m.bytes_per_step), "measured", m.gemv_ns_per_step, m.steps,
+                              m.read_bps + (m.write_bps or 0.0), m.peak, m.steps_source)
+        note = ""
+        if m.gemv_ns_per_step > 0:
+            numbers["measured_dram_bytes_per_step"] = metric(int(m.bytes_per_step), "B")
+            numbers["gemv_time_per_step"] = metric(m.gemv_ns_per_step, "ns")
+        if bw is not None:
+            numbers.update({"weight_bytes": metric(bw.weight_bytes, "B"), "achieved_bandwidth": metric(bw.achieved, "B/s")})
+            if bw.fraction is not None:
+                numbers["bandwidth_fraction"] = metric(100 * bw.fraction, "%")
+            src = {"option": "given", "model config": "from " + ctx.options.model_config}.get(
+                bw.source, "from the host-to-device model load, an upper bound")
+            text += (f" From the weight bytes ({bw.weight_bytes / 1e9:.3f} GB per step, {src}) over "
+                     f"{bw.gemv_ns_per_step / 1e3:.1f} us of GEMV per step: {bw.achieved / 1e12:.2f} TB/s")
+            text += f", {100 * bw.fraction:.0f} % of peak" if bw.fraction is not None else ""
+            ratio = m.read_bps / bw.achieved if bw.achieved > 0 else float("inf")
+            if abs(ratio - 1) <= AGREE:
+                text += f"; the measurement agrees (within {100 * AGREE:.0f} %)."
+            else:
+                read_gb = m.read_bps * bw.gemv_ns_per_step / 1e18
+                why = ("a step reads them more than once (several tokens per step: give `--set gemv-dominance.steps=N`), "
+                       "or the weight bytes are too low" if ratio > 1 else
+                       "the weight bytes count more than a step reads (the model-load copy includes the embedding "
+                       "table and other buffers), or part of the weights stays in the L2 cache")
+                text += (f"; they disagree: the GEMVs read {read_gb:.2f} GB of DRAM per step, {ratio:.2f}x the weight "
+                         f"bytes: {why}. The measured figure is the verdict's.")
+                note = " (The weight-bytes estimate disagrees with the measurement; see the message.)"
+        recommendation, severity, savings = self._band_advice(ctx, m.fraction, advice_bw, gemv_ns, total_ns, library)
+        return text, numbers, recommendation + note, severity, savings
 
     @staticmethod
     def _band_advice(ctx: RuleContext, frac: float, bw: Bandwidth, gemv_ns: int, total_ns: int,
@@ -216,6 +271,9 @@ class GemvDominance(Rule):
                 "bandwidth and the next step (> 80 % of peak: quantize or batch; < 70 %: tune the GEMV kernels)."
                 + reference)
 
+
+#: The measured bandwidth and the weight-bytes estimate agree when they differ by at most this fraction.
+AGREE = 0.15
 
 _LIBRARY_GEMV = ("nvjet", "cublas", "gemv2", "gemvx", "gemvnsp", "xmma", "cutlass", "sgemm", "hgemm")
 

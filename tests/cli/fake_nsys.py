@@ -11,7 +11,10 @@ appends its arguments as one JSON line to ``$FAKE_NSYS_LOG``, and:
   nsys records them. ``FAKE_NSYS_NO_EXPORT=qdstrm`` leaves only a ``.qdstrm`` and an importer
   error, as nsys does when its importer cannot load libdw; ``FAKE_NSYS_NO_EXPORT=nothing`` writes
   nothing at all;
-- ``export --type=sqlite -o OUT IN``: writes the same small export to OUT.
+- ``export --type=sqlite -o OUT IN``: writes the same small export to OUT;
+- ``profile --gpu-metrics-devices=help``: prints ``$FAKE_NSYS_GPU_METRICS`` (a file) or an H200 it can sample;
+  a capture with ``--gpu-metrics-devices`` writes GPU metrics samples (10 kHz, or ``--gpu-metrics-frequency``)
+  into the export: the GEMVs read DRAM at 80 % of peak, the norms at 20 %.
 """
 
 from __future__ import annotations
@@ -39,6 +42,14 @@ CPU Profiling Environment (process-tree): OK
 CPU Profiling Environment (system-wide): Fail
 """
 
+METRICS_DEVICES = """Possible --gpu-metrics-devices values are:
+	0: Hopper GH100 | NVIDIA H200 PCI[0000:00:06.0]
+	all: Select all supported GPUs
+	cuda-visible: Select GPUs that match CUDA_VISIBLE_DEVICES
+	none: Disable GPU Metrics [Default]
+See the user guide: https://docs.nvidia.com/nsight-systems/UserGuide/index.html#gpu-metrics
+"""
+
 #: nsys profile options written as two tokens (`-o NAME`); all others are `--flag=value`.
 TWO_TOKEN = {"-o", "-c", "-t", "-s", "-d", "-y", "-x", "-b", "-n", "-p", "-e", "-w", "-f"}
 
@@ -50,10 +61,11 @@ def expand(name: str) -> str:
     return name.replace("\0", "%")
 
 
-def write_export(path: str, command: list[str], graph_mode: str) -> None:
+def write_export(path: str, command: list[str], graph_mode: str, metrics_hz: int | None = None) -> None:
     """Eight decode steps of three kernels under NVTX, one graph replay each, as the capture records them."""
     b = TraceBuilder(command=command, environment={k: os.environ[k] for k in ("CUDA_LAUNCH_BLOCKING",)
-                                                   if k in os.environ}, graph_trace_mode=graph_mode)
+                                                   if k in os.environ}, graph_trace_mode=graph_mode,
+                     gpu_metrics_frequency=metrics_hz or 10_000)
     step = 2_000_000
     for i in range(8):
         start = 10_000_000 + i * step
@@ -64,6 +76,11 @@ def write_export(path: str, command: list[str], graph_mode: str) -> None:
         b.graph_launch(start + 1_000_000, 40_000, launch_at=start + 5_000, traced_as_graph=graph_mode == "Graph")
         if graph_mode == "Node":
             b.kernel("silu_kernel", start + 1_000_000, 40_000, api=None, graph_node_id=1)
+    if metrics_hz:
+        b.sample_gpu_metrics({"gemv_bf16_kernel": {"dram_read": 80, "sm_issue": 10, "tensor_active": 1},
+                              "rmsnorm_kernel": {"dram_read": 20, "sm_issue": 30}},
+                             9_000_000, 10_000_000 + 8 * step, period=1_000_000_000 // metrics_hz,
+                             idle={"pcie_rx": 1, "pcie_tx": 1})
     b.write(path)
 
 
@@ -95,7 +112,8 @@ def profile(args: list[str]) -> int:
     with open(out + ".nsys-rep", "wb") as fh:
         fh.write(b"fake report")
     if flags.get("--export") == "sqlite":
-        write_export(out + ".sqlite", command, mode)
+        metrics = int(flags.get("--gpu-metrics-frequency", "10000")) if "--gpu-metrics-devices" in flags else None
+        write_export(out + ".sqlite", command, mode, metrics)
     print(f"[1/2] [========================100%] {os.path.basename(out)}.nsys-rep", flush=True)
     print(f"Generated:\n    {os.path.abspath(out)}.nsys-rep", flush=True)
     return returncode
@@ -112,6 +130,10 @@ def main(args: list[str]) -> int:
     if args[:1] == ["status"]:
         status = os.environ.get("FAKE_NSYS_STATUS")
         sys.stdout.write(open(status, encoding="utf-8").read() if status else PASSING_STATUS)
+        return 0
+    if args[:1] == ["profile"] and "--gpu-metrics-devices=help" in args:
+        listing = os.environ.get("FAKE_NSYS_GPU_METRICS")
+        sys.stdout.write(open(listing, encoding="utf-8").read() if listing else METRICS_DEVICES)
         return 0
     if args[:1] == ["profile"]:
         return profile(args[1:])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nsys_rules import nsys_locate
+from nsys_rules import nsys_locate, nsys_status
 from nsys_rules.commands import doctor
 
 FAKE_NSYS = Path(__file__).with_name("fake_nsys.py")
@@ -58,10 +58,12 @@ def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, with_nsys: bool = 
     monkeypatch.setenv("PATH", str(fake.bin))
     monkeypatch.setenv("FAKE_NSYS_LOG", str(fake.log))
     for name in ("NSYS_RULES_NSYS", "CUDA_LAUNCH_BLOCKING", "PYTORCH_NO_CUDA_MEMORY_CACHING", "FAKE_NSYS_NO_EXPORT",
-                 "FAKE_NSYS_STATUS", "CARGO_PROFILE_DEV_OPT_LEVEL"):
+                 "FAKE_NSYS_STATUS", "FAKE_NSYS_GPU_METRICS", "CARGO_PROFILE_DEV_OPT_LEVEL"):
         monkeypatch.delenv(name, raising=False)
     # One standard place, empty: the messages still list where nsys was looked for.
     monkeypatch.setattr(nsys_locate, "STANDARD_PLACES", (str(tmp_path / "usr/local/cuda/bin/nsys"),))
     monkeypatch.setattr(doctor, "NVIDIA_SMI_PLACES", ())
+    # No driver parameters: the counters' access is judged from the fake nsys's listing only.
+    monkeypatch.setattr(nsys_status, "NVIDIA_PARAMS", tmp_path / "no-driver-params")
     monkeypatch.chdir(fake.work)
     return fake

@@ -136,3 +136,49 @@ def test_nsys_that_does_not_run(fake, capsys):
     out = capsys.readouterr().out
     assert rc == 3
     assert flat("FAIL  version     nsys does not run:") in flat(out) and "exit code 127" in out and "libQt6Core" in out
+
+
+# -- GPU metrics ----------------------------------------------------------------------------------
+def test_gpu_metrics_that_can_be_sampled(fake, capsys):
+    rc = main(["doctor"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert flat("ok    GPU metrics GPU metrics can be sampled on 0: Hopper GH100 | NVIDIA H200 PCI[0000:00:06.0]") \
+        in flat(out)
+    assert "nsys-rules profile --metrics -- CMD" in flat(out)
+
+
+@pytest.mark.parametrize("listing,params,expected", [
+    ("Insufficient privilege\nSee https://developer.nvidia.com/ERR_NVGPUCTRPERM\n", None, "nsys reports insufficient privilege"),
+    (None, "Mobile: 4294967295\nRmProfilingAdminOnly: 1\n", "RmProfilingAdminOnly: 1"),
+])
+def test_gpu_metrics_without_access_to_the_counters_say_how_to_open_them(fake, capsys, monkeypatch, tmp_path, listing,
+                                                                        params, expected):
+    from nsys_rules import nsys_status
+
+    if listing is not None:
+        (tmp_path / "help.txt").write_text(listing)
+        monkeypatch.setenv("FAKE_NSYS_GPU_METRICS", str(tmp_path / "help.txt"))
+    if params is not None:
+        (tmp_path / "params").write_text(params)
+        monkeypatch.setattr(nsys_status, "NVIDIA_PARAMS", tmp_path / "params")
+        monkeypatch.setattr(doctor.os, "geteuid", lambda: 1000)
+    rc = main(["doctor"])
+    out = capsys.readouterr().out
+    assert rc == 0  # tracing still works: a warning, not a failure
+    assert flat("warn  GPU metrics GPU metrics cannot be sampled: no access to the GPU's performance counters") in flat(out)
+    assert expected in flat(out) and "NVreg_RestrictProfilingToAdminUsers=0" in out
+
+
+def test_gpu_metrics_on_unsupported_gpus_and_old_nsys(fake, capsys, monkeypatch, tmp_path):
+    (tmp_path / "help.txt").write_text("Possible --gpu-metrics-devices values are:\n\tall: Select all supported GPUs\n"
+                                       "\tnone: Disable GPU Metrics [Default]\nSome GPUs are not supported:\n"
+                                       "\t0: Volta GV100 | Quadro GV100 PCI[0000:17:00.0]\n")
+    monkeypatch.setenv("FAKE_NSYS_GPU_METRICS", str(tmp_path / "help.txt"))
+    main(["doctor"])
+    out = flat(capsys.readouterr().out)
+    assert flat("info  GPU metrics no GPU here supports GPU metrics sampling (unsupported: 0: Volta GV100") in out
+    (tmp_path / "help.txt").write_text("unrecognised option '--gpu-metrics-devices=help'\n")
+    main(["doctor"])
+    out = flat(capsys.readouterr().out)
+    assert flat("warn  GPU metrics nsys lists no GPU metrics devices") in out and "nsys 2023.1 or newer" in out

@@ -249,3 +249,47 @@ def test_check_nsys_rep_without_nsys_says_where_it_looked(no_nsys, capsys, tmp_p
     assert err.count("\n") == 1
     assert f"nsys not found (looked on PATH and in {tmp_path}/usr/local/cuda/bin); install Nsight Systems" in err
     assert "nsys export --type=sqlite run.nsys-rep" in err
+
+
+# -- GPU metrics ----------------------------------------------------------------------------------
+def test_metrics_adds_the_gpu_metrics_flags(fake, capsys):
+    rc = main(["profile", "--dry-run", "--metrics", "--", "python3", "decode.py"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    argv = shlex.split(out.splitlines()[0])
+    assert "--gpu-metrics-devices=all" in argv and not any(a.startswith("--gpu-metrics-frequency") for a in argv)
+    assert argv.index("--gpu-metrics-devices=all") < argv.index("-o")
+    rc = main(["profile", "--dry-run", "--metrics-frequency", "20000", "--", "python3", "decode.py"])
+    argv = shlex.split(capsys.readouterr().out.splitlines()[0])
+    assert rc == 0 and "--gpu-metrics-devices=all" in argv and "--gpu-metrics-frequency=20000" in argv
+
+
+@pytest.mark.parametrize("value", ["5", "300000", "fast"])
+def test_metrics_frequency_outside_what_nsys_takes_is_a_usage_error(fake, capsys, value):
+    assert main(["profile", "--dry-run", "--metrics-frequency", value, "--", "python3", "x.py"]) == 2
+    assert "--metrics-frequency takes a whole number of Hz from 10 to 200000" in capsys.readouterr().err
+
+
+def test_metrics_without_access_to_the_counters_stops_before_the_capture(fake, capsys, monkeypatch, tmp_path):
+    listing = tmp_path / "help.txt"
+    listing.write_text("Insufficient privilege to collect GPU Metrics, see https://developer.nvidia.com/ERR_NVGPUCTRPERM\n")
+    monkeypatch.setenv("FAKE_NSYS_GPU_METRICS", str(listing))
+    rc = main(["profile", "--metrics", "--", PY, "-c", "pass"])
+    err = capsys.readouterr().err
+    assert rc == 3 and "no access to the GPU's performance counters" in err
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in err and "or profile without --metrics" in err
+    assert [c for c in profile_calls(fake) if "--gpu-metrics-devices=help" not in c] == []
+
+
+def test_profile_with_metrics_checks_the_measured_budget(fake, capsys):
+    rc = main(["profile", "--metrics", "--format", "json", "--fail-on", "never", "--", PY, "-c", "pass"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    calls = profile_calls(fake)
+    assert calls[0] == ["profile", "--gpu-metrics-devices=help"]  # the preflight's look, then the capture
+    assert "--gpu-metrics-devices=all" in calls[1]
+    budget = validate_report(out)["traces"][0]["budget"]
+    gemv = {p["name"]: p for p in budget["metrics"]["parts"]}["gemv"]
+    assert gemv["pct"]["dram_read"] == pytest.approx(80, abs=2) and gemv["bound"] == "memory"
+    [finding] = [f for f in validate_report(out)["findings"] if f["rule"] == "gemv-dominance"]
+    assert "GEMV kernels read DRAM at" in finding["message"]

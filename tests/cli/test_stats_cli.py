@@ -199,3 +199,37 @@ def test_output_files_one_per_report_never_over_an_input(capsys, worker_trace, t
                          "true", trace)
     assert code == 2 and "is an input" in err and err.count("\n") == 1
     assert trace.read_bytes() == before
+
+
+# -- gpu_metric_sum (nsys-rules' own report) --------------------------------------------------------
+@pytest.fixture
+def metrics_trace(tmp_path):
+    b = TraceBuilder()
+    b.nvtx("decode", 1_000_000, 2_000_000)
+    b.kernel("gemv", 1_100_000, 500_000)
+    for t in range(0, 3_000_000, 100_000):
+        b.gpu_metric("dram_read", t, 80 if 1_000_000 <= t < 2_000_000 else 0)
+        b.gpu_metric("gpc_clock", t, 1_980_000_000)
+    return b.write(tmp_path / "gm.sqlite")
+
+
+def test_gpu_metric_sum_summarizes_each_metric(capsys, metrics_trace):
+    code, rows, _ = run_stats(capsys, metrics_trace, "gpu_metric_sum")
+    assert code == 0
+    assert [(r["GPU"], r["Metric"], r["Unit"], r["Samples"]) for r in rows] == [
+        (0, "DRAM Read Bandwidth", "Throughput %", 30), (0, "GPC Clock Frequency", "MHz", 30)]
+    dram, clock = rows
+    assert dram["Avg"] == pytest.approx(80 * 10 / 30, abs=1e-3) and dram["Max"] == 80 and dram["Med"] == 0.0
+    assert clock["Avg"] == 1980.0 and clock["Min"] == 1980.0  # stored in Hz, shown in MHz as named
+
+
+def test_gpu_metric_sum_keeps_the_window(capsys, metrics_trace):
+    code, rows, _ = run_stats(capsys, metrics_trace, "gpu_metric_sum", "--filter-nvtx", "decode")
+    dram = rows[0]
+    assert code == 0 and dram["Samples"] == 11 and dram["Min"] == 0 and dram["Med"] == 80.0
+
+
+def test_gpu_metric_sum_without_metrics_says_how_to_capture_them(capsys, worker_trace):
+    assert main(["stats", "-r", "gpu_metric_sum", "-f", "json", str(worker_trace)]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == [] and "--gpu-metrics-devices=all" in err

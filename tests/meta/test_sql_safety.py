@@ -34,6 +34,10 @@ AUDITED: dict[str, dict[str, str]] = {
         "EXPORT_DDL[table]": "constant DDL, keyed by the table names above",
         "marks": "a run of '?' placeholders",
     },
+    "nsys_rules/loaders/gpu_metrics.py": {
+        "', '.join((_quote(c) for c in SAMPLE_COLUMNS))": "the constant sample columns, each quoted",
+        "' AND '.join(where)": "rowid bounds, metric ids and times, each through int(); column names _quote()d constants",
+    },
     "nsys_rules/loaders/sqlite.py": {
         "', '.join((_quote(c) for c in src_cols))": "columns picked from the allow-list (tables.py), each quoted",
         "select": "rows(): each column quoted with _quote when PRAGMA table_info lists it, else the constant NULL; "

@@ -72,3 +72,63 @@ def test_min_share_boundary(tmp_path, gemm_ns, fires):
     ("gemm_1_" * 600 + "simt", True)])
 def test_names(name, simt):
     assert is_simt_gemm(name) is simt
+
+
+# -- with GPU metrics (nsys --gpu-metrics-devices) --------------------------------------------------
+BF16_GEMM = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT"
+
+
+def sampled(b: TraceBuilder, gemm: str, tensor: float, dram: float = 10.0, n: int = 6) -> None:
+    b.sample_gpu_metrics({gemm: {"tensor_active": tensor, "dram_read": dram, "sm_issue": 40},
+                          "vectorized_elementwise_kernel": {"tensor_active": 0, "dram_read": 60, "sm_issue": 20}},
+                         T0 - 1_000_000, T0 + (n + 1) * 1_000_000, idle={"tensor_active": 0, "dram_read": 0, "sm_issue": 0})
+
+
+def test_measured_idle_tensor_pipes_confirm_cuda_cores(tmp_path):
+    b = TraceBuilder()
+    steps(b)
+    sampled(b, SIMT, tensor=0)
+    [f] = run_rule("fp32-gemm", b.write(tmp_path / "t.sqlite"))
+    assert values(f)["tensor_active"] == pytest.approx(0, abs=0.5)
+    assert "so they run on CUDA cores" in f.message
+
+
+def test_measured_tensor_activity_says_part_of_it_already_uses_them(tmp_path):
+    b = TraceBuilder()
+    steps(b)
+    sampled(b, SIMT, tensor=30)
+    [f] = run_rule("fp32-gemm", b.write(tmp_path / "t.sqlite"))
+    assert values(f)["tensor_active"] == pytest.approx(30, abs=1.0)
+    assert "already reaches tensor cores" in f.message
+
+
+@pytest.mark.parametrize("tensor,fires", [(25, True), (39, True), (45, False), (82, False)])
+def test_gemms_with_low_measured_tensor_activity(tmp_path, tensor, fires):
+    b = TraceBuilder()
+    steps(b, BF16_GEMM)
+    sampled(b, BF16_GEMM, tensor=tensor)
+    found = run_rule("fp32-gemm", b.write(tmp_path / "t.sqlite"))
+    if not fires:
+        assert found == []
+        return
+    [f] = found
+    m = values(f)
+    assert f.title == "GEMMs with low tensor-core activity (measured)" and f.budget_part == "gemm"
+    assert m["tensor_active"] == pytest.approx(tensor, abs=1.0) and m["gemm_time"] == 6 * 500_000
+    assert f.severity.value == "warning"  # half the steady state
+    assert f.estimated_savings_ns == pytest.approx(6 * 500_000 * (1 - m["tensor_active"] / 70), rel=1e-6)
+    assert "multiples of 64" in f.recommendation and "bf16" in f.recommendation and "FP8" in f.recommendation
+
+
+def test_low_tensor_gemms_that_move_dram_get_batching_advice(tmp_path):
+    b = TraceBuilder()
+    steps(b, BF16_GEMM)
+    sampled(b, BF16_GEMM, tensor=12, dram=70)
+    [f] = run_rule("fp32-gemm", b.write(tmp_path / "t.sqlite"))
+    assert "more tokens in each GEMM" in f.recommendation and "memory-bound" in f.message
+
+
+def test_low_tensor_gemms_without_metrics_are_not_judged(tmp_path):
+    b = TraceBuilder()
+    steps(b, BF16_GEMM)
+    assert run_rule("fp32-gemm", b.write(tmp_path / "t.sqlite")) == []

@@ -269,3 +269,78 @@ def test_real_decode_and_prefill(h200):
     # 109.1 ms of GEMV over 63 steps = 1.732 ms per step; 7 GB / 1.732 ms = 4.04 TB/s = 84 % of peak.
     assert m["gemv_time_per_step"] == pytest.approx(1.732e6, rel=0.01)
     assert m["bandwidth_fraction"] == pytest.approx(84, abs=1.5)
+
+
+# -- measured by the GPU metrics (nsys --gpu-metrics-devices) ---------------------------------------
+def measured(b: TraceBuilder, dram: float, steps: int = 10, name: str = GEMV) -> None:
+    """Samples for ``decode``: the GEMVs at ``dram`` % of DRAM peak (plus 2 % writes), the norm at 20 %."""
+    b.sample_gpu_metrics({name: {"dram_read": dram, "dram_write": 2, "sm_issue": 8},
+                          NORM: {"dram_read": 20, "dram_write": 4, "sm_issue": 30}},
+                         T0 - PERIOD, T0 + (steps + 1) * PERIOD, idle={"dram_read": 0, "dram_write": 0, "sm_issue": 0})
+
+
+def jittered(b: TraceBuilder, steps: int = 10, gemv_name: str = GEMV) -> None:
+    """``decode``'s kernels, the norm placed differently each step (so samples mix the two in many ways)."""
+    rng = np.random.default_rng(11)
+    for i in range(steps):
+        s = T0 + i * PERIOD
+        b.nvtx("decode_step", s, s + PERIOD - 10_000)
+        t = s + 20_000 + int(rng.integers(0, 300_000))
+        for _ in range(4):
+            b.kernel(gemv_name, start=t, duration=25_000)
+            t += 26_000 + int(rng.integers(0, 40_000))
+        b.kernel(NORM, start=t + int(rng.integers(0, 200_000)), duration=25_000)
+
+
+def test_measured_bandwidth_needs_no_bytes(tmp_path):
+    b = TraceBuilder()
+    jittered(b)
+    measured(b, dram=84)
+    [f] = run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"))
+    m = values(f)
+    assert m["measured_read_pct"] == pytest.approx(84, abs=1.5)
+    assert m["measured_fraction"] == pytest.approx(86, abs=2)  # reads and writes: the roofline's measure
+    assert m["measured_bandwidth"] == pytest.approx(m["measured_read_pct"] / 100 * PEAK, rel=1e-6)
+    assert m["measured_dram_bytes_per_step"] == pytest.approx(m["measured_bandwidth"] * 100_000 / 1e9, rel=1e-6)
+    assert "GEMV kernels read DRAM at" in f.message and "measured" in f.message
+    assert "not computed" not in f.message and "weight_bytes" not in f.recommendation
+    assert "memory roofline" in f.recommendation and f.severity.value == "info"
+
+
+def test_measured_low_bandwidth_is_a_kernel_to_tune(tmp_path):
+    b = TraceBuilder()
+    jittered(b)
+    measured(b, dram=45)
+    [f] = run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"))
+    assert f.severity.value == "warning" and "Custom GEMV kernels have room" in f.recommendation
+    assert values(f)["measured_fraction"] < 70
+
+
+def test_weight_bytes_that_agree_with_the_measurement(tmp_path):
+    b = TraceBuilder()
+    jittered(b)
+    measured(b, dram=80)
+    weight = int(0.80 * PEAK * 100_000 / 1e9)  # the bytes 80 % of peak reads in 100 us of GEMV per step
+    [f] = run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"), options={"weight_bytes": weight})
+    m = values(f)
+    assert m["weight_bytes"] == weight and m["bandwidth_fraction"] == pytest.approx(80, rel=1e-3)
+    assert "the measurement agrees (within 15 %)" in f.message
+
+
+def test_weight_bytes_that_disagree_are_named_with_the_likely_cause(tmp_path):
+    b = TraceBuilder()
+    jittered(b)
+    measured(b, dram=80)
+    weight = int(0.20 * PEAK * 100_000 / 1e9)  # a quarter of what the GEMVs read: four tokens a step, say
+    [f] = run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"), options={"weight_bytes": weight})
+    assert "they disagree" in f.message and "several tokens per step" in f.message
+    assert "4.0" in f.message.split("x the weight bytes")[0][-6:]
+    assert "disagrees with the measurement" in f.recommendation
+
+
+def test_extra_gemv_patterns_are_measured_as_their_own_kernels(tmp_path):
+    b = TraceBuilder()
+    jittered(b, gemv_name="my_matvec_kernel(int)")
+    measured(b, dram=78, name="my_matvec_kernel(int)")
+    [f] = run_rule("gemv-dominance", b.write(tmp_path / "t.sqlite"), options={"extra_gemv_patterns": ["my_matvec"]})
+    assert values(f)["measured_read_pct"] == pytest.approx(78, abs=1.5)

@@ -258,12 +258,14 @@ def _intervals(intervals: Any) -> tuple[np.ndarray, np.ndarray]:
     return pairs[:, 0], pairs[:, 1]
 
 
-def host_sites(trace: Trace, intervals: Any, tid: int | Iterable[int] | None = None, top: int = 5) -> list[PythonSite]:
+def host_sites(trace: Trace, intervals: Any, tid: int | Iterable[int] | None = None, top: int = 5,
+               by: str = "line") -> list[PythonSite]:
     """The sites of the Python samples taken inside ``intervals`` on thread ``tid`` (or threads; None: any).
 
     ``intervals``: a frame with ``start``/``end`` columns, ``(starts, ends)`` arrays, or (start, end)
-    pairs (ns; overlaps are counted once). The ``top`` sites by samples, each with its share of the
-    samples in the intervals. Empty when the trace has no samples there.
+    pairs (ns, end excluded; overlaps are counted once). The ``top`` sites by samples, each with its share of the
+    samples in the intervals; ``by="function"`` adds up a function's lines (its ``line``: the one
+    seen most). Empty when the trace has no samples there.
     """
     data = python_stacks(trace)
     samples = data.samples
@@ -271,12 +273,12 @@ def host_sites(trace: Trace, intervals: Any, tid: int | Iterable[int] | None = N
         return []
     starts, ends = merge_intervals(*_intervals(intervals))
     stacks = samples.stacks
-    inside = point_in(stacks.time, starts, ends) >= 0
+    inside = point_in(stacks.time, starts, ends - 1) >= 0  # [start, end): a sample at the end is the next block's
     if tid is not None:
         inside &= np.isin(stacks.tid, [tid] if isinstance(tid, (int, np.integer)) else list(tid))
     rows = np.flatnonzero(inside & (samples.site >= 0))
     return _merge_sites([(samples, rows, np.full(len(rows), data.period_ns, np.int64), "samples")],
-                        int(inside.sum()), top)
+                        int(inside.sum()), top, by)
 
 
 def call_site_rows(trace: Trace, api_rows: pd.DataFrame) -> pd.DataFrame:
@@ -296,7 +298,8 @@ def call_site_rows(trace: Trace, api_rows: pd.DataFrame) -> pd.DataFrame:
     stack = np.full(n, None, object)
     row = np.full(n, -1, np.int64)
     if not n or not data.available:
-        return pd.DataFrame({"stack": stack, "row": row}, index=api_rows.index)
+        return pd.DataFrame({"stack": pd.Series(stack, dtype=object, index=api_rows.index), "row": row},
+                            index=api_rows.index)
     calls = pd.DataFrame({"start": api_rows["start"].to_numpy(np.int64), "end": api_rows["end"].to_numpy(np.int64),
                           "tid": np.asarray(api_rows["tid"].to_numpy(), np.int64), "at": np.arange(n)})
     if data.backtraces is not None:
@@ -312,14 +315,16 @@ def call_site_rows(trace: Trace, api_rows: pd.DataFrame) -> pd.DataFrame:
             hit = found >= 0
             at = rest["at"].to_numpy()[hit]
             stack[at], row[at] = kind, found[hit]
-    return pd.DataFrame({"stack": stack, "row": row}, index=api_rows.index)
+    return pd.DataFrame({"stack": pd.Series(stack, dtype=object, index=api_rows.index), "row": row},
+                        index=api_rows.index)
 
 
-def call_site(trace: Trace, api_rows: pd.DataFrame, top: int = 5) -> list[PythonSite]:
+def call_site(trace: Trace, api_rows: pd.DataFrame, top: int = 5, by: str = "line") -> list[PythonSite]:
     """The sites that made the given CUDA calls (``api_rows``: ``start``, ``end``, ``tid``), ``top`` by calls.
 
     Each site's ``share`` is of all given calls (calls whose stack is unknown count in none), its
-    ``time_ns`` the calls' summed duration, ``inner`` the library line that made the call.
+    ``time_ns`` the calls' summed duration, ``inner`` the library line that made the call;
+    ``by="function"`` as in :func:`host_sites`.
     """
     data = python_stacks(trace)
     found = call_site_rows(trace, api_rows)
@@ -332,7 +337,7 @@ def call_site(trace: Trace, api_rows: pd.DataFrame, top: int = 5) -> list[Python
         rows = found["row"].to_numpy()[mine]
         keep = stacks.site[rows] >= 0
         parts.append((stacks, rows[keep], durations[mine][keep], name))
-    return _merge_sites(parts, len(api_rows), top)
+    return _merge_sites(parts, len(api_rows), top, by)
 
 
 def _backtrace_of_calls(trace: Trace, backtraces: StackSet, calls: pd.DataFrame) -> np.ndarray:
@@ -374,8 +379,19 @@ def _sample_in_calls(samples: StackSet, calls: pd.DataFrame, slack: int) -> np.n
     return out
 
 
-def _merge_sites(parts: list[tuple[StackSet, np.ndarray, np.ndarray, str]], total: int, top: int) -> list[PythonSite]:
-    """Stacks grouped by site frame across stack sets (the same function, file and line is one site)."""
+def _most_common(table: pd.DataFrame, key: list[str], value: list[str]) -> pd.DataFrame:
+    """Per ``key`` group, the ``value`` columns' most frequent combination (ties: the first in sort order)."""
+    counted = table.groupby(key + value, sort=False).size().rename("_n").reset_index()
+    ordered = counted.sort_values(["_n", *value], ascending=[False] + [True] * len(value), kind="stable")
+    return ordered.drop_duplicates(key).set_index(key)[value]
+
+
+def _merge_sites(parts: list[tuple[StackSet, np.ndarray, np.ndarray, str]], total: int, top: int,
+                 by: str = "line") -> list[PythonSite]:
+    """Stacks grouped by their site across stack sets: by function, file and line (``by="line"``), or by
+    function and file (``by="function"``: the line is the one seen most)."""
+    if by not in ("line", "function"):
+        raise ValueError(f"by={by!r}: group sites by 'line' or 'function'")
     frames = []
     for stacks, rows, durations, source in parts:
         if not len(rows):
@@ -391,22 +407,19 @@ def _merge_sites(parts: list[tuple[StackSet, np.ndarray, np.ndarray, str]], tota
     if not frames or not total:
         return []
     table = pd.concat(frames, ignore_index=True)
-    key = ["function", "file", "line"]
-    grouped = table.groupby(key, sort=False)
-    summary = grouped.agg(count=("ns", "size"), ns=("ns", "sum"), user=("user", "first"),
-                          sources=("source", lambda s: "+".join(sorted(set(s)))))
+    key = ["function", "file", "line"] if by == "line" else ["function", "file"]
+    summary = table.groupby(key, sort=False).agg(count=("ns", "size"), ns=("ns", "sum"), user=("user", "first"),
+                                                 sources=("source", lambda v: "+".join(sorted(set(v)))))
+    if by == "function":
+        summary = summary.join(_most_common(table, key, ["line"]))
     summary = summary.reset_index().sort_values(["count", "ns", "function", "file", "line"],
-                                                ascending=[False, False, True, True, True]).head(top)
-    inner = (table.groupby(key + ["inner_function", "inner_file", "inner_line"], sort=False).size()
-             .rename("n").reset_index().sort_values(["n", "inner_function", "inner_file", "inner_line"],
-                                                    ascending=[False, True, True, True])
-             .drop_duplicates(key))
-    inner_of = {(r.function, r.file, int(r.line)): PythonFrame(r.inner_function, r.inner_file, int(r.inner_line))
-                for r in inner.itertuples(index=False)}
+                                                ascending=[False, False, True, True, True], kind="stable").head(top)
+    inner = _most_common(table, key, ["inner_function", "inner_file", "inner_line"])
     out = []
     for r in summary.itertuples(index=False):
         frame = PythonFrame(str(r.function), str(r.file), int(r.line))
-        below = inner_of.get((r.function, r.file, int(r.line)))
+        below = inner.loc[tuple(getattr(r, k) for k in key)] if len(key) > 1 else inner.loc[r.function]
+        under = PythonFrame(str(below["inner_function"]), str(below["inner_file"]), int(below["inner_line"]))
         out.append(PythonSite(frame, bool(r.user), int(r.count), int(r.count) / total, int(r.ns),
-                              None if below == frame else below, str(r.sources)))
+                              None if under == frame else under, str(r.sources)))
     return out

@@ -116,6 +116,9 @@ class ColumnarExport(ABC):
     damage: list[str]
     table_names: frozenset[str]
     parallel_reads: bool = True
+    #: Leave out the rows a table's :class:`~nsys_rules.loaders.tables.RowDrop` names (``--cudabacktrace``'s second
+    #: row of a call). ``stats`` keeps them: ``nsys stats`` counts them, and its output is matched as printed.
+    row_drops: bool = True
 
     def __init__(self) -> None:
         self._strings: tuple[np.ndarray, np.ndarray] | None = None
@@ -283,8 +286,8 @@ class ColumnarExport(ABC):
         present = self.columns_of(source)
         picks, src_cols, narrow = self.source_columns(table, wanted, source)
         damage_fix.note_missing_columns(table.name, source, [c for c in wanted if picks[c.name] is None], self.damage)
-        drop = table.drop_rows if table.drop_rows is not None and table.drop_rows.column in present and \
-            table.drop_rows.only_with in self.table_names else None
+        drop = table.drop_rows if self.row_drops and table.drop_rows is not None and \
+            table.drop_rows.column in present and table.drop_rows.only_with in self.table_names else None
         if drop is not None and drop.column not in src_cols:
             src_cols = [*src_cols, drop.column]
         raw = self._fetch(source, src_cols, narrow)

@@ -17,6 +17,7 @@ import pytest
 from nsys_rules.api import call_site, call_site_rows, host_sites, is_library_file, python_stacks
 from nsys_rules.inputs import open_trace
 from nsys_rules.model.python_payload import SAMPLING_SCHEMA, decode, read_layouts, signed64
+from nsys_rules.stats import REPORTS
 from nsys_rules.testing import MAIN_TID, TraceBuilder
 from nsys_rules.testing import payloads
 from tests.unit._folders import folder_from_sqlite
@@ -62,6 +63,10 @@ def test_host_sites_name_the_users_function_and_line(tmp_path):
     assert first.frame.function == "host_work" and first.share == pytest.approx(0.8)
     assert (second.frame.function, second.frame.line) == ("forward", 12) and second.share == pytest.approx(0.2)
     assert second.inner is not None and (second.inner.function, second.inner.file) == ("_call_impl", TORCH)
+    assert second.to_json() == {"function": "forward", "file": APP, "line": 12, "user_code": True, "count": 30,
+                                "share": 0.2, "time_ns": 30 * MS, "source": "samples",
+                                "inner": {"function": "_call_impl", "file": TORCH, "line": 1773}}
+    assert str(second.frame) == f"forward ({APP}:12)"
 
 
 def test_host_sites_fall_back_to_the_innermost_frame_without_user_code(tmp_path):
@@ -222,3 +227,16 @@ def test_folder_exports_carry_the_payloads_as_nsys_types_them(tmp_path, kind):
             out.write_table(table)
     [site] = host_sites(open_trace(folder), blocks)
     assert (site.frame.function, site.frame.line, site.count) == ("host_work", 20, 80)
+
+
+def test_rules_see_each_call_once_and_stats_count_as_nsys_does(tmp_path):
+    b = TraceBuilder()
+    for i in range(3):
+        b.api("cudaStreamSynchronize_v3020", 10 * MS * (i + 1), 20_000, cuda_backtrace=True)
+    trace = _open(b, tmp_path)
+    assert len(trace.frame("api", ["start"])) == 3
+    # nsys stats counts --cudabacktrace's second row of each call, under its own name id: two rows of the same
+    # name, as NVIDIA's cuda_api_sum prints for a real export (the parity tests check one).
+    rows = REPORTS["cuda_api_sum"].build(trace, None).rows
+    assert [(r["Name"], r["Num Calls"]) for r in rows] == [("cudaStreamSynchronize", 3)] * 2
+    assert len(trace.frame("api", ["start"])) == 3  # the rules' frame is left as it was

@@ -259,13 +259,15 @@ def _intervals(intervals: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def host_sites(trace: Trace, intervals: Any, tid: int | Iterable[int] | None = None, top: int = 5,
-               by: str = "line") -> list[PythonSite]:
+               by: str = "line", innermost: bool = False) -> list[PythonSite]:
     """The sites of the Python samples taken inside ``intervals`` on thread ``tid`` (or threads; None: any).
 
     ``intervals``: a frame with ``start``/``end`` columns, ``(starts, ends)`` arrays, or (start, end)
     pairs (ns, end excluded; overlaps are counted once). The ``top`` sites by samples, each with its share of the
     samples in the intervals; ``by="function"`` adds up a function's lines (its ``line``: the one
-    seen most). Empty when the trace has no samples there.
+    seen most). ``innermost``: group by the innermost frame, the code actually running (a library's
+    hot line inside one user call such as ``model.generate(...)``), not the user's frame above it.
+    Empty when the trace has no samples there.
     """
     data = python_stacks(trace)
     samples = data.samples
@@ -278,7 +280,7 @@ def host_sites(trace: Trace, intervals: Any, tid: int | Iterable[int] | None = N
         inside &= np.isin(stacks.tid, [tid] if isinstance(tid, (int, np.integer)) else list(tid))
     rows = np.flatnonzero(inside & (samples.site >= 0))
     return _merge_sites([(samples, rows, np.full(len(rows), data.period_ns, np.int64), "samples")],
-                        int(inside.sum()), top, by)
+                        int(inside.sum()), top, by, innermost)
 
 
 def call_site_rows(trace: Trace, api_rows: pd.DataFrame) -> pd.DataFrame:
@@ -387,20 +389,21 @@ def _most_common(table: pd.DataFrame, key: list[str], value: list[str]) -> pd.Da
 
 
 def _merge_sites(parts: list[tuple[StackSet, np.ndarray, np.ndarray, str]], total: int, top: int,
-                 by: str = "line") -> list[PythonSite]:
-    """Stacks grouped by their site across stack sets: by function, file and line (``by="line"``), or by
-    function and file (``by="function"``: the line is the one seen most)."""
+                 by: str = "line", innermost: bool = False) -> list[PythonSite]:
+    """Stacks grouped by their site (or innermost frame) across stack sets: by function, file and line
+    (``by="line"``), or by function and file (``by="function"``: the line is the one seen most)."""
     if by not in ("line", "function"):
         raise ValueError(f"by={by!r}: group sites by 'line' or 'function'")
     frames = []
     for stacks, rows, durations, source in parts:
         if not len(rows):
             continue
-        site = stacks.site[rows]
         inner = stacks.stacks.first[rows]
+        site = inner if innermost else stacks.site[rows]
+        user = stacks.user[rows] & (site == stacks.site[rows])
         frames.append(pd.DataFrame({
             "function": stacks.functions[stacks.function_code[site]], "file": stacks.files[stacks.file_code[site]],
-            "line": stacks.stacks.line[site], "user": stacks.user[rows],
+            "line": stacks.stacks.line[site], "user": user,
             "inner_function": stacks.functions[stacks.function_code[inner]],
             "inner_file": stacks.files[stacks.file_code[inner]], "inner_line": stacks.stacks.line[inner],
             "ns": durations, "source": source}))

@@ -67,6 +67,9 @@ def test_host_sites_name_the_users_function_and_line(tmp_path):
                                 "share": 0.2, "time_ns": 30 * MS, "source": "samples",
                                 "inner": {"function": "_call_impl", "file": TORCH, "line": 1773}}
     assert str(second.frame) == f"forward ({APP}:12)"
+    running = host_sites(trace, steps, innermost=True)
+    assert [(s.frame.function, s.user_code, s.inner) for s in running] == [("host_work", True, None),
+                                                                           ("_call_impl", False, None)]
 
 
 def test_host_sites_fall_back_to_the_innermost_frame_without_user_code(tmp_path):

@@ -8,7 +8,8 @@ The names in ``__all__`` keep their meaning across minor releases; every other m
 ``nsys_rules`` is internal and may change without notice. A rule gets its trace, options and
 window in a :class:`RuleContext` (``ctx.frame(table)`` is the window's rows, GPU rows by the
 time of their launching call; ``ctx.launch_calls(table)`` the launching API call of each row;
-``ctx.steps`` and ``ctx.budget`` the step model and where its time goes) and reports with
+``ctx.steps`` and ``ctx.budget`` the step model and where its time goes; ``host_sites`` and
+``call_site`` the Python function and line behind host time and CUDA calls) and reports with
 ``ctx.finding(...)``. The functions below are the ones the built-in rules use, so a plugin gets
 the same launch join, interval arithmetic, per-group statistics and kernel classes. A trace is
 read through its typed frames: no SQL reaches a rule.
@@ -52,6 +53,8 @@ from nsys_rules.model.framework import Framework, framework
 from nsys_rules.model.gpu_metrics import BudgetMetrics, PartActivity, measure_kernels
 from nsys_rules.model.job.model import Job
 from nsys_rules.model.launches import launch_api_rows, launch_times, launching_rows
+from nsys_rules.model.python_sites import (PythonFrame, PythonSite, PythonStacks, call_site, call_site_rows,
+                                           host_sites, is_library_file, python_stacks)
 from nsys_rules.model.regime_causes import GRAPH_CAPTURE_APIS, StepFacts, kernels_after, library_of, step_facts
 from nsys_rules.model.steps import Regime, StepModel
 from nsys_rules.model.trace import Trace
@@ -95,6 +98,9 @@ __all__ = [
     "CLASSES", "DEFAULT_TAXONOMY", "base_name", "classify", "category_classes",
     # flagged rows cut into findings (the nsys analyze parity rules)
     "REPORT_MODES", "FlaggedGroup", "split_flagged",
+    # Python call sites (nsys Python sampling and backtraces at CUDA calls)
+    "python_stacks", "PythonStacks", "host_sites", "call_site", "call_site_rows", "PythonSite", "PythonFrame",
+    "is_library_file",
     # the recorded command, and words safe to paste into a shell
     "command_evidence", "recapture_command", "shell_word", "shell_join",
     # units and files

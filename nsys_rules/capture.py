@@ -21,6 +21,14 @@ from nsys_rules.model.commands import command_evidence
 #: The flags every capture gets: reuse the file name, trace graph replays kernel by kernel, write SQLite.
 STANDARD_FLAGS = ("--force-overwrite=true", "--cuda-graph-trace=node", "--export=sqlite")
 DEFAULT_TRACE = "cuda,nvtx"
+#: ``--python``: Python samples every millisecond and the Python stack at each synchronizing or copying CUDA call.
+#: nsys takes a Python backtrace only at a call it takes a CUDA backtrace of, and CUDA backtraces only with CPU
+#: sampling on (threshold 0: every sync and copy, not only those over the default 80 us; kernel launches are left
+#: out, a backtrace each would slow the host most). With sampling on nsys traces context switches too, whatever
+#: --cpuctxsw says. The report is then exported with ``--include-blobs=true`` (:func:`export_command`): without it
+#: nsys writes the samples' times but not one frame.
+PYTHON_FLAGS = ("--sample=process-tree", "--python-sampling=true", "--python-backtrace=cuda",
+                "--cudabacktrace=sync:0,memory:0")
 DEFAULT_FOLDER = "target/profiling"
 
 _RANGE_END = re.compile(r"(stop|stop-shutdown|repeat(-shutdown)?:[1-9][0-9]*)")
@@ -42,6 +50,7 @@ class CaptureOptions:
     extra: tuple[str, ...] = ()
     gpu_metrics: bool = False  # sample DRAM, SM, tensor and PCIe activity (--gpu-metrics-devices=all)
     gpu_metrics_frequency: int | None = None  # Hz (nsys: 10..200000, default 10000)
+    python: bool = False               # set: Python samples and backtraces, exported afterwards with the payloads
 
 
 @dataclass(frozen=True)
@@ -87,7 +96,10 @@ def normalize_output(output: str) -> str:
 
 def nsys_flags(options: CaptureOptions, long_form: bool = False) -> list[str]:
     """The ``nsys profile`` flags, ``-o`` last. ``long_form``: ``--capture-range=...`` for command files."""
-    flags = [*STANDARD_FLAGS, f"--trace={options.trace}"]
+    standard = [f for f in STANDARD_FLAGS if f != "--export=sqlite"] if options.python else list(STANDARD_FLAGS)
+    flags = [*standard, f"--trace={options.trace}"]
+    if options.python:
+        flags += PYTHON_FLAGS
     if options.range_end:
         flags += ["--capture-range=cudaProfilerApi"] if long_form else ["-c", "cudaProfilerApi"]
         flags.append(f"--capture-range-end={options.range_end}")
@@ -106,6 +118,13 @@ def nsys_flags(options: CaptureOptions, long_form: bool = False) -> list[str]:
 def nsys_command(nsys: str, options: CaptureOptions, command: Sequence[str]) -> list[str]:
     """The whole capture command as an argument list (never through a shell)."""
     return [nsys, "profile", *nsys_flags(options), *command]
+
+
+def export_command(nsys: str, report: str | Path) -> list[str]:
+    """The SQLite export of ``report`` (a ``.nsys-rep``) beside it, NVTX payloads (the Python frames) included."""
+    report = Path(report)
+    return [nsys, "export", "--type=sqlite", "--include-blobs=true", "--force-overwrite=true", "-o",
+            str(report.with_suffix(".sqlite")), str(report)]
 
 
 def command_file_text(options: CaptureOptions) -> str:

@@ -3,9 +3,10 @@
 Steps: preflight (nsys found, release build, environment), the command (printed shell-quoted: the
 user's program and arguments are data), the capture with the program's output passed through to
 stderr (stdout stays for the report), then ``check`` on what nsys wrote, with every ``check``
-flag. Exit codes: those of ``check``; 2 when the preflight stops (debug build, bad flags); 3 when
-nsys is missing or wrote no export; 4 when the profiled program failed (the partial trace, if
-nsys wrote one, is still checked).
+flag. ``--python`` adds nsys's Python sampling and backtraces (``capture.PYTHON_FLAGS``) and exports
+the report with its NVTX payloads, where the Python frames are. Exit codes: those of ``check``; 2
+when the preflight stops (debug build, bad flags); 3 when nsys is missing or wrote no export; 4 when
+the profiled program failed (the partial trace, if nsys wrote one, is still checked).
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--metrics-frequency", metavar="HZ",
                    help="GPU metrics samples per second (nsys --gpu-metrics-frequency, 10-200000; default 10000); "
                         "implies --metrics")
+    p.add_argument("--python", action="store_true",
+                   help="also record where the Python code spends host time and makes each sync: "
+                        f"{' '.join(capture.PYTHON_FLAGS)}, then `nsys export --include-blobs=true` (the frames); "
+                        "Python sampling slows the host, so read the times as shares")
     p.add_argument("--nsys-arg", action="append", default=[], metavar="FLAG",
                    help="one more nsys profile flag, as --nsys-arg=--cuda-memory-usage=true (repeatable)")
     p.add_argument("--nsys", metavar="PATH", help="the nsys binary to use (default: $NSYS_RULES_NSYS, PATH, "
@@ -85,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         _write_command_file(Path(args.command_file), options)
     if args.dry_run:
         sys.stdout.write(shlex.join(nsys_cmd) + "\n")
+        if options.python:  # the export that keeps the Python frames, run after the capture
+            sys.stdout.write(shlex.join(capture.export_command(nsys_cmd[0], f"{options.output}.nsys-rep")) + "\n")
         sys.stdout.flush()
     stop = _report_problems(problems, verdict=args.dry_run)
     if args.dry_run or stop:
@@ -101,7 +108,7 @@ def _options(args: argparse.Namespace, command: list[str]) -> CaptureOptions:
     range_end = capture.parse_range_end(args.profiler_range) if args.profiler_range else None
     frequency = capture.parse_metrics_frequency(args.metrics_frequency) if args.metrics_frequency else None
     return CaptureOptions(output=output, trace=args.trace, range_end=range_end, delay=args.delay,
-                          duration=args.duration, extra=tuple(args.nsys_arg),
+                          duration=args.duration, extra=tuple(args.nsys_arg), python=args.python,
                           gpu_metrics=bool(args.metrics) or frequency is not None, gpu_metrics_frequency=frequency)
 
 
@@ -183,6 +190,8 @@ def _capture_and_check(args: argparse.Namespace, nsys_cmd: list[str], options: C
     pattern = capture.output_glob(output, os.environ, repeat=(options.range_end or "").startswith("repeat"))
     started = time.time() - 2  # file times can be coarser than the clock
     returncode, lines = _run_streaming(nsys_cmd)
+    if options.python:
+        _export_with_payloads(nsys_cmd[0], capture.written_files(pattern, ".nsys-rep", started))
     traces = capture.written_files(pattern, ".sqlite", started) or capture.written_files(pattern, ".nsys-rep", started)
     if not traces:
         return _no_trace(returncode, lines, output, capture.written_files(pattern, ".qdstrm", started))
@@ -196,6 +205,17 @@ def _capture_and_check(args: argparse.Namespace, nsys_cmd: list[str], options: C
     if traces[0].suffix != ".sqlite":
         _say(f"nsys wrote {traces[0]} but no SQLite export; checking the report (exported through nsys)")
     return int(check.run(_with_traces(args, traces)))
+
+
+def _export_with_payloads(nsys: str, reports: list[Path]) -> None:
+    """``--python``: each report exported to SQLite with its NVTX payloads (the Python frames live there)."""
+    for report in reports:
+        command = capture.export_command(nsys, report)
+        _say(f"exporting: {shlex.join(command)}")
+        returncode, lines = _run_streaming(command)
+        if returncode != 0:
+            _say(f"`nsys export` exited with code {returncode}; the report is checked without its Python frames")
+            _show(lines[-TAIL_LINES:])
 
 
 def _no_trace(returncode: int, lines: list[str], output: str, raw: list[Path]) -> int:

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from nsys_rules.loaders.export import NULL_INT
+from nsys_rules.loaders.tables import BLOB_SOURCES
 
 _INT64_LIMIT = 2**63
 
@@ -82,7 +83,7 @@ def fill_columns(batches: Iterable[Any], names: Sequence[str], expected_rows: in
                     objs[i][:pos] = done  # type: ignore[index]
                 ints[i] = None
             if not pa.types.is_null(column.type):
-                objs[i][pos:pos + rows] = _objects(column)  # type: ignore[index]
+                objs[i][pos:pos + rows] = _blobs(column) if names[i] in BLOB_SOURCES else _objects(column)  # type: ignore[index]
         pos += rows
     out: dict[str, np.ndarray] = {}
     for name, as_int, as_obj, beyond in zip(names, ints, objs, huge, strict=True):
@@ -155,3 +156,19 @@ def _objects(column: Any) -> np.ndarray:
     except (UnicodeDecodeError, pa.ArrowInvalid):
         raw = column.cast(pa.large_binary()).to_pylist()
         return np.array([None if v is None else v.decode("utf-8", "replace") for v in raw], dtype=object)
+
+
+def _blobs(column: Any) -> np.ndarray:
+    """A column of raw bytes (``BLOB_SOURCES``) as ``bytes`` objects, None where NULL: never decoded as text.
+
+    Parquet and Arrow exports type ``binaryData`` as a string column holding any bytes; SQLite ones as BLOB.
+    """
+    import pyarrow as pa
+
+    out = np.empty(len(column), dtype=object)
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) or pa.types.is_binary(
+            column.type) or pa.types.is_large_binary(column.type):
+        out[:] = column.cast(pa.large_binary()).to_pylist()
+    else:
+        out[:] = None  # a type no payload has (damage): nothing to decode
+    return out

@@ -44,6 +44,9 @@ class ColumnarExport(StringLookups, ABC):
     damage: list[str]
     table_names: frozenset[str]
     parallel_reads: bool = True
+    #: Leave out the rows a table's :class:`~nsys_rules.loaders.tables.RowDrop` names (``--cudabacktrace``'s second
+    #: row of a call). ``stats`` keeps them: ``nsys stats`` counts them, and its output is matched as printed.
+    row_drops: bool = True
 
     def __init__(self) -> None:
         self._strings: tuple[np.ndarray, np.ndarray] | None = None
@@ -131,6 +134,10 @@ class ColumnarExport(StringLookups, ABC):
         present = self.columns_of(source)
         picks, src_cols, narrow = self.source_columns(table, wanted, source)
         damage_fix.note_missing_columns(table.name, source, [c for c in wanted if picks[c.name] is None], self.damage)
+        drop = table.drop_rows if self.row_drops and table.drop_rows is not None and \
+            table.drop_rows.column in present and table.drop_rows.only_with in self.table_names else None
+        if drop is not None and drop.column not in src_cols:
+            src_cols = [*src_cols, drop.column]
         raw = self._fetch(source, src_cols, narrow)
         n = len(next(iter(raw.values()))) if raw else self.count(source)
         keep: np.ndarray | None = None  # built only when a required column may hold a NULL
@@ -149,6 +156,13 @@ class ColumnarExport(StringLookups, ABC):
         if not all_kept:
             required = ", ".join(c.name for c in wanted if c.required)
             self.damage.append(f"{table.name}: {int((~keep).sum())} row(s) with NULL {required} dropped")
+        if drop is not None:
+            # Rows that belong to another kind of record (see RowDrop): left out, no damage.
+            marks = raw[drop.column]
+            dropped = np.isin(marks if marks.dtype.kind in "iu" else damage_fix.to_int(marks, NULL_INT), drop.values)
+            if dropped.any():
+                keep = (keep if keep is not None and len(keep) == n else np.ones(n, bool)) & ~dropped
+                all_kept = False
         data: dict[str, Any] = {}
         for col in wanted:
             src = picks[col.name]
@@ -193,6 +207,11 @@ class ColumnarExport(StringLookups, ABC):
     def _convert(self, col: Column, values: np.ndarray | None, n: int, what: str) -> Any:
         import pandas as pd
 
+        if col.kind == "blob":
+            # Raw bytes or None; a column read as integers held only NULLs (an export without blobs).
+            if values is None or values.dtype.kind in "iuf":
+                return np.full(n, None, dtype=object)
+            return values
         if col.kind in ("string", "text"):
             if values is None:
                 return pd.Categorical.from_codes(np.full(n, -1), categories=pd.Index([], dtype=object))

@@ -18,13 +18,27 @@ class Column:
     ``kind`` says how the raw value becomes the canonical one: ``int`` (int64, or a
     nullable integer when the source has NULLs), ``string`` (a ``StringIds`` reference
     resolved to a categorical name), ``text`` (a TEXT column, categorical), ``pid`` /
-    ``tid`` (decoded from a serialized ``globalPid``/``globalTid``).
+    ``tid`` (decoded from a serialized ``globalPid``/``globalTid``), ``blob`` (raw bytes, an
+    object array of ``bytes`` or None: NVTX extended payloads).
     """
 
     name: str
     sources: tuple[str, ...]
     kind: str = "int"
     required: bool = False
+
+
+@dataclass(frozen=True)
+class RowDrop:
+    """Rows of a source table that are not rows of the canonical one: ``column`` holds one of ``values``.
+
+    Checked only when the export also has table ``only_with`` (the one sign such rows can exist), so
+    other exports never pay for reading ``column``.
+    """
+
+    column: str
+    values: tuple[int, ...]
+    only_with: str
 
 
 @dataclass(frozen=True)
@@ -35,6 +49,7 @@ class Table:
     sources: tuple[str, ...]
     columns: tuple[Column, ...]
     capture_hint: str
+    drop_rows: RowDrop | None = None
 
     def column(self, name: str) -> Column:
         """The column called ``name``; ``KeyError`` when the table has none."""
@@ -63,6 +78,12 @@ _GPU_COMMON = (
     _c("pid", "globalPid", kind="pid"),
     _c("graph_node_id", "graphNodeId"),
 )
+
+#: ``eventClass`` of the rows ``--cudabacktrace`` adds to CUPTI_ACTIVITY_KIND_RUNTIME (see the ``api`` table).
+CUDA_BACKTRACE_CLASS = 67
+#: Source columns of raw bytes: kept as ``bytes``, never decoded as text (Parquet/Arrow exports type them as
+#: strings that hold any bytes).
+BLOB_SOURCES = frozenset({"binaryData"})
 
 _CUDA_HINT = "capture with `nsys profile --trace=cuda` (CUDA trace was off or the program ran no CUDA work)"
 
@@ -100,6 +121,10 @@ TABLES: dict[str, Table] = {
                 _c("return_value", "returnValue"),
             ),
             _CUDA_HINT,
+            # `--cudabacktrace` writes a second row for each call it took a backtrace of (eventClass 67,
+            # TRACE_PROCESS_EVENT_CUDABACKTRACE): the same call's interval and correlationId again,
+            # carrying the stack (callchainId into CUDA_CALLCHAINS). It is no call of its own.
+            drop_rows=RowDrop("eventClass", (CUDA_BACKTRACE_CLASS,), "CUDA_CALLCHAINS"),
         ),
         Table(
             "memcpy",
@@ -154,6 +179,9 @@ TABLES: dict[str, Table] = {
                 _c("end_tid", "endGlobalTid", kind="tid"),
                 _c("domain_id", "domainId"),
                 _c("range_id", "rangeId"),
+                # NVTX extended payloads (Python stacks, NCCL details): written only by
+                # `nsys export --include-blobs=true`, NULL otherwise.
+                _c("payload", "binaryData", kind="blob"),
             ),
             "annotate the program with NVTX ranges and capture with `nsys profile --trace=cuda,nvtx`",
         ),

@@ -11,11 +11,17 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from nsys_rules.analysis.grouped import GroupStats
+from nsys_rules.loaders.tables import TABLES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from nsys_rules.model.trace import Trace
 
 #: nsys strips a version suffix only when it is ``_v`` plus four characters at the very end
 #: (its SQL tests ``substr(name, -6, 2) = '_v'``): ``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``,
@@ -32,6 +38,26 @@ def report_columns(columns: list[str], percentiles: bool, unit: str = "ns", name
     if not percentiles:
         return list(columns)
     return columns[:-names] + [f"P{p} ({unit})" for p in PERCENTILES] + columns[-names:]
+def api_frame(trace: Trace, columns: list[str]) -> pd.DataFrame:
+    """The api table as ``nsys stats`` counts it.
+
+    The trace's own api frame leaves out the second row ``--cudabacktrace`` writes for each call it
+    took a backtrace of (eventClass 67: the rules must not count a call twice); ``nsys stats``
+    counts both (``cuda_api_sum``, ``cuda_kern_exec_sum`` match it only so). Read apart from the
+    trace's cache, and only where the export has such rows.
+    """
+    table = TABLES["api"]
+    export = trace.export
+    drop = table.drop_rows
+    if not getattr(export, "row_drops", False) or drop is None or drop.only_with not in export.table_names:
+        return trace.frame("api", columns)
+    if trace.read_guard is not None:
+        trace.read_guard.admit(trace, "api", columns)
+    export.row_drops = False  # type: ignore[attr-defined]
+    try:
+        return export.read(table, columns)
+    finally:
+        export.row_drops = True  # type: ignore[attr-defined]
 
 
 def nsys_api_name(name: str) -> str:

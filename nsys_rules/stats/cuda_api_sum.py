@@ -11,8 +11,8 @@ import numpy as np
 from nsys_rules.analysis.grouped import group_stats
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.windows import Window
-from nsys_rules.stats.common import (PERCENTILES, StatsResult, duration_summary, nsys_api_name, order_rows, report_columns,
-                                     rows_from_columns)
+from nsys_rules.stats.common import (PERCENTILES, StatsResult, api_frame, duration_summary, nsys_api_name, order_rows,
+                                     report_columns, rows_from_columns)
 from nsys_rules.stats.filters import host_mask
 
 NAME = "cuda_api_sum"
@@ -27,7 +27,7 @@ def build(trace: Trace, window: Window | None, variant: str | None = None, perce
     if not trace.has("api"):
         return StatsResult(columns, reason=f"{trace.path} does not contain CUDA trace data "
                            "(CUPTI_ACTIVITY_KIND_RUNTIME); capture with `nsys profile --trace=cuda`")
-    frame = trace.frame("api", ["start", "end", "name"])
+    frame = api_frame(trace, ["start", "end", "name"])
     mask = host_mask(frame, window)
     names = frame["name"].array
     codes = np.asarray(names.codes, dtype=np.int64)[mask] + 1

@@ -19,7 +19,8 @@ from nsys_rules.analysis.keys import launch_pairs
 from nsys_rules.loaders.export import NULL_INT
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.windows import Window
-from nsys_rules.stats.common import PERCENTILES, StatsResult, nsys_api_name, python_values, round_half_up, rows_from_columns
+from nsys_rules.stats.common import (PERCENTILES, StatsResult, api_frame, nsys_api_name, python_values, round_half_up,
+                                     rows_from_columns)
 from nsys_rules.stats.cuda_gpu_kern_sum import frame_columns, kernel_names
 
 NAME = "cuda_kern_exec_sum"
@@ -48,7 +49,7 @@ def build(trace: Trace, window: Window | None, variant: str | None = None, perce
         return StatsResult(columns, reason=f"{trace.path} does not contain CUDA API data "
                            "(CUPTI_ACTIVITY_KIND_RUNTIME); capture with `nsys profile --trace=cuda`")
     kernels = trace.frame("kernels", frame_columns(variant, True) + ["device_id"])
-    api = trace.frame("api", ["start", "end", "correlation_id", "pid", "tid", "name"])
+    api = api_frame(trace, ["start", "end", "correlation_id", "pid", "tid", "name"])
     k_idx, a_idx = launch_pairs(kernels["pid"].to_numpy(), kernels["correlation_id"].to_numpy(), api["pid"].to_numpy(),
                                 api["correlation_id"].to_numpy(), NULL_INT)
     a_start = api["start"].to_numpy()[a_idx]

@@ -21,11 +21,14 @@ takes its arguments in one order: the name (when the row has one), the start, th
 
 from __future__ import annotations
 
+import html
+import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
+import nsys_rules.testing.payloads as payloads
 from nsys_rules.testing.schema import EXPORT_DDL
 
 PID = 4242
@@ -85,7 +88,12 @@ class TraceBuilder:
     session_start_utc_ns: int | None = None
     #: GPU metrics sampling frequency recorded in the capture options when samples are written (Hz).
     gpu_metrics_frequency: int = 10_000
+    #: Python stacks (``python_sample``, ``python_backtrace``) with their payloads, as ``nsys export
+    #: --include-blobs=true`` writes them; False: ``binaryData`` NULL, as a plain export leaves it.
+    include_blobs: bool = True
     _rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict, init=False)
+    _python_domains: set[int] = field(default_factory=set, init=False)
+    _callchains: int = field(default=0, init=False)
     _strings: dict[str, int] = field(default_factory=dict, init=False)
     _corr: int = field(default=0, init=False)
     _metric_ids: dict[tuple[int, str], int] = field(default_factory=dict, init=False)
@@ -116,12 +124,50 @@ class TraceBuilder:
 
     # -- host side ---------------------------------------------------------------------------
     def api(self, name: str, start: int, duration: int = 1_000, *, tid: int = MAIN_TID, pid: int = PID,
-            correlation_id: int | None = None, return_value: int = 0) -> int:
-        """A CUDA runtime or driver API call (``name`` as nsys stores it, e.g. ``cudaMalloc_v3020``)."""
+            correlation_id: int | None = None, return_value: int = 0, cuda_backtrace: bool = False,
+            python_stack: Sequence[tuple[str, str, int]] | None = None) -> int:
+        """A CUDA runtime or driver API call (``name`` as nsys stores it, e.g. ``cudaMalloc_v3020``).
+
+        ``cuda_backtrace``: nsys took a backtrace of it (``--cudabacktrace``): a second row of the call,
+        eventClass 67, 1 us wider, with a ``CUDA_CALLCHAINS`` stack. ``python_stack`` (function, file,
+        line; innermost first): its Python backtrace too (``--python-backtrace=cuda``), a mark at the
+        start of that row.
+        """
         corr = self._next_corr() if correlation_id is None else correlation_id
         self._add("CUPTI_ACTIVITY_KIND_RUNTIME", (start, start + duration, 1, self.global_tid(tid, pid), corr,
                                                   self.string(name), return_value, None))
+        if cuda_backtrace or python_stack is not None:
+            chain = self._callchains
+            self._callchains += 1
+            self._add("CUPTI_ACTIVITY_KIND_RUNTIME", (start - 1_000, start + duration + 200, 67,
+                                                      self.global_tid(tid, pid), corr,
+                                                      self.string(re.sub(r"_v\d+$", "", name)), 0, chain))
+            self._add("CUDA_CALLCHAINS", (chain, self.string(re.sub(r"_v\d+$", "", name)), self.string("libcudart.so"),
+                                          None, 0, 0))
+            if python_stack is not None:
+                self.python_backtrace(start - 1_000, python_stack, tid=tid, pid=pid)
         return corr
+
+    # -- Python stacks (nsys --python-sampling=true, --python-backtrace=cuda) ------------------------
+    def python_sample(self, start: int, frames: Sequence[tuple[str, str, int]], *, tid: int = MAIN_TID,
+                      pid: int = PID, state: int = payloads.RUNNING) -> None:
+        """A periodic Python sample of thread ``tid``: ``frames`` as (function, file, line), innermost first."""
+        self._python_mark(payloads.SAMPLING_DOMAIN, payloads.SAMPLING_SCHEMA_ID, start, frames, tid, pid, state)
+
+    def python_backtrace(self, start: int, frames: Sequence[tuple[str, str, int]], *, tid: int = MAIN_TID,
+                         pid: int = PID, state: int = payloads.RUNNING) -> None:
+        """The Python stack nsys takes at a CUDA call (``api(..., python_stack=...)`` places it at the call)."""
+        self._python_mark(payloads.BACKTRACE_DOMAIN, payloads.BACKTRACE_SCHEMA_ID, start, frames, tid, pid, state)
+
+    def _python_mark(self, domain: int, schema: int, start: int, frames: Sequence[tuple[str, str, int]], tid: int,
+                     pid: int, state: int) -> None:
+        # nsys stores the names HTML-escaped: "<module>" as "&lt;module&gt;".
+        ids = [(self.string(html.escape(f, quote=False)), self.string(html.escape(file, quote=False)), int(line))
+               for f, file, line in frames]
+        blob = payloads.encode_stack(schema, state, ids) if self.include_blobs else None
+        self._python_domains.add(domain)
+        self._add("NVTX_EVENTS", (start, None, 34, None, None, None, None, self.global_tid(tid, pid), None, None, domain,
+                                  None, None, None, None, None, None, None, None, blob))
 
     def nvtx(self, name: str, start: int, end: int | None = None, *, duration: int | None = None,
              tid: int = MAIN_TID, pid: int = PID, registered: bool = False, domain: int = 0,
@@ -297,11 +343,17 @@ class TraceBuilder:
         if path.exists():
             path.unlink()
         self._metadata()
+        tables = dict(self._rows)
+        if self._python_domains:  # the schemas and NVTX domains nsys registers for Python stacks
+            tables.update(NVTX_PAYLOAD_SCHEMAS=payloads.SCHEMA_ROWS, NVTX_PAYLOAD_SCHEMA_ENTRIES=payloads.ENTRY_ROWS,
+                          NVTX_PAYLOAD_ENUMS=payloads.ENUM_ROWS, NVTX_PAYLOAD_ENUM_ENTRIES=payloads.ENUM_ENTRY_ROWS)
+            tables["NVTX_EVENTS"] = [(0, None, 75, None, None, None, text, self.global_tid(), None, None, domain,
+                                      *([None] * 9)) for domain, text in payloads.DOMAINS] + tables.get("NVTX_EVENTS", [])
         db = sqlite3.connect(path)
         try:
             db.execute(f"CREATE TABLE StringIds ({EXPORT_DDL['StringIds']})")
             db.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, s) for s, i in self._strings.items()])
-            for table, rows in self._rows.items():
+            for table, rows in tables.items():
                 if not rows:
                     continue
                 db.execute(f"CREATE TABLE {table} ({EXPORT_DDL[table]})")

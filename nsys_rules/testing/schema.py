@@ -44,6 +44,19 @@ EXPORT_DDL = {
         "color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, "
         "uint64Value INTEGER, int64Value INTEGER, doubleValue REAL, uint32Value INTEGER, int32Value INTEGER, "
         "floatValue REAL, jsonTextId INTEGER, jsonText TEXT, binaryData TEXT"),
+    "NVTX_PAYLOAD_SCHEMAS": (
+        "domainId INTEGER, schemaId INTEGER, name TEXT, type INTEGER, flags INTEGER, numEntries INTEGER, "
+        "payloadSize INTEGER, alignTo INTEGER"),
+    "NVTX_PAYLOAD_SCHEMA_ENTRIES": (
+        "domainId INTEGER NOT NULL, schemaId INTEGER NOT NULL, idx INTEGER NOT NULL, flags INTEGER, type INTEGER, "
+        "name TEXT, description TEXT, arrayOrUnionDetail INTEGER, offset INTEGER"),
+    "NVTX_PAYLOAD_ENUMS": "domainId INTEGER, schemaId INTEGER, name TEXT, numEntries INTEGER, size INTEGER",
+    "NVTX_PAYLOAD_ENUM_ENTRIES": (
+        "domainId INTEGER NOT NULL, schemaId INTEGER NOT NULL, idx INTEGER NOT NULL, name TEXT, value INTEGER, "
+        "isFlag INTEGER"),
+    "CUDA_CALLCHAINS": (
+        "id INTEGER NOT NULL, symbol INTEGER NOT NULL, module INTEGER NOT NULL, unresolved INTEGER, "
+        "originalIP INTEGER, stackDepth INTEGER NOT NULL, PRIMARY KEY (id, stackDepth)"),
     "CUDA_GPU_MEMORY_USAGE_EVENTS": (
         "start INTEGER NOT NULL, globalPid INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
         "address INTEGER NOT NULL, pc INTEGER NOT NULL, bytes INTEGER NOT NULL, memKind INTEGER NOT NULL, "

@@ -11,7 +11,7 @@ appends its arguments as one JSON line to ``$FAKE_NSYS_LOG``, and:
   nsys records them. ``FAKE_NSYS_NO_EXPORT=qdstrm`` leaves only a ``.qdstrm`` and an importer
   error, as nsys does when its importer cannot load libdw; ``FAKE_NSYS_NO_EXPORT=nothing`` writes
   nothing at all;
-- ``export --type=sqlite -o OUT IN``: writes the same small export to OUT;
+- ``export --type=sqlite -o OUT IN``: writes the same small export to OUT (``FAKE_NSYS_EXPORT_FAIL``: fails);
 - ``profile --gpu-metrics-devices=help``: prints ``$FAKE_NSYS_GPU_METRICS`` (a file) or an H200 it can sample;
   a capture with ``--gpu-metrics-devices`` writes GPU metrics samples (10 kHz, or ``--gpu-metrics-frequency``)
   into the export: the GEMVs read DRAM at 80 % of peak, the norms at 20 %.
@@ -138,6 +138,9 @@ def main(args: list[str]) -> int:
     if args[:1] == ["profile"]:
         return profile(args[1:])
     if args[:1] == ["export"]:
+        if os.environ.get("FAKE_NSYS_EXPORT_FAIL"):
+            print("fake nsys: export failed", file=sys.stderr)
+            return 1
         write_export(args[args.index("-o") + 1], ["./app"], "Node")
         return 0
     print(f"fake nsys: unknown command {args}", file=sys.stderr)

@@ -144,6 +144,47 @@ def test_profile_captures_then_checks_the_export(fake, capsys):
     assert "<html" in (fake.work / "report.html").read_text()
 
 
+PYTHON_FLAGS = ["--sample=process-tree", "--python-sampling=true", "--python-backtrace=cuda",
+                "--cudabacktrace=sync:0,memory:0"]
+
+
+def test_dry_run_python_prints_the_capture_and_the_export_with_payloads(fake, capsys):
+    rc = main(["profile", "--dry-run", "--python", "-o", "runs/train", "--", "python3", "train.py"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    capture_line, export_line = out.splitlines()
+    assert shlex.split(capture_line) == [str(fake.nsys), "profile", "--force-overwrite=true", "--cuda-graph-trace=node",
+                                         "--trace=cuda,nvtx", *PYTHON_FLAGS, "-o", "runs/train", "python3", "train.py"]
+    # No --export=sqlite in the capture: nsys's own export would leave the Python frames out.
+    assert shlex.split(export_line) == [str(fake.nsys), "export", "--type=sqlite", "--include-blobs=true",
+                                        "--force-overwrite=true", "-o", "runs/train.sqlite", "runs/train.nsys-rep"]
+    assert not [c for c in fake.calls() if c[:1] in (["profile"], ["export"])]  # a dry run runs nothing
+
+
+def test_profile_python_exports_with_payloads_then_checks(fake, capsys):
+    rc = main(["profile", "--python", "--format", "json", "--fail-on", "never", "--", PY, "-c", "print('training')"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    [call] = profile_calls(fake)
+    assert call[1:9] == ["--force-overwrite=true", "--cuda-graph-trace=node", "--trace=cuda,nvtx", *PYTHON_FLAGS,
+                         "-o"]
+    [export] = [c for c in fake.calls() if c[:1] == ["export"]]
+    assert export == ["export", "--type=sqlite", "--include-blobs=true", "--force-overwrite=true", "-o",
+                      f"target/profiling/{PY_NAME}.sqlite", f"target/profiling/{PY_NAME}.nsys-rep"]
+    assert "training" in err and "exporting: " in err
+    [trace] = validate_report(out)["traces"]
+    assert trace["path"] == f"target/profiling/{PY_NAME}.sqlite"
+
+
+def test_profile_python_export_failure_is_said(fake, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_NSYS_EXPORT_FAIL", "1")
+    rc = main(["profile", "--python", "--", PY, "-c", "pass"])
+    err = capsys.readouterr().err
+    assert "`nsys export` exited with code 1; the report is checked without its Python frames" in err
+    assert "fake nsys: export failed" in err
+    assert rc == 3  # the report then goes through check's own export, which fails the same way
+
+
 def test_allow_debug_profiles_the_debug_build_and_check_flags_it(fake, capsys):
     fake.add_script("app", "print('debug build running')\n", fake.work / "target" / "debug")
     assert main(["profile", "--", "target/debug/app"]) == 2

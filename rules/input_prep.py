@@ -7,9 +7,13 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import Finding, Framework, Location, Rule, RuleContext, Severity, framework, metric, pct
+from nsys_rules.api import (Finding, Framework, Location, PythonSite, Rule, RuleContext, Severity, StepModel, framework,
+                            gpu_ops, host_sites, merge_intervals, metric, pct, python_stacks)
 
 HTOD = 1  # CUPTI copyKind of a host-to-device copy
+#: What the budget calls a block of host work (nsys_rules.model.budget_shape): its share of the median step, and ns.
+BLOCK_SHARE = 0.1
+BLOCK_NS = 1_000_000
 PAGEABLE = 0  # CUPTI memory kind of pageable host memory
 
 
@@ -77,12 +81,17 @@ class InputPrep(Rule):
         uploads = _uploads(ctx, model.count)
         fw = framework(ctx.trace)
         synced = budget.part("after_sync").ns > 0
+        sites = _sites(ctx, model, median_step)
         message = (f"The host works {part.median_step_ns / 1e6:.2f} ms in blocks the GPU waits through in the median "
                    f"step ({share:.1f} % of its {median_step / 1e6:.2f} ms; {part.ns / 1e6:.1f} ms over "
                    f"{model.count} steps): the next step's input prepared on the step's own thread, before its "
-                   f"first launch.{_upload_words(uploads)} Program: {fw.label}.")
+                   f"first launch.{_upload_words(uploads)}{_site_words(sites)} Program: {fw.label}.")
+        advice = _advice(fw, uploads, synced)
+        stacks = python_stacks(ctx.trace)
+        if not sites and ctx.trace.capture.runs_python and stacks.fix:
+            advice += f" To name the Python function and line of the block: {stacks.fix}."
         yield ctx.finding(
-            message, _advice(fw, uploads, synced),
+            message, advice,
             severity=Severity.WARNING if share >= ctx.options.warn_share_pct else Severity.INFO,
             estimated_savings_ns=part.ns, budget_part="host_prep",
             metrics={"host_block_per_step": metric(part.median_step_ns, "ns"), "host_block_total": metric(part.ns, "ns"),
@@ -90,6 +99,30 @@ class InputPrep(Rule):
                      "htod_bytes_per_step": metric(int(uploads.bytes_per_step), "B"),
                      "htod_pageable_share": metric(100 * uploads.pageable_share, "%")},
             location=Location(pid=model.pid), key=fw.name)
+
+
+def _sites(ctx: RuleContext, model: StepModel, median_step: int) -> list[PythonSite]:
+    """Where the Python code spends the blocks (nsys's Python samples), when the trace holds them."""
+    if python_stacks(ctx.trace).samples is None or model.device is None:
+        return []
+    lo, hi = model.gpu_span  # type: ignore[misc]
+    ops = gpu_ops(ctx.trace).near(lo, hi, model.device)
+    busy_s, busy_e = merge_intervals(ops.start, ops.end)
+    gap_s, gap_e = busy_e[:-1], busy_s[1:]
+    block = (gap_e - gap_s >= max(BLOCK_SHARE * median_step, BLOCK_NS)) & (gap_s >= lo) & (gap_e <= hi)
+    if not block.any():
+        return []
+    return host_sites(ctx.trace, (gap_s[block], gap_e[block]), top=2, by="function")
+
+
+def _site_words(sites: list[PythonSite]) -> str:
+    if not sites:
+        return ""
+    first = sites[0]
+    words = f" Python: `{first.frame.function}` ({first.frame.where}) holds {100 * first.share:.0f} % of the samples in them"
+    if len(sites) > 1:
+        words += f", then `{sites[1].frame.function}` ({sites[1].frame.where}) {100 * sites[1].share:.0f} %"
+    return words + "."
 
 
 def _uploads(ctx: RuleContext, steps: int) -> Uploads:

@@ -84,3 +84,17 @@ def test_a_cuda_program_gets_thread_and_stream_advice(tmp_path):
     _loop(b, prep_ns=8_000_000, kernel="gemv_bf16_kernel")
     f = only_finding(run_rule("input-prep", b.write(tmp_path / "t.sqlite")))
     assert "another thread" in f.recommendation and "torch" not in f.recommendation.lower()
+
+
+def test_python_samples_name_the_function_of_the_block(tmp_path):
+    # Python sampling every 1 ms: inside the 8 ms block the program runs tokenize() under main().
+    b = TraceBuilder()
+    _loop(b, prep_ns=8_000_000, readback=False)
+    step = 8_000_000 + 30_000 + 20 * 105_000
+    for i in range(12):
+        start = T0 + i * step
+        for k in range(8):
+            b.python_sample(start + k * 1_000_000 + 500_000,
+                            [("tokenize", "/src/train.py", 41), ("main", "/src/train.py", 90)])
+    f = only_finding(run_rule("input-prep", b.write(tmp_path / "t.sqlite")))
+    assert "`tokenize` (/src/train.py:41)" in f.message and "100 %" in f.message

@@ -11,7 +11,9 @@ program, ``jax.jit`` nothing to a Rust engine. The trace says who launched the w
 - serving engines on PyTorch: vLLM (``vllm`` kernels or command), SGLang (``sgl_kernel``),
   TensorRT-LLM (``tensorrt_llm`` kernels, TensorRT NVTX);
 - TensorFlow (``tensorflow::``/Eigen kernels, ``tensorflow``/``keras`` on the command line);
-- otherwise a CUDA C++ (or Rust, Julia, Fortran) program using the CUDA API directly.
+- otherwise a program using the CUDA API directly: C++ (or Fortran, Julia), Rust (a Cargo
+  build's ``target/release`` or ``target/debug`` binary, ``cargo run``), or Python without a
+  framework (CuPy, Numba, cuda-python, Triton alone); ``language`` says which.
 
 Detection reads distinct names only (the string tables' categories), never every row.
 """
@@ -41,12 +43,16 @@ class Framework:
     compiled: bool = False  # torch.compile (Inductor kernels) or XLA (always compiled)
     graphs: bool = False  # CUDA graphs launched (XLA command buffers, torch CUDA graphs, an engine's own)
     evidence: str = ""
+    #: For ``cuda`` programs, the host language from the command: ``python``, ``rust``, ``c++`` ("" unknown).
+    language: str = ""
 
     @property
     def label(self) -> str:
         """How a report names it: ``PyTorch (torch.compile, CUDA graphs)``, ``JAX/XLA``, ``CUDA C++``."""
+        cuda = {"python": "a Python program on CUDA (no framework found)", "rust": "a Rust CUDA program",
+                "c++": "a CUDA C++ program"}.get(self.language, "a CUDA program")
         base = {"jax": "JAX/XLA", "pytorch": "PyTorch", "vllm": "vLLM (PyTorch)", "sglang": "SGLang (PyTorch)",
-                "tensorrt-llm": "TensorRT-LLM", "tensorflow": "TensorFlow", "cuda": "a CUDA program"}[self.name]
+                "tensorrt-llm": "TensorRT-LLM", "tensorflow": "TensorFlow", "cuda": cuda}[self.name]
         extra = [x for x, on in (("torch.compile", self.compiled and self.is_torch), ("CUDA graphs", self.graphs)) if on]
         return f"{base} ({', '.join(extra)})" if extra else base
 
@@ -92,7 +98,20 @@ def _detect(trace: Trace) -> Framework:
     if aten or compiled or torch_env or re.search(r"\btorch\b|transformers|lightning", command):
         what = "Inductor's Triton kernels" if compiled else "ATen kernels" if aten else "the environment or command"
         return Framework("pytorch", compiled=compiled, graphs=graphs, evidence=what)
-    return Framework("cuda", graphs=graphs, evidence="no framework's kernels, ranges or command")
+    return Framework("cuda", graphs=graphs, evidence="no framework's kernels, ranges or command",
+                     language=_language(capture.command if capture is not None else ()))
+
+
+def _language(command: tuple[str, ...]) -> str:
+    """The host language of a program without a framework, from its recorded command ("" when unknown)."""
+    if not command:
+        return ""
+    program = command[0].rsplit("/", 1)[-1]
+    if "python" in program:
+        return "python"
+    if program == "cargo" or re.search(r"(^|/)target/(release|debug|[\w.-]+/(release|debug))/", command[0]):
+        return "rust"
+    return "c++"
 
 
 def _distinct(trace: Trace, table: str, column: str) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nsys_rules.api import Budget, Metric, metric, pct
+from nsys_rules.api import Budget, Framework, Metric, graph_capture_advice, metric, pct
 from nsys_rules.rules.launch_bound.judge import LaunchVerdict
 from nsys_rules.rules.launch_bound.measure import DeviceLaunches
 
@@ -47,14 +47,14 @@ def message(found: DeviceLaunches, verdict: LaunchVerdict, steps: int, window_so
     return text
 
 
-def recommendation(found: DeviceLaunches, verdict: LaunchVerdict, graph_gap_ns: int) -> str:
-    """Capture the step in a CUDA graph; in a loop that already replays graphs, move the work between replays in."""
+def recommendation(found: DeviceLaunches, verdict: LaunchVerdict, graph_gap_ns: int, fw: Framework) -> str:
+    """Replay the step from a CUDA graph (in ``fw``'s terms); in a loop that already replays graphs, move the work in."""
     share = pct(verdict.savings, verdict.judged)
     if found.graph_loop:
         return ("Move the work between replays into the graph (sampling, stopping checks, input "
                 "updates: capture them with the step, or use static input buffers), or keep it on the "
                 f"device; at most {verdict.savings / 1e6:.1f} ms ({share:.1f} % of the steady state) is at stake.")
-    return ("Capture the steady-state step in a CUDA graph and replay it (`torch.cuda.CUDAGraph`/"
-            "`torch.compile(mode=\"reduce-overhead\")`, or `cudaStreamBeginCapture` + `cudaGraphLaunch`): "
-            f"expected gain up to {verdict.savings / 1e6:.1f} ms ({share:.1f} % of the steady state) with "
-            f"{graph_gap_ns / 1e3:g} us left per kernel; fusing small kernels cuts the count further.")
+    return ("Replay the steady-state step from a CUDA graph, one launch for all its kernels: "
+            f"{graph_capture_advice(fw)}. Expected gain up to {verdict.savings / 1e6:.1f} ms ({share:.1f} % of the "
+            f"steady state) with {graph_gap_ns / 1e3:g} us left per kernel; fusing small kernels cuts the count "
+            "further.")

@@ -97,7 +97,7 @@ class StepUploads(Rule):
     while this layer computes, from pinned memory, into reused device buffers. Saving: the copy part
     of the budget.
     Options: `min_share_pct`, `warn_share_pct`, `min_steps_pct`, `min_copies`, `min_bytes`, `fit_pct`.
-    Requires: the memcpy table and a step model with its budget.
+    Requires: a step model with its budget; the memcpy table (a trace without one copied nothing).
     False positives: inputs that really change every step in a fixed size (a batch split into many
     tensors) repeat their byte count too: the message says what repeats, read it before moving data.
     """
@@ -105,13 +105,16 @@ class StepUploads(Rule):
     name = "step-uploads"
     title = "The same host data copied to the GPU every step"
     default_severity = Severity.WARNING
-    requires = ("memcpy",)
+    requires = ()
+    optional = ("memcpy",)  # no memcpy table: nothing was copied, so nothing is uploaded every step
     columns = {"memcpy": ("start", "end", "device_id", "pid", "correlation_id", "bytes", "copy_kind", "src_kind")}
     window = "steady"
     Options = Options
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
+        if not ctx.trace.has("memcpy"):
+            return
         model, budget = ctx.steps, ctx.budget
         if model is None or budget is None:
             raise MissingData("no steady steps to judge", "mark the loop's steps with an NVTX range")

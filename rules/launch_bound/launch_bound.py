@@ -76,13 +76,14 @@ class LaunchBound(Rule):
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
+        fw = framework(ctx.trace)
         for found in device_launches(ctx, opts.min_kernels, opts.max_launch_gap_ns, opts.graph_gap_ns):
             verdict = judge(found, ctx.budget, opts.max_busy_pct, opts.max_median_kernel_ns, opts.warn_share_pct)
             if verdict is None:
                 continue
             yield ctx.finding(
-                message(found, verdict, step_count(ctx), ctx.window.source, ctx.budget if verdict.on_loop else None),
-                recommendation(found, verdict, opts.graph_gap_ns, framework(ctx.trace)), severity=verdict.severity,
+                message(found, verdict, step_count(ctx), ctx.window.source, ctx.budget if verdict.on_loop else None, fw),
+                recommendation(found, verdict, opts.graph_gap_ns, fw), severity=verdict.severity,
                 metrics=metrics(found, verdict), location=Location(device=found.device, start_ns=found.lo, end_ns=found.hi),
                 estimated_savings_ns=verdict.savings, budget_part="launch_wait")
 

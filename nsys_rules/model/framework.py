@@ -3,8 +3,9 @@
 A recommendation is only as good as the knob it names: ``torch.compile`` means nothing to a JAX
 program, ``jax.jit`` nothing to a Rust engine. The trace says who launched the work:
 
-- JAX/XLA: XLA's own NVTX ranges (``XlaModule``, ``Thunk:``, ``XlaCompile``), ``XLA_FLAGS`` or
-  ``JAX_*`` in the environment, ``jax`` on the command line;
+- JAX/XLA: XLA's own NVTX ranges (``XlaModule``, ``Thunk:``, ``XlaCompile``) or its runtime's NVTX
+  domain (``TSL``), ``XLA_FLAGS`` or ``JAX_*`` in the environment, ``jax`` on the command line;
+  TensorFlow's kernels or command make the same XLA signs TensorFlow's;
 - PyTorch: ATen kernels (``at::native::``, ``void at::``), its NVTX (``aten::``), ``PYTORCH_*`` or
   ``TORCH*`` variables; torch.compile when Inductor's Triton kernels run (``triton_poi_fused``,
   ``triton_red_fused``, ...); CUDA graphs when graphs are launched;
@@ -83,8 +84,14 @@ def _detect(trace: Trace) -> Framework:
     compiled = any(_INDUCTOR.search(k) for k in kernels)
     aten = any(_ATEN.search(k) for k in kernels) or any(r.startswith("aten::") for r in ranges)
     xla_kernels = sum(1 for k in set(kernels) if _XLA_KERNEL.match(k))
-    if any(_XLA_RANGE.search(r) for r in ranges) or "XLA_FLAGS" in env or any(k.startswith("JAX_") for k in env) \
-            or re.search(r"jax|flax|optax", command) or (xla_kernels >= 3 and not aten):
+    # TensorFlow compiles with XLA too (its ranges and XLA_FLAGS look the same): its own kernels or
+    # command tell it from JAX, unless JAX is named outright.
+    tensorflow = "tensorflow::" in text or "eigen::" in text or bool(re.search(r"tensorflow|keras", command))
+    jax_named = any(k.startswith("JAX_") for k in env) or bool(re.search(r"jax|flax|optax", command))
+    # XLA's runtime (TSL) registers an NVTX domain of its own: a JAX or TensorFlow program, whatever its ranges.
+    xla = any(_XLA_RANGE.search(r) for r in ranges) or "XLA_FLAGS" in env or "TSL" in ranges \
+        or (xla_kernels >= 3 and not aten)
+    if jax_named or (xla and not tensorflow and not aten):
         return Framework("jax", compiled=True, graphs=graphs, evidence="XLA's NVTX ranges or kernels, environment or command")
     torch_env = any(k.startswith(("PYTORCH_", "TORCH")) for k in env)
     if "tensorrt_llm" in text or "trtllm" in command or "tensorrt_llm" in command:
@@ -93,7 +100,7 @@ def _detect(trace: Trace) -> Framework:
         return Framework("vllm", compiled=compiled, graphs=graphs, evidence="vLLM kernels or command")
     if "sgl_kernel" in text or "sglang" in command:
         return Framework("sglang", compiled=compiled, graphs=graphs, evidence="SGLang kernels or command")
-    if not aten and ("tensorflow::" in text or "eigen::" in text or re.search(r"tensorflow|keras", command)):
+    if not aten and tensorflow:
         return Framework("tensorflow", graphs=graphs, evidence="TensorFlow/Eigen kernels or command")
     if aten or compiled or torch_env or re.search(r"\btorch\b|transformers|lightning", command):
         what = "Inductor's Triton kernels" if compiled else "ATen kernels" if aten else "the environment or command"

@@ -14,7 +14,10 @@ Rules estimate what fixing their finding would save and name the budget part it 
 3. Every idle part of the median step is owned by the finding that claims most of it (``owners``);
    an owner of a part of at least :data:`WARN_PART_SHARE` of the median step is at least a warning.
 4. Symptoms (GPU idle gaps, low utilization, queue delay) whose idle time a root-cause finding
-   explains are folded into it (``folded_into``); start-up symptoms fold into capture-scope.
+   explains are folded into it (``folded_into``); start-up symptoms fold into capture-scope, and
+   so does any other finding about start-up or shutdown alone: one without step-time savings whose
+   location lies wholly before or after the steady state (the weight load's pageable copies, the
+   final readback).
 5. Findings that are not errors and save less than the noise floor are marked ``minor`` and shown
    as info at most, and so are timing findings whose savings were withheld: they wait for a re-capture.
 """
@@ -237,6 +240,12 @@ def _fold(findings: list[Finding], steady: tuple[int, int] | None) -> list[Findi
                 target = scope
             elif not start_up and causes:
                 target = causes[0]
+        elif target is None and _outside_steady(f, steady):
+            # A finding located wholly before the steady state (the weight load's copies) or after it
+            # (the final readback) is about start-up or shutdown: capture-scope's to say, and
+            # nothing the steady state gains.
+            start_up = True
+            target = scope
         if target is None:
             if start_up:  # idle during start-up is not step time: nothing the steady state gains
                 f = dataclasses.replace(f, estimated_savings_ns=0, savings_note="start-up, not step time")
@@ -245,6 +254,14 @@ def _fold(findings: list[Finding], steady: tuple[int, int] | None) -> list[Findi
         out.append(dataclasses.replace(f, folded_into=target.fingerprint, estimated_savings_ns=None,
                                        savings_range=None, savings_note=f"explained by {target.rule}"))
     return out
+
+
+def _outside_steady(f: Finding, steady: tuple[int, int] | None) -> bool:
+    """A finding about start-up or shutdown alone: not an error, no step-time savings, located wholly outside the steady state."""
+    loc = f.location
+    return (steady is not None and f.rule != "capture-scope" and f.severity is not Severity.ERROR
+            and not f.estimated_savings_ns and loc.start_ns is not None and loc.end_ns is not None
+            and (loc.end_ns < steady[0] or loc.start_ns > steady[1]))
 
 
 def _is_minor(f: Finding, floor: float) -> bool:

@@ -24,6 +24,8 @@ import importlib
 import warnings
 from typing import Any
 
+from nsys_rules.advice import (fusion_advice, graph_capture_advice, nvtx_range_advice, pinned_memory_advice,
+                               profiler_range_advice, resident_data_advice, running_value_advice, scalar_readback_names)
 from nsys_rules.analysis.device_time import GPU_OP_TABLES, chunk_utilization, device_intervals, merge_low_chunks
 from nsys_rules.analysis.flagged import REPORT_MODES, FlaggedGroup, split_flagged
 from nsys_rules.analysis.grouped import (GroupStats, code_durations, column_codes, duration_sum, first_rows, group_ids,
@@ -59,6 +61,7 @@ from nsys_rules.model.regime_causes import GRAPH_CAPTURE_APIS, StepFacts, kernel
 from nsys_rules.model.steps import Regime, StepModel
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.windows import Window, steady_state_window
+from nsys_rules.model.workload import looks_like_training
 from nsys_rules.report import Report
 from nsys_rules.rule import Renamed, Rule, RuleContext
 from nsys_rules.textsafe import shell_join, shell_word
@@ -70,7 +73,11 @@ __all__ = [
     "Rule", "RuleContext", "Renamed", "Window", "steady_state_window", "StepModel", "Regime", "Budget", "Trace",
     "MissingData", "InputError", "UsageError",
     # the program's framework (advice in its own terms); what each step holds
-    "Framework", "framework", "StepFacts", "step_facts", "GRAPH_CAPTURE_APIS", "kernels_after", "library_of",
+    "Framework", "framework", "looks_like_training", "StepFacts", "step_facts", "GRAPH_CAPTURE_APIS", "kernels_after",
+    "library_of",
+    # the fixes several rules share, in the program's framework's own terms (nsys_rules.advice)
+    "graph_capture_advice", "fusion_advice", "pinned_memory_advice", "profiler_range_advice", "nvtx_range_advice",
+    "scalar_readback_names", "running_value_advice", "resident_data_advice",
     # findings
     "Finding", "Severity", "Location", "Metric", "metric",
     # hooks and the other things plugins register; jobs (all ranks together)

@@ -10,8 +10,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, Location, PROFILER_START_APIS, Renamed, Rule, RuleContext, Severity, in_set, metric,
-                            shell_word)
+from nsys_rules.api import (Finding, Location, PROFILER_START_APIS, Renamed, Rule, RuleContext, Severity, framework, in_set,
+                            metric, profiler_range_advice, shell_word)
 
 
 HTOD = 1
@@ -73,9 +73,11 @@ class CaptureScope(Rule):
     Evidence: time before and after the steady state and their share, first kernel time,
     host-to-device bytes before the steady state, the steady window and how it was found.
     Next optimizations: capture only the measured loop: `nsys profile -c cudaProfilerApi` with
-    cudaProfilerStart/Stop around it (PyTorch `torch.cuda.profiler.start()`/`stop()`, or the
-    engine's capture flag); or `--delay`/`--duration` with the numbers given; or keep the trace
-    and judge the steady part with `nsys-rules check --filter-time`.
+    cudaProfilerStart/Stop around it, named in the program's framework (PyTorch
+    `torch.cuda.profiler.start()`/`stop()`, vLLM `--profiler-config.profiler cuda`, TensorRT-LLM
+    `TLLM_PROFILE_START_STOP`, cuda-python or an NVTX capture range for JAX and TensorFlow,
+    `cudaProfilerStart()` in C++); or `--delay`/`--duration` with the numbers given; or keep the
+    trace and judge the steady part with `nsys-rules check --filter-time`.
     Options: `min_outside_pct`, `min_outside_ns`.
     Requires: the API table (to see a profiler range); kernels, NVTX and memcpy sharpen it.
     False positives: a trace meant to study start-up (loading time) itself.
@@ -136,7 +138,7 @@ class CaptureScope(Rule):
             "the capture.",
             "Capture only the measured loop: `nsys profile -c cudaProfilerApi --capture-range-end=stop "
             f"--cuda-graph-trace=node --export=sqlite -o {name} {program}` with cudaProfilerStart/Stop around the "
-            f"steps ({_how_to_mark(trace.capture.runs_python)}); or `--delay={delay_s} --duration={duration_s}`; or keep "
+            f"steps ({profiler_range_advice(framework(trace))}); or `--delay={delay_s} --duration={duration_s}`; or keep "
             f"this trace and judge the steady part with `nsys-rules check --filter-time "
             f"{steady_start / 1e6:.0f}ms/{steady_end / 1e6:.0f}ms {shell_word(trace.label)}`.",
             metrics={"time_before_steady_state": metric(scope.before, "ns"),
@@ -149,14 +151,6 @@ class CaptureScope(Rule):
             severity=Severity.INFO,
             location=Location(start_ns=steady_start, end_ns=steady_end),
             key="outside-steady")
-
-
-def _how_to_mark(python: bool) -> str:
-    """How this kind of program (a Python interpreter or not) calls cudaProfilerStart/Stop."""
-    if python:
-        return ("PyTorch `torch.cuda.profiler.start()`/`stop()`; elsewhere in Python `cupy.cuda.profiler.start()` or "
-                "`cudaProfilerStart` through `ctypes`")
-    return "`cudaProfilerStart()`/`cudaProfilerStop()` from `cuda_profiler_api.h`, or the program's own capture flag"
 
 
 RULE = CaptureScope

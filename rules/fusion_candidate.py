@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from nsys_rules.api import Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, metric, pct
+from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, framework, fusion_advice,
+                            metric, pct)
 
 
 @dataclass(frozen=True)
@@ -29,9 +30,11 @@ class FusionCandidate(Rule):
     Why it hurts: each of these kernels reads and writes whole activations from memory; fused into
     the GEMM's epilogue or into one generated kernel, the round trips disappear.
     Evidence: the share and time of elementwise and reduction kernels against the steps' busy time.
-    Next optimizations: `torch.compile` (inductor fuses pointwise chains and GEMM epilogues), fused
-    kernels for the common pairs (bias + activation, residual + norm), or a runtime with fusion
-    (TensorRT-LLM, vLLM's fused ops).
+    Next optimizations: in the program's framework, PyTorch `torch.compile` (Inductor fuses
+    pointwise chains and GEMM epilogues; already compiled: its graph breaks); vLLM, SGLang and
+    TensorRT-LLM their own fusion options; JAX one `jax.jit` over the whole step (XLA fuses inside
+    it) and Pallas for what remains; TensorFlow `jit_compile=True`; a CUDA program GEMM epilogues
+    (cuBLASLt, CUTLASS) and fused kernels for the common pairs (bias + activation, residual + norm).
     Options: `min_share_pct`, `kept_pct`.
     Requires: a step model with its budget (steady steps).
     False positives: elementwise work that is the algorithm itself (sampling, a scan) fuses little;
@@ -61,12 +64,14 @@ class FusionCandidate(Rule):
         if share < opts.min_share_pct:
             return
         saving = opts.kept_pct / 100 * small
+        fw = framework(ctx.trace)
+        advice = fusion_advice(fw)
         yield ctx.finding(
             f"GEMM kernels take the largest part of the steady steps, and elementwise and reduction kernels take "
             f"{small / 1e6:.2f} ms ({share:.1f} % of the {busy / 1e6:.1f} ms busy GPU time, "
-            f"{small / budget.steps / 1e3:.0f} us per step): memory round trips a fused kernel would not make.",
-            "Fuse them: `torch.compile` (inductor fuses pointwise chains and GEMM epilogues), fused kernels for "
-            "bias + activation and residual + norm, or a runtime that fuses (TensorRT-LLM, vLLM's fused ops).",
+            f"{small / budget.steps / 1e3:.0f} us per step): memory round trips a fused kernel would not make. "
+            f"Program: {fw.label}.",
+            f"Fuse them: {advice}.",
             severity=Severity.INFO, budget_part="elementwise+reduce", estimated_savings_ns=saving,
             savings_range=(0.5 * saving, min(1.5 * saving, small)),
             metrics={"elementwise_reduce_time": metric(small, "ns"), "share_of_busy_time": metric(share, "%"),

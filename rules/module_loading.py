@@ -7,8 +7,8 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import (Finding, Location, MODULE_LOADS, MissingData, Renamed, Rule, RuleContext, Severity, in_set,
-                            kernels_after, library_of, metric, pct, point_in)
+from nsys_rules.api import (Finding, Framework, Location, MODULE_LOADS, MissingData, Renamed, Rule, RuleContext, Severity,
+                            framework, in_set, kernels_after, library_of, metric, pct, point_in)
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,12 @@ class ModuleLoading(Rule):
     Evidence: steps that load code, load calls and their time, GPU idle while compiling/loading
     (the budget's module_loading part), the kernels that follow the loads.
     Next optimizations: make the shapes static or bucketed (a static KV cache, padding to a few
-    lengths), switch the attention backend away from runtime-compiled kernels
-    (`torch.backends.cuda.enable_cudnn_sdp(False)`), mark dynamic dimensions for torch.compile,
-    warm up every shape before the loop; `CUDA_MODULE_LOADING=EAGER` moves plain lazy loads to
-    start-up.
+    lengths) and warm up every shape before the loop, in the program's framework: PyTorch can
+    switch the attention backend away from runtime-compiled kernels
+    (`torch.backends.cuda.enable_cudnn_sdp(False)`) and mark dynamic dimensions for torch.compile;
+    JAX pads to fixed shapes (`JAX_LOG_COMPILES=1` names what compiles again); a CUDA program keeps
+    one cuDNN execution plan per shape bucket; `CUDA_MODULE_LOADING=EAGER` moves plain lazy loads
+    to start-up.
     Options: `min_step_pct`, `warn_share_pct`.
     Requires: a step model and the API table; kernels to name what was loaded.
     False positives: a loop that meets each shape once by design (a benchmark sweep) loads by
@@ -86,16 +88,19 @@ class ModuleLoading(Rule):
         source = library_of(followers)
         source = "" if source == "gemm" else source  # a GEMM library's lazy load: the generic advice
         share = pct(idle, steady)
-        what = {"cudnn": "cuDNN builds runtime-fused kernels (its generated attention kernels follow the loads)",
-                "triton": "Triton kernels are compiled (torch.compile recompiling for new shapes)"}.get(
-            source, "new kernels are loaded lazily")
+        fw = framework(ctx.trace)
+        triton = ("Triton kernels are compiled (torch.compile recompiling for new shapes)" if fw.is_torch and fw.compiled
+                  else "Triton kernels are compiled (XLA's Triton fusions for new shapes)" if fw.name == "jax"
+                  else "Triton kernels are compiled for new shapes")
+        what = {"cudnn": "cuDNN builds runtime-fused kernels (its generated kernels follow the loads)",
+                "triton": triton}.get(source, "new kernels are loaded lazily")
         named = f" Kernels right after the loads: {', '.join(followers[:3])}." if followers else ""
         message = (f"{steps_loading} of {model.count} steady steps load GPU code ({calls} load calls, "
                    f"{call_ns / 1e6:.2f} ms in the calls): {what}. The GPU waits {idle / 1e6:.1f} ms for it, "
                    f"{share:.1f} % of the {steady / 1e6:.1f} ms steady state ({idle / model.count / 1e6:.2f} ms per "
-                   f"step).{named}")
+                   f"step).{named} Program: {fw.label}.")
         severity = Severity.WARNING if share >= opts.warn_share_pct else Severity.INFO
-        yield ctx.finding(message, _advice(source), severity=severity, budget_part="module_loading",
+        yield ctx.finding(message, _advice(source, fw), severity=severity, budget_part="module_loading",
                           estimated_savings_ns=idle,
                           metrics={"steps_loading": metric(steps_loading, "count"), "load_calls": metric(calls, "count"),
                                    "load_call_time": metric(call_ns, "ns"), "gpu_idle_loading": metric(idle, "ns"),
@@ -104,16 +109,31 @@ class ModuleLoading(Rule):
                           key=source or "lazy")
 
 
-def _advice(source: str) -> str:
+def _advice(source: str, fw: Framework) -> str:
+    """The fix for the code generator behind the loads, in the program's framework."""
     if source == "cudnn":
-        return ("The attention shapes change every step (a cache growing by one token), so cuDNN builds a new fused "
-                "kernel each time: use a static KV cache (`cache_implementation=\"static\"` in transformers) or "
-                "bucketed lengths, or pick another SDPA backend (`torch.backends.cuda.enable_cudnn_sdp(False)`, "
-                "flash/memory-efficient attention).")
+        if fw.is_torch:
+            return ("The attention shapes change every step (a cache growing by one token), so cuDNN builds a new fused "
+                    "kernel each time: use a static KV cache (`cache_implementation=\"static\"` in transformers) or "
+                    "bucketed lengths, or pick another SDPA backend (`torch.backends.cuda.enable_cudnn_sdp(False)`, "
+                    "flash/memory-efficient attention).")
+        if fw.name == "jax":
+            return ("XLA hands a fused computation (attention, a GEMM fusion) to cuDNN, which builds a kernel for each "
+                    "new shape: pad the inputs to a few fixed lengths (buckets) and run each once before the loop, so "
+                    "every shape is compiled at start-up; `JAX_LOG_COMPILES=1` names the functions compiled again.")
+        return ("cuDNN's runtime-fused engines build a kernel for every new shape: build one execution plan per shape "
+                "bucket at start-up and keep it (the cuDNN frontend's plan cache), and pad inputs to those shapes.")
     if source == "triton":
-        return ("torch.compile recompiles for new shapes: mark the growing dimension dynamic "
-                "(`torch._dynamo.mark_dynamic`), pad to a few buckets, or use a static cache; check "
-                "`TORCH_LOGS=recompiles`.")
+        if fw.is_torch and fw.compiled:
+            return ("torch.compile recompiles for new shapes: mark the growing dimension dynamic "
+                    "(`torch._dynamo.mark_dynamic`), pad to a few buckets, or use a static cache; check "
+                    "`TORCH_LOGS=recompiles`.")
+        if fw.name == "jax":
+            return ("XLA compiles new Triton fusions for each new shape: pad the inputs to a few fixed shapes and run "
+                    "each once before the loop; `JAX_LOG_COMPILES=1` names the functions compiled again.")
+        return ("Triton compiles a kernel for each new specialization (shapes, constexpr values) and autotunes it: "
+                "run every shape once before the loop, narrow the autotune configs, or keep varying sizes out of "
+                "specialization (`do_not_specialize`).")
     return ("Warm up every kernel and shape before the loop, or load modules eagerly with "
             "`CUDA_MODULE_LOADING=EAGER` so the loads happen at start-up.")
 

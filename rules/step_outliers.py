@@ -7,9 +7,9 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import (ALLOC_APIS, Budget, Finding, KERNEL, LABELS, Location, MEMCPY, MEMSET, MODULE_LOADS,
+from nsys_rules.api import (ALLOC_APIS, Budget, Finding, Framework, KERNEL, LABELS, Location, MEMCPY, MEMSET, MODULE_LOADS,
                             MissingData, REPLAY, Renamed, Rule, RuleContext, SYNC_APIS, Severity, base_name, category_codes,
-                            gpu_ops, kernel_symbols, metric, pct, point_in, rows_with_codes)
+                            framework, gpu_ops, kernel_symbols, metric, pct, point_in, rows_with_codes)
 
 _COPY_KINDS = {1: "host-to-device", 2: "device-to-host", 8: "device-to-device", 10: "peer-to-peer"}
 
@@ -141,7 +141,7 @@ class StepOutliers(Rule):
                    "step_p50": metric(p50, "ns"), "step_p99": metric(float(np.quantile(durations, 0.99)), "ns"),
                    "step_max": metric(int(durations.max()), "ns"), "excess_time": metric(excess, "ns")}
         first = int(slow[0])
-        yield ctx.finding(message, _advice(cause.kind), severity=severity, metrics=metrics,
+        yield ctx.finding(message, _advice(cause.kind, framework(ctx.trace)), severity=severity, metrics=metrics,
                           location=Location(device=budget.device, start_ns=int(model.gpu[first, 0]),
                                             end_ns=int(model.gpu[int(slow[-1]), 1])),
                           estimated_savings_ns=excess, budget_part="+".join(cause.parts) or None, key=cause.kind)
@@ -301,21 +301,30 @@ def _first_seen(ctx: RuleContext, slow: np.ndarray, limit: int = 3) -> str:
     return ", ".join(names[:limit]) + more
 
 
-def _advice(kind: str) -> str:
+def _advice(kind: str, fw: Framework) -> str:
+    # Stream priorities in the program's own API (in CUDA and PyTorch alike a lower number is a higher priority).
+    low_priority = ("`torch.cuda.Stream(priority=0)` for the side work, `priority=-1` (high) for the loop" if fw.is_torch
+                    else "`cudaStreamCreateWithPriority` with the lowest priority (the greatest number)")
+    allocation = ("grow PyTorch's caching allocator at start-up (run the largest shapes once in warm-up)" if fw.is_torch
+                  else "reserve XLA's memory pool at start-up (the default preallocation, not "
+                  "`XLA_PYTHON_CLIENT_PREALLOCATE=false`)" if fw.name == "jax"
+                  else "keep a memory pool that holds its memory (`cudaMemPoolAttrReleaseThreshold`)")
+    python = fw.name != "cuda" or fw.language == "python"
+    host_work = ("garbage collection, logging, scheduling, Python work" if python
+                 else "logging, scheduling, I/O, lock waits")
     return {
-        "contention": ("Keep side work off the loop's GPU time: run it on a low-priority stream "
-                       "(`cudaStreamCreateWithPriority` with the lowest priority; `torch.cuda.Stream(priority=-1)` is "
-                       "the high one), split large copies into chunks issued where the loop idles, or move the job to "
+        "contention": (f"Keep side work off the loop's GPU time: run it on a low-priority stream ({low_priority}), "
+                       "split large copies into chunks issued where the loop idles, or move the job to "
                        "another GPU; if another process shares the GPU, give the latency-critical one the GPU alone "
                        "(or MPS limits)."),
         "module loading": ("Warm up every kernel and shape before the measured loop (run each once, e.g. every MoE "
                            "expert size or sequence bucket), or load modules eagerly with `CUDA_MODULE_LOADING=EAGER`; "
                            "pre-tune library heuristics (cuBLASLt, Triton autotuning) at start-up."),
-        "allocation": "Allocate the buffers those steps need before the loop (or grow the caching allocator's pool "
-                      "at start-up) so no step pays a driver allocation.",
+        "allocation": (f"Allocate the buffers those steps need before the loop ({allocation}) so no step pays a "
+                       "driver allocation."),
         "synchronization": "Remove the synchronization those steps make, or move it out of the loop.",
-        "host": ("Find the host code that runs in those steps (garbage collection, logging, scheduling, Python "
-                 "work): `nsys profile --sample=process-tree --trace=cuda,nvtx,osrt` shows its call stacks; move it "
+        "host": (f"Find the host code that runs in those steps ({host_work}): "
+                 "`nsys profile --sample=process-tree --trace=cuda,nvtx,osrt` shows its call stacks; move it "
                  "off the launching thread."),
         "kernels": ("Open the slow steps in the timeline and compare their kernels with a median step: bucket "
                     "variable shapes, balance the work (MoE routing) or see kernel-tail."),

@@ -96,8 +96,8 @@ def regime_cause(facts: StepFacts, regime: slice, steady: slice, step_ns: np.nda
     if loads > 0:
         load_ms = per_step(facts.module_load_ns, regime) / 1e6
         return (f"GPU code built or loaded in every step ({loads:.0f} module load(s) a step, {load_ms:.2f} ms in the "
-                f"load calls): new kernels compiled for new shapes (cuDNN runtime fusion, Triton, torch.compile "
-                f"recompiles) (+{ms:.2f} ms a step)")
+                f"load calls): new kernels built for new shapes (runtime fusion, JIT compilation or autotuning) "
+                f"(+{ms:.2f} ms a step)")
     allocs = per_step(facts.allocations, regime) - per_step(facts.allocations, steady)
     if allocs > 0:
         return f"the allocator growing ({allocs:.0f} more allocation(s) a step) (+{ms:.2f} ms a step)"

@@ -60,6 +60,8 @@ class JobPlan:
     one_trace: bool = False  # all ranks in one export, rank r as process 1000 + r on GPU r
     file_name: str = "node0_rank{rank}_1.sqlite"  # per-rank exports; {rank} and {index} are filled in
     environment_rank: bool = False  # record RANK=<rank> in each export's environment
+    #: The profiled command of every rank (its framework shapes the rules' advice: a torch launcher makes it PyTorch).
+    command: tuple[str, ...] = ("python", "train.py")
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def write_job(folder: str | Path, plan: JobPlan) -> Simulated:
     n = plan.ranks
     builders: list[tuple[TraceBuilder, int, int, int]] = []  # builder, pid, device, session offset
     if plan.one_trace:
-        b = TraceBuilder(command=["python", "train.py"], gpus=[GpuSpec(id=r) for r in range(n)],
+        b = TraceBuilder(command=list(plan.command), gpus=[GpuSpec(id=r) for r in range(n)],
                          session_start_utc_ns=EPOCH_NS if plan.write_session_start else None)
         builders = [(b, 1000 + r, r, 0) for r in range(n)]
     else:
@@ -111,7 +113,7 @@ def write_job(folder: str | Path, plan: JobPlan) -> Simulated:
             session = r * plan.session_gap
             env = {"RANK": str(r), "LOCAL_RANK": str(r % 8)} if plan.environment_rank else {}
             utc = EPOCH_NS + session + plan.clock_skew.get(r, 0) if plan.write_session_start else None
-            b = TraceBuilder(command=["python", "train.py"], environment=env, gpus=[GpuSpec(id=r % 8)],
+            b = TraceBuilder(command=list(plan.command), environment=env, gpus=[GpuSpec(id=r % 8)],
                              session_start_utc_ns=utc)
             builders.append((b, 4242, r % 8, session))
     signature = (f"{plan.comm_name}(ncclDevKernelArgsStorage<4096ul>)" if plan.comm_name.startswith("nccl")

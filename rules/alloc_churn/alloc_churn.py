@@ -50,10 +50,17 @@ class AllocChurn(Rule):
     so their cost is judged by their measured time like any other.
     Evidence: calls per step, time in the calls and its share of the steady state, per-API count,
     total, p50 and max, the kind of memory, bytes allocated (with `--cuda-memory-usage=true`),
-    and the environment cause: `PYTORCH_NO_CUDA_MEMORY_CACHING=1` in the profiled environment.
-    Next optimizations: unset `PYTORCH_NO_CUDA_MEMORY_CACHING`; allocate buffers once before the
-    loop and reuse them (workspace, KV cache, pinned staging buffers); for stream-ordered
-    allocation keep memory in the pool (`cudaMemPoolAttrReleaseThreshold`).
+    and the known cause by name: `PYTORCH_NO_CUDA_MEMORY_CACHING=1` in the profiled environment
+    (PyTorch's caching allocator off); JAX's `XLA_PYTHON_CLIENT_ALLOCATOR=platform`; in PyTorch
+    with caching on, `cudaFree` bursts in two steps or more (the caching allocator frees only when
+    emptied: `torch.cuda.empty_cache()` in the loop, or a failed allocation's retry), or
+    `cudaMalloc` without frees (the pool growing: new sizes, fragmentation).
+    Next optimizations: by cause: unset `PYTORCH_NO_CUDA_MEMORY_CACHING` (or
+    `XLA_PYTHON_CLIENT_ALLOCATOR`); stop calling `torch.cuda.empty_cache()` in the loop;
+    `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` for a growing, fragmented pool; otherwise
+    allocate buffers once before the loop and reuse them (workspace, KV cache, pinned staging
+    buffers); for stream-ordered allocation keep memory in the pool
+    (`cudaMemPoolAttrReleaseThreshold`).
     Options: `min_calls`, `min_calls_per_step`, `min_spread_pct`, `warn_share_pct`.
     Requires: The API table; GPU rows (kernels, copies, memsets, graph replays) to find the loop
     when no steps are known; memory-usage events (optional) for bytes.

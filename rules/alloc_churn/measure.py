@@ -12,14 +12,22 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (ALLOC_APIS, Budget, Metric, RuleContext, busiest_thread, gpu_launches, in_set, loop_span,
-                            metric, pct, spread, step_count)
+from nsys_rules.api import (ALLOC_APIS, Budget, Framework, Metric, RuleContext, busiest_thread, framework, gpu_launches,
+                            in_set, loop_span, metric, pct, point_in, spread, step_count)
 
 #: Calls that free; ``cudaFree`` before any allocation is the ``cudaFree(0)`` context-creation idiom.
 CONTEXT_INIT_FREES = ("cudaFree",)
 
 #: Environment variables that make allocators call the driver for every tensor.
 CACHING_OFF = "PYTORCH_NO_CUDA_MEMORY_CACHING"
+#: JAX/XLA: the "platform" allocator allocates and frees every buffer on demand (a debugging setting).
+XLA_ALLOCATOR = "XLA_PYTHON_CLIENT_ALLOCATOR"
+#: PyTorch's allocator settings (expandable_segments, backend, ...).
+ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+
+#: Device-memory frees and allocations that go to the driver (a caching allocator's misses and releases).
+DEVICE_FREES = frozenset({"cudaFree", "cuMemFree"})
+DEVICE_MALLOCS = frozenset({"cudaMalloc", "cuMemAlloc", "cudaMallocPitch", "cuMemAllocPitch"})
 
 #: Columns of the memory-usage table the byte counts read.
 USAGE_COLUMNS = ("start", "pid", "bytes", "operation")
@@ -81,6 +89,42 @@ def caching_disabled(environment: Mapping[str, str]) -> bool:
     return value not in ("", "0", "false", "no", "off")
 
 
+def steps_holding(starts: np.ndarray, steps: list[tuple[int, int]]) -> int:
+    """How many of the ``steps`` (host intervals) hold at least one of the calls starting at ``starts``."""
+    if not len(starts) or not steps:
+        return 0
+    lo = np.array([a for a, _ in steps], np.int64)
+    hi = np.array([b for _, b in steps], np.int64)
+    index = point_in(np.asarray(starts, np.int64), lo, hi)
+    return int(len(np.unique(index[index >= 0])))
+
+
+def known_cause(fw: Framework, environment: Mapping[str, str], frees: int, mallocs: int, free_steps: int,
+                steps: int) -> str:
+    """The allocation pattern's known cause, by its name (empty when none is known).
+
+    - ``caching-off``: ``PYTORCH_NO_CUDA_MEMORY_CACHING`` set (PyTorch allocates every tensor from the driver);
+    - ``xla-platform``: JAX's ``XLA_PYTHON_CLIENT_ALLOCATOR=platform`` (the same for XLA's buffers);
+    - ``empty-cache``: PyTorch with its caching allocator on, returning device memory to the driver in
+      recurring bursts (``cudaFree`` in two steps or more; without steps, two calls or more): the
+      allocator frees only when emptied, so ``torch.cuda.empty_cache()`` runs in the loop (or an
+      allocation failed and it released its cache to retry);
+    - ``growth``: PyTorch with caching on, ``cudaMalloc`` in the loop and no ``cudaFree``: the pool
+      keeps growing (new sizes, fragmentation).
+    """
+    if caching_disabled(environment):
+        return "caching-off"
+    if fw.name == "jax" and str(environment.get(XLA_ALLOCATOR, "")).strip().lower() == "platform":
+        return "xla-platform"
+    if not fw.is_torch:
+        return ""
+    if frees >= 2 and (free_steps >= 2 or not steps):
+        return "empty-cache"
+    if mallocs and not frees:
+        return "growth"
+    return ""
+
+
 def allocated_bytes(usage: pd.DataFrame | None, lo: int, hi: int) -> tuple[int, int] | None:
     """Allocation events and bytes allocated in ``[lo, hi]`` from ``--cuda-memory-usage`` rows; None without them."""
     if usage is None:
@@ -114,6 +158,12 @@ class ChurnEvidence:
     usage: tuple[int, int] | None  # allocation events and bytes from memory-usage rows
     gpu_idle: int  # the GPU's idle time while the host allocated (the calls' time without a budget)
     has_budget: bool
+    framework: Framework = Framework("cuda")  # the program's framework: the fix in its terms
+    cause: str = ""  # the known cause (see known_cause)
+    device_frees: int = 0  # cudaFree/cuMemFree calls in the loop
+    device_mallocs: int = 0  # cudaMalloc/cuMemAlloc calls in the loop
+    free_steps: int = 0  # steps holding a device free
+    alloc_conf: str = ""  # the profiled environment's PYTORCH_CUDA_ALLOC_CONF
 
     @property
     def per_step(self) -> float | None:
@@ -176,10 +226,18 @@ def measure(ctx: RuleContext, calls: pd.DataFrame, span: tuple[int, int]) -> Chu
     kinds = calls.groupby("kind")["duration"].agg(["size", "sum"]).sort_values("sum", ascending=False)
     environment = trace.capture.environment
     usage = allocated_bytes(trace.frame("memory_usage", USAGE_COLUMNS), lo, hi) if trace.has("memory_usage") else None
+    names = calls["api"].astype(str)
+    is_free, is_malloc = names.isin(DEVICE_FREES).to_numpy(), names.isin(DEVICE_MALLOCS).to_numpy()
+    frees, mallocs = int(is_free.sum()), int(is_malloc.sum())
+    steps = list(ctx.window.steps or [])
+    free_steps = steps_holding(calls["start"].to_numpy(np.int64)[is_free], steps)
+    fw = framework(trace)
     return ChurnEvidence(
         calls=calls, steps=step_count(ctx), steady_ns=steady_ns, loop_spread=spread(calls["start"].to_numpy(np.int64), lo, hi),
         total=total, pid=pid, tid=tid, share=pct(thread_total, steady_ns), table=by_api(calls),
         top_kind=str(kinds.index[0]),
         no_cache=caching_disabled(environment), caching_setting=environment.get(CACHING_OFF), usage=usage,
         # What freeing the loop of these calls gives back: the GPU idle while the host allocated.
-        gpu_idle=min(total, budget.ns("allocation")) if budget is not None else total, has_budget=budget is not None)
+        gpu_idle=min(total, budget.ns("allocation")) if budget is not None else total, has_budget=budget is not None,
+        framework=fw, cause=known_cause(fw, environment, frees, mallocs, free_steps, len(steps)), device_frees=frees,
+        device_mallocs=mallocs, free_steps=free_steps, alloc_conf=str(environment.get(ALLOC_CONF, "")))

@@ -15,21 +15,27 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, FlaggedGroup, Location, Metric, Rule, RuleContext, Severity, metric, pct,
-                            split_flagged)
+from nsys_rules.api import (Finding, FlaggedGroup, Framework, Location, Metric, Rule, RuleContext, Severity, framework,
+                            metric, pct, split_flagged)
 
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
 MEMORY_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device static",
                 6: "managed static"}
 
 
-def launched_in_steps(ctx: RuleContext, rows: pd.DataFrame) -> bool:
-    """Whether most ``rows`` were launched inside the steady steps (else they belong to loading or tear-down)."""
+def in_steps(ctx: RuleContext, rows: pd.DataFrame) -> np.ndarray:
+    """Per row, whether it was launched inside the steady steps (else it belongs to loading or tear-down)."""
     span = ctx.steps.host_span if ctx.steps is not None else None
     if span is None:
-        return False
+        return np.zeros(len(rows), bool)
     launch = rows["launch_start"].to_numpy() if "launch_start" in rows else rows["start"].to_numpy()
-    return bool(((launch >= span[0]) & (launch <= span[1])).mean() >= 0.5)
+    return (launch >= span[0]) & (launch <= span[1])
+
+
+def launched_in_steps(ctx: RuleContext, rows: pd.DataFrame) -> bool:
+    """Whether most ``rows`` were launched inside the steady steps (else they belong to loading or tear-down)."""
+    inside = in_steps(ctx, rows)
+    return bool(len(inside)) and bool(inside.mean() >= 0.5)
 
 
 @dataclass(frozen=True)
@@ -88,10 +94,14 @@ class CopyGroup(FlaggedCalls):
     src: str = "?"  # memory kinds of the first copy's ends
     dst: str = "?"
 
+    #: "outside-steps" for the copies launched outside the steady steps when the loop has copies of
+    #: the same direction too (the weight load beside the per-step inputs); "" otherwise.
+    phase: str = ""
+
     @property
     def key(self) -> str:
-        """Fingerprint key: the direction (plus the row ordinal in per-row mode)."""
-        return f"{self.direction}{self.group.key_suffix}"
+        """Fingerprint key: the direction, the phase when split (plus the row ordinal in per-row mode)."""
+        return f"{self.direction}{'/' + self.phase if self.phase else ''}{self.group.key_suffix}"
 
 
 @dataclass(frozen=True)
@@ -129,12 +139,18 @@ def copy_groups(ctx: RuleContext, copies: pd.DataFrame, calls: pd.DataFrame, mas
     lo, hi = ctx.window_bounds()
     judged = max(1, hi - lo)
     # One finding per direction: the cause (pageable memory, a synchronous call) is the same whichever
-    # call site or stream issued the copy; the most used API and stream name the group.
-    for group in split_flagged(rows, ["direction"], report, max_findings):
+    # call site or stream issued the copy; the most used API and stream name the group. Where the loop
+    # copies in a direction, the same direction's copies outside it (the weight load before it, the
+    # final result after it) are a finding of their own: they cost start-up, not the step.
+    inside = in_steps(ctx, rows)
+    loop_directions = set(rows["direction"].to_numpy()[inside])
+    rows["phase"] = np.where(inside | ~rows["direction"].isin(loop_directions).to_numpy(), "", "outside-steps")
+    for group in split_flagged(rows, ["direction", "phase"], report, max_findings):
         g = group.rows
-        (direction,) = group.key
+        direction, phase = group.key
+        in_loop = launched_in_steps(ctx, g) if not phase else False
         yield CopyGroup(group, str(g["api"].value_counts().index[0]), int(g["stream_id"].value_counts().index[0]),
-                        judged_ns=judged, in_loop=launched_in_steps(ctx, g), direction=str(direction),
+                        judged_ns=judged, in_loop=in_loop, direction=str(direction), phase=str(phase),
                         src=MEMORY_KINDS.get(int(g["src_kind"].iloc[0]), "?"),
                         dst=MEMORY_KINDS.get(int(g["dst_kind"].iloc[0]), "?"), **_totals(g))
 
@@ -177,8 +193,8 @@ class FlaggedCallRule(Rule):
         """What the group's rows are and what they cost."""
         raise NotImplementedError
 
-    def recommendation(self, group: Any) -> str:
-        """The fix for the group's calls."""
+    def recommendation(self, group: Any, fw: Framework) -> str:
+        """The fix for the group's calls, in the terms of the program's framework ``fw``."""
         raise NotImplementedError
 
     def severity(self, group: FlaggedCalls, opts: Any) -> Severity:
@@ -197,8 +213,9 @@ class FlaggedCallRule(Rule):
         mask = self.flag(rows, calls["api_raw"].to_numpy(), opts)
         if not mask.any():
             return
+        fw = framework(ctx.trace)
         for group in self.grouping(ctx, rows, calls, mask, opts.report, opts.max_findings):
             savings: dict[str, Any] = ({"estimated_savings_ns": self.saved(group), "budget_part": self.budget_part}
                                        if group.in_loop else {"savings_note": self.outside_note})
-            yield ctx.finding(self.message(group, opts), self.recommendation(group), severity=self.severity(group, opts),
+            yield ctx.finding(self.message(group, opts), self.recommendation(group, fw), severity=self.severity(group, opts),
                               metrics=group.metrics(), location=group.location(), key=group.key, **savings)

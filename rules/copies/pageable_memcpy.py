@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import Renamed, Severity
+from nsys_rules.api import Framework, Renamed, Severity, pinned_memory_advice
 from nsys_rules.rules.copies.common import CopyGroup, FlaggedCallRule, FlaggedCalls, copy_groups
 
 PAGEABLE = 0
@@ -54,9 +54,12 @@ class PageableMemcpy(FlaggedCallRule):
     direction (one finding per direction, the main stream and API named); the time range of the flagged
     copies. Savings count only for copies launched inside the steady steps; loading copies shorten
     start-up, not the step.
-    Next optimizations: allocate the host buffer pinned (`cudaMallocHost`/`cudaHostAlloc`,
-    `torch.empty(..., pin_memory=True)` / `tensor.pin_memory()`, or `cudaHostRegister` an
-    existing buffer) and keep the copy async; for per-step inputs reuse one pinned staging buffer.
+    Next optimizations: allocate the host buffer pinned, in the program's framework (PyTorch
+    `tensor.pin_memory()` / `DataLoader(pin_memory=True)` with `non_blocking=True` copies; JAX
+    `pinned_host` memory or prefetching to the device; `tf.data` prefetching to the GPU;
+    `cudaMallocHost`/`cudaHostAlloc` or `cudaHostRegister` in a CUDA program) and keep the copy
+    async; for per-step inputs reuse one pinned staging buffer. Copies made before the steady
+    state (loading weights) are start-up: the report folds them into capture-scope.
     Options: `window`, `report`, `max_findings`, `min_bytes`, `include_driver_api`, `warn_share_pct`.
     Requires: the memcpy and API tables (`--trace=cuda`).
     False positives: one-off copies during loading are harmless (use `window=steady` to judge
@@ -101,10 +104,12 @@ class PageableMemcpy(FlaggedCallRule):
                 f"blocks the host. Host time in these calls {cg.host_ns / 1e6:.3f} ms ({cg.share:.2f} % of the "
                 f"judged {cg.judged_ns / 1e6:.1f} ms), GPU copy time {cg.gpu_ns / 1e6:.3f} ms.")
 
-    def recommendation(self, group: CopyGroup) -> str:
-        return ("Pin the host buffer (`cudaMallocHost`/`cudaHostAlloc`, `cudaHostRegister` on an existing buffer, "
-                "or `pin_memory=True` in PyTorch) and keep the copy asynchronous; reuse one pinned staging buffer "
-                "for per-step inputs.")
+    def recommendation(self, group: CopyGroup, fw: Framework) -> str:
+        text = pinned_memory_advice(fw)
+        text = text[0].upper() + text[1:] + "."
+        if group.in_loop:
+            text += " Reuse one pinned staging buffer for the per-step inputs."
+        return text
 
 
 RULE = PageableMemcpy

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import Renamed, Severity
+from nsys_rules.api import Framework, Renamed, Severity, pinned_memory_advice, scalar_readback_names
 from nsys_rules.rules.copies.common import CopyGroup, FlaggedCallRule, copy_groups
 
 HTOD, DTOD = 1, 8
@@ -97,10 +97,17 @@ class SyncMemcpy(FlaggedCallRule):
         return (f"{what} with {cg.api} on stream {cg.stream} blocked the host {cg.host_ns / 1e6:.3f} ms "
                 f"({cg.share:.2f} % of the judged {cg.judged_ns / 1e6:.1f} ms) for {cg.gpu_ns / 1e6:.3f} ms of copying.")
 
-    def recommendation(self, group: CopyGroup) -> str:
-        return (f"Replace {group.api} with `cudaMemcpyAsync` on the work stream from pinned host memory and wait "
-                "on an event only where the host consumes the data; keep data on the GPU when the host does not "
-                "need it.")
+    def recommendation(self, group: CopyGroup, fw: Framework) -> str:
+        if fw.name == "cuda" or fw.name == "tensorrt-llm":
+            return (f"Replace {group.api} with `cudaMemcpyAsync` on the work stream from pinned host memory and wait "
+                    "on an event only where the host consumes the data; keep data on the GPU when the host does not "
+                    "need it.")
+        if group.direction == "DtoH":
+            return (f"These are reads of GPU results ({scalar_readback_names(fw)}): keep the values on the GPU when "
+                    "the host does not need them, read them less often, or start the copy early and wait only where "
+                    "the value is used.")
+        return (f"Copy asynchronously from pinned memory: {pinned_memory_advice(fw)}; keep data on the GPU when the "
+                "host does not need it.")
 
 
 RULE = SyncMemcpy

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import Renamed, Severity
+from nsys_rules.api import Framework, Renamed, Severity
 from nsys_rules.rules.copies.common import FlaggedCallRule, MemsetGroup, memset_groups
 
 #: Runtime `cudaMemset*` and driver `cuMemsetD*` calls; the async ones are excluded separately.
@@ -84,7 +84,8 @@ class SyncMemset(FlaggedCallRule):
         return (f"{what} with {g.api} on stream {g.stream} blocked the host {g.host_ns / 1e6:.3f} ms "
                 f"({g.share:.2f} % of the judged {g.judged_ns / 1e6:.1f} ms); GPU time {g.gpu_ns / 1e6:.3f} ms.")
 
-    def recommendation(self, group: MemsetGroup) -> str:
+    def recommendation(self, group: MemsetGroup, fw: Framework) -> str:
+        # The CUDA call itself, whatever the framework: frameworks clear device memory asynchronously.
         return (f"Replace {group.api} with `cudaMemsetAsync` on the work stream, or clear the buffer inside a kernel "
                 "that already runs.")
 

@@ -32,21 +32,26 @@ class Options:
     max_findings: int = field(default=5, metadata={"help": "gaps per group reported one by one in 'auto' mode"})
     warn_share_pct: float = field(default=5.0, metadata={
         "help": "warning when run-phase gaps add up to this percent of the judged time"})
+    min_ops: int = field(default=10, metadata={
+        "help": "GPU operations a process must run on a device before its run-phase gaps can be a warning: with "
+                "fewer there is no running program to stall (loading, tear-down, or a trace that lost its CUDA "
+                "activity)"})
 
 
 def device_gaps(ops: pd.DataFrame | list[pd.DataFrame], min_gap_ns: int) -> pd.DataFrame:
-    """Idle gaps of at least ``min_gap_ns`` per process and device: pid, device_id, start, end, duration.
+    """Idle gaps of at least ``min_gap_ns`` per process and device: pid, device_id, start, end, duration, ops.
 
-    ``ops``: one frame of GPU operations, or several (kernels, memcpys, memsets) read as one.
+    ``ops``: one frame of GPU operations, or several (kernels, memcpys, memsets) read as one;
+    ``ops`` in the result is the number of GPU operations the process ran on the device.
     """
     out = []
     for pid, dev, op_starts, op_ends in per_device(ops):
         starts, lengths = gaps_at_least(op_starts, op_ends, min_gap_ns)
         if len(starts):
             out.append(pd.DataFrame({"pid": pid, "device_id": dev, "start": starts,
-                                     "end": starts + lengths, "duration": lengths}))
+                                     "end": starts + lengths, "duration": lengths, "ops": len(op_starts)}))
     if not out:
-        return pd.DataFrame(columns=["pid", "device_id", "start", "end", "duration"])
+        return pd.DataFrame(columns=["pid", "device_id", "start", "end", "duration", "ops"])
     return pd.concat(out, ignore_index=True)
 
 
@@ -80,7 +85,11 @@ class GpuIdleGaps(Rule):
     calls and NVTX ranges at that time); remove the synchronization or move host work off the
     critical path (overlap it with the GPU by launching ahead); start-up gaps belong to loading:
     leave them out of the capture (see `capture-scope`).
-    Options: `window`, `min_gap_ns`, `exclude_profiler_overhead`, `overhead_pattern`, `report`, `max_findings`, `warn_share_pct`.
+    A warning needs run-phase gaps of at least `warn_share_pct` percent of the judged time on a
+    device where the process ran at least `min_ops` GPU operations: between a handful of them
+    (loading, tear-down, a trace that lost its CUDA activity) no running program is stalled.
+    Options: `window`, `min_gap_ns`, `exclude_profiler_overhead`, `overhead_pattern`, `report`, `max_findings`,
+    `warn_share_pct`, `min_ops`.
     Requires: at least one of the kernel, memcpy and memset tables.
     False positives: idle time between requests of a server that is simply not loaded; the
     end of a step that waits for the next input.
@@ -127,7 +136,11 @@ class GpuIdleGaps(Rule):
             worst = g.nlargest(3, "duration")
             share = pct(total, judged)
             run_phase = phase == "run"
-            severity = Severity.WARNING if run_phase and total >= opts.warn_share_pct / 100 * judged else Severity.INFO
+            # A handful of GPU operations is no running program: their gaps stall nothing (a trace whose
+            # CUDA activity was lost keeps a few copies seconds apart).
+            running = int(g["ops"].iloc[0]) >= opts.min_ops
+            severity = (Severity.WARNING if run_phase and running and total >= opts.warn_share_pct / 100 * judged
+                        else Severity.INFO)
             longest = ", ".join(f"{d / 1e6:.3f} ms at {s / 1e9:.6f} s" for s, d in
                                 zip(worst["start"].to_numpy(), worst["duration"].to_numpy(), strict=True))
             what = (f"GPU {dev} idled {total / 1e6:.3f} ms starting at {group.start / 1e9:.6f} s" if group.single else

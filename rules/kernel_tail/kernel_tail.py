@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.api import (DEFAULT_TAXONOMY, Finding, Location, Renamed, Rule, RuleContext, Severity, base_name,
-                            is_any_launch, part_of_class, require_visible_kernels)
+                            framework, is_any_launch, part_of_class, require_visible_kernels)
 from nsys_rules.rules.kernel_tail.judge import has_tail, judge_kernel
 from nsys_rules.rules.kernel_tail.measure import api_groups, kernel_groups, slowest
-from nsys_rules.rules.kernel_tail.phrase import (API_TITLE, SHAPE_RECOMMENDATION, SHAPE_TITLE, advice, api_message,
-                                                 api_metrics, api_recommendation, instance_text, kernel_message,
-                                                 kernel_metrics)
+from nsys_rules.rules.kernel_tail.phrase import (API_TITLE, SHAPE_TITLE, advice, api_message, api_metrics,
+                                                 api_recommendation, instance_text, kernel_message, kernel_metrics,
+                                                 shape_recommendation)
 from nsys_rules.rules.kernel_tail.tails import periodic_tail
 
 
@@ -132,8 +132,8 @@ class KernelTail(Rule):
                             end_ns=worst.end)
         key = f"grid={grid} block={block}"
         if verdict.shape_variation:
-            return ctx.finding(text, SHAPE_RECOMMENDATION, severity=Severity.INFO, metrics=kernel_metrics(row, verdict),
-                               location=location, title=SHAPE_TITLE, key=key,
+            return ctx.finding(text, shape_recommendation(framework(ctx.trace)), severity=Severity.INFO,
+                               metrics=kernel_metrics(row, verdict), location=location, title=SHAPE_TITLE, key=key,
                                estimated_savings_ns=0)  # nothing to gain: under the noise floor
         return ctx.finding(text, advice(full_name, verdict.kind, row, verdict.cost, verdict.phase),
                            severity=verdict.severity, metrics=kernel_metrics(row, verdict), location=location,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from nsys_rules.api import Metric, is_any_launch, metric, pct
+from nsys_rules.api import Framework, Metric, is_any_launch, metric, nvtx_range_advice, pct
 from nsys_rules.rules.kernel_tail.judge import KernelVerdict
 from nsys_rules.rules.kernel_tail.measure import Instance
 from nsys_rules.rules.kernel_tail.tails import clean_range_name
@@ -72,9 +72,11 @@ def kernel_message(label: str, row: pd.Series, verdict: KernelVerdict, slowest: 
     return text
 
 
-SHAPE_RECOMMENDATION = ("Nothing to fix as a tail. To see each shape separately, give the call sites their own "
-                        "NVTX ranges (e.g. `nvtx.range('o_proj')` / `nvtxRangePush(\"down_proj\")`) or launch "
-                        "configurations; judge each shape's speed with gemv-dominance's bandwidth numbers.")
+def shape_recommendation(fw: Framework) -> str:
+    """The action for shape variation: judge each shape on its own (it is no tail to remove)."""
+    return (f"Judge each shape on its own: give the call sites their own NVTX ranges ({nvtx_range_advice(fw, 'o_proj')} "
+            "around one projection, another name around the next) or launch configurations, then compare each "
+            "shape's time with what its bytes or FLOPs need (gemv-dominance's bandwidth numbers for GEMVs).")
 
 
 def advice(name: str, kind: str, row: pd.Series, cost: float, phase: bool = False) -> str:

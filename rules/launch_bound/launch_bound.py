@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from nsys_rules.api import Finding, Location, Renamed, Rule, RuleContext, Severity, step_count
+from nsys_rules.api import Finding, Location, Renamed, Rule, RuleContext, Severity, framework, step_count
 from nsys_rules.rules.launch_bound.judge import judge
 from nsys_rules.rules.launch_bound.measure import device_launches
 from nsys_rules.rules.launch_bound.phrase import message, metrics, recommendation
@@ -50,10 +50,11 @@ class LaunchBound(Rule):
     it runs for 1-5 us; at batch-1 decode the GPU is 7-30 % busy and step time is host time.
     Evidence: GPU busy share of the steady state, kernel count and median duration, launch
     calls and launch API time per kernel, the launch gaps (count and time) and the saving.
-    Next optimizations: capture the step in a CUDA graph (`torch.cuda.graphs` /
-    `torch.compile(mode="reduce-overhead")`, vLLM/SGLang CUDA-graph decode, `cudaStreamBeginCapture`
-    + `cudaGraphLaunch`) so one launch replays all kernels; fuse small elementwise kernels
-    (torch.compile, custom fused kernels) to cut the kernel count.
+    Next optimizations: replay the step from a CUDA graph so one launch runs all its kernels, in
+    the program's framework (PyTorch `torch.cuda.CUDAGraph` / `torch.compile(mode="reduce-overhead")`,
+    vLLM/SGLang/TensorRT-LLM CUDA-graph decode, JAX one `jax.jit` over the step, whose command
+    buffers XLA replays, TensorFlow `jit_compile=True`, a CUDA program `cudaStreamBeginCapture` +
+    `cudaGraphLaunch`); fuse small elementwise kernels to cut the kernel count.
     Options: `max_busy_pct`, `max_median_kernel_ns`, `max_launch_gap_ns`, `graph_gap_ns`,
     `min_kernels`, `warn_share_pct`.
     Requires: the kernel and API tables (`--trace=cuda`).
@@ -75,13 +76,14 @@ class LaunchBound(Rule):
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
+        fw = framework(ctx.trace)
         for found in device_launches(ctx, opts.min_kernels, opts.max_launch_gap_ns, opts.graph_gap_ns):
             verdict = judge(found, ctx.budget, opts.max_busy_pct, opts.max_median_kernel_ns, opts.warn_share_pct)
             if verdict is None:
                 continue
             yield ctx.finding(
-                message(found, verdict, step_count(ctx), ctx.window.source, ctx.budget if verdict.on_loop else None),
-                recommendation(found, verdict, opts.graph_gap_ns), severity=verdict.severity,
+                message(found, verdict, step_count(ctx), ctx.window.source, ctx.budget if verdict.on_loop else None, fw),
+                recommendation(found, verdict, opts.graph_gap_ns, fw), severity=verdict.severity,
                 metrics=metrics(found, verdict), location=Location(device=found.device, start_ns=found.lo, end_ns=found.hi),
                 estimated_savings_ns=verdict.savings, budget_part="launch_wait")
 

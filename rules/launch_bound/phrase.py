@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nsys_rules.api import Budget, Metric, metric, pct
+from nsys_rules.api import Budget, Framework, Metric, graph_capture_advice, metric, pct
 from nsys_rules.rules.launch_bound.judge import LaunchVerdict
 from nsys_rules.rules.launch_bound.measure import DeviceLaunches
 
@@ -20,11 +20,13 @@ def metrics(found: DeviceLaunches, verdict: LaunchVerdict) -> dict[str, Metric]:
             "steady_time": metric(verdict.judged, "ns")}
 
 
-def host_split(budget: Budget) -> str:
+def host_split(budget: Budget, fw: Framework | None = None) -> str:
     """Where the launching thread's time went while the GPU waited: in CUDA calls or in its own code."""
     detail = budget.part("launch_wait").detail
+    own = ("framework, scheduling" if fw is not None and fw.name == "cuda" and fw.language != "python"
+           else "Python, framework, scheduling")
     text = (f" While the GPU waited, the host was inside CUDA calls {detail.get('launch_api_ns', 0) / 1e6:.1f} "
-            f"ms and in its own code (Python, framework, scheduling) {detail.get('host_ns', 0) / 1e6:.1f} ms.")
+            f"ms and in its own code ({own}) {detail.get('host_ns', 0) / 1e6:.1f} ms.")
     host = budget.evidence.get("host")
     if host:
         text += (f" Per step the launching thread spends {host['outside_cuda_ns_p50'] / 1e3:.0f} us outside "
@@ -32,7 +34,8 @@ def host_split(budget: Budget) -> str:
     return text
 
 
-def message(found: DeviceLaunches, verdict: LaunchVerdict, steps: int, window_source: str, budget: Budget | None) -> str:
+def message(found: DeviceLaunches, verdict: LaunchVerdict, steps: int, window_source: str, budget: Budget | None,
+            fw: Framework | None = None) -> str:
     """The busy share, the kernels and their launch cost, the gaps; ``budget`` when the device runs the loop."""
     prof = found.profile
     per_step = f", {prof.kernels / steps:.0f} kernels per step" if steps else ""
@@ -40,21 +43,21 @@ def message(found: DeviceLaunches, verdict: LaunchVerdict, steps: int, window_so
             f"({verdict.judged / 1e6:.1f} ms, {window_source}): {prof.kernels} kernels launched one by one"
             f"{per_step}, median {prof.median_kernel_ns / 1e3:.1f} us, launch API time "
             f"{prof.launch_api_per_kernel / 1e3:.1f} us per kernel. The GPU ran dry before the next launch "
-            f"{prof.starved_gaps} times, idling {prof.starved_ns / 1e6:.1f} ms.{host_split(budget) if budget else ''}")
+            f"{prof.starved_gaps} times, idling {prof.starved_ns / 1e6:.1f} ms.{host_split(budget, fw) if budget else ''}")
     if found.graph_loop:
         text += (f" The loop already replays CUDA graphs ({found.graph_launches} launches); these kernels run between the "
                  "replays.")
     return text
 
 
-def recommendation(found: DeviceLaunches, verdict: LaunchVerdict, graph_gap_ns: int) -> str:
-    """Capture the step in a CUDA graph; in a loop that already replays graphs, move the work between replays in."""
+def recommendation(found: DeviceLaunches, verdict: LaunchVerdict, graph_gap_ns: int, fw: Framework) -> str:
+    """Replay the step from a CUDA graph (in ``fw``'s terms); in a loop that already replays graphs, move the work in."""
     share = pct(verdict.savings, verdict.judged)
     if found.graph_loop:
         return ("Move the work between replays into the graph (sampling, stopping checks, input "
                 "updates: capture them with the step, or use static input buffers), or keep it on the "
                 f"device; at most {verdict.savings / 1e6:.1f} ms ({share:.1f} % of the steady state) is at stake.")
-    return ("Capture the steady-state step in a CUDA graph and replay it (`torch.cuda.CUDAGraph`/"
-            "`torch.compile(mode=\"reduce-overhead\")`, or `cudaStreamBeginCapture` + `cudaGraphLaunch`): "
-            f"expected gain up to {verdict.savings / 1e6:.1f} ms ({share:.1f} % of the steady state) with "
-            f"{graph_gap_ns / 1e3:g} us left per kernel; fusing small kernels cuts the count further.")
+    return ("Replay the steady-state step from a CUDA graph, one launch for all its kernels: "
+            f"{graph_capture_advice(fw)}. Expected gain up to {verdict.savings / 1e6:.1f} ms ({share:.1f} % of the "
+            f"steady state) with {graph_gap_ns / 1e3:g} us left per kernel; fusing small kernels cuts the count "
+            "further.")

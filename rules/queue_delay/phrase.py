@@ -18,21 +18,15 @@ def message(queue: StreamQueue, verdict: QueueVerdict) -> str:
         return head + (f", and it idled {prof.idle_while_queued / 1e6:.2f} ms "
                        f"({pct(prof.idle_while_queued, span):.1f} %) while these kernels waited: "
                        "something outside this process's trace held them back.")
-    if verdict.gpu_bound:
-        return head + ": the host runs ahead and the GPU is the bottleneck."
-    return head + (": they queue behind earlier work of their own stream (a CUDA graph or "
-                   "long kernels launched just before), not behind other processes.")
+    return head + ": the host runs ahead and the GPU is the bottleneck."
 
 
 def recommendation(verdict: QueueVerdict) -> str:
-    """The next optimization for the cause."""
+    """The next optimization for the cause (a held-back or a GPU-bound queue: the rule reports no other)."""
     if verdict.held_back:
         return ("Check for another process or context on the same GPU (`nvidia-smi`, or profile it with "
                 "`nsys profile --trace=cuda` system-wide) and give the latency-critical work the GPU alone "
                 "or a higher stream priority (`cudaStreamCreateWithPriority`); remove cross-stream waits "
                 "that are not needed.")
-    if verdict.gpu_bound:
-        return ("Host-side work will not shorten this: speed up the kernels that dominate GPU time "
-                "(see gemv-dominance, kernel-tail) or do more work per kernel (batching, fusion).")
-    return ("Nothing to fix in the queue itself; the GPU's idle time is elsewhere (see gpu-idle-gaps "
-            "and sync-stall for what the host does between steps).")
+    return ("Host-side work will not shorten this: speed up the kernels that dominate GPU time "
+            "(see gemv-dominance, kernel-tail) or do more work per kernel (batching, fusion).")

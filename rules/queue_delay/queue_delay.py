@@ -46,7 +46,9 @@ class QueueDelay(Rule):
     Only the first kernel of each launch call counts (a CUDA graph's later nodes wait for the
     nodes before them, not in the queue).
     Evidence: kernels, median and p90 queue time, median kernel time, their ratio, GPU busy
-    share, and the time the GPU idled for this process while kernels waited.
+    share, and the time the GPU idled for this process while kernels waited. Kernels that only
+    queue behind earlier work of their own stream, on a GPU neither held back nor busy enough to
+    be the bottleneck, are not reported: that is asynchronous launching, with nothing to change.
     Next optimizations: GPU-bound: shorten the kernels that dominate (see gemv-dominance,
     kernel-tail) or batch more work per launch. Contention: give the latency-critical process
     the GPU alone (no co-located jobs, MPS limits, or a dedicated GPU), or a higher stream
@@ -77,6 +79,11 @@ class QueueDelay(Rule):
             if not reported(queue, opts.min_ratio, opts.min_queue_ns):
                 continue
             verdict = judge(queue, opts.gpu_bound_pct, opts.warn_share_pct)
+            if not verdict.held_back and not verdict.gpu_bound:
+                # Queued behind earlier work of their own stream (a graph, long kernels launched just
+                # before) on a GPU neither held back nor saturated: how asynchronous launching looks,
+                # with no action of its own; the idle time, if any, is other rules' to explain.
+                continue
             yield ctx.finding(
                 message(queue, verdict), recommendation(verdict), severity=verdict.severity, metrics=queue.metrics(),
                 location=Location(pid=queue.pid, device=queue.device, stream=queue.stream, start_ns=queue.lo,

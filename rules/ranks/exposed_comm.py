@@ -8,7 +8,7 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import Finding, Job, JobContext, JobRule, Renamed, Severity, metric, pct, step_list
+from nsys_rules.api import Finding, Framework, Job, JobContext, JobRule, Renamed, Severity, metric, pct, step_list
 from nsys_rules.rules.ranks.compare import full_rows, ms, need_job, rank_label, worst_first
 
 
@@ -186,23 +186,54 @@ _PATTERNS = (
 def _recommendation(job: Job) -> str:
     names = " ".join(n for d in job.data for n in d.names)
     kinds = [kind for kind, pattern in _PATTERNS if pattern.search(names)]
-    tips = {
-        "allreduce": ("all-reduce: in training, let DDP overlap it with the backward pass (smaller `bucket_cap_mb` so the "
-                      "first buckets start earlier, `gradient_as_bucket_view=True`, no `no_sync` on every step); in "
-                      "tensor-parallel inference, fuse it with the residual add and norm (TensorRT-LLM/FlashInfer "
-                      "all-reduce fusion, vLLM/SGLang custom all-reduce) or overlap it with the other micro-batch"),
-        "allgather": ("all-gather/reduce-scatter: with FSDP, prefetch the next unit's parameters "
-                      "(`backward_prefetch=BackwardPrefetch.BACKWARD_PRE`, `forward_prefetch=True`; FSDP2 "
-                      "`set_modules_to_forward_prefetch`), and with tensor parallelism try async TP "
-                      "(`torch._inductor.config._micro_pipeline_tp = True`)"),
-        "p2p": ("send/receive: in pipeline parallelism use an interleaved 1F1B schedule and overlap the transfers "
-                "with compute (Megatron `--overlap-p2p-communication`), or more micro-batches to fill the pipeline"),
-        "alltoall": ("all-to-all (MoE dispatch/combine): overlap it with the shared expert or the other micro-batch "
-                     "(two-batch overlap), and keep tokens per rank balanced"),
-    }
+    tips = _tips(job.framework())
     chosen = [tips[k] for k in kinds] or [tips["allreduce"]]
     return ("Overlap the exposed communication with compute: " + "; ".join(chosen) +
             ". Run communication on its own stream so that it can overlap, and check the gain by re-capturing.")
+
+
+def _tips(fw: Framework) -> dict[str, str]:
+    """Per kind of collective, how the program's framework overlaps it with compute."""
+    alltoall = ("all-to-all (MoE dispatch/combine): overlap it with the shared expert or the other micro-batch "
+                "(two-batch overlap), and keep tokens per rank balanced")
+    if fw.name in ("vllm", "sglang", "tensorrt-llm"):
+        engine = {"vllm": "vLLM's custom all-reduce (no `--disable-custom-all-reduce`) and its all-reduce fusion passes",
+                  "sglang": "SGLang's custom all-reduce (no `--disable-custom-all-reduce`)",
+                  "tensorrt-llm": "TensorRT-LLM's all-reduce fusion with the residual add and norm"}[fw.name]
+        return {"allreduce": (f"all-reduce: use {engine}, or overlap it with the other micro-batch"),
+                "allgather": "all-gather/reduce-scatter: overlap them with the other micro-batch's compute",
+                "p2p": "send/receive: more micro-batches in flight so the pipeline stages overlap the transfers",
+                "alltoall": alltoall}
+    if fw.is_torch:
+        return {
+            "allreduce": ("all-reduce: in training, let DDP overlap it with the backward pass (smaller `bucket_cap_mb` so "
+                          "the first buckets start earlier, `gradient_as_bucket_view=True`, no `no_sync` on every step); "
+                          "in tensor-parallel inference, fuse it with the residual add and norm or overlap it with the "
+                          "other micro-batch"),
+            "allgather": ("all-gather/reduce-scatter: with FSDP, prefetch the next unit's parameters "
+                          "(`backward_prefetch=BackwardPrefetch.BACKWARD_PRE`, `forward_prefetch=True`; FSDP2 "
+                          "`set_modules_to_forward_prefetch`), and with tensor parallelism try async TP "
+                          "(`torch._inductor.config._micro_pipeline_tp = True`)"),
+            "p2p": ("send/receive: in pipeline parallelism use an interleaved 1F1B schedule and overlap the transfers "
+                    "with compute (Megatron `--overlap-p2p-communication`), or more micro-batches to fill the pipeline"),
+            "alltoall": alltoall}
+    if fw.name == "jax":
+        overlap = ("let XLA schedule the collectives under compute (`--xla_gpu_enable_latency_hiding_scheduler=true` "
+                   "in `XLA_FLAGS`)")
+        return {"allreduce": f"all-reduce: {overlap}, and combine small ones "
+                             "(`--xla_gpu_all_reduce_combine_threshold_bytes`)",
+                "allgather": f"all-gather/reduce-scatter: {overlap}",
+                "p2p": "send/receive: more micro-batches in the pipeline so its stages overlap the transfers",
+                "alltoall": alltoall}
+    return {
+        "allreduce": ("all-reduce: start each gradient bucket's `ncclAllReduce` on a communication stream as soon as "
+                      "the bucket is ready, so it runs under the remaining backward kernels; in tensor-parallel "
+                      "inference fuse it with the residual add and norm, or overlap it with the other micro-batch"),
+        "allgather": ("all-gather/reduce-scatter: issue the next layer's `ncclAllGather` on the communication stream "
+                      "while this layer computes (prefetch), with an event the compute stream waits on"),
+        "p2p": ("send/receive: an interleaved pipeline schedule with `ncclSend`/`ncclRecv` on their own stream, "
+                "or more micro-batches to fill the pipeline"),
+        "alltoall": alltoall}
 
 
 RULE = ExposedComm

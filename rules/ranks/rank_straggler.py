@@ -7,7 +7,8 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import Finding, Job, JobContext, JobRule, Renamed, Severity, metric, pct, step_list
+from nsys_rules.api import (Finding, Job, JobContext, JobRule, Renamed, Severity, metric, pct, pinned_memory_advice,
+                            step_list)
 from nsys_rules.rules.ranks.compare import (diff_command, full_rows, ms, need_job, others_median, rank_label, signed_rank_z,
                                             worst_first)
 
@@ -263,21 +264,32 @@ def _recommendation(job: Job, col: int, cause: str | None) -> str:
     diff = diff_command(job, col, reference)
     compare = (f" Compare it with another rank: `{diff}`." if diff else
                f" Check rank {rank}'s process and GPU in the trace against another rank's.")
+    fw = job.framework(col)
+    loader = ("data loading needs more workers (`DataLoader(num_workers=..., pin_memory=True)`)" if fw.is_torch else
+              "data loading belongs in a background pipeline that prefetches to the device "
+              "(`flax.jax_utils.prefetch_to_device`, grain or tf.data)" if fw.name == "jax" else
+              "data loading belongs in a `tf.data` pipeline with `prefetch`" if fw.name == "tensorflow" else
+              "input preparation belongs on another thread, ahead of the step")
+    syncs = ("`.item()`, `.cpu()`, printing tensor values, `torch.cuda.synchronize()`" if fw.is_torch else
+             "`float()`/`jax.device_get` on device arrays, `jax.block_until_ready`" if fw.name == "jax" else
+             "`.numpy()` on tensors" if fw.name == "tensorflow" else
+             "`cudaStreamSynchronize`, `cudaDeviceSynchronize`, synchronous copies")
+    allocs = ("keep PyTorch's caching allocator on (no `PYTORCH_NO_CUDA_MEMORY_CACHING`), no `torch.cuda.empty_cache()` "
+              "in the step, try `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`" if fw.is_torch else
+              "keep XLA's preallocated pool (no `XLA_PYTHON_CLIENT_ALLOCATOR=platform`)" if fw.name == "jax" else
+              "allocate its buffers once before the loop, or from a pool that keeps its memory")
     fix = {
         "compute": (f"Balance the work so that rank {rank} does no more than the others: even out sequence lengths "
                     "and batch composition (bucket or pack by token count), pipeline stage sizes (layers per stage), "
                     "and MoE routing (load-balancing loss, capacity factor)."),
         "host stall": (f"Find what rank {rank}'s host does while its GPU waits: rank-specific work in the step (logging, "
                        "metrics, checkpointing or evaluation on one rank) belongs outside it or in a background thread; "
-                       "data loading needs more workers (`DataLoader(num_workers=..., pin_memory=True)`); profile its "
-                       "CPU with `nsys profile --sample=process-tree --cpuctxsw=process-tree`."),
-        "sync": (f"Remove rank {rank}'s per-step host synchronization (`.item()`, `.cpu()`, printing tensor values, "
-                 "`torch.cuda.synchronize()`); run sync-stall on its trace for the calls."),
-        "allocation": (f"Stop rank {rank}'s per-step allocations: keep PyTorch's caching allocator on (no "
-                       "`PYTORCH_NO_CUDA_MEMORY_CACHING`), try `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`; run "
-                       "alloc-churn on its trace for the calls."),
-        "copies": (f"Cut rank {rank}'s extra copies before the collectives: pinned host buffers and "
-                   "`non_blocking=True` transfers, or keep the data on the GPU."),
+                       f"{loader}; profile its CPU with `nsys profile --sample=process-tree --cpuctxsw=process-tree`."),
+        "sync": (f"Remove rank {rank}'s per-step host synchronization ({syncs}); run sync-stall on its trace for the "
+                 "calls."),
+        "allocation": f"Stop rank {rank}'s per-step allocations: {allocs}; run alloc-churn on its trace for the calls.",
+        "copies": (f"Cut rank {rank}'s extra copies before the collectives: {pinned_memory_advice(fw)}, or keep the data "
+                   "on the GPU."),
     }.get(cause or "", (f"Rank {rank}'s own work before the collectives matches the others': check its link "
                         "(`NCCL_DEBUG=INFO` for the transport, `nvidia-smi topo -m`), and the collective before "
                         "the late ones."))

@@ -122,6 +122,16 @@ class SyncEvidence:
         """Blocking calls per step; None without steps."""
         return len(self.calls) / self.steps if self.steps else None
 
+    @property
+    def readback_bytes(self) -> int:
+        """The median size of the device-to-host readbacks the calls wait on (0 without readbacks)."""
+        waits = self.calls[(self.calls["kind"] == "readback") | self.calls["after_readback"]]
+        return int(waits["bytes"].median()) if len(waits) else 0
+
+    def scalar_every_step(self, max_bytes: int = 1024) -> bool:
+        """A readback of a few values (at most ``max_bytes``) in (nearly) every step: a loss or a metric read per step."""
+        return bool(self.steps) and self.readbacks >= 0.9 * self.steps and 0 < self.readback_bytes <= max_bytes
+
     def metrics(self) -> dict[str, Metric]:
         """The finding's evidence."""
         out = {

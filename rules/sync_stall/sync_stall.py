@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from nsys_rules.api import Finding, Location, Renamed, Rule, RuleContext, Severity
+from nsys_rules.api import Finding, Location, Renamed, Rule, RuleContext, Severity, framework, looks_like_training
 from nsys_rules.rules.sync_stall.judge import judge
 from nsys_rules.rules.sync_stall.measure import SYNC_COLUMNS, loop_calls, measure
 from nsys_rules.rules.sync_stall.phrase import message, recommendation
@@ -41,7 +41,7 @@ class SyncStall(Rule):
     `cuStreamSynchronize`, `cuCtxSynchronize`, `cuEventSynchronize` (runtime and driver alike,
     `_v<digits>` suffixes removed, which `nsys analyze` misses), and blocking device-to-host
     readbacks: synchronous `cudaMemcpy*`/`cuMemcpyDtoH` copies to the host, and an asynchronous
-    device-to-host copy followed at once by a sync (the `.item()` pattern).
+    device-to-host copy followed at once by a sync (PyTorch's `.item()`, JAX's `float(loss)`).
     Why it hurts: while blocked, the host cannot enqueue the next step, so host work (sampling,
     scheduling, launching) runs in series with GPU work instead of under it; after each sync the
     GPU sits idle until the host has launched again (the bubble).
@@ -56,10 +56,14 @@ class SyncStall(Rule):
     with one exception said in the message: a sync in every step that
     parks the launching thread for `structural_block_pct` percent of the steady state or more is a
     warning, since all host work of the loop then runs in series with the GPU.
-    Next optimizations: read results back asynchronously (copy into pinned memory with
-    `non_blocking=True`/`cudaMemcpyAsync`, record an event, consume the value one step later);
+    Next optimizations: in the program's framework, a training loop that reads a scalar back
+    every step (the loss: PyTorch `.item()`, JAX `float(loss)` or `jax.device_get`) keeps the
+    running value on the device and reads it every N steps; read results back asynchronously
+    (PyTorch `non_blocking=True` into pinned memory and an event, JAX `copy_to_host_async()`,
+    `cudaMemcpyAsync` and an event in a CUDA program) and consume the value one step later;
     sample on the GPU and overlap it with the next step; replace device-wide syncs with an event
-    wait on the one stream that matters; keep the decode loop inside a CUDA graph.
+    wait on the one stream that matters; keep the decode loop inside a CUDA graph (JAX: several
+    steps in one jitted `lax.scan`).
     Options: `min_calls`, `warn_share_pct`, `structural_block_pct`.
     Requires: The API table; kernel, memcpy, memset and graph-trace rows for the loop, the
     bubble and the idle time; the SYNCHRONIZATION table (optional) to cross-check.
@@ -93,8 +97,10 @@ class SyncStall(Rule):
             return
         evidence = measure(ctx, calls, span, dropped)
         verdict = judge(evidence, opts.warn_share_pct, opts.structural_block_pct)
-        yield ctx.finding(message(evidence, verdict, ctx.llm_like),
-                          recommendation(evidence, ctx.trace.capture.runs_python, ctx.llm_like),
+        fw = framework(ctx.trace)
+        training = looks_like_training(ctx.trace)
+        yield ctx.finding(message(evidence, verdict, ctx.llm_like, fw, training),
+                          recommendation(evidence, fw, ctx.llm_like, training),
                           severity=verdict.severity, metrics=evidence.metrics(), estimated_savings_ns=verdict.savings,
                           budget_part="after_sync", savings_range=(verdict.savings, evidence.after_sync),
                           location=Location(pid=evidence.pid, tid=evidence.tid, api=evidence.top_api, nvtx=(

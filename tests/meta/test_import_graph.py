@@ -155,7 +155,7 @@ FLOORS = {
     "nsys_rules.rules": "rules", "nsys_rules.api": "rules", "nsys_rules.rule": "rules",
     "nsys_rules.job_rule": "rules", "nsys_rules.loop": "rules", "nsys_rules.findings": "rules",
     "nsys_rules.records": "rules", "nsys_rules.report": "rules", "nsys_rules.registry": "rules",
-    "nsys_rules.hooks": "rules",
+    "nsys_rules.hooks": "rules", "nsys_rules.advice": "rules",
     "nsys_rules.model": "model",
     "nsys_rules.analysis": "analysis",
     "nsys_rules.loaders": "loaders",

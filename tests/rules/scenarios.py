@@ -6,6 +6,31 @@ from nsys_rules.testing import TraceBuilder
 
 T0 = 100_000_000
 
+#: What makes a built trace read as each framework's program (``nsys_rules.api.framework``): the
+#: recorded command and environment. Rules whose advice differs by framework test each one.
+PROGRAMS = {
+    "pytorch": {"command": ["python3", "train.py"], "environment": {"TORCH_CUDA_ARCH_LIST": "9.0"}},
+    "jax": {"command": ["python3", "train.py"], "environment": {"XLA_FLAGS": "--xla_gpu_autotune_level=4"}},
+    "cuda": {"command": ["./build/app"]},
+}
+
+#: Words that belong to one framework's advice only: a program of another must never see them.
+FOREIGN = {
+    "pytorch": ("jax", "XLA_FLAGS", "cuBLAS `cublas", "cudaStreamBeginCapture"),
+    "jax": ("torch", "PyTorch", ".item()", "DataLoader", "pin_memory", "empty_cache"),
+    "cuda": ("torch", "PyTorch", "jax", "XLA", ".item()", "DataLoader", "pin_memory", "empty_cache"),
+}
+
+
+def program(kind: str, **kw) -> TraceBuilder:
+    """A TraceBuilder whose trace reads as a ``kind`` program (see :data:`PROGRAMS`); ``kw`` overrides."""
+    return TraceBuilder(**{**PROGRAMS[kind], **kw})
+
+
+def foreign_words(kind: str, text: str) -> list[str]:
+    """The words of another framework's advice found in ``text`` (empty when the advice is the program's own)."""
+    return [w for w in FOREIGN[kind] if w in text]
+
 
 def eager_steps(b: TraceBuilder, steps: int = 10, per_step: int = 50, *, kernel_ns: int = 2_000,
                 period_ns: int = 10_000, blocking: bool = False, lead_ns: int = 5_000) -> None:

@@ -8,6 +8,7 @@ import pytest
 from nsys_rules.testing import TraceBuilder, run_rule, run_rules
 from nsys_rules.rules.alloc_churn.measure import caching_disabled, context_init_rows
 from nsys_rules.testing import metric_values as values
+from tests.rules.scenarios import foreign_words, program
 
 PERIOD = 1_000_000
 T0 = 200_000_000
@@ -209,3 +210,54 @@ def test_driver_pool_churn_is_cheap(h200):
                                   "rust_debug_build.sqlite"])
 def test_load_time_allocation_stays_quiet(h200, name):
     assert _findings(h200 / name) == []
+
+
+# -- known causes, in the program's framework --------------------------------------------------
+def empty_cache_loop(b: TraceBuilder, steps: int = 10, every: int = 1, *, frees: bool = True) -> None:
+    """A decode loop that allocates a 256 MB scratch block and, every ``every`` steps, empties the cache (cudaFree)."""
+    for i in range(steps):
+        s = T0 + i * PERIOD
+        b.nvtx("decode_step", s, s + PERIOD - 10_000)
+        b.kernel("gemv", start=s + 200_000, duration=500_000, launch_at=s + 1_000)
+        if i % every == 0:
+            b.api("cudaMalloc_v3020", s + 10_000, 120_000)
+            if frees:
+                b.api("cudaFree_v3020", s + 720_000, 250_000)
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_cuda_frees_with_the_caching_allocator_on_name_empty_cache(tmp_path, every):
+    b = program("pytorch")
+    start_up(b)
+    empty_cache_loop(b, steps=12, every=every)
+    [f] = run_rule("alloc-churn", b.write(tmp_path / "t.sqlite"))
+    assert "cudaFree" in f.message and "empty_cache" in f.message
+    assert f.recommendation.startswith("Stop calling `torch.cuda.empty_cache()` in the loop")
+    assert "PYTORCH_NO_CUDA_MEMORY_CACHING is not set" in f.message
+
+
+@pytest.mark.parametrize("kind", ["jax", "cuda"])
+def test_frees_in_other_programs_get_no_pytorch_words(tmp_path, kind):
+    b = program(kind)
+    start_up(b)
+    empty_cache_loop(b, steps=12)
+    [f] = run_rule("alloc-churn", b.write(tmp_path / "t.sqlite"))
+    assert not foreign_words(kind, f.message + f.recommendation)
+    assert "empty_cache" not in f.message and "Take allocation out of the loop" in f.recommendation
+
+
+def test_growth_without_frees_is_fragmentation_with_expandable_segments(tmp_path):
+    b = program("pytorch")
+    start_up(b)
+    empty_cache_loop(b, steps=12, frees=False)
+    [f] = run_rule("alloc-churn", b.write(tmp_path / "t.sqlite"))
+    assert "keeps growing" in f.message and "expandable_segments:True" in f.recommendation
+
+
+def test_the_platform_allocator_of_jax_is_named(tmp_path):
+    b = program("jax", environment={"XLA_PYTHON_CLIENT_ALLOCATOR": "platform", "XLA_FLAGS": ""})
+    start_up(b)
+    loop(b, steps=10)
+    [f] = run_rule("alloc-churn", b.write(tmp_path / "t.sqlite"))
+    assert "XLA_PYTHON_CLIENT_ALLOCATOR=platform" in f.message and "Unset XLA_PYTHON_CLIENT_ALLOCATOR" in f.recommendation
+    assert not foreign_words("jax", f.message + f.recommendation)

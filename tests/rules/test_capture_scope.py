@@ -7,6 +7,7 @@ import pytest
 from nsys_rules.findings import Severity
 from nsys_rules.testing import TraceBuilder, run_rule
 from nsys_rules.testing import metric_values as values
+from tests.rules import scenarios
 
 S = 1_000_000_000
 
@@ -52,3 +53,20 @@ def test_outside_share_threshold(tmp_path, share, fires):
     program(b, steady_at=S // 2 + 100_000_000, steps=20, step_ns=20_000_000)  # 0.6 s before, 0.4 s steady
     found = run_rule("capture-scope", b.write(tmp_path / "t.sqlite"), options={"min_outside_pct": 100 * share})
     assert bool(found) is fires
+
+
+@pytest.mark.parametrize("kind,word", [("pytorch", "torch.cuda.profiler.start()"),
+                                       ("jax", "cuda.bindings.runtime.cudaProfilerStart()"),
+                                       ("cuda", "cuda_profiler_api.h")])
+def test_the_profiler_range_is_marked_in_the_programs_framework(tmp_path, kind, word):
+    b = scenarios.program(kind)
+    program(b, steady_at=3 * S)
+    (f,) = run_rule("capture-scope", b.write(tmp_path / "t.sqlite"))
+    assert word in f.recommendation and not scenarios.foreign_words(kind, f.recommendation)
+
+
+def test_a_serving_engine_is_told_its_own_switch(tmp_path):
+    b = TraceBuilder(command=["trtllm-serve", "model"])
+    program(b, steady_at=3 * S)
+    (f,) = run_rule("capture-scope", b.write(tmp_path / "t.sqlite"))
+    assert "TLLM_PROFILE_START_STOP" in f.recommendation and "torch.cuda.profiler" not in f.recommendation

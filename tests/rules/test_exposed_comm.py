@@ -48,7 +48,19 @@ def test_no_overlap_at_all_is_a_warning_and_savings_are_bounded_by_compute(tmp_p
     assert m["overlapped_share"] == 0
     assert f.severity is Severity.WARNING
     assert m["hideable_total"] == 7 * 1_000_000
-    assert "all-reduce" in f.recommendation and "bucket_cap_mb" in f.recommendation
+    # A program without a framework gets NCCL's own terms; a PyTorch job DDP's (below).
+    assert "all-reduce" in f.recommendation and "ncclAllReduce" in f.recommendation
+    assert "bucket_cap_mb" not in f.recommendation and "torch" not in f.recommendation
+
+
+@pytest.mark.parametrize("command,words,absent", [
+    (("python", "-m", "torch.distributed.run", "train.py"), ("bucket_cap_mb",), ("ncclAllReduce", "XLA_FLAGS")),
+    (("python", "train_jax.py", "--xla"), ("xla_gpu_enable_latency_hiding_scheduler",), ("torch", "bucket_cap_mb")),
+    (("./build/trainer",), ("ncclAllReduce",), ("torch", "XLA_FLAGS", "DDP"))])
+def test_the_overlap_is_advised_in_the_programs_framework(tmp_path, command, words, absent):
+    plan = JobPlan(ranks=2, steps=8, compute=1_000_000, transfer=1_500_000, jitter=0, command=command)
+    f = only_finding(exposed(tmp_path, plan).findings, RULE)
+    assert all(w in f.recommendation for w in words) and not any(a in f.recommendation for a in absent)
 
 
 def test_fully_overlapped_communication_is_quiet(tmp_path):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from nsys_rules.rules.fp32_gemm import is_simt_gemm
+from nsys_rules.rules.fp32_gemm import is_fp32_conv, is_simt_gemm
 from nsys_rules.testing import GpuSpec, TraceBuilder, run_rule
 from nsys_rules.testing import metric_values as values
+from tests.rules.scenarios import foreign_words, program
 
 T0 = 100_000_000
 SIMT = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel"
@@ -31,11 +32,50 @@ def test_simt_gemms_on_hopper_are_told_to_use_tf32(tmp_path):
     assert m["share_of_steady_time"] == pytest.approx(100 * 3_000_000 / m["steady_time"])
     assert f.estimated_savings_ns == 2_000_000  # 3x faster: two thirds of the time come back
     assert f.savings_range == (1_500_000, 2_625_000)
-    assert "allow_tf32" in f.recommendation and "CUBLAS_TF32_TENSOR_OP_MATH" in f.recommendation
+    # A program without a framework (the builder's default command) gets cuBLAS's own switch.
+    assert "CUBLAS_TF32_TENSOR_OP_MATH" in f.recommendation and "allow_tf32" not in f.recommendation
+
+
+CONV = ("sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nchwkcrs_nchw_tilesize32x32x8_stage3_warpsize1x2x1_g1_ffma_"
+        "aligna4_alignc4_execute_kernel__5x_cudnn")
+
+
+@pytest.mark.parametrize("kind,words", [
+    ("pytorch", ("torch.backends.cuda.matmul.allow_tf32", "autocast")),
+    ("jax", ("jax_default_matmul_precision", "Precision.HIGHEST")),
+    ("cuda", ("CUBLAS_TF32_TENSOR_OP_MATH",))])
+def test_matmuls_get_the_switch_of_their_framework(tmp_path, kind, words):
+    b = program(kind)
+    steps(b)
+    [f] = run_rule("fp32-gemm", b.write(tmp_path / "t.sqlite"))
+    assert all(w in f.recommendation for w in words), f.recommendation
+    assert not foreign_words(kind, f.recommendation + f.message)
+    assert "cudnn" not in f.recommendation.lower()  # no convolution here: no cuDNN switch
+
+
+@pytest.mark.parametrize("kind,words,absent", [
+    ("pytorch", ("torch.backends.cudnn.allow_tf32", "channels_last"), ("matmul.allow_tf32",)),
+    ("jax", ("jax_default_matmul_precision",), ("torch", "cudnn.allow_tf32")),
+    ("cuda", ("CUDNN_TENSOR_OP_MATH",), ("torch", "CUBLAS_TF32_TENSOR_OP_MATH"))])
+def test_fp32_convolutions_get_the_cudnn_switch_not_the_matmul_one(tmp_path, kind, words, absent):
+    b = program(kind)
+    steps(b, CONV)
+    [f] = run_rule("fp32-gemm", b.write(tmp_path / "t.sqlite"))
+    assert values(f)["fp32_conv_time"] == values(f)["fp32_gemm_time"] == 6 * 500_000
+    assert all(w in f.recommendation for w in words) and not any(a in f.recommendation for a in absent)
+    if kind == "pytorch":  # the cause in the message: PyTorch's default is on, so the program turned it off
+        assert "cudnn.allow_tf32" in f.message
+
+
+def test_tf32_turned_off_by_the_environment_is_named(tmp_path):
+    b = program("pytorch", environment={"NVIDIA_TF32_OVERRIDE": "0", "TORCH_CUDA_ARCH_LIST": "9.0"})
+    steps(b)
+    [f] = run_rule("fp32-gemm", b.write(tmp_path / "t.sqlite"))
+    assert "NVIDIA_TF32_OVERRIDE=0" in f.message and "NVIDIA_TF32_OVERRIDE=0" in f.recommendation
 
 
 def test_turing_gets_fp16_mixed_precision_not_tf32(tmp_path):
-    b = TraceBuilder(gpus=(GpuSpec(name="NVIDIA GeForce RTX 2080", compute_capability=(7, 5)),))
+    b = program("pytorch", gpus=(GpuSpec(name="NVIDIA GeForce RTX 2080", compute_capability=(7, 5)),))
     steps(b, "volta_sgemm_128x64_nn")
     [f] = run_rule("fp32-gemm", b.write(tmp_path / "t.sqlite"))
     assert "no TF32" in f.recommendation and "float16" in f.recommendation and "allow_tf32" not in f.recommendation
@@ -132,3 +172,15 @@ def test_low_tensor_gemms_without_metrics_are_not_judged(tmp_path):
     b = TraceBuilder()
     steps(b, BF16_GEMM)
     assert run_rule("fp32-gemm", b.write(tmp_path / "t.sqlite")) == []
+
+
+@pytest.mark.parametrize("name,conv", [
+    (CONV, True), ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>(int, int)", True),
+    ("void cudnn::winograd_nonfused::winogradWgradData4x4<float, float>(Params)", True),
+    ("void fft2d_r2c_32x32<float, false, 0u, false>(float2 *, const float *)", True),
+    ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64", False),
+    ("sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x16", False),
+    ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1, true>()", False),
+    ("void cudnn::detail::dgrad_engine<double, 512, 6, 5, 3, 3, 3, false>(int, int)", False)])
+def test_conv_names(name, conv):
+    assert is_fp32_conv(name) is conv

@@ -6,6 +6,7 @@ import pytest
 
 from nsys_rules.testing import TraceBuilder, run_rule
 from nsys_rules.testing import metric_values as values
+from tests.rules.scenarios import foreign_words, program
 
 T0 = 100_000_000
 
@@ -29,7 +30,23 @@ def test_pointwise_chain_after_gemms_is_a_candidate(tmp_path):
     assert f.severity.value == "info" and f.budget_part == "elementwise+reduce"
     assert m["elementwise_reduce_time"] == 6 * 200_000 and m["share_of_busy_time"] == pytest.approx(25.0)
     assert f.estimated_savings_ns == 600_000 and f.savings_range == (300_000, 900_000)
-    assert "torch.compile" in f.recommendation
+    assert "epilogue" in f.recommendation and "torch" not in f.recommendation  # a CUDA program: its own kernels
+
+
+@pytest.mark.parametrize("kind,word", [("pytorch", "torch.compile"), ("jax", "jax.jit"), ("cuda", "CUBLASLT_EPILOGUE")])
+def test_the_fusion_is_advised_in_the_programs_framework(tmp_path, kind, word):
+    b = program(kind)
+    gemm_steps(b)
+    [f] = run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite"))
+    assert word in f.recommendation and not foreign_words(kind, f.recommendation)
+
+
+def test_a_compiled_pytorch_program_is_told_about_graph_breaks_not_to_compile(tmp_path):
+    b = program("pytorch")
+    gemm_steps(b)
+    b.kernel("triton_poi_fused_add_mul_0", start=T0 + 6_000_000, duration=1_000)  # Inductor ran: torch.compile
+    [f] = run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite"))
+    assert "graph_breaks" in f.recommendation and "already runs torch.compile" in f.recommendation
 
 
 @pytest.mark.parametrize("share,fires", [(14.0, True), (16.0, False)])

@@ -106,3 +106,13 @@ def test_steady_window_leaves_start_up_out(tmp_path):
     steady = run_rule("gpu-idle-gaps", path, options={"report": "all", "window": "steady"})
     assert len(full) == 6 and len(steady) == 5
     assert all(f.location.start_ns > T0 for f in steady) and all(values(f)["idle_time"] == 200_000 for f in steady)
+
+
+@pytest.mark.parametrize("ops,severity", [(9, Severity.INFO), (10, Severity.WARNING)])
+def test_a_handful_of_gpu_operations_is_no_running_program(tmp_path, ops, severity):
+    # One long gap between a few copies (a trace whose kernels were lost keeps only these): no run to stall.
+    b = TraceBuilder()
+    for i in range(ops):
+        b.memcpy(T0 + i * 10_000 + (1_000_000_000 if i >= ops // 2 else 0), 5_000, 1 << 20)
+    [f] = run_rule("gpu-idle-gaps", b.write(tmp_path / "t.sqlite"))
+    assert f.severity == severity and values(f)["gaps"] == 1

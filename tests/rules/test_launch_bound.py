@@ -7,7 +7,7 @@ import pytest
 from nsys_rules.findings import Severity
 from nsys_rules.testing import TraceBuilder, run_rule, run_rules
 from nsys_rules.testing import metric_values as values
-from tests.rules.scenarios import eager_steps
+from tests.rules.scenarios import eager_steps, foreign_words, program
 
 T0 = 100_000_000
 LEVEL = {"info": 0, "warning": 1, "error": 2}
@@ -101,3 +101,20 @@ def test_each_gpu_is_judged_with_its_own_launches(tmp_path):
     found = {f.location.device: values(f) for f in run_rule("launch-bound", b.write(tmp_path / "t.sqlite"))}
     assert found[0]["launch_calls"] == 500 and found[0]["kernels"] == 500
     assert found[1]["launch_calls"] == 100 and found[1]["launch_api_time_per_kernel"] == 3_000
+
+
+@pytest.mark.parametrize("kind,word", [("pytorch", "torch.cuda.CUDAGraph"), ("jax", "jax.jit"),
+                                       ("cuda", "cudaStreamBeginCapture")])
+def test_the_graph_is_advised_in_the_programs_framework(tmp_path, kind, word):
+    b = program(kind)
+    eager_steps(b)
+    (f,) = run_rule("launch-bound", b.write(tmp_path / "t.sqlite"))
+    assert word in f.recommendation and not foreign_words(kind, f.recommendation)
+
+
+def test_a_compiled_pytorch_program_gets_reduce_overhead(tmp_path):
+    b = program("pytorch")
+    eager_steps(b)
+    b.kernel("triton_poi_fused_mul_0", start=T0 - 1_000_000, duration=1_000)  # Inductor's kernels: torch.compile
+    (f,) = run_rule("launch-bound", b.write(tmp_path / "t.sqlite"))
+    assert 'mode="reduce-overhead"' in f.recommendation and "torch.cuda.graph(g)" not in f.recommendation

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from nsys_rules.testing import TraceBuilder, run_rule, skip_reason
 from nsys_rules.testing import metric_values as values
-from tests.rules.scenarios import sync_loop
+from tests.rules.scenarios import foreign_words, program, sync_loop
 
 
 def test_a_load_every_step_is_reported_with_the_compile_time(tmp_path):
     # Every step builds a new attention kernel: 2 ms of host time, then a 1 ms load, then the kernel.
-    b = TraceBuilder()
+    b = program("pytorch")
     sync_loop(b, steps=12, host_work={i: ("cuLibraryLoadData", 1_000_000) for i in range(12)},
               new_kernel={i: "cudnn_generated_fort_native_sdpa_sm90(float *)" for i in range(12)})
     [f] = run_rule("module-loading", b.write(tmp_path / "t.sqlite"))
@@ -40,3 +42,23 @@ def test_without_steps_it_skips_with_the_reason(tmp_path):
     for i in range(10):
         b.kernel("k", start=1_000_000 + i * 10_000, duration=5_000)
     assert "no steady steps" in skip_reason("module-loading", b.write(tmp_path / "t.sqlite"))
+
+
+@pytest.mark.parametrize("kind,word", [("pytorch", "enable_cudnn_sdp"), ("jax", "JAX_LOG_COMPILES"),
+                                       ("cuda", "plan cache")])
+def test_cudnn_runtime_fusion_is_fixed_in_the_programs_framework(tmp_path, kind, word):
+    b = program(kind)
+    sync_loop(b, steps=12, host_work={i: ("cuLibraryLoadData", 1_000_000) for i in range(12)},
+              new_kernel={i: "cudnn_generated_fort_native_sdpa_sm90(float *)" for i in range(12)})
+    [f] = run_rule("module-loading", b.write(tmp_path / "t.sqlite"))
+    assert word in f.recommendation and not foreign_words(kind, f.recommendation)
+
+
+@pytest.mark.parametrize("kind,compiled,word", [("pytorch", True, "mark_dynamic"), ("cuda", False, "do_not_specialize")])
+def test_triton_compiles_are_torch_compile_only_in_a_compiled_torch_program(tmp_path, kind, compiled, word):
+    b = program(kind)
+    name = "triton_poi_fused_add_{}" if compiled else "triton_softmax_kernel_{}"
+    sync_loop(b, steps=12, host_work={i: ("cuModuleLoadData", 1_000_000) for i in range(12)},
+              new_kernel={i: name.format(i) for i in range(12)})
+    [f] = run_rule("module-loading", b.write(tmp_path / "t.sqlite"))
+    assert word in f.recommendation and not foreign_words(kind, f.recommendation)

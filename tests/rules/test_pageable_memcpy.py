@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 
 from nsys_rules.findings import Severity
-from nsys_rules.testing import TraceBuilder, run_rule
+from nsys_rules.testing import TraceBuilder, run_rule, run_rules
 from nsys_rules.testing import metric_values as values
-from tests.rules.scenarios import copies
+from tests.rules.scenarios import copies, foreign_words, program
 
 T0 = 100_000_000
 
@@ -89,16 +90,52 @@ def test_copies_in_the_loop_save_step_time_and_warn_by_share(tmp_path):
     assert f.severity == Severity.INFO
 
 
-def test_loading_copies_are_information_without_step_savings(tmp_path):
-    b = TraceBuilder(launch_duration=400_000)  # each call blocks 0.4 ms, long before the loop
+def load_then_loop(b: TraceBuilder, *, start: int = 50_000_000, step_copies: bool = False) -> None:
+    """Two pageable weight copies at load (each call blocks 0.4 ms with launch_duration), then six steps."""
     copies(b, 2, src="pageable")
     for i in range(6):
-        s = T0 + 50_000_000 + i * 1_000_000
+        s = T0 + start + i * 1_000_000
         b.nvtx("step", s, s + 900_000)
-        b.kernel("k", start=s + 10_000, duration=800_000, launch_at=s + 5_000)
+        if step_copies:
+            b.memcpy(s + 20_000, 5_000, 4096, src="pageable", launch_at=s + 2_000)
+        b.kernel("k", start=s + 30_000, duration=800_000, launch_at=s + 5_000)
+
+
+def test_loading_copies_are_information_without_step_savings(tmp_path):
+    b = TraceBuilder(launch_duration=400_000)  # each call blocks 0.4 ms, long before the loop
+    load_then_loop(b)
     [f] = run_rule("pageable-memcpy", b.write(tmp_path / "t.sqlite"))
-    assert f.severity == Severity.INFO and f.estimated_savings_ns is None
+    # Start-up, not step time: nothing the steady state gains (minor) when no capture-scope finding holds it.
+    assert f.severity == Severity.INFO and f.estimated_savings_ns == 0 and f.minor
     assert "start-up" in (f.savings_note or "")
+
+
+def test_loading_copies_fold_into_capture_scope(tmp_path):
+    b = TraceBuilder(launch_duration=400_000)
+    load_then_loop(b, start=3_000_000_000)  # three seconds of loading before the steps: capture-scope reports it
+    result = run_rules(["pageable-memcpy", "capture-scope"], b.write(tmp_path / "t.sqlite"))
+    scope = next(f for f in result.findings if f.rule == "capture-scope")
+    [copy] = [f for f in result.findings if f.rule == "pageable-memcpy"]
+    assert copy.folded_into == scope.fingerprint and copy.estimated_savings_ns is None
+
+
+def test_loading_and_per_step_copies_are_two_findings(tmp_path):
+    # The weight load and the per-step inputs share a direction but not a cost: the loop's copies save
+    # step time, the load's shorten start-up (and fold into capture-scope).
+    b = TraceBuilder(launch_duration=100_000)
+    load_then_loop(b, step_copies=True)
+    found = sorted(run_rule("pageable-memcpy", b.write(tmp_path / "t.sqlite")), key=lambda f: f.key)
+    assert [(f.key, values(f)["copies"]) for f in found] == [("HtoD", 6), ("HtoD/outside-steps", 2)]
+    assert found[0].budget_part == "launch_wait" and found[0].estimated_savings_ns
+    assert not found[1].estimated_savings_ns
+
+
+@pytest.mark.parametrize("kind,word", [("pytorch", "pin_memory()"), ("jax", "pinned_host"), ("cuda", "cudaMallocHost")])
+def test_pinning_is_advised_in_the_programs_framework(tmp_path, kind, word):
+    b = program(kind)
+    copies(b, 3, src="pageable")
+    [f] = run_rule("pageable-memcpy", b.write(tmp_path / "t.sqlite"))
+    assert word in f.recommendation and not foreign_words(kind, f.recommendation)
 
 
 def test_findings_per_copy_have_distinct_stable_fingerprints(tmp_path):

@@ -49,6 +49,18 @@ def test_queue_while_gpu_idles_is_a_warning(tmp_path):
     assert f.estimated_savings_ns == v["idle_while_queued"]
 
 
+def test_a_queue_behind_its_own_stream_on_an_idle_gpu_is_not_reported(tmp_path):
+    # Launched ahead, the GPU neither busy (40 %) nor idle while they wait (each kernel waits behind the
+    # one before it, with short gaps under the launch latency): asynchronous launching, nothing to change.
+    b = TraceBuilder()
+    queued_steps(b, kernel_ns=20_000, gap_ns=5_000, per_step=20)
+    path = b.write(tmp_path / "t.sqlite")
+    assert run_rule("queue-delay", path) == []
+    # The same queue on a GPU the rule calls busy from 40 % is the GPU-bound case: reported, with an action.
+    [f] = run_rule("queue-delay", path, options={"gpu_bound_pct": 10.0})
+    assert "bottleneck" in f.message and "nothing to fix" not in f.recommendation.lower()
+
+
 def test_just_in_time_launches_are_quiet(tmp_path):
     b = TraceBuilder()
     queued_steps(b, launch_ahead=False)

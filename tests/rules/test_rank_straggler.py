@@ -153,3 +153,13 @@ def test_one_rank_is_skipped_with_the_reason(tmp_path):
     assert outcome.findings == []
     assert outcome.skipped[0].rule == RULE and "1 rank(s)" in outcome.skipped[0].reason
     assert "%q{RANK}" in outcome.skipped[0].fix
+
+
+@pytest.mark.parametrize("command,word,absent", [
+    (("python", "-m", "torch.distributed.run", "train.py"), "DataLoader(num_workers", "prefetch_to_device"),
+    (("python", "train_jax.py"), "prefetch_to_device", "DataLoader"),
+    (("./build/trainer",), "another thread", "DataLoader")])
+def test_a_host_stall_is_fixed_in_the_programs_framework(tmp_path, command, word, absent):
+    _, outcome = straggler(tmp_path, JobPlan(ranks=2, steps=14, stall={1: 1_500_000}, jitter=40_000, command=command))
+    f = only_finding(outcome.findings, RULE)
+    assert word in f.recommendation and absent not in f.recommendation

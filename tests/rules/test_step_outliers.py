@@ -8,7 +8,7 @@ import pytest
 from nsys_rules.rules.step_outliers import slow_steps
 from nsys_rules.testing import TraceBuilder, run_rule
 from nsys_rules.testing import metric_values as values
-from tests.rules.scenarios import sync_loop
+from tests.rules.scenarios import foreign_words, program, sync_loop
 
 T0 = 100_000_000
 PERIOD = 1_000_000
@@ -48,6 +48,15 @@ def test_side_stream_copy_every_eight_steps_is_named(tmp_path):
     # Savings are the slow steps' excess over the median step: 400 us each.
     assert f.estimated_savings_ns == m["excess_time"] == 3 * 400_000
     assert f.severity.value == "warning"  # 1.2 ms of ~22 ms of steps: over 5 %
+
+
+@pytest.mark.parametrize("kind,word", [("pytorch", "torch.cuda.Stream(priority=0)"),
+                                       ("cuda", "cudaStreamCreateWithPriority")])
+def test_side_work_priority_in_the_programs_framework(tmp_path, kind, word):
+    b = program(kind)
+    sync_loop(b, side_copy={i: 400_000 for i in range(24) if i % 8 == 4})
+    [f] = run_rule("step-outliers", b.write(tmp_path / "t.sqlite"))
+    assert word in f.recommendation and not foreign_words(kind, f.recommendation)
 
 
 def test_lazy_load_in_one_step_is_module_loading(tmp_path):

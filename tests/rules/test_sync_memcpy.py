@@ -6,7 +6,7 @@ import pytest
 
 from nsys_rules.testing import TraceBuilder, run_rule
 from nsys_rules.testing import metric_values as values
-from tests.rules.scenarios import copies
+from tests.rules.scenarios import copies, foreign_words, program
 
 T0 = 100_000_000
 
@@ -41,3 +41,11 @@ def test_driver_sync_copy_is_ours_not_nvidias(tmp_path):
     path = b.write(tmp_path / "t.sqlite")
     assert len(run_rule("sync-memcpy", path)) == 1
     assert run_rule("sync-memcpy", path, options={"include_driver_api": False}) == []
+
+
+@pytest.mark.parametrize("kind,word", [("pytorch", ".item()"), ("jax", "jax.device_get"), ("cuda", "cudaMemcpyAsync")])
+def test_readbacks_are_named_in_the_programs_framework(tmp_path, kind, word):
+    b = program(kind)
+    copies(b, 2, kind="DtoH", src="device", dst="pinned", api="cudaMemcpy_v3020", nbytes=1 << 20)
+    [f] = run_rule("sync-memcpy", b.write(tmp_path / "t.sqlite"))
+    assert word in f.recommendation and not foreign_words(kind, f.recommendation)

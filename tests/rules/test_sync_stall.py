@@ -12,6 +12,7 @@ from nsys_rules.analysis.intervals import merge_intervals as busy_union
 from nsys_rules.api import blocking_calls, copy_directions
 from nsys_rules.rules.sync_stall.measure import idle_after
 from nsys_rules.testing import metric_values as values
+from tests.rules.scenarios import foreign_words, program
 
 PERIOD = 1_000_000  # one decode step, ns
 GPU = 800_000  # kernel time per step
@@ -78,17 +79,62 @@ def test_fix_speaks_the_programs_api(tmp_path):
     decode_loop(driver, steps=5, sync_api="cuStreamSynchronize", readback_api="cuMemcpyDtoHAsync_v2")
     [f] = run_rule("sync-stall", driver.write(tmp_path / "d.sqlite"))
     assert "cuEventRecord" in f.recommendation and "torch" not in f.recommendation
-    torch = TraceBuilder(command=["/usr/bin/python3", "decode.py"])
+    torch = program("pytorch")
     decode_loop(torch, steps=5)
     [f] = run_rule("sync-stall", torch.write(tmp_path / "p.sqlite"))
-    # A Python program gets the PyTorch recipe; kernels that are not a model's get generic words.
+    # A PyTorch program gets the PyTorch recipe; kernels that are not a model's get generic words.
     assert "non_blocking=True" in f.recommendation and "capture the loop body in a CUDA graph" in f.recommendation
-    model = TraceBuilder(command=["/usr/bin/python3", "decode.py"])
+    plain = TraceBuilder(command=["/usr/bin/python3", "decode.py"])  # Python without a framework: CUDA's terms
+    decode_loop(plain, steps=5)
+    [f] = run_rule("sync-stall", plain.write(tmp_path / "q.sqlite"))
+    assert "cudaMemcpyAsync" in f.recommendation and "torch" not in f.recommendation
+    model = program("pytorch")
     decode_loop(model, steps=5)
     for i in range(5):  # a forward pass: matrix products with norm kernels
         model.kernel("rms_norm_kernel(float *)", start=T0 + i * PERIOD + 850_000, duration=5_000)
     [f] = run_rule("sync-stall", model.write(tmp_path / "m.sqlite"))
     assert "capture the decode step in a CUDA graph" in f.recommendation and "tokens" in f.recommendation
+
+
+def training_loop(b: TraceBuilder, steps: int = 8) -> None:
+    """A training loop: forward, backward and optimizer kernels, then the loss (4 bytes) read back every step."""
+    for i in range(steps):
+        s = T0 + i * PERIOD
+        b.nvtx("train_step", s, s + PERIOD - 10_000)
+        b.kernel("fwd_gemm_kernel", start=s + 20_000, duration=GPU // 2, launch_at=s + 1_000)
+        b.kernel("linear_backward_kernel", start=s + 20_000 + GPU // 2, duration=GPU // 2, launch_at=s + 2_000)
+        done = s + 20_000 + GPU + 2_000
+        b.memcpy(s + 20_000 + GPU, 2_000, 4, kind="DtoH", src="device", dst="pinned", launch_at=s + 5_000)
+        b.sync(s + 10_000, done - (s + 10_000))
+
+
+@pytest.mark.parametrize("kind,words", [("pytorch", ("`.item()` every N steps", "loss.detach()")),
+                                        ("jax", ("float()", "every N steps", "jax.lax.scan")),
+                                        ("cuda", ("every N steps", "cudaMemcpyAsync"))])
+def test_a_training_loop_reading_its_loss_every_step_is_told_to_log_every_n_steps(tmp_path, kind, words):
+    b = program(kind)
+    training_loop(b)
+    [f] = run_rule("sync-stall", b.write(tmp_path / "t.sqlite"))
+    assert "every training step" in f.message and "of 4 B" in f.message
+    assert f.recommendation.startswith("Read the per-step value back less often")
+    assert all(w in f.recommendation for w in words), f.recommendation
+    assert not foreign_words(kind, f.message + f.recommendation)
+
+
+def test_a_readback_every_step_outside_training_is_not_called_a_loss(tmp_path):
+    b = program("pytorch")
+    decode_loop(b, steps=8)
+    [f] = run_rule("sync-stall", b.write(tmp_path / "t.sqlite"))
+    assert "training" not in f.message and "less often" not in f.recommendation
+
+
+@pytest.mark.parametrize("kind,word", [("pytorch", "torch.cuda.synchronize()"), ("jax", "jax.block_until_ready"),
+                                       ("cuda", "cudaEventRecord")])
+def test_a_device_wide_sync_is_replaced_in_the_programs_terms(tmp_path, kind, word):
+    b = program(kind)
+    decode_loop(b, steps=6, readback_api=None, sync_api="cudaDeviceSynchronize_v3020")
+    [f] = run_rule("sync-stall", b.write(tmp_path / "t.sqlite"))
+    assert word in f.recommendation and not foreign_words(kind, f.recommendation)
 
 
 def test_graph_replay_loop_is_told_to_overlap_replays(tmp_path):

@@ -17,6 +17,7 @@ import pandas as pd
 
 from nsys_rules.analysis.intervals import Coverage, coverage
 from nsys_rules.analysis.names import ALLOC_APIS, SYNC_APIS, in_set
+from nsys_rules.model.framework import Framework, framework
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.job.names import CommNames, comm_names, family_per_row, name_codes
 from nsys_rules.model.job.ranks import RankHint, trace_hint
@@ -68,6 +69,8 @@ class RankData:
     #: each step's end: n + 1 bounds for n steps), when the trace's step model steps this rank.
     step_bounds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     step_source: str = ""
+    #: The rank's program's framework (job rules give their advice in its terms); None when unknown.
+    framework: Framework | None = None
 
     @property
     def instances(self) -> int:
@@ -156,7 +159,8 @@ def collect_ranks(trace: Trace, several: bool, window: Any = None, names: CommNa
             session_start_ns=session, names=[labels[c] for c in uniq], families=families,
             code=inverse.astype(np.int32), stream=_ints(kernels["stream_id"])[rows], start=start[rows], end=end[rows],
             overlap=overlap, cum_start=cum_s, cum_end=cum_e,
-            kernel_ns=int((end - start)[mine].sum()), top_kernels=_top(code, labels, end - start, mine & ~comm)))
+            kernel_ns=int((end - start)[mine].sum()), top_kernels=_top(code, labels, end - start, mine & ~comm),
+            framework=framework(trace)))
     if steps is not None and getattr(steps, "count", 0):
         for rank in out:
             if steps.pid is None or rank.pid == steps.pid:

@@ -13,6 +13,7 @@ import numpy as np
 
 from nsys_rules.model.job import clock as clocks
 from nsys_rules.model.job.collectives import Rows, behaviour_confirmed, instance_keys, match, times
+from nsys_rules.model.framework import Framework
 from nsys_rules.model.job.extract import BEHAVIOUR, CATEGORIES, RankData
 from nsys_rules.model.job.ranks import Unit, assign_ranks
 from nsys_rules.model.job.steps import JobSteps, job_steps
@@ -60,6 +61,12 @@ class Job:
     def size(self) -> int:
         """Number of ranks."""
         return len(self.ranks)
+
+    def framework(self, col: int | None = None) -> Framework:
+        """The framework of rank column ``col``'s program, else the first rank's that is known; a CUDA program when none is."""
+        if col is not None and self.data[col].framework is not None:
+            return self.data[col].framework  # type: ignore[return-value]
+        return next((d.framework for d in self.data if d.framework is not None), Framework("cuda"))
 
     def step_totals(self, category: str) -> np.ndarray:
         """(steps, ranks): a running total's growth over each step on each rank (NaN where unknown)."""

@@ -211,3 +211,13 @@ def test_launches_judged_in_chunks_give_the_same_finding(tmp_path, monkeypatch):
     assert metric_values(chunked) == metric_values(whole) and chunked.message == whole.message
     assert metric_values(whole)["uncovered_ops"] == 9 + 5 + 1
     assert (chunked.location.start_ns, chunked.location.end_ns) == (whole.location.start_ns, whole.location.end_ns)
+
+
+@pytest.mark.parametrize(("command", "environment", "word", "absent"), [
+    (["python3", "train.py"], {"TORCH_CUDA_ARCH_LIST": "9.0"}, "torch.cuda.nvtx.range", "nvtxRangePushA"),
+    (["python3", "train.py"], {"XLA_FLAGS": ""}, "nvtx.annotate", "torch"),
+    (["./build/app"], {}, "nvtxRangePushA", "torch")])
+def test_the_range_is_opened_in_the_programs_framework(tmp_path, command, environment, word, absent):
+    b = TraceBuilder(command=command, environment=environment)
+    finding = only_finding(run_rule("nvtx-coverage", _steps(b, steps=10, annotated=2).write(tmp_path / "t.sqlite")))
+    assert word in finding.recommendation and absent not in finding.recommendation

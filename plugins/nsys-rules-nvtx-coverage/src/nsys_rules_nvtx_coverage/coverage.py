@@ -12,8 +12,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, merge_intervals,
-                            metric, point_in)
+from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, framework,
+                            merge_intervals, metric, nvtx_range_advice, point_in)
 
 #: NVTX_EVENTS.eventType of a push/pop range: bound to the thread that pushed it.
 PUSH_POP = 59
@@ -195,10 +195,11 @@ class NvtxCoverage(Rule):
     other rules, so its cost stays anonymous.
     Evidence: GPU time and the unannotated part, its share, op counts, the kernels with the
     most unannotated time, and the launch-time span in which they ran.
-    Next optimizations: wrap the code that launches the named kernels in a range
-    (`torch.cuda.nvtx.range("name")`, `nvtx.annotate("name")` from the `nvtx` package, or
-    `nvtxRangePushA`/`nvtxRangePop` in C/C++), at least one range per step or request, and
-    capture with `nsys profile --trace=cuda,nvtx`.
+    Next optimizations: wrap the code that launches the named kernels in a range, in the
+    program's framework (`nsys_rules.api.nvtx_range_advice`: PyTorch `torch.cuda.nvtx.range("name")`,
+    JAX, TensorFlow and other Python `nvtx.annotate("name")` from the `nvtx` package, C/C++
+    `nvtxRangePushA`/`nvtxRangePop`), at least one range per step or request, and capture with
+    `nsys profile --trace=cuda,nvtx`.
     Options: `min_uncovered_pct`, `min_gpu_time_ns`, `top_kernels`, `window`.
     Requires: CUDA kernels and the CUDA API table (to find the launching thread); NVTX
     events, or capture metadata that shows NVTX was traced.
@@ -251,8 +252,8 @@ class NvtxCoverage(Rule):
             f"{result.uncovered_ops} of {result.gpu_ops} GPU ops) was launched outside every NVTX range ({what}); "
             f"most unannotated: {named}.",
             f"Wrap the code that launches {('`' + _short(top_kernel) + '`') if top_kernel else 'this work'} in an NVTX "
-            "range (`torch.cuda.nvtx.range(...)`, `nvtx.annotate(...)`, or `nvtxRangePushA`/`nvtxRangePop`), one range "
-            "per step or request at least, and capture with `nsys profile --trace=cuda,nvtx`.",
+            f"range ({nvtx_range_advice(framework(trace))}), one range per step or request at least, and capture "
+            "with `nsys profile --trace=cuda,nvtx`.",
             # No kernel in the location: the fingerprint stays one per trace even when the top kernel changes.
             metrics=metrics, location=Location(start_ns=result.first_uncovered, end_ns=result.last_uncovered),
             # Annotation makes traces easier to read but the program no faster: nothing to gain, so the

@@ -21,9 +21,6 @@ HERE = Path(__file__).resolve().parents[1] / "data" / "loops"
 SPEC = json.loads((HERE / "expected.json").read_text())["traces"]
 #: The expectation file's words for the window kinds, and the step model's.
 KINDS = {"calls": "call"}
-#: Verdicts another part of issue 27 owns (the recompile rule's capture warning and its savings): not
-#: yet met, reported as expected failures until that work lands.
-PENDING = {"graph_recapture.sqlite": "recompile's warning for a graph captured again in the loop (issue 27, savings)"}
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +86,7 @@ def test_recompiles_and_recaptures_are_named(reports, name, step):
     assert found and f"step {step} " in found[0]["message"]
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=PENDING[n], strict=False))
-                                  if n in PENDING else n for n in sorted(SPEC)])
+@pytest.mark.parametrize("name", sorted(SPEC))
 def test_loop_verdicts(reports, name):
     # must / must_not / must_any / message_re / any_finding_not_re, written from SQL before any tool output.
     assert verdict_problems(reports[name]["findings"], SPEC[name]) == []

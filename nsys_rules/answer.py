@@ -12,7 +12,8 @@ Rules estimate what fixing their finding would save and name the budget part it 
    time plus the busy time of the parts a finding removes (a kernel class it speeds up). A saving
    outside the steady steps (``budget_part="outside"``: an earlier regime) is not in their budget.
 3. Every idle part of the median step is owned by the finding that claims most of it (``owners``);
-   an owner of a part of at least :data:`WARN_PART_SHARE` of the median step is at least a warning.
+   an owner of a part of at least :data:`WARN_PART_SHARE` of the median step is at least a warning
+   when its own saving is at least :data:`RAISE_SAVING_SHARE` of the part.
 4. Symptoms (GPU idle gaps, low utilization, queue delay) whose idle time a root-cause finding
    explains are folded into it (``folded_into``); start-up symptoms fold into capture-scope, and
    so does any other finding about start-up or shutdown alone: one without step-time savings whose
@@ -53,6 +54,8 @@ STEP_SYMPTOM_RULES = frozenset({"step-outliers"})
 #: :data:`OWNED_PART_SHARE` a part needs no owner.
 WARN_PART_SHARE = 0.2
 OWNED_PART_SHARE = 0.1
+#: ...when its own saving is at least this share of the part: the fix it recommends recovers that time.
+RAISE_SAVING_SHARE = 0.5
 
 #: ``budget_part`` of a saving made outside the steady steps (an earlier regime): not in their budget.
 OUTSIDE = "outside"
@@ -115,7 +118,10 @@ def _unowned_reason(part: str) -> str:
 
 
 def _raise_owners(findings: list[Finding], budget: Budget | None, fixed: frozenset[str]) -> list[Finding]:
-    """An owner of an idle part of at least :data:`WARN_PART_SHARE` of the median step is at least a warning."""
+    """An owner of an idle part of at least :data:`WARN_PART_SHARE` of the median step is at least a warning.
+
+    Only when its own saving is at least :data:`RAISE_SAVING_SHARE` of the part: the owner's fix gives that time back.
+    """
     if budget is None:
         return findings
     median = budget.quantile(0.5)
@@ -123,11 +129,16 @@ def _raise_owners(findings: list[Finding], budget: Budget | None, fixed: frozens
     if not big:
         return findings
     owners = part_owners(findings, budget)
-    raise_prints = {o["fingerprint"] for name, o in owners.items() if name in big and "fingerprint" in o}
+    # The part's time each raised owner would give back: an owner whose own fix recovers little of
+    # it (a host-bound loop's sync: the GPU idles for the host's pace, not for the wait) stays as judged.
+    part_ns = {p.name: p.ns for p in budget.parts}
+    raise_prints = {str(o["fingerprint"]): part_ns[name] for name, o in owners.items()
+                    if name in big and "fingerprint" in o}
 
     def raised(f: Finding) -> bool:
         return (f.fingerprint in raise_prints and f.severity is Severity.INFO and f.rule not in fixed
-                and not (f.savings_note or "").startswith("withheld"))
+                and not (f.savings_note or "").startswith("withheld")
+                and (f.estimated_savings_ns or 0) >= RAISE_SAVING_SHARE * raise_prints[f.fingerprint])
 
     return [dataclasses.replace(f, severity=Severity.WARNING) if raised(f) else f for f in findings]
 

@@ -42,7 +42,7 @@ from nsys_rules.analysis.names import (ALLOC_APIS, ANY_KERNEL_LAUNCH_APIS, DEVIC
 from nsys_rules.analysis.taxonomy import CLASSES, base_name, category_classes, classify
 from nsys_rules.analysis.taxonomy import DEFAULT as DEFAULT_TAXONOMY
 from nsys_rules.errors import InputError, MissingData, UsageError
-from nsys_rules.findings import Finding, Location, Metric, Severity, metric
+from nsys_rules.findings import Finding, Location, Metric, Severity, SourceLine, metric
 from nsys_rules.hooks import hookimpl
 from nsys_rules.job_rule import JobContext, JobRule, step_list
 from nsys_rules.loaders.columnar import ColumnarExport
@@ -79,7 +79,7 @@ __all__ = [
     "graph_capture_advice", "fusion_advice", "pinned_memory_advice", "profiler_range_advice", "nvtx_range_advice",
     "scalar_readback_names", "running_value_advice", "resident_data_advice",
     # findings
-    "Finding", "Severity", "Location", "Metric", "metric",
+    "Finding", "Severity", "Location", "SourceLine", "Metric", "metric",
     # hooks and the other things plugins register; jobs (all ranks together)
     "hookimpl", "JobRule", "JobContext", "Job", "step_list", "Report", "Export", "ColumnarExport",
     # the launch join

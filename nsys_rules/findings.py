@@ -67,6 +67,22 @@ def metric(value: float | int, unit: str) -> Metric:
 
 
 @dataclass(frozen=True)
+class SourceLine:
+    """A line of the program's own source code: where the host work or the call a finding names is made."""
+
+    file: str
+    line: int
+    function: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """``{file, line, function}`` (function only when known)."""
+        out: dict[str, Any] = {"file": self.file, "line": int(self.line)}
+        if self.function:
+            out["function"] = self.function
+        return out
+
+
+@dataclass(frozen=True)
 class Location:
     """Where a finding points; every field is optional."""
 
@@ -81,6 +97,9 @@ class Location:
     start_ns: int | None = None
     end_ns: int | None = None
     rank: int | None = None  # the rank of a multi-rank job (job rules), since schema 1.1
+    #: The program's source line behind the finding (Python samples or backtraces), since schema 1.2;
+    #: not part of the fingerprint, since a line moves with every edit above it.
+    source: SourceLine | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Only the fields that are set."""
@@ -90,6 +109,8 @@ class Location:
             if value is None:
                 continue
             out[key] = list(value) if key == "nvtx" else (int(value) if key not in ("trace", "kernel", "api") else value)
+        if self.source is not None:
+            out["source"] = self.source.to_json()
         return out
 
 

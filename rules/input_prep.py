@@ -7,8 +7,8 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import (Finding, Framework, Location, PythonSite, Rule, RuleContext, Severity, StepModel, framework,
-                            gpu_ops, host_sites, merge_intervals, metric, pct, python_stacks)
+from nsys_rules.api import (Finding, Framework, Location, PythonSite, Rule, RuleContext, Severity, SourceLine, StepModel,
+                            framework, gpu_ops, host_sites, merge_intervals, metric, pct, python_stacks)
 
 HTOD = 1  # CUPTI copyKind of a host-to-device copy
 #: What the budget calls a block of host work (nsys_rules.model.budget_shape): its share of the median step, and ns.
@@ -98,7 +98,8 @@ class InputPrep(Rule):
                      "step_share": metric(share, "%"), "median_step": metric(median_step, "ns"),
                      "htod_bytes_per_step": metric(int(uploads.bytes_per_step), "B"),
                      "htod_pageable_share": metric(100 * uploads.pageable_share, "%")},
-            location=Location(pid=model.pid), key=fw.name)
+            location=Location(pid=model.pid, source=None if not sites or not sites[0].user_code else SourceLine(
+                sites[0].frame.file, sites[0].frame.line, sites[0].frame.function)), key=fw.name)
 
 
 def _sites(ctx: RuleContext, model: StepModel, median_step: int) -> list[PythonSite]:
@@ -119,9 +120,10 @@ def _site_words(sites: list[PythonSite]) -> str:
     if not sites:
         return ""
     first = sites[0]
-    words = f" Python: `{first.frame.function}` ({first.frame.where}) holds {100 * first.share:.0f} % of the samples in them"
+    words = (f" Python: `{first.frame.function}` ({first.frame.short_where}) holds {100 * first.share:.0f} % of the "
+             "samples in them")
     if len(sites) > 1:
-        words += f", then `{sites[1].frame.function}` ({sites[1].frame.where}) {100 * sites[1].share:.0f} %"
+        words += f", then `{sites[1].frame.function}` ({sites[1].frame.short_where}) {100 * sites[1].share:.0f} %"
     return words + "."
 
 

@@ -152,6 +152,14 @@ def _result(rank: int, f: Finding, index: dict[str, int], art_index: dict[str, i
                                        "markdown": f"{markdown_safe(f.message)}\n\n**Next:** {markdown_safe(f.recommendation)}"},
                            "locations": [location], "partialFingerprints": {FINGERPRINT_KEY: f.fingerprint},
                            "properties": props}
+    if loc.source is not None:
+        # The program's own line behind the finding: code scanning links it beside the trace.
+        related: dict[str, Any] = {"artifactLocation": _artifact_location(loc.source.file)}
+        if loc.source.line > 0:
+            related["region"] = {"startLine": int(loc.source.line)}
+        what = f"`{loc.source.function}`" if loc.source.function else "the program's line"
+        out["relatedLocations"] = [{"id": 0, "physicalLocation": related,
+                                    "message": {"text": sarif_text(f"{what} behind this finding")}}]
     if f.rule in index:
         out["ruleIndex"] = index[f.rule]
     return out

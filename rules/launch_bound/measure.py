@@ -53,6 +53,8 @@ class DeviceLaunches:
     hi: int
     graph_loop: bool  # the loop replays CUDA graphs: what runs between replays is host work, not launches
     graph_launches: int  # graph launch calls in the window
+    #: Of the profile's kernels, those replayed from graphs (kept when the GPU waits between replays).
+    replayed: int = 0
 
 
 def launch_profile(kernels: pd.DataFrame, api_end: np.ndarray, lo: int, hi: int, launch_api_ns: int,
@@ -145,6 +147,8 @@ def device_launches(ctx: RuleContext, min_kernels: int, max_launch_gap_ns: int, 
     if by_graph.any() and not (between and int((~by_graph).sum()) < min_kernels):
         kernels = kernels.loc[~by_graph].reset_index(drop=True)
         api = api.loc[~by_graph].reset_index(drop=True)
+        by_graph = np.zeros(len(kernels), bool)
+    replayed = np.asarray(by_graph, bool)
     if len(kernels) < min_kernels:
         return
     lo, hi = judged_bounds(ctx, kernels)
@@ -161,4 +165,4 @@ def device_launches(ctx: RuleContext, min_kernels: int, max_launch_gap_ns: int, 
     del api_start, first_of_call
     for dev, sel, call_ns, calls in devices:
         prof = launch_profile(kernels.iloc[sel], api_end[sel], lo, hi, call_ns, calls, max_launch_gap_ns, graph_gap_ns)
-        yield DeviceLaunches(int(dev), prof, lo, hi, bool(graph_loop), graphs)
+        yield DeviceLaunches(int(dev), prof, lo, hi, bool(graph_loop), graphs, int(replayed[sel].sum()))

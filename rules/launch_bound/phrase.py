@@ -40,19 +40,41 @@ def message(found: DeviceLaunches, verdict: LaunchVerdict, steps: int, window_so
     prof = found.profile
     per_step = f", {prof.kernels / steps:.0f} kernels per step" if steps else ""
     text = (f"The loop's streams kept GPU {found.device} busy {100 * verdict.busy_share:.1f} % of the steady state "
-            f"({verdict.judged / 1e6:.1f} ms, {window_source}): {prof.kernels} kernels launched one by one"
+            f"({verdict.judged / 1e6:.1f} ms, {window_source}): {_kernels(found)}"
             f"{per_step}, median {prof.median_kernel_ns / 1e3:.1f} us, launch API time "
             f"{prof.launch_api_per_kernel / 1e3:.1f} us per kernel. The GPU ran dry before the next launch "
             f"{prof.starved_gaps} times, idling {prof.starved_ns / 1e6:.1f} ms.{host_split(budget, fw) if budget else ''}")
-    if found.graph_loop:
+    if found.graph_loop and found.replayed:
+        text += (f" The loop already replays CUDA graphs ({found.graph_launches} launches): the GPU waits for the host "
+                 "between the replays.")
+    elif found.graph_loop:
         text += (f" The loop already replays CUDA graphs ({found.graph_launches} launches); these kernels run between the "
                  "replays.")
     return text
 
 
+def _kernels(found: DeviceLaunches) -> str:
+    """The profile's kernels, and how they were launched."""
+    kernels = found.profile.kernels
+    if not found.replayed:
+        return f"{kernels} kernels launched one by one"
+    alone = kernels - found.replayed
+    return (f"{kernels} kernels ({found.replayed} replayed from graphs, {alone} launched one by one)" if alone
+            else f"{kernels} kernels, all replayed from graphs")
+
+
 def recommendation(found: DeviceLaunches, verdict: LaunchVerdict, graph_gap_ns: int, fw: Framework) -> str:
     """Replay the step from a CUDA graph (in ``fw``'s terms); in a loop that already replays graphs, move the work in."""
     share = pct(verdict.savings, verdict.judged)
+    if found.graph_loop and fw.name == "jax":
+        # XLA runs a scan or fori_loop as a while loop the host steps through, one command buffer per
+        # iteration: the host work between replays is the loop itself.
+        return ("In JAX the replays are XLA command buffers, and the host steps through what lies between them: "
+                "each iteration of a `jax.lax.scan`/`fori_loop`/`while_loop` inside the jitted step is its own "
+                "command buffer, and host callbacks (`jax.debug.print`, `jax.pure_callback`) split the step "
+                "further. Unroll the step's loops (`jax.lax.scan(..., unroll=True)`, or an unroll factor) so one "
+                "command buffer runs them, drop callbacks from the step, and keep several steps in one jitted "
+                f"call; at most {verdict.savings / 1e6:.1f} ms ({share:.1f} % of the steady state) is at stake.")
     if found.graph_loop:
         return ("Move the work between replays into the graph (sampling, stopping checks, input "
                 "updates: capture them with the step, or use static input buffers), or keep it on the "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nsys_rules.api import DEVICE_SYNC_APIS, Framework, running_value_advice, scalar_readback_names
+from nsys_rules.api import DEVICE_SYNC_APIS, Framework, PythonSite, running_value_advice, scalar_readback_names
 from nsys_rules.rules.sync_stall.judge import SyncVerdict
 from nsys_rules.rules.sync_stall.measure import SyncEvidence
 
@@ -47,6 +47,20 @@ def message(ev: SyncEvidence, verdict: SyncVerdict, llm: bool, fw: Framework, tr
         text += (f" Each graph launch takes {ev.graph_launch_p50 / 1e3:.0f} us on the host in this node-traced capture, "
                  "inflating the bubble; an untraced run has a shorter one.")
     return text
+
+
+def site_words(sites: list[PythonSite]) -> str:
+    """Where in the program the blocking calls are made (empty without Python stacks)."""
+    if not sites:
+        return ""
+    first = sites[0]
+    under = f", through `{first.inner.function}` ({first.inner.short_where})" if first.inner is not None else ""
+    words = (f" The calls are made at `{first.frame.function}` ({first.frame.short_where}){under}: "
+             f"{100 * first.share:.0f} % of them")
+    if len(sites) > 1:
+        words += f"; then `{sites[1].frame.function}` ({sites[1].frame.short_where}) {100 * sites[1].share:.0f} %"
+    source = {"backtraces": "nsys's Python backtraces at the calls"}.get(first.source, f"Python {first.source}")
+    return f"{words} (from {source})."
 
 
 def readback_fix(top_api: str, fw: Framework, llm: bool = True) -> str:

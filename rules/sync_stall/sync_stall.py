@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from nsys_rules.api import Finding, Location, Renamed, Rule, RuleContext, Severity, framework, looks_like_training
+from nsys_rules.api import (Finding, Location, Renamed, Rule, RuleContext, Severity, SourceLine, call_site, framework,
+                            looks_like_training, python_stacks)
 from nsys_rules.rules.sync_stall.judge import judge
 from nsys_rules.rules.sync_stall.measure import SYNC_COLUMNS, loop_calls, measure
-from nsys_rules.rules.sync_stall.phrase import message, recommendation
+from nsys_rules.rules.sync_stall.phrase import message, recommendation, site_words
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ class SyncStall(Rule):
     sample on the GPU and overlap it with the next step; replace device-wide syncs with an event
     wait on the one stream that matters; keep the decode loop inside a CUDA graph (JAX: several
     steps in one jitted `lax.scan`).
+    When the capture holds nsys's Python backtraces or samples, the message names the program's
+    line that makes the calls (and the library line under it), and the finding's location carries it.
     Options: `min_calls`, `warn_share_pct`, `structural_block_pct`.
     Requires: The API table; kernel, memcpy, memset and graph-trace rows for the loop, the
     bubble and the idle time; the SYNCHRONIZATION table (optional) to cross-check.
@@ -99,12 +102,19 @@ class SyncStall(Rule):
         verdict = judge(evidence, opts.warn_share_pct, opts.structural_block_pct)
         fw = framework(ctx.trace)
         training = looks_like_training(ctx.trace)
-        yield ctx.finding(message(evidence, verdict, ctx.llm_like, fw, training),
-                          recommendation(evidence, fw, ctx.llm_like, training),
+        # The program's line that makes the calls, from nsys's Python backtraces or samples when captured.
+        sites = call_site(ctx.trace, evidence.calls, top=2)
+        advice = recommendation(evidence, fw, ctx.llm_like, training)
+        stacks = python_stacks(ctx.trace)
+        if (not sites and verdict.severity != Severity.INFO and ctx.trace.capture.runs_python and stacks.fix):
+            advice += f" To name the Python line that waits: {stacks.fix}."
+        top = sites[0] if sites and sites[0].user_code else None
+        yield ctx.finding(message(evidence, verdict, ctx.llm_like, fw, training) + site_words(sites), advice,
                           severity=verdict.severity, metrics=evidence.metrics(), estimated_savings_ns=verdict.savings,
                           budget_part="after_sync", savings_range=(verdict.savings, evidence.after_sync),
                           location=Location(pid=evidence.pid, tid=evidence.tid, api=evidence.top_api, nvtx=(
-                              (ctx.window.step_name,) if ctx.window.step_name else None)))
+                              (ctx.window.step_name,) if ctx.window.step_name else None), source=None if top is None
+                              else SourceLine(top.frame.file, top.frame.line, top.frame.function)))
 
 
 RULE = SyncStall

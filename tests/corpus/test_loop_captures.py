@@ -90,3 +90,11 @@ def test_recompiles_and_recaptures_are_named(reports, name, step):
 def test_loop_verdicts(reports, name):
     # must / must_not / must_any / message_re / any_finding_not_re, written from SQL before any tool output.
     assert verdict_problems(reports[name]["findings"], SPEC[name]) == []
+
+
+def test_a_jax_replay_loop_is_told_about_its_command_buffers(reports):
+    # 17 command buffers per token (the scan's 16 layers and the head): the kernels are replayed, not
+    # launched one by one, and the host steps through the scan between them.
+    [found] = [f for f in reports["jax_scan_decode_nonvtx.sqlite"]["findings"] if f["rule"] == "launch-bound"]
+    assert "replayed from graphs" in found["message"] and "launched one by one)" in found["message"]
+    assert "unroll=True" in found["recommendation"] and "torch" not in found["recommendation"].lower()

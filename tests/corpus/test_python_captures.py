@@ -17,7 +17,7 @@ import pytest
 
 from nsys_rules.api import ANY_KERNEL_LAUNCH_APIS, call_site, call_site_rows, host_sites, in_set, python_stacks
 from nsys_rules.inputs import open_trace
-from tests.conftest import SHARED, need_shared
+from tests.conftest import SHARED, need_shared, run_cli, validate_report
 
 HERE = Path(__file__).resolve().parents[1] / "data" / "python"
 
@@ -113,3 +113,29 @@ def test_the_shared_captures_were_exported_without_their_frames(name, tmp_path):
     assert int((nvtx["event_type"] == 34).sum()) > 10_000 and nvtx["payload"].isna().all()
     assert not data.available and "--include-blobs=true" in data.reason and "--include-blobs=true" in data.fix
     assert host_sites(trace, [(0, 2**62)]) == []
+
+
+def _check(path: Path, fmt: str) -> dict:
+    import json
+
+    proc = run_cli("check", str(path), "--format", fmt, "--no-plugins")
+    assert proc.returncode == 0, proc.stderr
+    return validate_report(proc.stdout) if fmt == "json" else json.loads(proc.stdout)
+
+
+def test_the_report_names_the_line_of_the_training_sync_and_of_the_host_block(captures):
+    findings = {f["rule"]: f for f in _check(captures["py_train"], "json")["findings"]}
+    sync, prep = findings["sync-stall"], findings["input-prep"]
+    assert sync["location"]["source"] == {"file": "/tmp/py27/train_py.py", "line": 36, "function": "train_step"}
+    assert "`train_step` (/tmp/py27/train_py.py:36)" in sync["message"] and "100 % of them" in sync["message"]
+    assert prep["location"]["source"] == {"file": "/tmp/py27/train_py.py", "line": 20, "function": "host_work"}
+    results = {r["ruleId"]: r for r in _check(captures["py_train"], "sarif")["runs"][0]["results"]}
+    [related] = results["sync-stall"]["relatedLocations"]
+    assert related["physicalLocation"] == {"artifactLocation": {"uri": "file:///tmp/py27/train_py.py"},
+                                           "region": {"startLine": 36}}
+
+
+def test_the_decode_sync_is_named_with_the_library_line_under_it(captures):
+    [sync] = [f for f in _check(captures["py_decode"], "json")["findings"] if f["rule"] == "sync-stall"]
+    assert sync["location"]["source"]["line"] == 14 and sync["location"]["source"]["function"] == "run_generate"
+    assert "through `__call__` (transformers/generation/utils.py:383)" in sync["message"]

@@ -298,9 +298,9 @@ def cross_trace_summary(profiles: Iterable[tuple[str, dict[str, Any]]],
     """
     items = list(profiles)
     paths = [p for p, _ in items]
-    traces = [{"path": p, "kernel_ns": int(prof.get("kernel_ns", 0)), "span_ns": int(prof.get("span_ns", 0))}
-              for p, prof in items]
-    kernel_times = [t["kernel_ns"] for t in traces]
+    traces: list[dict[str, Any]] = [
+        {"path": p, "kernel_ns": int(prof.get("kernel_ns", 0)), "span_ns": int(prof.get("span_ns", 0))} for p, prof in items]
+    kernel_times: list[int] = [t["kernel_ns"] for t in traces]
     median_kernel = float(statistics.median(kernel_times)) if kernel_times else 0.0
     slow_i = int(np.argmax(kernel_times)) if kernel_times else 0
     summary: dict[str, Any] = {
@@ -312,7 +312,7 @@ def cross_trace_summary(profiles: Iterable[tuple[str, dict[str, Any]]],
     names: dict[str, None] = {}
     for _, prof in items:
         names.update(dict.fromkeys(prof.get("kernels", {})))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in names:
         per = [prof.get("kernels", {}).get(name) for _, prof in items]
         present = [p for p in per if p is not None]
@@ -320,8 +320,8 @@ def cross_trace_summary(profiles: Iterable[tuple[str, dict[str, Any]]],
             continue  # a kernel of one trace only has nothing to compare
         times = [p[0] for p in present]
         median = float(statistics.median(times))
-        worst = max(range(len(per)), key=lambda i: -1 if per[i] is None else per[i][0])  # type: ignore[index]
-        worst_ns = per[worst][0]  # type: ignore[index]
+        worst = max(range(len(per)), key=lambda i: -1 if per[i] is None else per[i][0])
+        worst_ns = per[worst][0]
         rows.append({"kernel": name, "per_trace_ns": [None if p is None else int(p[0]) for p in per],
                      "per_trace_count": [None if p is None else int(p[1]) for p in per],
                      "median_ns": median, "max_ns": int(worst_ns), "slowest": paths[worst],

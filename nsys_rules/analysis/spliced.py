@@ -12,7 +12,7 @@ with a scalar give a mask; numpy functions see the whole column (``__array__``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -40,7 +40,15 @@ class Spliced:
         out = self._values(self.lo, self.hi)
         return out if dtype is None else out.astype(dtype, copy=False)
 
-    def __getitem__(self, key: Any) -> "Spliced | np.ndarray | Any":
+    @overload
+    def __getitem__(self, key: slice) -> Spliced: ...
+    @overload
+    def __getitem__(self, key: int | np.integer) -> Any: ...
+    @overload
+    def __getitem__(self, key: np.ndarray | list[int]) -> np.ndarray: ...
+
+    def __getitem__(self, key: Any) -> Any:
+        """A slice (of step 1): a narrower Spliced; one position: its value; a mask or row numbers: an array."""
         if isinstance(key, slice) and key.step in (None, 1):
             lo, hi, _ = key.indices(len(self))
             return Spliced(self.base, self.rows, self.at, self.values, self.dtype, self.lo + lo,

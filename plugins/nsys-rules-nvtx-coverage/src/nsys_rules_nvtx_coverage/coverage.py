@@ -12,8 +12,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, merge_intervals,
-                            metric, point_in)
+from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, key_int,
+                            merge_intervals, metric, point_in)
 
 #: NVTX_EVENTS.eventType of a push/pop range: bound to the thread that pushed it.
 PUSH_POP = 59
@@ -91,7 +91,7 @@ def covered(pids: np.ndarray, tids: np.ndarray, times: np.ndarray, ranges: pd.Da
 def _spans(ranges: pd.DataFrame) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
     """Per (pid, tid) of the ranges: the union of their spans (nested and overlapping ranges of a thread
     cover the union), merged once for every chunk of launches."""
-    return [(int(pid), int(tid), *merge_intervals(group["start"].to_numpy(), group["end"].to_numpy()))
+    return [(key_int(pid), key_int(tid), *merge_intervals(group["start"].to_numpy(), group["end"].to_numpy()))
             for (pid, tid), group in ranges.groupby(["pid", "tid"], sort=False)] if len(ranges) else []
 
 

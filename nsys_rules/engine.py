@@ -91,13 +91,12 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         result.findings.extend(dataclasses.replace(f, severity=override) if override else f for f in outcome.findings)
         result.skipped.extend([outcome.skipped] if outcome.skipped else [])
         result.errors.extend(outcome.errors)
-    span = (steady.start, steady.end) if steady.intervals else None
     judged = steady.duration_ns(_capture_span(trace)) if budget is None else 0
-    result.findings = finalize(result.findings, budget, span, settings.noise_floor_pct, judged,  # type: ignore[arg-type]
+    result.findings = finalize(result.findings, budget, steady.bounds, settings.noise_floor_pct, judged,
                                frozenset(settings.severity))
     if settings.profile:
         _add_profile(trace, result, windows)
-        if result.profile is not None and budget is not None and getattr(budget.metrics, "measured", False):
+        if result.profile is not None and budget is not None and budget.metrics is not None and budget.metrics.measured:
             result.profile["gpu_metrics"] = budget.metrics.strip()  # the HTML's per-step strip
     result.info.window = windows.describe()
     result.info.budget = None

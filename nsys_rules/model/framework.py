@@ -70,8 +70,8 @@ def _detect(trace: Trace) -> Framework:
     kernels = _distinct(trace, "kernels", "name") + _distinct(trace, "kernels", "short_name")
     ranges = _distinct(trace, "nvtx", "name")
     capture = trace.capture
-    command = capture.command_line.lower() if capture is not None else ""
-    env = {k.upper() for k in (capture.environment if capture is not None else {})}
+    command = capture.command_line.lower()
+    env = {k.upper() for k in capture.environment}
     graphs = trace.has("graph_trace") or (trace.has("api") and bool(in_set(trace.api_names(), GRAPH_LAUNCH_APIS).any()))
     text = " ".join(kernels).lower()
     compiled = any(_INDUCTOR.search(k) for k in kernels)

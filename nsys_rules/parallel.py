@@ -34,6 +34,7 @@ from nsys_rules.engine import Report, TraceResult, analyze_trace, run_check, sel
 from nsys_rules.errors import ExitCode, InputError, NsysRulesError, UsageError
 from nsys_rules.plugin_manager import Registry, build_registry
 from nsys_rules.records import RunError
+from nsys_rules.model.trace import Trace
 
 #: Kernels per trace kept in its profile (by total time): enough to find the shared heavy kernels.
 PROFILE_KERNELS = 50
@@ -236,7 +237,7 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
     """
     if jobs < 1:
         raise UsageError("--jobs must be 1 or more")
-    report = run_check([], registry, settings, lambda p: None)  # type: ignore[arg-type,return-value]
+    report = run_check([], registry, settings, _opens_nothing)  # the report's frame: its rules, no trace
     # In-process and forked workers reuse this registry (plugins load once); spawned ones build their own.
     _REGISTRIES[autoload_plugins] = registry
     workers = min(jobs, len(paths)) if not (dask or dask_client is not None) else 1
@@ -286,6 +287,10 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
             ranks.extend(answer.ranks)  # in input order: the traces' order numbers the ranks
     report.job = run_job(ranks, select_rules(registry, settings), settings)
     return report
+
+
+def _opens_nothing(path: Path) -> Trace:
+    raise AssertionError(f"{path}: run_check over no paths opens no trace")
 
 
 # -- the summary ---------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar, Generic, Iterable, Mapping, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -29,6 +29,9 @@ DOC_SECTIONS = ("What it detects", "Why it hurts", "Evidence", "Next optimizatio
 
 GPU_TABLES = ("kernels", "memcpy", "memset", "sync", "graph_trace")
 
+#: What :meth:`Rule.check` gets: a :class:`RuleContext` for trace rules, a ``JobContext`` for job rules.
+ContextT = TypeVar("ContextT")
+
 
 @dataclass(frozen=True)
 class NoOptions:
@@ -44,7 +47,7 @@ class Renamed:
     factor: float = 1.0
 
 
-class Rule:
+class Rule(Generic[ContextT]):
     """Base class of every rule, built-in or from a plugin.
 
     Subclasses set the class attributes and implement :meth:`check`. Thresholds live in
@@ -70,8 +73,8 @@ class Rule:
     scope: ClassVar[str] = "trace"
     renamed_options: ClassVar[Mapping[str, Renamed]] = {}
 
-    def check(self, ctx: "RuleContext") -> Iterable[Finding]:
-        """Yield findings for ``ctx.trace``; raise :class:`MissingData` to be skipped."""
+    def check(self, ctx: ContextT) -> Iterable[Finding]:
+        """Yield findings for ``ctx.trace`` (a :class:`RuleContext`); raise :class:`MissingData` to be skipped."""
         raise NotImplementedError
 
     @classmethod
@@ -107,6 +110,7 @@ class RuleContext:
     _cache: dict[str, pd.DataFrame] = field(default_factory=dict)
     #: Launch times of a GPU frame's window rows made for this rule (where they are no view), per table.
     _launch: dict[str, pd.Series] = field(default_factory=dict)
+    _llm_like: bool | None = field(default=None, init=False, repr=False)
 
     def frame(self, name: str, columns: Iterable[str] | None = None) -> pd.DataFrame:
         """Canonical frame ``name`` restricted to the window (a ``launch_start`` column is added to GPU frames)."""
@@ -266,9 +270,9 @@ class RuleContext:
     @property
     def llm_like(self) -> bool:
         """Whether the steps look like a model's forward pass (LLM wording fits the advice)."""
-        if "_llm_like" not in self._cache:
-            self._cache["_llm_like"] = looks_like_model(self.trace, self.budget)  # type: ignore[assignment]
-        return bool(self._cache["_llm_like"])
+        if self._llm_like is None:
+            self._llm_like = bool(looks_like_model(self.trace, self.budget))
+        return self._llm_like
 
     @property
     def steady_ns(self) -> int:

@@ -60,13 +60,14 @@ class Spliced:
             return self._at(key)  # a few rows: each found among the spliced ones, no whole column
         return self._values(self.lo, self.hi)[key]
 
+    # A mask, as an array's == and != give: not object's bool, which mypy holds every __eq__ to.
     def __eq__(self, other: object) -> np.ndarray:  # type: ignore[override]
         return self._compare(other, np.equal)
 
     def __ne__(self, other: object) -> np.ndarray:  # type: ignore[override]
         return self._compare(other, np.not_equal)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as an array (== is elementwise)
 
     def _compare(self, other: Any, op: Any) -> np.ndarray:
         """``op(self, other)`` for a scalar ``other``: a base of one value (a zero-stride view) is compared once."""

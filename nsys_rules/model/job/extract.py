@@ -214,7 +214,8 @@ def _plainly_one_gpu(trace: Trace, names: CommNames) -> bool:
     already loaded (the kernels' short names, read only here, cost a second pass over the table).
     """
     matches = getattr(trace.export, "any_string_matches", None)
-    if matches is None or matches(names.any_family) or _nccl_ranges(trace, names):
+    family = names.any_family  # None: no one pattern to ask the string table with
+    if matches is None or family is None or matches(family) or _nccl_ranges(trace, names):
         return False
     kernels = trace.frame("kernels", ["pid", "device_id"])
     return _one_value(_ints(kernels["pid"])) and _one_value(_ints(kernels["device_id"]))

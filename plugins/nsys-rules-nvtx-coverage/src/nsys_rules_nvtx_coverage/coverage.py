@@ -171,8 +171,8 @@ def coverage(frames: Sequence[tuple[pd.DataFrame, pd.DataFrame]], ranges: pd.Dat
             if codes is not None:
                 pick = outside & (codes[rows] >= 0)
                 sums += np.bincount(codes[rows][pick], weights=duration[pick], minlength=len(sums))
-        if sums.any():  # the names as one array: a lookup per distinct name cost 25 us x 100k names
-            categories = np.asarray(names.cat.categories, dtype=object)  # type: ignore[union-attr]
+        if names is not None and sums.any():  # the names as one array: a lookup per name cost 25 us x 100k names
+            categories = np.asarray(names.cat.categories, dtype=object)
             for code in np.flatnonzero(sums):
                 name = str(categories[code])
                 per_name[name] = per_name.get(name, 0) + int(sums[code])

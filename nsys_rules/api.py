@@ -29,8 +29,8 @@ from nsys_rules.advice import (fusion_advice, graph_capture_advice, nvtx_range_a
 from nsys_rules.analysis.device_time import GPU_OP_TABLES, chunk_utilization, device_intervals, merge_low_chunks
 from nsys_rules.analysis.flagged import REPORT_MODES, FlaggedGroup, split_flagged
 from nsys_rules.analysis.grouped import (GroupStats, code_durations, column_codes, duration_sum, first_rows, group_ids,
-                                         group_quantiles, group_stats, masked_durations, packed_lexsort, packed_sort,
-                                         quantiles, segment_sums)
+                                         group_quantiles, group_stats, key_int, masked_durations, packed_lexsort,
+                                         packed_sort, quantiles, segment_sums)
 from nsys_rules.analysis.host import blocking_calls, busiest_thread, copy_directions
 from nsys_rules.analysis.intervals import (Coverage, busy_ns, busy_within, coverage, gaps_at_least, idle_gaps,
                                            merge_intervals, overlap_length, point_in, rising, union)
@@ -94,7 +94,7 @@ __all__ = [
     "merge_intervals", "union", "busy_ns", "busy_within", "idle_gaps", "gaps_at_least", "overlap_length", "point_in",
     "rising", "Coverage", "coverage",
     # statistics per group
-    "group_ids", "group_quantiles", "group_stats", "GroupStats", "code_durations", "column_codes", "first_rows",
+    "group_ids", "group_quantiles", "group_stats", "key_int", "GroupStats", "code_durations", "column_codes", "first_rows",
     "masked_durations", "duration_sum", "packed_lexsort", "packed_sort", "quantiles", "segment_sums",
     # API calls and NVTX ranges by what they are; blocking calls
     "KERNEL_LAUNCH_APIS", "GRAPH_LAUNCH_APIS", "ANY_KERNEL_LAUNCH_APIS", "SYNC_APIS", "DEVICE_SYNC_APIS", "ALLOC_APIS",

@@ -17,7 +17,7 @@ import errno
 import os
 import sys
 import traceback
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from nsys_rules import __version__
 from nsys_rules.errors import ExitCode, NsysRulesError
@@ -46,7 +46,7 @@ EXIT_CODES = """exit codes:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         # One line, exit 2: bots read the exit code, people read the line.
         self.exit(ExitCode.USAGE, f"nsys-rules: error: {message} (see `nsys-rules {self.prog.split()[-1]} --help`)\n"
                   if " " in self.prog else f"nsys-rules: error: {message} (see `nsys-rules --help`)\n")

@@ -112,9 +112,9 @@ def parse_percent(value: Any, where: str) -> float:
 
 def parse_seconds(value: object, where: str = "--rule-timeout") -> float:
     """A positive, finite number of seconds (``300``, ``2.5``); UsageError otherwise."""
-    try:
-        seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    try:  # CLI text or a TOML value (which may also be a list, a table or a date: not seconds)
+        seconds = float(value) if isinstance(value, (int, float, str)) else math.nan
+    except ValueError:
         seconds = math.nan
     if isinstance(value, bool) or not math.isfinite(seconds) or seconds <= 0 or seconds > 10**7:
         raise UsageError(f"{where}: expected a number of seconds above 0 (e.g. 300), not {clip_value(value, 40)!r}")

@@ -34,7 +34,7 @@ def option_rows(rule: type[Rule]) -> list[tuple[str, str, str]]:
     rows = []
     for f in dataclasses.fields(rule.Options):
         default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else "")  # type: ignore[misc]
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else "")
         rows.append((f.name, repr(default), str(f.metadata.get("help", ""))))
     return rows
 

@@ -53,11 +53,11 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         if missing:
             from nsys_rules.loaders.tables import TABLES
 
-            table = TABLES[missing[0]]
-            unusable = any(s in getattr(trace.export, "table_names", ()) for s in table.sources)  # lacks columns
+            spec = TABLES[missing[0]]
+            unusable = any(s in getattr(trace.export, "table_names", ()) for s in spec.sources)  # lacks columns
             # Absent tables: compat.missing_table tells "not traced" from "none happened" from "GPU activity lost".
-            reason, fix = (f"the trace's {table.sources[0]} table lacks required columns (see damage)",
-                           table.capture_hint) if unusable else missing_table(trace, missing[0])
+            reason, fix = (f"the trace's {spec.sources[0]} table lacks required columns (see damage)",
+                           spec.capture_hint) if unusable else missing_table(trace, missing[0])
             result.skipped.append(Skipped(rule.name, trace.label, reason, fix))
             continue
         runnable.append((rule, options))
@@ -91,17 +91,17 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         result.findings.extend(dataclasses.replace(f, severity=override) if override else f for f in outcome.findings)
         result.skipped.extend([outcome.skipped] if outcome.skipped else [])
         result.errors.extend(outcome.errors)
-    span = (steady.start, steady.end) if steady.intervals else None
     judged = steady.duration_ns(_capture_span(trace)) if budget is None else 0
-    result.findings = finalize(result.findings, budget, span, settings.noise_floor_pct, judged,  # type: ignore[arg-type]
+    result.findings = finalize(result.findings, budget, steady.bounds, settings.noise_floor_pct, judged,
                                frozenset(settings.severity))
     if settings.profile:
         _add_profile(trace, result, windows)
-        if result.profile is not None and budget is not None and getattr(budget.metrics, "measured", False):
+        if result.profile is not None and budget is not None and budget.metrics is not None and budget.metrics.measured:
             result.profile["gpu_metrics"] = budget.metrics.strip()  # the HTML's per-step strip
     result.info.window = windows.describe()
-    result.info.budget = budget.to_json() if budget is not None else None
+    result.info.budget = None
     if budget is not None:  # which finding owns each idle part of the step, or why none does
+        result.info.budget = budget.to_json()
         owners = part_owners(result.findings, budget)
         for part in result.info.budget["parts"]:
             if part["name"] in owners:

@@ -7,7 +7,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from nsys_rules.textsafe import NAME_CHARS, TEXT_CHARS, clip
 
@@ -53,17 +53,25 @@ class Metric:
         return {"value": value, "unit": self.unit}
 
 
-def metric(value: float | int, unit: str) -> Metric:
+class NumpyScalar(Protocol):
+    """A numpy scalar (``np.int64``, ``np.float32``, ...) as :func:`metric` takes it: told by its ``item()``."""
+
+    def item(self) -> Any: ...
+
+
+def metric(value: float | int | NumpyScalar, unit: str) -> Metric:
     """Shorthand for :class:`Metric` that turns numpy scalars into Python numbers (floats rounded to 6 decimals)."""
     # A numpy scalar, told by its ``item()`` rather than by importing numpy: the command line
     # imports this module before the read-ahead starts, and numpy is not needed for that.
+    # Any: anything else (a plugin's mistake) is passed on as it is, for the run's check to report.
+    number: Any = value
     if not isinstance(value, (int, float)) and hasattr(value, "item"):
-        value = value.item()
+        number = value.item()
     elif isinstance(value, float) and type(value) is not float:
-        value = float(value)  # np.float64 is a float subclass: a plain float for JSON
-    if isinstance(value, float):
-        value = round(value, 6)
-    return Metric(value, unit)
+        number = float(value)  # np.float64 is a float subclass: a plain float for JSON
+    if isinstance(number, float):
+        number = round(number, 6)
+    return Metric(number, unit)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def register_rules() -> list[type]:  # type: ignore[empty-body]
+def register_rules() -> list[type]:
     """Return the rule classes this plugin provides.
 
     :return: a list of :class:`nsys_rules.rule.Rule` subclasses. Names must be unique
@@ -32,7 +32,7 @@ def register_rules() -> list[type]:  # type: ignore[empty-body]
 
 
 @hookspec
-def register_job_rules() -> list[type]:  # type: ignore[empty-body]
+def register_job_rules() -> list[type]:
     """Return the job rule classes this plugin provides: rules over all ranks of a job at once.
 
     :return: a list of :class:`nsys_rules.job_rule.JobRule` subclasses. They share one name
@@ -44,7 +44,7 @@ def register_job_rules() -> list[type]:  # type: ignore[empty-body]
 
 
 @hookspec
-def register_formatters() -> dict[str, Callable[..., str]]:  # type: ignore[empty-body]
+def register_formatters() -> dict[str, Callable[..., str]]:
     """Return output formats this plugin provides.
 
     :return: a mapping of format name (as given to ``--format``) to a callable
@@ -57,7 +57,7 @@ def register_formatters() -> dict[str, Callable[..., str]]:  # type: ignore[empt
 
 
 @hookspec
-def register_loaders() -> dict[str, Callable[..., Any]]:  # type: ignore[empty-body]
+def register_loaders() -> dict[str, Callable[..., Any]]:
     """Return trace loaders for file types nsys-rules does not read itself.
 
     :return: a mapping of file suffix (for example ``".parquet"``) to a callable

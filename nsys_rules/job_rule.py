@@ -21,14 +21,14 @@ from nsys_rules.rule import Rule
 from nsys_rules.model.job.model import Job
 
 
-class JobRule(Rule):
+class JobRule(Rule["JobContext"]):
     """Base class of job rules (see the module docstring); subclasses implement :meth:`check`."""
 
     scope: ClassVar[str] = "job"
     window: ClassVar[str] = "full"
     requires: ClassVar[tuple[str, ...]] = ()
 
-    def check(self, ctx: "JobContext") -> Iterable[Finding]:  # type: ignore[override]
+    def check(self, ctx: JobContext) -> Iterable[Finding]:
         """Yield findings for ``ctx.job``; raise :class:`~nsys_rules.errors.MissingData` to be skipped."""
         raise NotImplementedError
 

@@ -12,7 +12,7 @@ import dataclasses
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeGuard
 
 import numpy as np
 
@@ -23,12 +23,18 @@ from nsys_rules.records import RunError, Skipped
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.job.extract import RankData, collect_ranks
 from nsys_rules.model.job.model import Job, build_job
-from nsys_rules.job_rule import JobContext
+from nsys_rules.job_rule import JobContext, JobRule
+from nsys_rules.rule import Rule
 
 
-def job_rules(rules: Iterable[type]) -> list[type]:
+def job_rules(rules: Iterable[type[Rule]]) -> list[type[JobRule]]:
     """The job rules among ``rules`` (those of scope ``job``)."""
-    return [r for r in rules if getattr(r, "scope", "trace") == "job"]
+    return [r for r in rules if _is_job_rule(r)]
+
+
+def _is_job_rule(rule: type[Rule]) -> TypeGuard[type[JobRule]]:
+    """A rule of scope ``job``: its ``check`` takes a :class:`JobContext`, as :class:`JobRule`'s does."""
+    return getattr(rule, "scope", "trace") == "job"
 
 
 @dataclass
@@ -47,7 +53,7 @@ class Collected:
         self.errors.extend(other.errors)
 
 
-def collect(trace: Trace, rules: Iterable[type], settings: Any, several: bool) -> Collected:
+def collect(trace: Trace, rules: Iterable[type[Rule]], settings: Any, several: bool) -> Collected:
     """The ranks of one open trace, when any job rule is selected (else nothing is read)."""
     if not job_rules(rules):
         return Collected()
@@ -83,7 +89,7 @@ class JobOutcome:
     errors: list[RunError] = field(default_factory=list)
 
 
-def run_job(collected: Collected, rules: Iterable[type], settings: Any) -> JobOutcome | None:
+def run_job(collected: Collected, rules: Iterable[type[Rule]], settings: Any) -> JobOutcome | None:
     """Build the job from every rank and run the selected job rules (see :func:`_run_job`)."""
     with warnings.catch_warnings():
         # The job's arrays hold NaN wherever a rank lacks a collective or a step, by design:
@@ -92,7 +98,7 @@ def run_job(collected: Collected, rules: Iterable[type], settings: Any) -> JobOu
         return _run_job(collected, rules, settings)
 
 
-def _run_job(collected: Collected, rules: Iterable[type], settings: Any) -> JobOutcome | None:
+def _run_job(collected: Collected, rules: Iterable[type[Rule]], settings: Any) -> JobOutcome | None:
     """Build the job from every rank and run the selected job rules; None when there is no job.
 
     Traces without communication kernels on any rank are no job (one-GPU inference traces, or

@@ -34,6 +34,7 @@ from nsys_rules.engine import Report, TraceResult, analyze_trace, run_check, sel
 from nsys_rules.errors import ExitCode, InputError, NsysRulesError, UsageError
 from nsys_rules.plugin_manager import Registry, build_registry
 from nsys_rules.records import RunError
+from nsys_rules.model.trace import Trace
 
 #: Kernels per trace kept in its profile (by total time): enough to find the shared heavy kernels.
 PROFILE_KERNELS = 50
@@ -236,7 +237,7 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
     """
     if jobs < 1:
         raise UsageError("--jobs must be 1 or more")
-    report = run_check([], registry, settings, lambda p: None)  # type: ignore[arg-type,return-value]
+    report = run_check([], registry, settings, _opens_nothing)  # the report's frame: its rules, no trace
     # In-process and forked workers reuse this registry (plugins load once); spawned ones build their own.
     _REGISTRIES[autoload_plugins] = registry
     workers = min(jobs, len(paths)) if not (dask or dask_client is not None) else 1
@@ -288,6 +289,10 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
     return report
 
 
+def _opens_nothing(path: Path) -> Trace:
+    raise AssertionError(f"{path}: run_check over no paths opens no trace")
+
+
 # -- the summary ---------------------------------------------------------------------------
 def cross_trace_summary(profiles: Iterable[tuple[str, dict[str, Any]]],
                         top: int = SUMMARY_KERNELS) -> dict[str, Any]:
@@ -298,9 +303,9 @@ def cross_trace_summary(profiles: Iterable[tuple[str, dict[str, Any]]],
     """
     items = list(profiles)
     paths = [p for p, _ in items]
-    traces = [{"path": p, "kernel_ns": int(prof.get("kernel_ns", 0)), "span_ns": int(prof.get("span_ns", 0))}
-              for p, prof in items]
-    kernel_times = [t["kernel_ns"] for t in traces]
+    traces: list[dict[str, Any]] = [
+        {"path": p, "kernel_ns": int(prof.get("kernel_ns", 0)), "span_ns": int(prof.get("span_ns", 0))} for p, prof in items]
+    kernel_times: list[int] = [t["kernel_ns"] for t in traces]
     median_kernel = float(statistics.median(kernel_times)) if kernel_times else 0.0
     slow_i = int(np.argmax(kernel_times)) if kernel_times else 0
     summary: dict[str, Any] = {
@@ -312,7 +317,7 @@ def cross_trace_summary(profiles: Iterable[tuple[str, dict[str, Any]]],
     names: dict[str, None] = {}
     for _, prof in items:
         names.update(dict.fromkeys(prof.get("kernels", {})))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in names:
         per = [prof.get("kernels", {}).get(name) for _, prof in items]
         present = [p for p in per if p is not None]
@@ -320,8 +325,8 @@ def cross_trace_summary(profiles: Iterable[tuple[str, dict[str, Any]]],
             continue  # a kernel of one trace only has nothing to compare
         times = [p[0] for p in present]
         median = float(statistics.median(times))
-        worst = max(range(len(per)), key=lambda i: -1 if per[i] is None else per[i][0])  # type: ignore[index]
-        worst_ns = per[worst][0]  # type: ignore[index]
+        worst = max(range(len(per)), key=lambda i: -1 if per[i] is None else per[i][0])
+        worst_ns = per[worst][0]
         rows.append({"kernel": name, "per_trace_ns": [None if p is None else int(p[0]) for p in per],
                      "per_trace_count": [None if p is None else int(p[1]) for p in per],
                      "median_ns": median, "max_ns": int(worst_ns), "slowest": paths[worst],

@@ -177,6 +177,7 @@ def _rule_problem(rule: object, scope: str) -> str | None:
         value = getattr(rule, attr)
         if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
             return f"rule {rule.name}: {attr} must be a tuple of names, not {clip_value(value, 60)!r}"
+    # __dataclass_params__ is on every dataclass, but typeshed's DataclassInstance does not declare it.
     if not dataclasses.is_dataclass(rule.Options) or not rule.Options.__dataclass_params__.frozen:  # type: ignore[attr-defined]
         return f"rule {rule.name}: Options must be a frozen dataclass"
     unknown = [t for t in (*rule.requires, *rule.optional) if t not in TABLES]

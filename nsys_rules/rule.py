@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar, Generic, Iterable, Mapping, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -29,6 +29,9 @@ DOC_SECTIONS = ("What it detects", "Why it hurts", "Evidence", "Next optimizatio
 
 GPU_TABLES = ("kernels", "memcpy", "memset", "sync", "graph_trace")
 
+#: What :meth:`Rule.check` gets: a :class:`RuleContext` for trace rules, a ``JobContext`` for job rules.
+ContextT = TypeVar("ContextT")
+
 
 @dataclass(frozen=True)
 class NoOptions:
@@ -44,7 +47,7 @@ class Renamed:
     factor: float = 1.0
 
 
-class Rule:
+class Rule(Generic[ContextT]):
     """Base class of every rule, built-in or from a plugin.
 
     Subclasses set the class attributes and implement :meth:`check`. Thresholds live in
@@ -70,8 +73,8 @@ class Rule:
     scope: ClassVar[str] = "trace"
     renamed_options: ClassVar[Mapping[str, Renamed]] = {}
 
-    def check(self, ctx: "RuleContext") -> Iterable[Finding]:
-        """Yield findings for ``ctx.trace``; raise :class:`MissingData` to be skipped."""
+    def check(self, ctx: ContextT) -> Iterable[Finding]:
+        """Yield findings for ``ctx.trace`` (a :class:`RuleContext`); raise :class:`MissingData` to be skipped."""
         raise NotImplementedError
 
     @classmethod
@@ -107,6 +110,7 @@ class RuleContext:
     _cache: dict[str, pd.DataFrame] = field(default_factory=dict)
     #: Launch times of a GPU frame's window rows made for this rule (where they are no view), per table.
     _launch: dict[str, pd.Series] = field(default_factory=dict)
+    _llm_like: bool | None = field(default=None, init=False, repr=False)
 
     def frame(self, name: str, columns: Iterable[str] | None = None) -> pd.DataFrame:
         """Canonical frame ``name`` restricted to the window (a ``launch_start`` column is added to GPU frames)."""
@@ -120,13 +124,13 @@ class RuleContext:
             # No .copy(): pandas copy-on-write already keeps the trace's cached frame safe
             # from a rule that writes, and a copy per rule cost 100+ MB on a 1M-kernel trace.
             sub = full[cols] if span is None else (full[cols].iloc[span[0]:span[1]] if span[0] >= 0
-                                                  else full.loc[mask, cols])
+                                                  else full.loc[_picked(mask), cols])
             if name in GPU_TABLES:
                 view = frame_view(self.trace, name, len(full))
                 rows = None if view is None else _view_rows(view, len(full), span)
-                ops_launch = None if rows is None else _launch_series(self.trace, view.ops.launch)
-                if ops_launch is not None:  # a view of the activity table's launch times: nothing kept per frame
-                    sub["launch_start"] = ops_launch.iloc[rows].set_axis(sub.index)
+                ops_launch = None if view is None or rows is None else _launch_series(self.trace, view.ops.launch)
+                if ops_launch is not None and rows is not None:  # a view of the activity table's launch times:
+                    sub["launch_start"] = ops_launch.iloc[rows].set_axis(sub.index)  # nothing kept per frame
                 elif view is not None:  # this rule's own, shared by its frames of this table (other frames' rows
                     # lie among the window's: the whole capture, with a few copies among the kernels)
                     own = self._launch.get(name)
@@ -156,9 +160,9 @@ class RuleContext:
             span, mask = self._selection(name, full)
             at = _view_rows(view, len(full), span)
             # The whole frame widened as the gathers use it (launch_api_rows would, once more).
-            rows = view.ops.api_row[at] if at is not None else _window_copy(view, view.ops.api_row, span, mask,
-                                                                            np.intp)
-            return launch_api_rows(self.trace, gpu, names, api_rows=rows, columns=columns)
+            view_rows = view.ops.api_row[at] if at is not None else _window_copy(view, view.ops.api_row, span, mask,
+                                                                                 np.intp)
+            return launch_api_rows(self.trace, gpu, names, api_rows=view_rows, columns=columns)
         rows = shared_api_rows(self.trace, full)
         if rows is None:
             rows = frame_api_rows(self.trace, name)
@@ -176,7 +180,7 @@ class RuleContext:
         span, mask = self._selection(name, full)
         if span is None:
             return slice(None)
-        return slice(span[0], span[1]) if span[0] >= 0 else mask  # type: ignore[return-value]
+        return slice(span[0], span[1]) if span[0] >= 0 else _picked(mask)
 
     def _selection(self, name: str, full: pd.DataFrame) -> tuple[tuple[int, int] | None, np.ndarray | None]:
         """The window's rows of the trace's frame ``name`` as :func:`_contiguous` says (and the mask when
@@ -214,7 +218,7 @@ class RuleContext:
         if hit is not None and hit[0] is names:
             return hit[1].copy(deep=False)  # a new object: a rule writing into it cannot touch the cache
         span, mask = self._selection("api", self.trace.frame("api", ["start"]))  # the rows frame("api") holds
-        out = names if span is None else (names.iloc[span[0]:span[1]] if span[0] >= 0 else names[mask])
+        out = names if span is None else (names.iloc[span[0]:span[1]] if span[0] >= 0 else names[_picked(mask)])
         out = out.reset_index(drop=True)
         cache[self.window] = (names, out)
         return out.copy(deep=False)
@@ -266,9 +270,9 @@ class RuleContext:
     @property
     def llm_like(self) -> bool:
         """Whether the steps look like a model's forward pass (LLM wording fits the advice)."""
-        if "_llm_like" not in self._cache:
-            self._cache["_llm_like"] = looks_like_model(self.trace, self.budget)  # type: ignore[assignment]
-        return bool(self._cache["_llm_like"])
+        if self._llm_like is None:
+            self._llm_like = bool(looks_like_model(self.trace, self.budget))
+        return self._llm_like
 
     @property
     def steady_ns(self) -> int:
@@ -310,6 +314,13 @@ def _launch_series(trace: Trace, launch: np.ndarray, index: pd.Index | None = No
     series = pd.Series(launch, index=index, copy=False)
     cache[id(launch)] = (launch, series)
     return series
+
+
+def _picked(mask: np.ndarray | None) -> np.ndarray:
+    """The row mask :meth:`RuleContext._selection` gives with a span of (-1, -1): never None there."""
+    if mask is None:
+        raise AssertionError("a window's rows that are not one block come with their mask")
+    return mask
 
 
 def _contiguous(mask: np.ndarray) -> tuple[int, int] | None:

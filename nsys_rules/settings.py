@@ -153,7 +153,7 @@ def coerce_option(rule: type[Rule], option: str, raw: Any, where: str) -> Any:
                          + ("" if fields else " (it has no options)"))
     f = fields[key]
     default = f.default if f.default is not dataclasses.MISSING else (
-        f.default_factory() if f.default_factory is not dataclasses.MISSING else None)  # type: ignore[misc]
+        f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
     kind = type(default)
     try:
         value = _coerce(raw, kind, default)

@@ -26,7 +26,7 @@ class UnreadableFile(OSError):
     """The path is not a regular file, or is too large: the message says which."""
 
 
-def read_small_text(path: Path, limit: int | None = None) -> str:
+def read_small_text(path: str | Path, limit: int | None = None) -> str:
     """The UTF-8 text of ``path``; :class:`UnreadableFile` (an ``OSError``) when it is not a small regular file.
 
     ``FileNotFoundError`` and other ``OSError`` from the system pass through, so callers keep

@@ -102,14 +102,16 @@ class CaptureScope(Rule):
         if has_profiler_range(trace.api_names()):
             return
         window = ctx.window
-        if window.intervals is None:
+        bounds = window.bounds
+        if bounds is None:
             return  # no steady state found: nothing to say where the capture should begin
         lo, hi = ctx.span()
-        steady_start, steady_end = max(lo, int(window.start)), min(hi, int(window.end))
-        if ctx.steps is not None:
+        steady_start, steady_end = max(lo, int(bounds[0])), min(hi, int(bounds[1]))
+        gpu_span = ctx.steps.gpu_span if ctx.steps is not None else None
+        if gpu_span is not None:
             # On the GPU clock the steps may run long after the host issued them (graph replays, a
             # host running ahead): the steady state lasts as long as its GPU work.
-            gpu_lo, gpu_hi = ctx.steps.gpu_span  # type: ignore[misc]
+            gpu_lo, gpu_hi = gpu_span
             steady_start, steady_end = min(steady_start, gpu_lo), max(steady_end, min(hi, gpu_hi))
         if steady_end <= steady_start:
             return

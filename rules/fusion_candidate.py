@@ -56,7 +56,7 @@ class FusionCandidate(Rule):
         if budget is None:
             raise MissingData("no steady steps to judge", "mark the loop's steps with an NVTX range")
         kernels = {p.name: p.ns for p in budget.parts if p.kind == "busy" and p.name not in ("contention", "copy")}
-        if not kernels or max(kernels, key=kernels.get) != "gemm":
+        if not kernels or max(kernels, key=kernels.__getitem__) != "gemm":
             return
         small = budget.ns("elementwise", "reduce")
         busy = budget.busy_ns

@@ -112,9 +112,9 @@ class LaunchBlocking(Rule):
             kernels = ctx.frame("kernels")
             api = ctx.launch_calls("kernels", columns=("api_start", "api_end", "api_name"))
             # One row per launch call: a graph launch or a multi-kernel call is not a single launch.
-            rows = in_set(api["api_name"], KERNEL_LAUNCH_APIS)
+            one_by_one = in_set(api["api_name"], KERNEL_LAUNCH_APIS)
             # Every kernel launched one by one (the usual eager trace): views, not six gathered copies.
-            rows = slice(None) if rows.all() else np.flatnonzero(rows)
+            rows = slice(None) if one_by_one.all() else np.flatnonzero(one_by_one)
             per_call = per_launch_call(kernels["pid"].to_numpy()[rows], kernels["correlation_id"].to_numpy()[rows],
                                        kernels["start"].to_numpy()[rows], kernels["end"].to_numpy()[rows],
                                        api["api_start"].to_numpy()[rows], api["api_end"].to_numpy()[rows])

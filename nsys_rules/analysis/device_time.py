@@ -31,7 +31,7 @@ def device_intervals(frames: Sequence[pd.DataFrame]) -> Iterator[tuple[object, o
     frames = [f for f in frames if len(f)]
     if not frames:
         return
-    pairs = set()
+    pairs: set[tuple[int, int] | None] = set()
     for f in frames:
         pid, dev = f["pid"].to_numpy(), f["device_id"].to_numpy()
         if pid.dtype.kind not in "iu" or dev.dtype.kind not in "iu" or pid.min() != pid.max() or dev.min() != dev.max():

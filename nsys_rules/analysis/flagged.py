@@ -8,7 +8,7 @@ small). Grouping only: what is flagged, and the words, stay in the rules.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import pandas as pd
 
@@ -20,7 +20,7 @@ REPORT_MODES = ("auto", "group", "all")
 class FlaggedGroup:
     """Flagged rows of one group (or one row): what one finding reports."""
 
-    key: tuple[object, ...]
+    key: tuple[Any, ...]  # the group_by columns' values, as pandas gives them (numpy scalars)
     rows: pd.DataFrame  # sorted by start; columns start, end + the rule's own
     single: bool  # one flagged row per finding
     ordinal: int = -1  # the row's position in its group when single: keeps fingerprints distinct and stable
@@ -55,8 +55,7 @@ def split_flagged(rows: pd.DataFrame, group_by: Sequence[str], mode: str, max_fi
     rows = rows.sort_values("start", kind="stable")
     keys = list(group_by)
     grouped = rows.groupby(keys, sort=True, observed=True, dropna=False) if keys else [((), rows)]
-    for key, grp in grouped:
-        key_t = key if isinstance(key, tuple) else (key,)
+    for key_t, grp in grouped:  # pandas 2 keys a group-by over a list of columns by tuples, one column too
         if mode == "all" or (mode == "auto" and len(grp) <= max_findings):
             for i in range(len(grp)):
                 yield FlaggedGroup(key_t, grp.iloc[i:i + 1], True, i)

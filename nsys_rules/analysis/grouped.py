@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Hashable, Iterable, Sequence, SupportsInt
 
 import numpy as np
 import pandas as pd
@@ -22,6 +22,17 @@ from nsys_rules.malloc_tune import CHUNK_ROWS
 
 
 # -- group ids --------------------------------------------------------------------------------
+def key_int(key: Hashable) -> int:
+    """A group key of an integer column (a pandas group-by's, or a frame's index label) as int.
+
+    pandas types every key as ``Hashable``; this is ``int(key)`` for the numbers it holds, a
+    ``TypeError`` for anything else.
+    """
+    if not isinstance(key, SupportsInt):
+        raise TypeError(f"group key {key!r} is not a number")
+    return int(key)
+
+
 def group_ids(columns: Sequence[np.ndarray]) -> np.ndarray:
     """Dense ids 0..G-1 of the distinct rows of ``columns``, in order of first appearance (int64).
 

@@ -6,6 +6,8 @@ idle after a synchronization) and the sync-stall and alloc-churn rules.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -97,10 +99,10 @@ def busiest_thread(calls: pd.DataFrame, durations: np.ndarray | pd.Series) -> tu
     return _id(pid), _id(tid), int(per_thread.max())
 
 
-def _id(value: object) -> int | None:
-    """An id as int, None when missing."""
+def _id(value: Any) -> int | None:
+    """An id (a scalar of a group key: int, numpy int, NaN, None) as int, None when missing."""
     try:
-        return None if pd.isna(value) else int(value)  # type: ignore[arg-type]
+        return None if pd.isna(value) else int(value)
     except (TypeError, ValueError):
         return None
 

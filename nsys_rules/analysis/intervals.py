@@ -6,6 +6,8 @@ non-overlapping (what :func:`merge_intervals` returns). Times are ns. Nothing he
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import pandas as pd
 
@@ -227,7 +229,8 @@ class Coverage:
         return np.flatnonzero(np.cumsum(marks[:-1]) > 0)
 
 
-def search_near(values: np.ndarray, t: np.ndarray, guess: np.ndarray, side: str = "right") -> np.ndarray:
+def search_near(values: np.ndarray, t: np.ndarray, guess: np.ndarray,
+                side: Literal["left", "right"] = "right") -> np.ndarray:
     """``np.searchsorted(values, t, side)`` where most answers are known in advance (``guess``).
 
     Each guess is checked against its two neighbours (two gathers, no binary search over the whole

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.malloc_tune import CHUNK_ROWS as _CHUNK
+from nsys_rules.analysis.spliced import Spliced
 
 #: Calls that launch one kernel each (runtime and driver, the legacy ``cudaLaunch`` and
 #: ``cuLaunchGrid*`` included: they launch one kernel like the rest). Kernels launched by a graph
@@ -174,7 +175,7 @@ def category_codes(names: pd.Series) -> np.ndarray:
     return names.array.codes
 
 
-def rows_with_codes(codes: np.ndarray, hits: np.ndarray, table: np.ndarray | None = None) -> np.ndarray:
+def rows_with_codes(codes: np.ndarray | Spliced, hits: np.ndarray, table: np.ndarray | None = None) -> np.ndarray:
     """Which rows carry one of the codes ``hits`` (``table``: the flag of each code, -1 reading the last).
 
     Comparisons on the narrow codes, in chunks whose temporary stays in the heap (a row-length

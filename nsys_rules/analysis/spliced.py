@@ -12,7 +12,7 @@ with a scalar give a mask; numpy functions see the whole column (``__array__``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -40,7 +40,15 @@ class Spliced:
         out = self._values(self.lo, self.hi)
         return out if dtype is None else out.astype(dtype, copy=False)
 
-    def __getitem__(self, key: Any) -> "Spliced | np.ndarray | Any":
+    @overload
+    def __getitem__(self, key: slice) -> Spliced: ...
+    @overload
+    def __getitem__(self, key: int | np.integer) -> Any: ...
+    @overload
+    def __getitem__(self, key: np.ndarray | list[int]) -> np.ndarray: ...
+
+    def __getitem__(self, key: Any) -> Any:
+        """A slice (of step 1): a narrower Spliced; one position: its value; a mask or row numbers: an array."""
         if isinstance(key, slice) and key.step in (None, 1):
             lo, hi, _ = key.indices(len(self))
             return Spliced(self.base, self.rows, self.at, self.values, self.dtype, self.lo + lo,
@@ -52,13 +60,14 @@ class Spliced:
             return self._at(key)  # a few rows: each found among the spliced ones, no whole column
         return self._values(self.lo, self.hi)[key]
 
+    # A mask, as an array's == and != give: not object's bool, which mypy holds every __eq__ to.
     def __eq__(self, other: object) -> np.ndarray:  # type: ignore[override]
         return self._compare(other, np.equal)
 
     def __ne__(self, other: object) -> np.ndarray:  # type: ignore[override]
         return self._compare(other, np.not_equal)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as an array (== is elementwise)
 
     def _compare(self, other: Any, op: Any) -> np.ndarray:
         """``op(self, other)`` for a scalar ``other``: a base of one value (a zero-stride view) is compared once."""

@@ -299,7 +299,7 @@ def classify(names: pd.Series, extra: Mapping[str, Iterable[str]] | None = None,
         # Class codes per category, mapped by the name's code: no label string per row.
         table = _category_table(tax, cats)
         out = table[codes]  # code -1 (NULL name) indexes the trailing "other"
-        return pd.Series(pd.Categorical.from_codes(out, categories=list(CLASSES), validate=False), index=names.index,
+        return pd.Series(pd.Categorical.from_codes(out, categories=pd.Index(CLASSES), validate=False), index=names.index,
                          name="kernel_class")
     uniq = pd.unique(names.astype(object))
     known = [u for u in uniq if not (u is None or (isinstance(u, float) and u != u))]

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from nsys_rules.settings import Settings
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("check", help="run the rules on one or more traces",
                        description="Run the rules on nsys exports (SQLite, parquetdir, arrowdir) and print what to "
                                    "optimize next.")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from nsys_rules.config import find_config, load_config, parse_percent, parse_seconds, parse_set
 from nsys_rules.settings import FAIL_ON, Settings, build_options, resolve_rule_name
@@ -94,7 +94,7 @@ def _split(items: list[str]) -> list[str]:
     return [p.strip() for item in items for p in item.split(",") if p.strip()]
 
 
-def progress_printer(total_rules: int):  # type: ignore[no-untyped-def]
+def progress_printer(total_rules: int) -> Callable[[str], None] | None:
     """A callback that shows which rule runs, on a terminal only (stderr)."""
     if not sys.stderr.isatty():
         return None

@@ -24,7 +24,7 @@ from nsys_rules.commands.common import add_plugin_flags, registry_for, settings_
 FORMATS = ("table", "json", "markdown")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("diff", help="compare two traces per step: did the step get slower, and why",
                        description="Compare the steady steps of two traces (BASE, then NEW): the time per step on the "
                                    "loop's GPU, explained by GPU kernel time and idle time (gaps) per step, the step "

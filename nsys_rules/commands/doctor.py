@@ -30,7 +30,7 @@ NVIDIA_SMI_PLACES = ("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi")
 _WIDTH = 100
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("doctor", help="can nsys profile here? where it is, its version, `nsys status -e` explained, "
                        "the GPU", description="Find nsys, run `nsys status -e` and explain each failed check with its "
                        "fix, check nsys's importer and the GPU. Exit 0 when profiling can work, 3 otherwise.")

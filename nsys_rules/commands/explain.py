@@ -13,7 +13,7 @@ from nsys_rules.outpaths import guard_output_folder
 from nsys_rules.commands.common import add_plugin_flags, registry_for
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("explain", help="show a rule's documentation and options")
     p.add_argument("rule", nargs="?", help="rule name (or an NVIDIA analyze rule name)")
     p.add_argument("--all", action="store_true", help="every registered rule (plugins included unless --no-plugins)")

@@ -33,7 +33,7 @@ from nsys_rules.commands.outputs import prepare
 TAIL_LINES = 12
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "profile", help="capture CMD with nsys (the standard flags), then check the export",
         usage="nsys-rules profile [options] -- CMD [ARG ...]",

@@ -11,7 +11,7 @@ from tabulate import tabulate
 from nsys_rules.commands.common import add_plugin_flags, registry_for
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("rules", help="list the registered rules")
     p.add_argument("--format", choices=("table", "json"), default="table")
     add_plugin_flags(p)

@@ -9,7 +9,7 @@ import sys
 from nsys_rules.formatters.json_out import report_schema
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("schema", help="print the JSON Schema of the JSON report")
     p.set_defaults(run=run)
 

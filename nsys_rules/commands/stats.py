@@ -28,7 +28,7 @@ from nsys_rules.textsafe import terminal_safe
 from nsys_rules.commands.common import add_filter_flags, filter_value
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     names = ", ".join(n + (f"[:{'|:'.join(m.VARIANTS)}]" if m.VARIANTS else "") for n, m in REPORTS.items())
     p = sub.add_parser("stats", help="nsys stats summary reports (same numbers as `nsys stats`)",
                        description="Print NVIDIA's `nsys stats` summary reports, computed without nsys. "

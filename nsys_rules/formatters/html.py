@@ -20,8 +20,8 @@ from nsys_rules.textsafe import clip, html_safe
 from nsys_rules.units import human_ns
 from nsys_rules.formatters.measured import measured_view, pct_text
 from nsys_rules.formatters.html_charts import CLASS_COLORS, classes_section, distributions_section, timeline_section
-from nsys_rules.formatters.layout import (NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, ms, savings_note,
-                                          savings_share, savings_text)
+from nsys_rules.formatters.layout import (NO_CUDA, Entry, answer, budget_view, draws_profile, explains_line, gpu_names, ms,
+                                          savings_note, savings_share, savings_text)
 from nsys_rules.formatters.sections import job_summary_lines
 
 SEVERITY_COLORS = {"error": "#dc2626", "warning": "#f59e0b", "info": "#3b82f6"}
@@ -62,6 +62,7 @@ details summary{cursor:pointer;color:#334155}footer{color:var(--mute);text-align
 """
 
 
+@draws_profile
 def format_html(report: Report) -> str:
     """The report as one HTML document."""
     s = report.summary()["by_severity"]
@@ -85,9 +86,6 @@ def format_html(report: Report) -> str:
             f"<title>nsys-rules: {html_safe(names)}</title><style>{CSS}</style></head><body>"
             + "".join(body) + "</body></html>\n")
 
-
-# The HTML draws the profile: ask the engine for it.
-format_html.needs_profile = True  # type: ignore[attr-defined]
 
 
 def _trace_section(result: TraceResult, report: Report, many: bool) -> str:

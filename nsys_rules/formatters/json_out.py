@@ -13,7 +13,7 @@ from nsys_rules.report import SCHEMA_VERSION, Report, tool_info
 
 def envelope(report: Report) -> dict[str, Any]:
     """The report as the JSON envelope object."""
-    out = {
+    out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "tool": tool_info(report),
         "traces": [r.info.to_json() for r in report.results],

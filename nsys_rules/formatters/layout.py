@@ -17,13 +17,15 @@ import sys
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable, TypeVar
 
 from nsys_rules.findings import Finding
 from nsys_rules.records import TraceInfo
 from nsys_rules.report import Report, TraceResult
 from nsys_rules.textsafe import terminal_safe
 from nsys_rules.units import human_ns
+
+FormatT = TypeVar("FormatT", bound=Callable[..., str])
 
 #: Below this many columns the table does not fit: the compact layout is used instead.
 COMPACT_BELOW = 120
@@ -304,3 +306,8 @@ def skipped_lines(report: Report, verbose: bool) -> list[str]:
     return [f"skipped: {len(skipped)} rule run(s) had nothing to judge ({names}); -v says why"]
 
 
+def draws_profile(format_fn: FormatT) -> FormatT:
+    """Mark a format that draws the steady-state profile: ``needs_profile = True`` (the hook's flag, read with
+    ``getattr``) makes the engine attach it."""
+    format_fn.__dict__["needs_profile"] = True  # a function attribute, which no function type declares
+    return format_fn

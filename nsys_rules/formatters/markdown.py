@@ -22,8 +22,8 @@ from nsys_rules.report import Report, TraceResult
 from nsys_rules.textsafe import markdown_code, markdown_safe
 from nsys_rules.units import human_ns
 from nsys_rules.formatters.measured import measured_view, pct_text
-from nsys_rules.formatters.layout import (NO_CUDA, Entry, answer, budget_view, explains_line, gpu_names, ms, savings_note,
-                                          savings_share, savings_text, shorten)
+from nsys_rules.formatters.layout import (NO_CUDA, Entry, answer, budget_view, draws_profile, explains_line, gpu_names, ms,
+                                          savings_note, savings_share, savings_text, shorten)
 
 #: Findings listed in full; the rest are counted.
 TOP_FINDINGS = 10
@@ -43,6 +43,7 @@ def code_cell(text: object, limit: int = 160) -> str:
     return markdown_code(shorten(str(text), limit)).replace("|", "\\|")
 
 
+@draws_profile  # Markdown shows the kernel table
 def format_markdown(report: Report) -> str:
     """The report as GitHub-flavoured Markdown."""
     s = report.summary()["by_severity"]
@@ -80,9 +81,6 @@ def format_markdown(report: Report) -> str:
         lines.append(f"> **error** in {code_cell(e.rule or e.plugin)}: {cell(e.error, 300)}")
     return "\n".join(lines).rstrip() + "\n"
 
-
-# Markdown shows the kernel table: ask the engine for the steady-state profile.
-format_markdown.needs_profile = True  # type: ignore[attr-defined]
 
 
 def _trace_block(result: TraceResult) -> list[str]:

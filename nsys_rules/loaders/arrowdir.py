@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 
@@ -268,7 +268,7 @@ class _Reading:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if exc is None or isinstance(exc, (InputError, MemoryError, KeyboardInterrupt)):
             return False
         name = self.export._files[self.table].name if self.table in self.export._files else self.table

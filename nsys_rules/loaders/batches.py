@@ -62,28 +62,29 @@ def fill_columns(batches: Iterable[Any], names: Sequence[str], expected_rows: in
             objs = [None if a is None else np.resize(a, size) for a in objs]
         for i, at in enumerate(where):
             column = batch.column(at)
-            if objs[i] is None and pa.types.is_null(column.type):
-                ints[i][pos:pos + rows] = NULL_INT  # type: ignore[index]
-                continue
-            if objs[i] is None and pa.types.is_integer(column.type):
-                values, beyond = _integers(column)
-                huge[i] += beyond
+            obj = objs[i]
+            if obj is None:
                 target = ints[i]
-                assert target is not None
-                if target.dtype == np.int32 and len(values) and not (
-                        int(values.min()) >= -(2**31) and int(values.max()) < 2**31):
-                    target = ints[i] = target.astype(np.int64)  # a value too big for int32: widen
-                target[pos:pos + rows] = values
-                continue
-            if objs[i] is None:
-                objs[i] = np.full(size, None, dtype=object)
+                assert target is not None  # a column is integers until it turns to objects
+                if pa.types.is_null(column.type):
+                    target[pos:pos + rows] = NULL_INT
+                    continue
+                if pa.types.is_integer(column.type):
+                    values, beyond = _integers(column)
+                    huge[i] += beyond
+                    if target.dtype == np.int32 and len(values) and not (
+                            int(values.min()) >= -(2**31) and int(values.max()) < 2**31):
+                        target = ints[i] = target.astype(np.int64)  # a value too big for int32: widen
+                    target[pos:pos + rows] = values
+                    continue
+                obj = objs[i] = np.full(size, None, dtype=object)
                 if pos:
-                    done = ints[i][:pos].astype(object)  # type: ignore[index]
-                    done[ints[i][:pos] == NULL_INT] = None  # type: ignore[index]
-                    objs[i][:pos] = done  # type: ignore[index]
+                    done = target[:pos].astype(object)
+                    done[target[:pos] == NULL_INT] = None
+                    obj[:pos] = done
                 ints[i] = None
             if not pa.types.is_null(column.type):
-                objs[i][pos:pos + rows] = _blobs(column) if names[i] in BLOB_SOURCES else _objects(column)  # type: ignore[index]
+                obj[pos:pos + rows] = _blobs(column) if names[i] in BLOB_SOURCES else _objects(column)
         pos += rows
     out: dict[str, np.ndarray] = {}
     for name, as_int, as_obj, beyond in zip(names, ints, objs, huge, strict=True):

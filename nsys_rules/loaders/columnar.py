@@ -99,8 +99,9 @@ class ColumnarExport(StringLookups, ABC):
         # Sources read straight into int32 (when their values fit): no int64 copy of them ever exists.
         # String ids too: StringIds are numbered densely from 0, so int32 holds them (widened if not).
         narrowed = [c for c in wanted if c.name in NARROW_COLUMNS or c.kind == "string"]
-        narrow = {picks[c.name] for c in narrowed} - {picks[c.name] for c in wanted if c not in narrowed} - {None}
-        return picks, src_cols, narrow  # type: ignore[return-value]
+        wide = {picks[c.name] for c in wanted if c not in narrowed}
+        narrow = {s for c in narrowed if (s := picks[c.name]) is not None and s not in wide}
+        return picks, src_cols, narrow
 
     def early_read_safe(self, source: str) -> bool:
         """Whether ``source`` may be read ahead (:mod:`.readahead`): its columns then come from two reads."""
@@ -142,8 +143,8 @@ class ColumnarExport(StringLookups, ABC):
         n = len(next(iter(raw.values()))) if raw else self.count(source)
         keep: np.ndarray | None = None  # built only when a required column may hold a NULL
         for col in wanted:
-            if col.required and picks[col.name] is not None:
-                values = raw[picks[col.name]]
+            if col.required and (src := picks[col.name]) is not None:
+                values = raw[src]
                 # Integer columns arrive with NULL as NULL_INT: no nsys time or string id is negative. A
                 # column whose minimum is above it holds none: no mask of its rows.
                 if values.dtype.kind in "iu" and (not len(values) or int(values.min()) > NULL_INT):
@@ -161,16 +162,16 @@ class ColumnarExport(StringLookups, ABC):
             marks = raw[drop.column]
             dropped = np.isin(marks if marks.dtype.kind in "iu" else damage_fix.to_int(marks, NULL_INT), drop.values)
             if dropped.any():
-                keep = (keep if keep is not None and len(keep) == n else np.ones(n, bool)) & ~dropped
+                keep = (keep if len(keep) == n else np.ones(n, bool)) & ~dropped
                 all_kept = False
         data: dict[str, Any] = {}
         for col in wanted:
             src = picks[col.name]
-            values = None if src is None else (raw[src] if all_kept else raw[src][keep])
+            kept = None if src is None else (raw[src] if all_kept else raw[src][keep])
             if col.kind == "nvtx_name":
                 data[col.name] = self._nvtx_names(col, raw, keep, present)
                 continue
-            data[col.name] = self._convert(col, values, n if all_kept else int(keep.sum()), f"{table.name}.{col.name}")
+            data[col.name] = self._convert(col, kept, n if all_kept else int(keep.sum()), f"{table.name}.{col.name}")
             if col.kind in ("pid", "tid") or col.name in NARROW_COLUMNS:
                 data[col.name] = one_value(data[col.name])
         frame = pd.DataFrame(data, copy=False)

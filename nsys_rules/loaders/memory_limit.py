@@ -142,14 +142,14 @@ def _with_text(trace: "Trace", needs: Mapping[str, Iterable[str]], cost: MemoryE
         bound = worst_text_bytes(storage, item.rows, len(columns))
         looks.append((item, source, columns, storage, None if bound is None else
                       int(bound * TEXT_RUN_FACTOR) + item.rows * len(columns) * per_text_value))
-    worst = [w for *_, w in looks]
-    if None not in worst and sum(worst) <= room:  # type: ignore[arg-type]
+    worst = _total([w for *_, w in looks])
+    if worst is not None and worst <= room:
         return cost  # even if every stored byte were text, the read fits
     suspects = [look for look in looks if holds_more_than_numbers(look[3], look[0].rows, len(export.columns_of(look[1])))
                 or sample_has_text(export, look[1], look[2], look[0].rows)]
-    bounds = [w for *_, w in suspects]
+    bounds = _total([w for *_, w in suspects])
     # The suspects' worst case is their price when it fits (no scan); else each is scanned for the exact bytes.
-    scan = None in bounds or sum(bounds) > room  # type: ignore[arg-type]
+    scan = bounds is None or bounds > room
     priced = {}
     for item, source, columns, _storage, bound in suspects:
         use = measure_text(export, source, columns) if scan else None
@@ -157,6 +157,12 @@ def _with_text(trace: "Trace", needs: Mapping[str, Iterable[str]], cost: MemoryE
         values = use.values if use is not None else item.rows * len(columns)
         priced[item.table] = replace(item, bytes=item.bytes + text, text=text, text_values=values)
     return MemoryEstimate(tuple(priced.get(t.table, t) for t in cost.tables), cost.strings_bytes)
+
+
+def _total(bounds: list[int | None]) -> int | None:
+    """The sum of ``bounds``; None when one of them is unknown."""
+    known = [b for b in bounds if b is not None]
+    return sum(known) if len(known) == len(bounds) else None
 
 
 def _strings_bytes(trace: "Trace") -> int:

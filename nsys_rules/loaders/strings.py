@@ -85,7 +85,9 @@ class StringLookups:
         sid, svalue = self._string_table()
         pos = np.searchsorted(sid, uniq).clip(0, max(len(sid) - 1, 0))
         found = (sid[pos] == uniq) if len(sid) else np.zeros(len(uniq), bool)
-        names = np.where(found, svalue[pos] if len(sid) else None, None).astype(object)
+        names = np.full(len(uniq), None, object)
+        if len(sid):
+            names[found] = svalue[pos][found]
         lost = ~found
         if lost.any():
             self.damage.append(f"{what}: {int(lost.sum())} string id(s) point to no StringIds row")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from nsys_rules.model.budget_shape import move_host_prep
 from nsys_rules.analysis.intervals import Coverage, complement, merge_intervals
 from nsys_rules.model.evidence import evidence
 from nsys_rules.model.steps import StepModel
+
+if TYPE_CHECKING:  # gpu_metrics imports this module
+    from nsys_rules.model.gpu_metrics import BudgetMetrics
 
 #: Busy classes in the order that wins an instant where the loop's own operations overlap.
 BUSY_PRIORITY = ("gemm", "gemv", "attention", "norm", "elementwise", "reduce", "memory", "other", "graph replay",
@@ -111,7 +114,7 @@ class Budget:
     median_step: int
     evidence: dict[str, Any] = field(default_factory=dict)
     #: What the GPU metrics measured during each part (:class:`~.gpu_metrics.BudgetMetrics`); None without them.
-    metrics: Any = None
+    metrics: BudgetMetrics | None = None
 
     def part(self, name: str) -> Part:
         """The part called ``name`` (a zero part when the budget has none)."""

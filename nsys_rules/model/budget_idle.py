@@ -51,11 +51,12 @@ class _IdleContext:
         # The next batch's first next operation, most likely; None once guesses stopped paying.
         self.first_next: int | None = first_next
         self.graphs = bool(ops.by_graph.any())  # without graph launches no gap is inside a replay
-        self.api_end = self.api_tid = None
+        #: The API calls' ends and threads (None without API rows).
+        self.api_end_tid: tuple[np.ndarray, np.ndarray] | None = None
         if trace.has("api"):
             api = trace.frame("api", ["start", "end", "tid"])
             if len(api):
-                self.api_end, self.api_tid = api["end"].to_numpy(), api["tid"].to_numpy()
+                self.api_end_tid = (api["end"].to_numpy(), api["tid"].to_numpy())
 
 
 def _idle_batch(ctx: _IdleContext, gap_s: np.ndarray, gap_e: np.ndarray, out: dict[str, np.ndarray]) -> None:
@@ -82,11 +83,12 @@ def _idle_batch(ctx: _IdleContext, gap_s: np.ndarray, gap_e: np.ndarray, out: di
     del nxt
     api_row = np.where(has_next, ops.api_row[nxt_c], -1)
     known = api_row >= 0
-    if ctx.api_end is not None:
+    if ctx.api_end_tid is not None:
+        api_end, api_tid = ctx.api_end_tid
         at = np.maximum(api_row, 0)
-        launch_end = np.where(known, ctx.api_end[at], -1)
+        launch_end = np.where(known, api_end[at], -1)
         queued = (launch_end >= 0) & (launch_end <= gap_s)  # the next operation was launched before the gap
-        tid = np.where(known, ctx.api_tid[0] if ctx.api_tid.strides == (0,) else ctx.api_tid[at], -1)
+        tid = np.where(known, api_tid[0] if api_tid.strides == (0,) else api_tid[at], -1)
         del at, launch_end
     else:
         queued = np.zeros(len(gap_s), bool)

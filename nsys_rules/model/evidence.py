@@ -92,7 +92,7 @@ def fusion_share(parts: dict[str, int], busy_ns: int) -> dict[str, Any] | None:
     """Elementwise and reduction time in GEMM-heavy steps, when it is a fusion candidate."""
     kernel_parts = {k: v for k, v in parts.items() if k in ("gemv", "gemm", "attention", "norm", "elementwise",
                                                             "reduce", "memory", "communication", "other")}
-    if not busy_ns or not kernel_parts or max(kernel_parts, key=kernel_parts.get) != "gemm":
+    if not busy_ns or not kernel_parts or max(kernel_parts, key=kernel_parts.__getitem__) != "gemm":
         return None
     small = parts.get("elementwise", 0) + parts.get("reduce", 0)
     share = small / busy_ns
@@ -103,10 +103,10 @@ def fusion_share(parts: dict[str, int], busy_ns: int) -> dict[str, Any] | None:
 
 def request_phases(trace: Trace, model: StepModel) -> dict[str, Any] | None:
     """Prefill time (time to first token) and time per output token, from phase ranges inside the steps."""
-    if not trace.has("nvtx") or not model.count:
+    if not trace.has("nvtx") or model.host_span is None:  # no steps
         return None
     nvtx = trace.frame("nvtx", ["start", "end", "name", "pid"])
-    lo, hi = model.host_span  # type: ignore[misc]
+    lo, hi = model.host_span
     inside = (nvtx["start"].to_numpy() >= lo) & (nvtx["end"].to_numpy() <= hi) & nvtx["name"].notna().to_numpy()
     if not inside.any():
         return None

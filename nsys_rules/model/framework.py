@@ -77,8 +77,8 @@ def _detect(trace: Trace) -> Framework:
     kernels = _distinct(trace, "kernels", "name") + _distinct(trace, "kernels", "short_name")
     ranges = _distinct(trace, "nvtx", "name")
     capture = trace.capture
-    command = capture.command_line.lower() if capture is not None else ""
-    env = {k.upper() for k in (capture.environment if capture is not None else {})}
+    command = capture.command_line.lower()
+    env = {k.upper() for k in capture.environment}
     graphs = trace.has("graph_trace") or (trace.has("api") and bool(in_set(trace.api_names(), GRAPH_LAUNCH_APIS).any()))
     text = " ".join(kernels).lower()
     compiled = any(_INDUCTOR.search(k) for k in kernels)
@@ -106,7 +106,7 @@ def _detect(trace: Trace) -> Framework:
         what = "Inductor's Triton kernels" if compiled else "ATen kernels" if aten else "the environment or command"
         return Framework("pytorch", compiled=compiled, graphs=graphs, evidence=what)
     return Framework("cuda", graphs=graphs, evidence="no framework's kernels, ranges or command",
-                     language=_language(capture.command if capture is not None else ()))
+                     language=_language(capture.command))
 
 
 def _language(command: tuple[str, ...]) -> str:

@@ -468,8 +468,8 @@ def measure_kernels(trace: Trace, budget: "Budget | None", names: Iterable[str],
     For a rule whose kernels are not a whole budget part (the FP32 GEMMs among the GEMMs, GEMVs by a
     rule's own name patterns).
     """
-    metrics = getattr(budget, "metrics", None) if budget is not None else None
-    if metrics is None or not metrics.measured:
+    metrics = budget.metrics if budget is not None else None
+    if budget is None or metrics is None or not metrics.measured:
         return None
     lo, hi, device = metrics._window
     starts, ends = metrics._periods

@@ -14,7 +14,7 @@ trace's API table.
 from __future__ import annotations
 
 import weakref
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -158,15 +158,15 @@ def launch_api_rows(trace: Trace, gpu: pd.DataFrame, names: bool = True, api_row
     every = bool(found.all())
     if rows.dtype != np.intp and len(wanted) > 1:
         rows = rows.astype(np.intp)  # widened once (a gather widens its index on every call, 8 MB each)
-    sources = {"api_start": lambda: api["start"].to_numpy(), "api_end": lambda: api["end"].to_numpy(),
-               "api_tid": lambda: _ints(api["tid"]),
-               "api_name": trace.api_names, "api_raw": lambda: api["name"]}
+    number_sources: dict[str, Callable[[], np.ndarray]] = {
+        "api_start": lambda: api["start"].to_numpy(), "api_end": lambda: api["end"].to_numpy(),
+        "api_tid": lambda: _ints(api["tid"])}
+    name_sources: dict[str, Callable[[], pd.Series]] = {"api_name": trace.api_names, "api_raw": lambda: api["name"]}
     out: dict[str, object] = {}
     for column in wanted:
-        values = sources[column]()
         # Names by category code, gathered only for the matched rows: never a Python string per call.
-        out[column] = _names_at(values, rows, found, every) if column in ("api_name", "api_raw") else \
-            _at(values, rows, found, every)
+        out[column] = _names_at(name_sources[column](), rows, found, every) if column in name_sources else \
+            _at(number_sources[column](), rows, found, every)
     # copy=False: the columns are fresh arrays; a consolidating copy would double them.
     return pd.DataFrame(out, copy=False, index=pd.RangeIndex(n))
 

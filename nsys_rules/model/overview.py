@@ -78,7 +78,7 @@ def gpu_activity(trace: Trace, window: Window) -> pd.DataFrame:
     """
     parts: list[pd.DataFrame] = []
 
-    def add(frame: pd.DataFrame, names: pd.Categorical, classes: pd.Categorical) -> None:
+    def add(frame: pd.DataFrame, names: pd.Categorical[Any], classes: pd.Categorical[Any]) -> None:
         # Plain object categories everywhere, so the parts' categoricals can be unioned.
         names, classes = (pd.Categorical.from_codes(c.codes, pd.Index(c.categories.astype(str), dtype=object))
                           for c in (names, classes))
@@ -91,10 +91,10 @@ def gpu_activity(trace: Trace, window: Window) -> pd.DataFrame:
     if trace.has("kernels"):
         k = trace.frame("kernels", ["start", "end", "name", "correlation_id", "pid"])
         if len(k):
-            names = k["name"].astype("category")
-            if names.isna().any():
-                names = names.cat.add_categories(["<unnamed kernel>"]).fillna("<unnamed kernel>")
-            add(k, pd.Categorical(names), pd.Categorical(classify_kernels(k["name"])))
+            kernel_names = k["name"].astype("category")
+            if kernel_names.isna().any():
+                kernel_names = kernel_names.cat.add_categories(["<unnamed kernel>"]).fillna("<unnamed kernel>")
+            add(k, pd.Categorical(kernel_names), pd.Categorical(classify_kernels(k["name"])))
     if trace.has("graph_trace") and (not parts or trace.capture.graph_trace_mode == "Graph"):
         # Graph-level capture: no kernel rows, only whole graph replays. Count those as one
         # opaque class so GPU time is not reported as zero (graph-trace-hidden says why).
@@ -107,6 +107,7 @@ def gpu_activity(trace: Trace, window: Window) -> pd.DataFrame:
         f = trace.frame(table, ["start", "end", "correlation_id", "pid"] + (["copy_kind"] if table == "memcpy" else []))
         if not len(f):
             continue
+        names: pd.Categorical[Any]
         if table == "memcpy" and "copy_kind" in f:
             kinds = f["copy_kind"].map(_COPY_KINDS).fillna("copy").astype(object)
             names = pd.Categorical("[memcpy " + kinds + "]")
@@ -158,9 +159,10 @@ def build_profile(trace: Trace, window: Window, flagged: Iterable[str] = (), top
     by_class = (pd.DataFrame({"cls": gpu["cls"], "dur": dur}).groupby("cls", sort=False, observed=True)["dur"]
                 .agg(["sum", "count"])
                 if len(gpu) else pd.DataFrame({"sum": [], "count": []}))
-    classes = [{"class": str(c), "total_ns": int(r["sum"]), "count": int(r["count"]),
-                "per_step_ns": float(r["sum"]) / per, "share": float(r["sum"]) / gpu_total if gpu_total else 0.0}
-               for c, r in by_class.iterrows()]
+    classes: list[dict[str, Any]] = [
+        {"class": str(c), "total_ns": int(r["sum"]), "count": int(r["count"]), "per_step_ns": float(r["sum"]) / per,
+         "share": float(r["sum"]) / gpu_total if gpu_total else 0.0}
+        for c, r in by_class.iterrows()]
     classes.sort(key=lambda row: (-row["total_ns"], row["class"]))
 
     kernels = _kernel_table(gpu, dur, per, gpu_total, top)
@@ -265,7 +267,7 @@ def _step_detail(gpu: pd.DataFrame, step: int, begin: int, wall: int) -> dict[st
 
 def _distributions(gpu: pd.DataFrame, dur: np.ndarray, flagged: Iterable[str]) -> list[dict[str, Any]]:
     """Quantiles and a log-spaced histogram of each flagged kernel's durations (name match, demangled or short)."""
-    out = []
+    out: list[dict[str, Any]] = []
     if not len(gpu):
         return out
     names = gpu["name"]

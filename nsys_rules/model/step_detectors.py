@@ -16,6 +16,7 @@ import pandas as pd
 
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.activity import KERNEL, GpuOps, graph_replays
+from nsys_rules.analysis.grouped import key_int
 from nsys_rules.analysis.host import blocking_calls, copy_directions
 from nsys_rules.analysis.intervals import counts_in, point_in, rising, runs_in
 from nsys_rules.analysis.names import LIBRARY_DOMAINS, is_library_range, range_family
@@ -289,7 +290,7 @@ def marker_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
         if calls_per_step > 1:
             label = f"group of {calls_per_step} ({label})"
         if best is None or score > best[0]:
-            best = (score, Found("marker", label, host, int(pid)))
+            best = (score, Found("marker", label, host, key_int(pid)))
     if best is None:
         return "no synchronization or readback recurs once per step"
     return best[1]

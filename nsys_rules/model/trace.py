@@ -189,7 +189,8 @@ class Trace:
             self.cleanup_dir = None
 
 
-def _int_or_none(value: object) -> int | None:
+def _int_or_none(value: Any) -> int | None:
+    """A metadata cell (whatever the export stores: int, float, text, a numpy scalar) as int; None when empty or not one."""
     try:
         return int(value) if value is not None and str(value).strip() != "" else None
     except (TypeError, ValueError):
@@ -223,14 +224,15 @@ def _read_gpus(export: Export) -> dict[int, GpuInfo]:
 
 def _gpu(export: Export, table: str, gid: int, row: tuple[object, ...]) -> GpuInfo:
     """One GPU; a spec that is not a positive number is unknown (and noted as damage), never used as a number."""
-    specs = []
+    specs: list[int | None] = []
     for label, raw in zip(("SM count", "memory bandwidth", "clock rate", "memory size"), row[2:6], strict=True):
         value = _int_or_none(raw)
         if value is not None and value <= 0:
             export.damage.append(f"{table}: GPU {gid} {label} {value} is not a positive number; treated as unknown")
             value = None
         specs.append(value)
-    return GpuInfo(gid, str(row[1] or "unknown GPU")[:256], *specs)
+    sm_count, bandwidth, clock_hz, total_memory = specs
+    return GpuInfo(gid, str(row[1] or "unknown GPU")[:256], sm_count, bandwidth, clock_hz, total_memory)
 
 
 def _meta_rows(export: Export, table: str) -> list[tuple[str, str]]:

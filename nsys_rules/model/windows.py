@@ -53,6 +53,11 @@ class Window:
         """Last instant in the window, or None for the whole capture."""
         return self.intervals[-1][1] if self.intervals else None
 
+    @property
+    def bounds(self) -> tuple[int, int] | None:
+        """(first instant, last instant) of the window, or None for the whole capture."""
+        return (self.intervals[0][0], self.intervals[-1][1]) if self.intervals else None
+
     def mask(self, times: np.ndarray) -> np.ndarray:
         """Which of ``times`` fall inside the window."""
         times = np.asarray(times)
@@ -76,8 +81,9 @@ class Window:
         out: dict[str, object] = {"source": self.source, "kind": self.kind or None, "start_ns": _bound(self.start),
                                   "end_ns": _bound(self.end), "steps": len(self.steps), "step_range": self.step_name}
         model = self.model
-        if model is not None and model.count and self.kind not in ("", "filter"):
-            out["gpu_start_ns"], out["gpu_end_ns"] = model.gpu_span  # type: ignore[misc]
+        gpu_span = model.gpu_span if model is not None and self.kind not in ("", "filter") else None
+        if model is not None and gpu_span is not None:  # a model with steps
+            out["gpu_start_ns"], out["gpu_end_ns"] = gpu_span
             out["warmup_steps"] = model.warmup
             if model.regimes:
                 out["regimes"] = [r.to_json() for r in model.regimes]
@@ -276,9 +282,8 @@ _STEADY_CACHE: "weakref.WeakKeyDictionary[Trace, dict[SteadyOptions, Window]]" =
 
 def _steady_state_window(trace: Trace, options: SteadyOptions) -> Window:
     model = step_model(trace, options)
-    if model.count:
-        lo, hi = model.host_span  # type: ignore[misc]
-        return Window(((lo, hi),), model.description, tuple(map(tuple, model.host.tolist())), model.name,
+    if model.host_span is not None:  # a model with steps
+        return Window((model.host_span,), model.description, tuple(map(tuple, model.host.tolist())), model.name,
                       kind=model.source, model=model)
     if model.profiler_range is not None:
         return Window((model.profiler_range,), f"profiler API capture range; {model.reason}", kind="none",

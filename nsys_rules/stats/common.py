@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -139,8 +139,12 @@ def order_rows(rows: list[dict[str, Any]], *keys: tuple[str, bool]) -> list[dict
     """Sort rows by ``(column, descending)`` keys, most significant first; stable for ties."""
     out = list(rows)
     for column, descending in reversed(keys):
-        out.sort(key=lambda r, c=column: _sortable(r[c]), reverse=descending)
+        out.sort(key=_sort_key(column), reverse=descending)
     return out
+
+
+def _sort_key(column: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda row: _sortable(row[column])
 
 
 def _sortable(value: Any) -> Any:

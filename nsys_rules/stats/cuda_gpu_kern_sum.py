@@ -32,7 +32,7 @@ def kernel_names(trace: Trace, frame: pd.DataFrame, variant: str | None) -> pd.C
             merged = mangled.astype(object).where(mangled.notna(), frame["name"].astype(object))
             return pd.Categorical(merged)
     column = _NAME_COLUMN[variant] if variant != "mangled" else "name"
-    return frame[column].array  # type: ignore[return-value]
+    return frame[column].array
 
 
 def frame_columns(variant: str | None, filtered: bool) -> list[str]:

@@ -37,9 +37,9 @@ def build(trace: Trace, window: Window | None, variant: str | None = None, perce
     names = store.catalog(export)
     guard = getattr(trace, "read_guard", None)
     if guard is not None:
-        rows, _ = store.read_cost(export, len(names))
-        guard.admit_bytes(trace, f"the GPU metrics ({len(names)} metrics, {rows:,} samples)",
-                          rows * store.SAMPLE_BYTES)
+        samples, _ = store.read_cost(export, len(names))
+        guard.admit_bytes(trace, f"the GPU metrics ({len(names)} metrics, {samples:,} samples)",
+                          samples * store.SAMPLE_BYTES)
     lo = hi = None
     if window is not None and window.intervals:
         lo, hi = window.start, window.end
@@ -81,7 +81,7 @@ def build(trace: Trace, window: Window | None, variant: str | None = None, perce
     return StatsResult(columns, [r for _, r in rows], text_columns=("Metric", "Unit"))
 
 
-def _num(value: float, whole: bool = False) -> float | int | str:
+def _num(value: float | np.floating, whole: bool = False) -> float | int | str:
     """A statistic as the JSON holds it: whole numbers for Min/Max of integer samples, else 3 decimals; '' for NaN."""
     if not np.isfinite(value):
         return ""

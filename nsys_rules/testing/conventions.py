@@ -30,11 +30,12 @@ def rule_convention_problems(rule: type) -> list[str]:
     # The rule machinery (pandas) only when a check runs: importing the kit stays light.
     from nsys_rules.docs import doc_sections, missing_sections, options_without_help
     from nsys_rules.plugin_manager import validate_rule
-    from nsys_rules.rule import DOC_SECTIONS
+    from nsys_rules.rule import DOC_SECTIONS, Rule
 
     refused = validate_rule(rule, getattr(rule, "scope", "trace"))
     if refused:
         return [f"the engine refuses it: {refused}"]
+    assert issubclass(rule, Rule)  # what validate_rule accepts
     name = rule.name
     problems = []
     if not rule.title:

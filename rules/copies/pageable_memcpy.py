@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -84,10 +86,10 @@ class PageableMemcpy(FlaggedCallRule):
     budget_part = "launch_wait"
     outside_note = "outside the steady steps (loading or tear-down): pinning shortens start-up, not the step"
 
-    def flag(self, rows: pd.DataFrame, api_raw: np.ndarray, opts: Options) -> np.ndarray:
+    def flag(self, rows: pd.DataFrame, api_raw: np.ndarray, opts: Any) -> np.ndarray:
         return flag_pageable_async(rows, api_raw, min_bytes=opts.min_bytes, include_driver_api=opts.include_driver_api)
 
-    def severity(self, group: FlaggedCalls, opts: Options) -> Severity:
+    def severity(self, group: FlaggedCalls, opts: Any) -> Severity:
         # Loading copies cost start-up time, not step time: information, whatever their share of the capture.
         return super().severity(group, opts) if group.in_loop else Severity.INFO
 
@@ -95,7 +97,7 @@ class PageableMemcpy(FlaggedCallRule):
         # In the loop, the host's time in the staging calls is launch wait the GPU may pay.
         return group.host_ns
 
-    def message(self, group: CopyGroup, opts: Options) -> str:
+    def message(self, group: CopyGroup, opts: Any) -> str:
         cg, single = group, group.group.single
         what = (f"A {cg.direction} copy ({cg.src} -> {cg.dst}, {cg.nbytes} B)" if single else
                 f"{cg.count} {cg.direction} copies ({cg.src} -> {cg.dst}, {cg.nbytes / 1e6:.3f} MB in all)")

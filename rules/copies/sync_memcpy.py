@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -86,11 +88,11 @@ class SyncMemcpy(FlaggedCallRule):
     table = "memcpy"
     grouping = staticmethod(copy_groups)
 
-    def flag(self, rows: pd.DataFrame, api_raw: np.ndarray, opts: Options) -> np.ndarray:
+    def flag(self, rows: pd.DataFrame, api_raw: np.ndarray, opts: Any) -> np.ndarray:
         return flag_sync_copies(rows, api_raw, max_small_htod_bytes=opts.max_small_htod_bytes,
                                 include_driver_api=opts.include_driver_api)
 
-    def message(self, group: CopyGroup, opts: Options) -> str:
+    def message(self, group: CopyGroup, opts: Any) -> str:
         cg = group
         what = (f"A synchronous {cg.direction} copy ({cg.src} -> {cg.dst}, {cg.nbytes} B)" if cg.group.single else
                 f"{cg.count} synchronous {cg.direction} copies ({cg.src} -> {cg.dst}, {cg.nbytes / 1e6:.3f} MB in all)")

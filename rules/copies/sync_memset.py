@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -73,11 +75,11 @@ class SyncMemset(FlaggedCallRule):
     table = "memset"
     grouping = staticmethod(memset_groups)
 
-    def flag(self, rows: pd.DataFrame, api_raw: np.ndarray, opts: Options) -> np.ndarray:
+    def flag(self, rows: pd.DataFrame, api_raw: np.ndarray, opts: Any) -> np.ndarray:
         return flag_sync_memsets(rows, api_raw, memory_kinds=tuple(opts.memory_kinds),
                                  include_driver_api=opts.include_driver_api)
 
-    def message(self, group: MemsetGroup, opts: Options) -> str:
+    def message(self, group: MemsetGroup, opts: Any) -> str:
         g = group
         what = (f"A synchronous memset of {g.nbytes} B of {g.kind} memory" if g.group.single else
                 f"{g.count} synchronous memsets of {g.kind} memory ({g.nbytes / 1e6:.3f} MB in all)")

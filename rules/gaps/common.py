@@ -43,9 +43,10 @@ def steady_start(ctx: RuleContext) -> int:
 def steady_gpu_span(ctx: RuleContext) -> tuple[int, int]:
     """The steady state on the GPU clock (its steps' GPU work), else the steady window; unbounded when unknown."""
     window = steady_state_window(ctx.trace)
-    model = window.model
-    if model is not None and model.count:
-        return model.gpu_span  # type: ignore[return-value]
-    if window.intervals is None or window.kind == "none":
+    gpu_span = window.model.gpu_span if window.model is not None else None
+    if gpu_span is not None:  # a model with steps
+        return gpu_span
+    bounds = window.bounds
+    if bounds is None or window.kind == "none":
         return UNBOUNDED
-    return int(window.start), int(window.end)  # type: ignore[arg-type]
+    return int(bounds[0]), int(bounds[1])

@@ -117,8 +117,8 @@ class GpuIdleGaps(Rule):
             overhead = ctx.trace.frame("overhead", ["start", "end", "pid", "name"])
             overhead = overhead[overhead["name"].astype(str).str.contains(opts.overhead_pattern, regex=True)]
             drop = np.zeros(len(gaps), bool)
-            for pid, idx in gaps.groupby("pid").groups.items():
-                mine = overhead[overhead["pid"] == pid]
+            for gap_pid, idx in gaps.groupby("pid").groups.items():
+                mine = overhead[overhead["pid"] == gap_pid]
                 sel = np.asarray(list(idx))
                 drop[sel] = overlaps_any(gaps["start"].to_numpy()[sel], gaps["end"].to_numpy()[sel],
                                          mine["start"].to_numpy(), mine["end"].to_numpy())

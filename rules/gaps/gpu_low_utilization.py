@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-import numpy as np
 import pandas as pd
 
 from nsys_rules.api import (Finding, Location, Renamed, Rule, RuleContext, Severity, chunk_utilization, gpu_op_frames,
@@ -94,7 +93,7 @@ class GpuLowUtilization(Rule):
             in_use = float((g["in_use_pct"] * (g["end"] - g["start"])).sum() / max(length, 1))
             idle = int(g["idle"].sum())
             # Chunks do not align with the steady state: a start-up region that grazes it is still start-up.
-            inside = (np.minimum(g["end"], steady_hi) - np.maximum(g["start"], steady_lo)).clip(lower=0).sum()
+            inside = (g["end"].clip(upper=steady_hi) - g["start"].clip(lower=steady_lo)).clip(lower=0).sum()
             reaches_steady = bool(inside >= 0.25 * max(1, steady_hi - steady_lo))
             severity = (Severity.WARNING if reaches_steady and idle >= opts.warn_share_pct / 100 * span else Severity.INFO)
             what = (f"GPU {dev} was {in_use:.1f} % in use over {length / 1e6:.1f} ms from {group.start / 1e9:.6f} s"

@@ -10,7 +10,7 @@ the host-to-device model load captured before the steady state; the peak from th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
@@ -44,7 +44,7 @@ def weight_bytes_value(value: object) -> int:
 _DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8_e4m3fn": 1, "int8": 1}
 
 
-def weights_read_per_step(config: dict, dtype_bytes: float = 0.0) -> tuple[int, str]:
+def weights_read_per_step(config: dict[str, Any], dtype_bytes: float = 0.0) -> tuple[int, str]:
     """Bytes of weights a batch-1 decode step reads, from a Hugging Face ``config.json`` dict, and how.
 
     Every linear layer is read once per token: attention q/k/v/o (grouped-query heads counted
@@ -52,7 +52,8 @@ def weights_read_per_step(config: dict, dtype_bytes: float = 0.0) -> tuple[int, 
     up and down otherwise), only the ``num_experts_per_tok`` active experts of an MoE layer
     (plus shared experts), and the lm_head. The embedding table is not: a step reads one row.
     """
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else config
     try:
         hidden = int(text["hidden_size"])
         layers = int(text["num_hidden_layers"])
@@ -67,7 +68,10 @@ def weights_read_per_step(config: dict, dtype_bytes: float = 0.0) -> tuple[int, 
     matrices = 3 if ("silu" in act or "swish" in act or "glu" in act or "gelu_pytorch_tanh" in act) else 2
     experts = int(text.get("num_experts_per_tok") or 0)
     if experts and (text.get("num_local_experts") or text.get("num_experts") or text.get("n_routed_experts")):
-        moe_inter = int(text.get("moe_intermediate_size") or text.get("intermediate_size"))
+        moe_size = text.get("moe_intermediate_size") or text.get("intermediate_size")
+        if moe_size is None:
+            raise ValueError("model config lacks moe_intermediate_size and intermediate_size: need its experts' size")
+        moe_inter = int(moe_size)
         shared = int(text.get("n_shared_experts") or 0)
         shared_inter = int(text.get("shared_expert_intermediate_size") or shared * moe_inter)
         mlp = matrices * hidden * (experts * moe_inter + shared_inter)

@@ -11,8 +11,8 @@ import pandas as pd
 from nsys_rules.rules.gemv.bandwidth import (Bandwidth, config_weight_bytes, device_shares, gemv_mask, measure_bandwidth,
                                            peak_bandwidth, per_step_time, weight_bytes_value)
 from nsys_rules.rules.gemv.measured import MeasuredGemv, measured_gemv
-from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, base_name, metric, pct,
-                            require_visible_kernels)
+from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, base_name, key_int,
+                            metric, pct, require_visible_kernels)
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ class GemvDominance(Rule):
             share = float(row["share"]) if pd.notna(row["share"]) else 0.0
             if share < opts.min_share_pct / 100 or row["gemv"] <= 0:
                 continue
-            yield self._finding(ctx, kernels, is_gemv, int(device), row, share)
+            yield self._finding(ctx, kernels, is_gemv, key_int(device), row, share)
 
     def _finding(self, ctx: RuleContext, kernels: pd.DataFrame, is_gemv: np.ndarray, device: int, row: pd.Series,
                  share: float) -> Finding:

@@ -60,8 +60,8 @@ def measured_gemv(ctx: RuleContext, kernels: pd.DataFrame, is_gemv: np.ndarray, 
     """The GEMVs of ``device`` as the GPU metrics measured them; None without GPU metrics for the loop's GPU, or when
     the GEMVs' DRAM reads could not be told apart from the rest (too little time of their own)."""
     budget = ctx.budget
-    metrics = getattr(budget, "metrics", None) if budget is not None else None
-    if metrics is None or not metrics.measured or budget is None or budget.device != device:
+    metrics = budget.metrics if budget is not None else None
+    if budget is None or metrics is None or not metrics.measured or budget.device != device:
         return None
     peak = metrics.peak_dram or peak
     if not peak:

@@ -170,6 +170,6 @@ def api_groups(ctx: RuleContext, min_share_pct: float, min_count: int) -> tuple[
     del sub
     table = tail_table(group, durations)
     del group, durations
-    table["api"] = [str(uniques[c]) for c in first]
+    table["api"] = [str(uniques[c]) for c in first.tolist()]
     table["share"] = table["tail_cost"] / window_ns
     return table, window_ns

@@ -148,14 +148,14 @@ def positional_tail(group: np.ndarray, step: np.ndarray, order: np.ndarray | Non
     # int64 copy of the group ids that each bincount makes.
     exact = d.dtype.kind in "iu"
     bounds = np.searchsorted(g, np.arange(n_groups + 1)) if exact else None
-    positional = segment_sums(above, bounds) if exact else np.bincount(g, weights=above, minlength=n_groups)
+    positional = segment_sums(above, bounds) if bounds is not None else np.bincount(g, weights=above, minlength=n_groups)
     np.take(p50, g, out=above)
     np.subtract(d, above, out=above)
     np.maximum(above, 0, out=above)
-    plain = segment_sums(above, bounds) if exact else np.bincount(g, weights=above, minlength=n_groups)
+    plain = segment_sums(above, bounds) if bounds is not None else np.bincount(g, weights=above, minlength=n_groups)
     del above
     steps_seen = np.bincount(g[run_start], minlength=n_groups)
-    in_steps = np.diff(bounds) if exact else np.bincount(g, minlength=n_groups)
+    in_steps = np.diff(bounds) if bounds is not None else np.bincount(g, minlength=n_groups)
     return pd.DataFrame({"in_steps": in_steps, "plain_in_steps": plain,
                          "positional": positional, "steps_seen": steps_seen})
 

@@ -23,22 +23,23 @@ def judge(found: DeviceLaunches, budget: Budget | None, max_busy_pct: float, max
           warn_share_pct: float) -> LaunchVerdict | None:
     """The verdict on one device; None when it is busy enough, its kernels long, or it never waited for a launch."""
     prof = found.profile
-    on_loop = budget is not None and budget.device == found.device
-    judged = budget.total_ns if on_loop else prof.judged_ns  # type: ignore[union-attr]
-    busy_share = budget.busy_ns / judged if on_loop and judged else prof.busy_share  # type: ignore[union-attr]
+    loop = budget if budget is not None and budget.device == found.device else None  # the step budget's, on this device
+    on_loop = loop is not None
+    judged = loop.total_ns if loop is not None else prof.judged_ns
+    busy_share = loop.busy_ns / judged if loop is not None and judged else prof.busy_share
     if busy_share >= max_busy_pct / 100 or prof.median_kernel_ns > max_median_kernel_ns:
         return None
     if not prof.starved_gaps:
         return None
     savings = prof.savings_ns
-    if on_loop:
+    if loop is not None:
         # The step budget's launch_wait is the host time spread between the loop's launches, gaps of
         # any length short of a block (a block is input-prep's, a compile module-loading's): the time
         # CUDA graphs or a compiled step give back, all of it owned here.
         # A graph replay still leaves graph_gap_ns before each of its kernels (prof.savings_ns already
         # took it off each short launch gap).
         residual = prof.starved_ns - prof.savings_ns
-        savings = max(0, budget.ns("launch_wait") - residual)  # type: ignore[union-attr]
+        savings = max(0, loop.ns("launch_wait") - residual)
     severity = Severity.WARNING if savings >= warn_share_pct / 100 * judged else Severity.INFO
     if found.graph_loop:
         severity = Severity.INFO  # what is left between replays is the host's own work, not launches

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.api import (GRAPH_LAUNCH_APIS, MissingData, RuleContext, busy_ns, duration_sum, first_of_each_call,
-                            in_set)
+                            in_set, key_int)
 
 
 @dataclass(frozen=True)
@@ -101,10 +101,11 @@ def launch_profile(kernels: pd.DataFrame, api_end: np.ndarray, lo: int, hi: int,
 def judged_bounds(ctx: RuleContext, kernels: pd.DataFrame) -> tuple[int, int]:
     """The steady window, clipped to the kernels launched in it."""
     k_lo, k_hi = int(kernels["start"].min()), int(kernels["end"].max())
-    if ctx.window.intervals is None:
+    bounds = ctx.window.bounds
+    if bounds is None:
         return k_lo, k_hi
-    lo = max(int(ctx.window.start), int(kernels["launch_start"].min()))
-    return lo, min(max(int(ctx.window.end), k_lo), k_hi)
+    lo = max(int(bounds[0]), int(kernels["launch_start"].min()))
+    return lo, min(max(int(bounds[1]), k_lo), k_hi)
 
 
 def launch_calls_per_device(kernels: pd.DataFrame, first_of_call: np.ndarray, api_start: np.ndarray,
@@ -114,15 +115,15 @@ def launch_calls_per_device(kernels: pd.DataFrame, first_of_call: np.ndarray, ap
     ``first_of_call`` marks the first kernel of each launch call (a call counts once).
     """
     device = kernels["device_id"].to_numpy()
+    by_device: dict[int, slice | np.ndarray]
     if len(device) and device.dtype.kind in "iu" and int(device.min()) == int(device.max()):
-        by_device = {int(device[0]): None}  # one device (the usual case): no row index of every kernel
+        by_device = {int(device[0]): slice(None)}  # one device (the usual case): no row index of every kernel
     else:
-        by_device = kernels.groupby("device_id", sort=True).groups
-    out = []
-    for dev, idx in by_device.items():
-        sel = np.asarray(idx) if idx is not None else slice(None)
+        by_device = {key_int(dev): np.asarray(idx) for dev, idx in kernels.groupby("device_id", sort=True).groups.items()}
+    out: list[tuple[int, slice | np.ndarray, int, int]] = []
+    for dev, sel in by_device.items():
         if not isinstance(sel, slice) and len(sel) == len(kernels):  # one device: the frame itself, no copies
-            sel = slice(None)  # type: ignore[assignment]
+            sel = slice(None)
         launching = first_of_call[sel]
         out.append((dev, sel, duration_sum(api_start[sel], api_end[sel], launching), int(launching.sum())))
     return out

@@ -109,7 +109,7 @@ class ExposedComm(JobRule):
     Options = Options
     renamed_options = {"min_share": Renamed("min_share_pct", 100), "warn_share": Renamed("warn_share_pct", 100)}
 
-    def check(self, ctx: JobContext) -> Iterable[Finding]:  # type: ignore[override]
+    def check(self, ctx: JobContext) -> Iterable[Finding]:
         job, opts = ctx.job, ctx.options
         need_job(job, steps=1)
         ex = exposure(job)

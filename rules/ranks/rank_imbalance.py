@@ -112,7 +112,7 @@ class RankImbalance(JobRule):
     Options = Options
     renamed_options = {"min_excess": Renamed("min_excess_pct", 100), "warn_excess": Renamed("warn_excess_pct", 100)}
 
-    def check(self, ctx: JobContext) -> Iterable[Finding]:  # type: ignore[override]
+    def check(self, ctx: JobContext) -> Iterable[Finding]:
         job, opts = ctx.job, ctx.options
         need_job(job, ranks=2, steps=opts.min_steps)
         for found in judged(job):

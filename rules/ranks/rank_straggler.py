@@ -175,7 +175,7 @@ class RankStraggler(JobRule):
     renamed_options = {"min_held_share": Renamed("min_held_pct", 100), "min_share": Renamed("min_share_pct", 100),
                        "warn_share": Renamed("warn_share_pct", 100)}
 
-    def check(self, ctx: JobContext) -> Iterable[Finding]:  # type: ignore[override]
+    def check(self, ctx: JobContext) -> Iterable[Finding]:
         job, opts = ctx.job, ctx.options
         need_job(job, ranks=2)
         found = find_straggler(job, opts)

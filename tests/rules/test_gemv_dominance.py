@@ -216,6 +216,10 @@ def test_weights_read_per_step_from_configs():
     assert weights_read_per_step(LLAMA_7B, dtype_bytes=0.5)[0] == weights_read_per_step(LLAMA_7B)[0] // 4  # int4
     with pytest.raises(ValueError, match="hidden_size"):
         weights_read_per_step({"num_hidden_layers": 2})
+    # An MoE config without its experts' size is a bad config (a usage error), not a TypeError from int(None).
+    sizeless = {k: v for k, v in mixtral.items() if k != "intermediate_size"}
+    with pytest.raises(ValueError, match="moe_intermediate_size"):
+        weights_read_per_step(sizeless)
 
 
 def test_bytes_from_model_config(tmp_path):

@@ -4,11 +4,13 @@ or leaves the answer to it (None) where RE2 cannot judge."""
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from nsys_rules.model.job.names import comm_names
+from nsys_rules.model.job.extract import _plainly_one_gpu
+from nsys_rules.model.job.names import CommNames, comm_names
 from nsys_rules.loaders.strings import _any_re2
 
 KERNELS = ["void gemv_kernel<float>(float const*)", "ampere_sgemm_128x64_nn", "gemm_1_" * 600,
@@ -39,3 +41,14 @@ def test_no_match_either_way():
 ])
 def test_left_to_python(values, pattern):
     assert _any_re2(np.array(values, object), re.compile(pattern)) is None
+
+
+def test_patterns_that_do_not_combine_skip_the_string_table_check():
+    # Two family patterns naming the same group cannot sit in one alternation: there is then no one pattern,
+    # and the one-GPU shortcut (which asks the string table with one) is not taken; it used to be handed an
+    # object without .pattern, which the RE2 pre-check failed on.
+    names = CommNames((("nccl", (re.compile("(?P<lib>nccl)Dev"), re.compile("(?P<lib>rccl)Dev"))),), (), ())
+    assert names.any_family is None
+    asked: list[object] = []
+    trace = SimpleNamespace(export=SimpleNamespace(any_string_matches=asked.append))
+    assert _plainly_one_gpu(trace, names) is False and not asked

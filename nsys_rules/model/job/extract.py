@@ -10,7 +10,7 @@ the cross-rank work never needs the trace again and scales with collectives, not
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -21,6 +21,10 @@ from nsys_rules.model.framework import Framework, framework
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.job.names import CommNames, comm_names, family_per_row, name_codes
 from nsys_rules.model.job.ranks import RankHint, trace_hint
+
+if TYPE_CHECKING:  # annotations only: the step model is not imported for a job without steps
+    from nsys_rules.model.steps import StepModel
+    from nsys_rules.model.windows import Window
 
 #: Running totals kept at every instance start and end, in this column order.
 CATEGORIES = ("compute", "copy", "gpu", "sync", "alloc")
@@ -99,8 +103,8 @@ def session_start_ns(trace: Trace) -> int | None:
     return int(value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else None
 
 
-def collect_ranks(trace: Trace, several: bool, window: Any = None, names: CommNames | None = None,
-                  steps: Any = None) -> list[RankData]:
+def collect_ranks(trace: Trace, several: bool, window: Window | None = None, names: CommNames | None = None,
+                  steps: StepModel | None = None) -> list[RankData]:
     """The ranks of ``trace`` with their communication summaries.
 
     ``several`` says the job has other traces, so kernels are also sent for the behaviour test
@@ -161,7 +165,7 @@ def collect_ranks(trace: Trace, several: bool, window: Any = None, names: CommNa
             overlap=overlap, cum_start=cum_s, cum_end=cum_e,
             kernel_ns=int((end - start)[mine].sum()), top_kernels=_top(code, labels, end - start, mine & ~comm),
             framework=framework(trace)))
-    if steps is not None and getattr(steps, "count", 0):
+    if steps is not None and steps.count:
         for rank in out:
             if steps.pid is None or rank.pid == steps.pid:
                 rank.step_bounds = np.concatenate([steps.gpu[:1, 0], steps.gpu[:, 1]]).astype(np.int64)
@@ -214,7 +218,8 @@ def _plainly_one_gpu(trace: Trace, names: CommNames) -> bool:
     already loaded (the kernels' short names, read only here, cost a second pass over the table).
     """
     matches = getattr(trace.export, "any_string_matches", None)
-    if matches is None or matches(names.any_family) or _nccl_ranges(trace, names):
+    family = names.any_family  # None: no one pattern to ask the string table with
+    if matches is None or family is None or matches(family) or _nccl_ranges(trace, names):
         return False
     kernels = trace.frame("kernels", ["pid", "device_id"])
     return _one_value(_ints(kernels["pid"])) and _one_value(_ints(kernels["device_id"]))

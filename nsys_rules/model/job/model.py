@@ -8,6 +8,7 @@ such collective or step: the rules are numpy over these, never loops over kernel
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -89,7 +90,7 @@ class Job:
                 out[k] = np.where(np.isnan(sel).all(axis=0), np.nan, np.nansum(sel, axis=0)) if len(sel) else np.nan
         return out
 
-    def _bound_values(self, value) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def _bound_values(self, value: Callable[[RankData, np.ndarray], np.ndarray]) -> np.ndarray:
         bounds = self.steps.bounds
         out = np.full((len(bounds), self.size), np.nan)
         for r, d in enumerate(self.data):
@@ -125,8 +126,7 @@ def build_job(data: list[RankData]) -> Job:
     start, end, coherent = start[order_c], end[order_c], coherent[order_c]
     overlap = _per_instance(data, rows, lambda d, i: d.overlap[i])
     lead_span = _per_instance(data, rows, lambda d, i: np.where(i > 0, d.start[i] - d.end[np.maximum(i - 1, 0)], np.nan))
-    lead = {c: _per_instance(data, rows, lambda d, i, col=col: np.where(
-        i > 0, d.cum_start[i, col] - d.cum_end[np.maximum(i - 1, 0), col], np.nan)) for col, c in enumerate(CATEGORIES)}
+    lead = {c: _per_instance(data, rows, _lead_in(col)) for col, c in enumerate(CATEGORIES)}
     steps = job_steps(rows.key[coherent] if coherent.any() else rows.key)
     if coherent.any() and not coherent.all():
         steps = _steps_over(steps, np.flatnonzero(coherent))
@@ -234,7 +234,12 @@ def _coherent(rows: Rows, local_end: np.ndarray, session: np.ndarray) -> np.ndar
     return ok
 
 
-def _per_instance(data: list[RankData], rows: Rows, value) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _lead_in(col: int) -> Callable[[RankData, np.ndarray], np.ndarray]:
+    """Per instance, category ``col``'s time since the rank's previous instance ended (NaN for its first)."""
+    return lambda d, i: np.where(i > 0, d.cum_start[i, col] - d.cum_end[np.maximum(i - 1, 0), col], np.nan)
+
+
+def _per_instance(data: list[RankData], rows: Rows, value: Callable[[RankData, np.ndarray], np.ndarray]) -> np.ndarray:
     out = np.full(rows.index.shape, np.nan)
     for r, d in enumerate(data):
         idx = rows.index[:, r]

@@ -37,8 +37,9 @@ class CommNames:
         return None
 
     @property
-    def any_family(self) -> re.Pattern[str]:
-        """One pattern that matches wherever any family's pattern does (a quick "could any name be communication")."""
+    def any_family(self) -> re.Pattern[str] | None:
+        """One pattern that matches wherever any family's pattern does (a quick "could any name be communication");
+        None when the patterns do not combine into one (global flags inside one, a group name used twice)."""
         return _alternation(tuple(p for _, patterns in self.families for p in patterns))
 
     def is_comm_range(self, name: str) -> bool:
@@ -62,23 +63,13 @@ def parse_comm_names(text: str) -> CommNames:
 
 
 @lru_cache(maxsize=8)
-def _alternation(patterns: tuple[re.Pattern[str], ...]) -> re.Pattern[str]:
+def _alternation(patterns: tuple[re.Pattern[str], ...]) -> re.Pattern[str] | None:
     if not patterns:
         return re.compile(r"(?!)")  # matches nothing
     try:
         return re.compile("|".join(f"(?:{p.pattern})" for p in patterns))
-    except re.error:  # a pattern with its own global flags cannot sit inside an alternation
-        return _AnyOf(patterns)  # type: ignore[return-value]
-
-
-class _AnyOf:
-    """``search`` over several patterns, for lists that do not combine into one."""
-
-    def __init__(self, patterns: tuple[re.Pattern[str], ...]) -> None:
-        self.patterns = patterns
-
-    def search(self, text: str) -> bool:
-        return any(p.search(text) for p in self.patterns)
+    except re.error:  # a pattern with its own global flags, or group names used twice: no alternation
+        return None
 
 
 def family_per_row(short: pd.Series, full: pd.Series, names: CommNames | None = None) -> np.ndarray | None:

@@ -82,9 +82,10 @@ def assign_ranks(units: Sequence[Unit]) -> tuple[list[int], list[str]]:
     units are numbered 0.. by (hint or trace order, GPU, process), and the source says why.
     """
     hinted = [u.hint.rank for u in units]
-    if units and all(u.units_in_trace == 1 for u in units) and all(h is not None for h in hinted) \
-            and len(set(hinted)) == len(hinted):
-        return [int(h) for h in hinted], [u.hint.source for u in units]  # type: ignore[arg-type]
+    known = [h for h in hinted if h is not None]
+    if units and all(u.units_in_trace == 1 for u in units) and len(known) == len(hinted) \
+            and len(set(known)) == len(known):
+        return [int(h) for h in known], [u.hint.source for u in units]
     repeated = all(h is not None for h in hinted) and len(set(hinted)) < len(hinted)
     order = sorted(range(len(units)), key=lambda i: (
         units[i].hint.rank if units[i].hint.rank is not None and units[i].units_in_trace == 1 else -1,

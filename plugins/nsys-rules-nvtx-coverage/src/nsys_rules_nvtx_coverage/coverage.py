@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, framework,
-                            merge_intervals, metric, nvtx_range_advice, point_in)
+                            key_int, merge_intervals, metric, nvtx_range_advice, point_in)
 
 #: NVTX_EVENTS.eventType of a push/pop range: bound to the thread that pushed it.
 PUSH_POP = 59
@@ -91,7 +91,7 @@ def covered(pids: np.ndarray, tids: np.ndarray, times: np.ndarray, ranges: pd.Da
 def _spans(ranges: pd.DataFrame) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
     """Per (pid, tid) of the ranges: the union of their spans (nested and overlapping ranges of a thread
     cover the union), merged once for every chunk of launches."""
-    return [(int(pid), int(tid), *merge_intervals(group["start"].to_numpy(), group["end"].to_numpy()))
+    return [(key_int(pid), key_int(tid), *merge_intervals(group["start"].to_numpy(), group["end"].to_numpy()))
             for (pid, tid), group in ranges.groupby(["pid", "tid"], sort=False)] if len(ranges) else []
 
 
@@ -171,8 +171,8 @@ def coverage(frames: Sequence[tuple[pd.DataFrame, pd.DataFrame]], ranges: pd.Dat
             if codes is not None:
                 pick = outside & (codes[rows] >= 0)
                 sums += np.bincount(codes[rows][pick], weights=duration[pick], minlength=len(sums))
-        if sums.any():  # the names as one array: a lookup per distinct name cost 25 us x 100k names
-            categories = np.asarray(names.cat.categories, dtype=object)  # type: ignore[union-attr]
+        if names is not None and sums.any():  # the names as one array: a lookup per name cost 25 us x 100k names
+            categories = np.asarray(names.cat.categories, dtype=object)
             for code in np.flatnonzero(sums):
                 name = str(categories[code])
                 per_name[name] = per_name.get(name, 0) + int(sums[code])

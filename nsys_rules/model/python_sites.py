@@ -49,9 +49,6 @@ _LIBRARY_PATH = re.compile(
     r"|[/\\](torch|transformers|accelerate|deepspeed|vllm|sglang|jax|jaxlib|flax|triton|numpy|tensorflow|keras"
     r"|lightning|pytorch_lightning|apex|tensorrt_llm|diffusers|datasets|tokenizers|safetensors)[/\\])")
 
-#: Where an installed package's own path starts (what comes after it names the package).
-_PACKAGE_ROOT = re.compile(r".*[/\\](site|dist)-packages[/\\]")
-
 CAPTURE_FIX = ("capture with `nsys-rules profile --python -- CMD` (nsys --python-sampling=true "
                "--python-backtrace=cuda --cudabacktrace=sync:0,memory:0 --sample=process-tree), then export with "
                "`nsys export --type=sqlite --include-blobs=true`")
@@ -83,8 +80,10 @@ class PythonFrame:
 
         The user's own files keep their path: it is what they open.
         """
-        cut = _PACKAGE_ROOT.search(self.file)
-        return f"{self.file[cut.end():] if cut else self.file}:{self.line}"
+        # The last packages folder of the path: what follows it names the package.
+        cut = max(self.file.replace("\\", "/").rfind(f"/{folder}/") for folder in ("site-packages", "dist-packages"))
+        where = self.file[cut + len("/site-packages/"):] if cut >= 0 else self.file
+        return f"{where}:{self.line}"
 
     def __str__(self) -> str:
         return f"{self.function} ({self.where})"

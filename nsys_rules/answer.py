@@ -7,7 +7,8 @@ Rules estimate what fixing their finding would save and name the budget part it 
    build, graph-mode hidden kernels) every timing-based saving is withheld, with the reason.
 2. Each saving is capped by its budget part; findings of one part share it, causes first, then
    step-outliers (slow steps: a symptom), then the idle-time symptoms, each group by severity and
-   saving, so the owner of a part keeps its saving. Symptoms draw on idle parts only, and a saving
+   saving, so the owner of a part keeps its saving. Idle-time symptoms draw on idle parts only (slow
+   steps may draw on the busy time that grew in them), and a saving
    without a part on what the idle parts leave: the savings of a trace add up to at most its idle
    time plus the busy time of the parts a finding removes (a kernel class it speeds up). A saving
    outside the steady steps (``budget_part="outside"``: an earlier regime) is not in their budget.
@@ -188,7 +189,7 @@ def _cap(findings: list[Finding], budget: Budget | None) -> list[Finding]:
             continue
         # A finding may draw on several parts ("host_prep+launch_wait"), listed where most of its time
         # went first: its room is their sum, and it takes from each in that order, so a part it names
-        # last (a little of its time) keeps what other owners need. A symptom explains idle time, never kernels.
+        # last (a little of its time) keeps what other owners need. An idle-time symptom never claims kernels.
         parts = [p for p in f.budget_part.split("+") if p and (_claims_busy(f) or KINDS.get(p) == "idle")]
         room = sum(remaining.get(p, 0) for p in parts)
         take = min(f.estimated_savings_ns, room)
@@ -211,8 +212,12 @@ def _cap(findings: list[Finding], budget: Budget | None) -> list[Finding]:
 
 
 def _claims_busy(f: Finding) -> bool:
-    """Whether a finding may claim busy parts: a cause that removes kernel or copy time, never a symptom."""
-    return f.rule not in SYMPTOM_RULES and f.rule not in STEP_SYMPTOM_RULES
+    """Whether a finding may claim busy parts: one that removes kernel or copy time, never an idle-time symptom.
+
+    Slow steps (step-outliers) may: their excess over the median step is the busy time that grew in
+    them (kernels that ran slower, another stream's work), drawn after the causes took theirs.
+    """
+    return f.rule not in SYMPTOM_RULES
 
 
 def _with_savings(f: Finding, take: int, room: int) -> Finding:

@@ -167,6 +167,32 @@ def step_budget(trace: Trace, model: StepModel) -> Budget | None:
 _CACHE: "weakref.WeakKeyDictionary[Trace, dict[int, tuple[StepModel, Budget | None]]]" = weakref.WeakKeyDictionary()
 
 
+#: Steps within this share of the median duration are as long as the median step (see :func:`typical_step`).
+TYPICAL_SPREAD = 0.02
+
+
+def typical_step(durations: np.ndarray, per_step: dict[str, np.ndarray]) -> int:
+    """The step the budget shows as "the median step": of median length, and made like most steps.
+
+    Among the steps within :data:`TYPICAL_SPREAD` of the median duration, the one whose parts are
+    closest (summed absolute difference) to each part's median over all steps. Steps of equal length
+    are common (a fixed-rate loop, a synthetic trace); the plain middle of the sorted durations
+    could then be the step before a one-off load, whose gap the load owns.
+    """
+    order = np.argsort(durations, kind="stable")
+    middle = int(order[(len(durations) - 1) // 2])
+    median = durations[middle]
+    near = np.flatnonzero(np.abs(durations - median) <= TYPICAL_SPREAD * median)
+    names = [name for name, _label, _kind in PARTS if name in per_step]
+    if len(near) <= 1 or not names:
+        return middle
+    values = np.stack([np.asarray(per_step[name], np.int64) for name in names])
+    usual = np.median(values, axis=1)
+    distance = np.abs(values[:, near] - usual[:, None]).sum(axis=0)
+    return int(near[int(np.argmin(distance))])
+
+
+
 def _budget(trace: Trace, model: StepModel) -> Budget | None:
     if not model.count or model.device is None:
         return None
@@ -195,7 +221,7 @@ def _budget(trace: Trace, model: StepModel) -> Budget | None:
     loads = [tl.load_starts for tl in timelines.values() if len(tl.load_starts)]
     move_host_prep(per_step, gaps, steps, own_busy, np.concatenate(loads) if loads else None)
     durations = b - a
-    median_step = int(np.argsort(durations, kind="stable")[(len(durations) - 1) // 2])
+    median_step = typical_step(durations, per_step)
     parts = []
     for name, _label, kind in PARTS:
         values = per_step.get(name)

@@ -39,10 +39,19 @@ def test_a_cause_keeps_its_part_before_slow_steps_claim_it():
     assert out["step-outliers"].estimated_savings_ns == 40_000_000  # what the cause left: launch_wait
 
 
-def test_a_symptom_never_claims_kernel_time():
+def test_an_idle_time_symptom_never_claims_kernel_time():
     b = budget(gemv=6_000_000, launch_wait=3_000_000)
-    out = by_rule(finalize([finding("step-outliers", 90_000_000, "gemv+launch_wait")], b, None))
-    assert out["step-outliers"].estimated_savings_ns == 30_000_000  # launch_wait only, never the GEMV time
+    out = by_rule(finalize([finding("gpu-idle-gaps", 90_000_000, "gemv+launch_wait")], b, None))
+    assert out["gpu-idle-gaps"].estimated_savings_ns == 30_000_000  # launch_wait only, never the GEMV time
+
+
+def test_slow_steps_claim_the_kernel_time_the_causes_leave():
+    # Steps whose kernels ran slower: their excess is kernel time, drawn after the GEMV finding took its part.
+    b = budget(gemv=6_000_000, launch_wait=3_000_000)
+    out = by_rule(finalize([finding("step-outliers", 20_000_000, "gemv"),
+                            finding("gemv-dominance", 50_000_000, "gemv", Severity.INFO)], b, None))
+    assert out["gemv-dominance"].estimated_savings_ns == 50_000_000
+    assert out["step-outliers"].estimated_savings_ns == 10_000_000  # 60 ms of GEMV time less the 50 ms taken
 
 
 def test_savings_without_a_part_draw_on_idle_time_only():

@@ -26,6 +26,7 @@ import weakref
 from dataclasses import dataclass
 
 from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS, in_set
+from nsys_rules.analysis.taxonomy import base_name
 from nsys_rules.model.trace import Trace
 
 _INDUCTOR = re.compile(r"triton_(poi|red|per|tem|for|mm|bmm)_")
@@ -74,7 +75,9 @@ _CACHE: "weakref.WeakKeyDictionary[Trace, Framework]" = weakref.WeakKeyDictionar
 
 
 def _detect(trace: Trace) -> Framework:
-    kernels = _distinct(trace, "kernels", "name") + _distinct(trace, "kernels", "short_name")
+    names = _distinct(trace, "kernels", "name")
+    # The base names stand in for the short-name column: reading that column costs 0.7 s on 1M kernels.
+    kernels = names + sorted({base_name(n) for n in names} - set(names))
     ranges = _distinct(trace, "nvtx", "name")
     capture = trace.capture
     command = capture.command_line.lower()

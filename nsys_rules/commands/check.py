@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from nsys_rules.errors import ExitCode, InputError, PluginError, UsageError
 from nsys_rules.loaders import EXPORT_FORMATS, readahead
 from nsys_rules.textsafe import TERMINAL_FORMATS, clip_value, terminal_safe
-from nsys_rules.commands.common import FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for
+from nsys_rules.commands.common import (FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for,
+                                        whole_number_arg)
 from nsys_rules.commands.outputs import add_output_flags, finish, prepare
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
                         "(default 0.5)")
     p.add_argument("--rule-timeout", metavar="SECONDS",
                    help="stop a rule that runs longer and report it as failed (exit 4); default 300")
-    p.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+    p.add_argument("--jobs", "-j", type=whole_number_arg, default=1, metavar="N",
                    help="analyze up to N traces at once in worker processes (0: one per CPU); they share --max-memory")
     p.add_argument("--dask", metavar="SCHEDULER", help="run the per-trace work on Dask distributed: a scheduler "
                    "address (tcp://host:8786) or 'local' for a local cluster of --jobs workers (pip install 'nsys-rules[dask]')")

@@ -6,6 +6,8 @@ error, a hang or a silent success), and interrupts at start-up and during a ``.n
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -15,8 +17,9 @@ import time
 
 import pytest
 
+from nsys_rules.cli import main
 from tests.conftest import EXAMPLE, ROOT
-from tests.fuzz.harness import run_cli_inprocess, strict_json
+from tests.fuzz.harness import CliRun, run_cli_inprocess, strict_json
 
 E = str(EXAMPLE)
 LONG = "n" * 100_000
@@ -47,6 +50,23 @@ FLAG_CASES = {
     "diff --config /dev/zero": ["diff", "--config", "/dev/zero", E, E],
     "explain --output a file": ["explain", "--all", "--output", E],
     "explain --output unreachable": ["explain", "--all", "--output", "/proc/self/nope/x"],
+    # Numbers: other scripts' digits (int() and float() read '١' as 1, and fail late on '²'), values past any trace.
+    "--filter-nvtx INDEX '²'": ["check", "--filter-nvtx", "x/²", E],
+    "--filter-nvtx INDEX '١'": ["check", "--filter-nvtx", "x/١", E],
+    "--filter-time '١s'": ["check", "--filter-time", "١s/", E],
+    "--filter-time 400 digits": ["check", "--filter-time", "0s/" + "9" * 400 + "s", E],
+    "stats --filter-time 400 digits": ["stats", "--report", "nvtx_sum", "--filter-time", "9" * 400 + "/", E],
+    "--noise-floor '١'": ["check", "--noise-floor", "١", E],
+    "--max-memory '١G'": ["check", "--max-memory", "١G", E],
+    "--rule-timeout full-width 1": ["check", "--rule-timeout", "\uff11", E],
+    "--set int '١'": ["check", "--set", "kernel-tail.min_count=١", E],
+    "--set float '²'": ["check", "--set", "kernel-tail.min_share_pct=²", E],
+    "--set float 1_0": ["check", "--set", "kernel-tail.min_share_pct=1_0", E],
+    "--set negative percent": ["check", "--set", "kernel-tail.min_share_pct=-5", E],
+    "--jobs '١'": ["check", "--jobs", "١", E],
+    "diff --gate '١'": ["diff", "--gate", "١", E, E],
+    "diff --top '²'": ["diff", "--top", "²", E, E],
+    "profile --delay '²'": ["profile", "--delay", "²", "--dry-run", "--", "true"],
 }
 
 
@@ -61,8 +81,20 @@ def _usage_error(run) -> None:
 def test_bad_flag_is_one_line_and_exit_2(case):
     if "/dev/zero" in " ".join(FLAG_CASES[case]) and not os.path.exists("/dev/zero"):
         pytest.skip("no /dev/zero")
-    _usage_error(run_cli_inprocess(*FLAG_CASES[case][:1], "--no-plugins", *FLAG_CASES[case][1:])
-                 if FLAG_CASES[case][0] not in ("stats",) else run_cli_inprocess(*FLAG_CASES[case]))
+    _usage_error(_parsed_run(*FLAG_CASES[case][:1], "--no-plugins", *FLAG_CASES[case][1:])
+                 if FLAG_CASES[case][0] not in ("stats",) else _parsed_run(*FLAG_CASES[case]))
+
+
+def _parsed_run(*args: str) -> CliRun:
+    """``run_cli_inprocess``, also for a flag argparse refuses itself (it exits 2 through SystemExit, as the
+    console script does)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = int(exc.code)
+    return CliRun(code, out.getvalue(), err.getvalue())
 
 
 CONFIG_CASES = {
@@ -76,6 +108,11 @@ CONFIG_CASES = {
     "option 1e400": "[rules.kernel-tail]\nmin_share_pct = 1e400\n",
     "size option 1e999": '[rules.gemv-dominance]\nweight_bytes = "1e999"\n',
     "select ALL and a typo": 'select = ["ALL", "kernel-tial"]\n',
+    "option negative percent": "[rules.kernel-tail]\nmin_share_pct = -5\n",
+    "option percent as '١'": '[rules.kernel-tail]\nmin_share_pct = "١"\n',
+    "noise-floor '١'": 'noise-floor = "١"\n',
+    "rule-timeout '١٠'": 'rule-timeout = "١٠"\n',
+    "max-memory '２G'": 'max-memory = "\uff12G"\n',
 }
 
 
@@ -84,6 +121,30 @@ def test_bad_config_value_is_one_line_and_exit_2(tmp_path, case):
     config = tmp_path / "nsys-rules.toml"
     config.write_text(CONFIG_CASES[case])
     _usage_error(run_cli_inprocess("check", "--no-plugins", "--config", str(config), E))
+
+
+@pytest.mark.parametrize("spec", ["99999999999999999999999s/", "9007199254750000/", "200d/"])
+def test_a_start_past_any_trace_is_named_as_such(spec):
+    """An open-ended start beyond 2^53 ns once read as 'END before START' (the open end is 2^62 ns)."""
+    run = run_cli_inprocess("check", "--no-plugins", "--filter-time", spec, E)
+    _usage_error(run)
+    assert "END before START" not in run.stderr
+    assert ("beyond the end of any trace" in run.stderr) if spec[0] == "9" else ("bad time" in run.stderr)
+
+
+def test_a_start_past_this_trace_names_its_span():
+    run = run_cli_inprocess("check", "--no-plugins", "--filter-time", "1000s/", E)
+    _usage_error(run)
+    assert "selects nothing: the trace's activity runs from" in run.stderr
+
+
+def test_numbers_in_ascii_still_work():
+    run = run_cli_inprocess("check", "--no-plugins", "--format", "json", "--fail-on", "never", "--jobs", "1",
+                            "--set", "kernel-tail.min_share_pct=0", "--set", "kernel-tail.min_count=1e1",
+                            "--noise-floor", "0.5%", "--max-memory", "2G", "--rule-timeout", "60", E)
+    assert run.code == 0, run.stderr
+    rules = {r["name"]: r for r in strict_json(run.stdout)["rules"]}
+    assert rules["kernel-tail"]["options"]["min_share_pct"] == 0 and rules["kernel-tail"]["options"]["min_count"] == 10
 
 
 def test_fifo_config_and_baseline_are_refused_without_blocking(tmp_path):

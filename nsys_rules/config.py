@@ -40,8 +40,8 @@ def find_config(start: Path) -> Path | None:
         if project.is_file():
             try:
                 data = tomllib.loads(read_small_text(project))
-            except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-                continue
+            except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError):
+                continue  # not this project's config: a broken or hostile pyproject.toml is no reason to stop
             if "nsys-rules" in data.get("tool", {}):
                 return project
     return None
@@ -82,7 +82,7 @@ def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Map
                 try:
                     settings.severity[name] = Severity.parse(sev)
                 except ValueError as exc:
-                    raise UsageError(f"{path}: severity.{rule}: {exc}") from None
+                    raise UsageError(f"{path}: severity.{clip_value(rule, 60)}: {clip_value(exc, 200)}") from None
         elif key == "rules":
             if not isinstance(value, dict):
                 raise UsageError(f"{path}: rules must be a table of per-rule option tables")

@@ -188,6 +188,12 @@ def _coerce(raw: Any, kind: type, default: Any) -> Any:
             return plain_float(raw)
         return kind(raw)
     if kind in (tuple, list) and isinstance(raw, list):
+        # A list option holds plain values, of the default's kind when it has one: a nested list or a table
+        # (from TOML, nested any depth) is no pattern or id, and the rule would fail on it (exit 4).
+        kinds = {type(v) for v in default} if default else {str, int, float, bool}
+        if any(isinstance(v, (list, dict)) or (type(v) not in kinds and not (float in kinds and type(v) is int))
+               for v in raw):
+            raise ValueError(raw)
         return tuple(raw)
     if kind is float and isinstance(raw, int) and not isinstance(raw, bool):
         return float(raw)

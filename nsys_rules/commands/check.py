@@ -96,6 +96,12 @@ def check_setup(args: argparse.Namespace) -> tuple[Registry, Settings]:
     settings = settings_for(args, registry)
     if args.format not in registry.formatters:
         raise UsageError(f"unknown --format {args.format!r}; choose from {', '.join(sorted(registry.formatters))}")
+    if getattr(args, "verbose", False):
+        # A config file found in a parent folder can set fail-on, select or thresholds unseen: -v names it
+        # (the JSON report always does, as tool.config).
+        sys.stderr.write(f"nsys-rules: config file: {clip_value(settings.source, 300)}\n" if settings.source else
+                         "nsys-rules: config file: none (no nsys-rules.toml, nor pyproject.toml with "
+                         "[tool.nsys-rules], here or in a parent folder)\n")
     return registry, settings
 
 

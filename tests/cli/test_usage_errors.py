@@ -113,6 +113,12 @@ CONFIG_CASES = {
     "noise-floor '١'": 'noise-floor = "١"\n',
     "rule-timeout '١٠'": 'rule-timeout = "١٠"\n',
     "max-memory '２G'": 'max-memory = "\uff12G"\n',
+    "nested 100k deep": "a = " + "[" * 100_000 + "]" * 100_000 + "\n",
+    "inline tables 5k deep": "a = " + "{b=" * 5_000 + "1" + "}" * 5_000 + "\n",
+    "list option nested 400 deep": "[rules.gemv-dominance]\nextra_gemv_patterns = " + "[" * 400 + "]" * 400 + "\n",
+    "list option holding a table": '[rules.gemv-dominance]\nextra_gemv_patterns = [{a = 1}]\n',
+    "list option of the wrong kind": '[rules.sync-memset]\nmemory_kinds = ["a"]\n',
+    "severity 400 deep": "[severity]\nkernel-tail = " + "[" * 400 + "]" * 400 + "\n",
 }
 
 
@@ -145,6 +151,28 @@ def test_numbers_in_ascii_still_work():
     assert run.code == 0, run.stderr
     rules = {r["name"]: r for r in strict_json(run.stdout)["rules"]}
     assert rules["kernel-tail"]["options"]["min_share_pct"] == 0 and rules["kernel-tail"]["options"]["min_count"] == 10
+
+
+def test_deeply_nested_baseline_and_model_config_are_usage_errors(tmp_path):
+    """json and tomllib recurse per level: 100k levels once ended in RecursionError, exit 4."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    run = run_cli_inprocess("check", "--no-plugins", "--baseline", str(deep), E)
+    _usage_error(run)
+    assert "nested too deeply" in run.stderr
+    run = run_cli_inprocess("check", "--no-plugins", "--set", f"gemv-dominance.model_config={deep}", E)
+    _usage_error(run)
+    assert "nested too deeply" in run.stderr
+
+
+def test_deeply_nested_pyproject_in_a_parent_folder_is_passed_over(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    inner = tmp_path / "work"
+    inner.mkdir()
+    monkeypatch.chdir(inner)
+    run = run_cli_inprocess("check", "--no-plugins", "--format", "json", "--fail-on", "never", E)
+    assert run.code == 0, run.stderr
+    assert strict_json(run.stdout)["tool"]["config"] is None
 
 
 def test_fifo_config_and_baseline_are_refused_without_blocking(tmp_path):

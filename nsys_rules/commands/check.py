@@ -102,6 +102,11 @@ def check_setup(args: argparse.Namespace) -> tuple[Registry, Settings]:
         sys.stderr.write(f"nsys-rules: config file: {clip_value(settings.source, 300)}\n" if settings.source else
                          "nsys-rules: config file: none (no nsys-rules.toml, nor pyproject.toml with "
                          "[tool.nsys-rules], here or in a parent folder)\n")
+        from nsys_rules.nsys_locate import ignored_note, locate_nsys
+
+        note = ignored_note(locate_nsys(getattr(args, "nsys", None)))  # nsys exports a .nsys-rep; profile captures
+        if note:
+            sys.stderr.write(f"nsys-rules: {clip_value(note, 400)}\n")
     return registry, settings
 
 

@@ -56,3 +56,15 @@ def test_an_explicit_config_is_named_as_given(tmp_path):
     data = validate_report(run_cli_inprocess("check", "--no-plugins", "--format", "json", "--fail-on", "never",
                                              "--config", str(config), E).stdout)
     assert data["tool"]["config"] == str(config)
+
+
+def test_v_names_relative_path_entries_left_out_of_the_nsys_search(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", os.pathsep.join([".", os.environ.get("PATH", "/usr/bin")]))
+    run = run_cli_inprocess("check", "--no-plugins", "--format", "json", "-v", "--fail-on", "never", E)
+    assert run.code == 0
+    assert "nsys-rules: PATH holds relative folder(s) '.': not searched for nsys" in run.stderr
+    quiet = run_cli_inprocess("check", "--no-plugins", "--format", "json", "--fail-on", "never", E)
+    assert quiet.stderr == ""

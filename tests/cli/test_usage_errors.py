@@ -268,6 +268,58 @@ def test_interrupt_at_start_up_prints_no_traceback(delay):
     assert proc.returncode in (0, 130) and (proc.returncode == 0 or err == "nsys-rules: interrupted\n"), (proc.returncode, err)
 
 
+#: Delays from the very start of the process: the interpreter's start-up (~30 ms here), the CLI's imports, the run.
+EARLY = [i * 0.01 for i in range(0, 40, 3)]
+#: The console script, as pip's generated wrapper runs it (an old wrapper may still point at cli.console).
+CONSOLE = "import sys; from nsys_rules.__main__ import console; sys.exit(console())"
+
+
+@pytest.mark.parametrize("entry", ["-m", "console script"])
+def test_interrupt_in_the_first_moments_is_never_our_traceback(entry):
+    """Ctrl-C from the first line of nsys_rules.__main__ on: exit 130 and the one line, whatever is importing.
+
+    Before that line only the interpreter runs (site, runpy, an editable install's finder): an interrupt there
+    is Python's own (a traceback of those frames, or the signal), never one through a module of the package.
+    """
+    head = [sys.executable, "-m", "nsys_rules"] if entry == "-m" else [sys.executable, "-c", CONSOLE]
+    codes = []
+    for delay in EARLY:
+        proc = subprocess.Popen([*head, "check", "--no-plugins", E], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        frames = [line for line in err.splitlines() if line.strip().startswith('File "')]
+        assert not any(f"{os.sep}nsys_rules{os.sep}" in line for line in frames), (delay, err)
+        assert proc.returncode in (0, 1, 130, -signal.SIGINT), (delay, proc.returncode, err)
+        if proc.returncode == 130:
+            assert err == "nsys-rules: interrupted\n", (delay, err)
+        codes.append(proc.returncode)
+    assert codes.count(130) >= 3, codes
+
+
+def test_interrupt_once_the_entry_module_ran_is_the_one_line():
+    """The start-up handler itself, with no timing: the signal sent right after nsys_rules.__main__ is imported."""
+    code = "import os, time, nsys_rules.__main__; os.kill(os.getpid(), 2); time.sleep(30); print('not interrupted')"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "nsys-rules: interrupted\n")
+
+
+def test_the_cli_takes_interrupts_back_once_it_runs(monkeypatch):
+    """Inside main() a Ctrl-C is a KeyboardInterrupt again (its clean-up runs), not the start-up handler's exit."""
+    from nsys_rules import cli
+
+    def at_start(signum, frame):
+        raise AssertionError("the start-up handler must be gone")
+
+    at_start.__qualname__ = "_interrupted_at_start"
+    seen = []
+    monkeypatch.setattr(signal, "signal", lambda sig, handler: seen.append((sig, handler)))
+    monkeypatch.setattr(signal, "getsignal", lambda sig: at_start)
+    cli._take_over_interrupts()
+    assert seen == [(signal.SIGINT, signal.default_int_handler)]
+
+
 def test_interrupt_during_nsys_rep_export_leaves_no_temporary_folder(tmp_path):
     """A slow `nsys export` interrupted: exit 130, one line, and the export folder is gone."""
     bin_dir = tmp_path / "bin"

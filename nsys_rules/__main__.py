@@ -14,6 +14,7 @@ starting share the same first line; it imports nothing of the package before the
 from __future__ import annotations
 
 import os
+import sys
 from types import FrameType
 
 # The C module under `signal`: importing signal.py first builds its enums (~1 ms on 2 busy cores), a window
@@ -30,7 +31,11 @@ def _interrupted_at_start(signum: int, frame: FrameType | None) -> None:
     os._exit(130)
 
 
-_signal.signal(_signal.SIGINT, _interrupted_at_start)
+# Only in the program itself: a worker that multiprocessing spawns (Dask's local cluster) runs the console
+# script's wrapper again, from multiprocessing's own start-up; its Ctrl-C is its parent's to handle, not one
+# more "interrupted" line.
+if not {"multiprocessing.spawn", "multiprocessing.forkserver"} & sys.modules.keys():
+    _signal.signal(_signal.SIGINT, _interrupted_at_start)
 
 
 def console() -> None:

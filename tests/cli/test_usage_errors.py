@@ -305,6 +305,14 @@ def test_interrupt_once_the_entry_module_ran_is_the_one_line():
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "nsys-rules: interrupted\n")
 
 
+def test_a_spawned_worker_keeps_pythons_own_interrupt():
+    """A worker multiprocessing spawns (--dask local) imports the console script again: no second handler there."""
+    code = ("import multiprocessing.spawn, signal, nsys_rules.__main__; "
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.stdout == "True\n", proc.stderr
+
+
 def test_the_cli_takes_interrupts_back_once_it_runs(monkeypatch):
     """Inside main() a Ctrl-C is a KeyboardInterrupt again (its clean-up runs), not the start-up handler's exit."""
     from nsys_rules import cli

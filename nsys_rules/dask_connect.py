@@ -53,6 +53,8 @@ def _parse(address: str, shown: str) -> tuple[str, str, int | None]:
 
     if not address.strip():
         raise UsageError("--dask needs a scheduler address (tcp://host:8786) or 'local'")
+    if any(ch.isdigit() and not ch.isascii() for ch in address):  # int() reads ':٨٧٨٦' as port 8786
+        raise UsageError(f"--dask {shown}: write the address's numbers in ASCII digits")
     try:
         scheme, location = parse_address(address, strict=False)
         get_backend(scheme)

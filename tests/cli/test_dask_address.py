@@ -108,6 +108,7 @@ def test_a_service_of_another_protocol_is_no_scheduler_not_out_of_memory(server)
     ("tcp://127.0.0.1:notaport", "not a scheduler address"),
     ("tcp://[::1", "not a scheduler address"),
     ("tcp://127.0.0.1:99999", "is not a TCP port"),
+    ("tcp://127.0.0.1:٨٧٨٦", "in ASCII digits"),
     ("tcp://host.invalid:8786", "cannot resolve host"),
     ("", "needs a scheduler address"),
     (" ", "needs a scheduler address"),

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from nsys_rules.errors import ExitCode, UsageError
+from nsys_rules.units import whole_number
 from nsys_rules.model.commands import command_evidence
 
 #: The flags every capture gets: reuse the file name, trace graph replays kernel by kernel, write SQLite.
@@ -69,7 +70,7 @@ METRICS_FREQUENCY = (10, 200_000)
 def parse_metrics_frequency(value: str) -> int:
     """``--metrics-frequency`` HZ: a whole number nsys accepts (10..200000)."""
     try:
-        hz = int(value)
+        hz = whole_number(value)
     except ValueError:
         hz = -1
     low, high = METRICS_FREQUENCY

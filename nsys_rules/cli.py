@@ -152,6 +152,7 @@ def _run(argv: Sequence[str] | None) -> int:
     if debug:
         args_list.remove("--debug")
     try:
+        _take_over_interrupts()  # first, inside the try: from here a Ctrl-C is the KeyboardInterrupt caught below
         from nsys_rules.malloc_tune import collector_paused, tune_malloc
 
         tune_malloc()  # big traces: freed column buffers go back to the system (see nsys_rules/malloc_tune.py)
@@ -191,6 +192,21 @@ def _run(argv: Sequence[str] | None) -> int:
             sys.stderr.write("nsys-rules: interrupted\n")
             return 130
         return _internal_error(exc, debug)
+
+
+def _take_over_interrupts() -> None:
+    """Ctrl-C raises KeyboardInterrupt again, where ``nsys_rules.__main__`` set its start-up handler.
+
+    That handler ends the process at once (nothing to clean up before the run); from here on an
+    interrupt must reach the ``except KeyboardInterrupt`` of :func:`_run`, which removes what the
+    run made (temporary exports, partial outputs). A handler anyone else set (an embedding
+    program, a test runner) is left alone.
+    """
+    import signal
+
+    current = signal.getsignal(signal.SIGINT)
+    if getattr(current, "__qualname__", "") == "_interrupted_at_start":
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _internal_error(exc: BaseException, debug: bool) -> int:

@@ -15,7 +15,7 @@ from nsys_rules.errors import UsageError
 from nsys_rules.findings import Severity
 from nsys_rules.settings import FAIL_ON, Settings, build_options, option_setting, resolve_rule_name, suggest
 from nsys_rules.textsafe import clip_value
-from nsys_rules.units import parse_size
+from nsys_rules.units import parse_size, plain_float
 from nsys_rules.userfiles import read_small_text, read_user_file
 
 if TYPE_CHECKING:  # annotations only: commands parse their flags without importing pandas
@@ -40,8 +40,8 @@ def find_config(start: Path) -> Path | None:
         if project.is_file():
             try:
                 data = tomllib.loads(read_small_text(project))
-            except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-                continue
+            except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError):
+                continue  # not this project's config: a broken or hostile pyproject.toml is no reason to stop
             if "nsys-rules" in data.get("tool", {}):
                 return project
     return None
@@ -82,7 +82,7 @@ def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Map
                 try:
                     settings.severity[name] = Severity.parse(sev)
                 except ValueError as exc:
-                    raise UsageError(f"{path}: severity.{rule}: {exc}") from None
+                    raise UsageError(f"{path}: severity.{clip_value(rule, 60)}: {clip_value(exc, 200)}") from None
         elif key == "rules":
             if not isinstance(value, dict):
                 raise UsageError(f"{path}: rules must be a table of per-rule option tables")
@@ -102,7 +102,7 @@ def parse_percent(value: Any, where: str) -> float:
     """A percent between 0 and 100 (``0.5``, ``"2%"``); ``UsageError`` otherwise."""
     text = str(value).strip().rstrip("%").strip()
     try:
-        number = float(text)
+        number = plain_float(text)
     except ValueError:
         raise UsageError(f"{where}: {value!r} is not a percent (e.g. 0.5 or 2%)") from None
     if not 0 <= number <= 100:
@@ -112,10 +112,13 @@ def parse_percent(value: Any, where: str) -> float:
 
 def parse_seconds(value: object, where: str = "--rule-timeout") -> float:
     """A positive, finite number of seconds (``300``, ``2.5``); UsageError otherwise."""
-    try:  # CLI text or a TOML value (which may also be a list, a table or a date: not seconds)
-        seconds = float(value) if isinstance(value, (int, float, str)) else math.nan
-    except ValueError:
-        seconds = math.nan
+    # CLI text or a TOML value (which may also be a list, a table or a date: not seconds)
+    seconds = float(value) if isinstance(value, (int, float)) else math.nan
+    if isinstance(value, str):
+        try:
+            seconds = plain_float(value)
+        except ValueError:
+            pass
     if isinstance(value, bool) or not math.isfinite(seconds) or seconds <= 0 or seconds > 10**7:
         raise UsageError(f"{where}: expected a number of seconds above 0 (e.g. 300), not {clip_value(value, 40)!r}")
     return seconds

@@ -193,7 +193,8 @@ def run_check(paths: list[Path], registry: Registry, settings: Settings, open_tr
     report = Report(rules=[{"name": r.name, "plugin": registry.rule_plugin.get(r.name, ""),
                             "severity": r.default_severity.value,
                             "options": dataclasses.asdict(effective_options(r, settings))} for r in rules],
-                    plugins=registry.plugins, fail_on=settings.fail_on, errors=list(registry.errors), registry=registry)
+                    plugins=registry.plugins, fail_on=settings.fail_on, errors=list(registry.errors), registry=registry,
+                    config=settings.source)
     from nsys_rules.job_run import Collected, collect, run_job
 
     ranks = Collected()

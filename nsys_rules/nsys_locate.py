@@ -5,6 +5,10 @@ it, the CUDA toolkit puts it under a versioned folder, and some images carry it 
 Compute. So after an explicit choice (``--nsys`` or ``$NSYS_RULES_NSYS``) and PATH, the standard
 install places are searched, newest version first. Whoever reports a missing nsys uses
 :func:`missing_message`, so ``check``, ``profile`` and ``doctor`` say the same thing.
+
+Relative ``PATH`` entries (``.``, an empty entry, ``bin``) are never searched, for nsys nor for the
+tools run beside it (:func:`which_absolute`): they name a folder of wherever the command runs, and
+``nsys-rules doctor`` in a folder holding an ``./nsys`` would run that file.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ class NsysLocation:
     source: str
     #: PATH followed by the standard places, as shown to the user.
     searched: tuple[str, ...]
+    #: Relative PATH entries left out of the search (see :func:`absolute_path`).
+    ignored: tuple[str, ...] = ()
 
     @property
     def found(self) -> bool:
@@ -65,6 +71,28 @@ class NsysLocation:
         return f"export PATH={folder}:$PATH"
 
 
+def absolute_path(value: str) -> tuple[str, tuple[str, ...]]:
+    """A ``PATH`` value without its relative entries, and those entries (an empty one shown as ``''``)."""
+    entries = value.split(os.pathsep) if value else []
+    kept = [e for e in entries if os.path.isabs(e)]
+    return os.pathsep.join(kept), tuple(e for e in entries if not os.path.isabs(e))
+
+
+def which_absolute(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """``shutil.which(name)`` over the absolute ``PATH`` entries only."""
+    env = os.environ if environ is None else environ
+    return shutil.which(name, path=absolute_path(env.get("PATH", ""))[0])
+
+
+def ignored_note(location: NsysLocation) -> str | None:
+    """A line naming the relative PATH entries the search left out; None when there were none."""
+    if not location.ignored:
+        return None
+    shown = ", ".join(repr(e) for e in location.ignored[:5]) + (", ..." if len(location.ignored) > 5 else "")
+    return (f"PATH holds relative folder(s) {shown}: not searched for nsys (they mean a different folder "
+            "wherever a command runs); put absolute folders on PATH")
+
+
 def locate_nsys(explicit: str | None = None, environ: Mapping[str, str] | None = None,
                 places: Sequence[str] | None = None) -> NsysLocation:
     """Find nsys: ``explicit`` (the --nsys flag), then $NSYS_RULES_NSYS, PATH, the standard places.
@@ -75,20 +103,23 @@ def locate_nsys(explicit: str | None = None, environ: Mapping[str, str] | None =
     env = os.environ if environ is None else environ
     places = STANDARD_PLACES if places is None else tuple(places)
     searched = ("PATH",) + tuple(places)
+    path_value, ignored = absolute_path(env.get("PATH", ""))
     for value, source in ((explicit, "--nsys"), (env.get(NSYS_ENV), f"${NSYS_ENV}")):
         if value:
-            bare = os.sep not in value and shutil.which(value, path=env.get("PATH", ""))
+            # A bare name is looked up on PATH; a path with a folder (./nsys included) is the user's own choice.
+            bare = os.sep not in value and shutil.which(value, path=path_value)
             path = Path(bare or value).expanduser()
             ok = path.is_file() and os.access(path, os.X_OK)
-            return NsysLocation(path if ok else None, source if ok else "", (f"{source} {value}",))
-    on_path = shutil.which("nsys", path=env.get("PATH", ""))
+            return NsysLocation(path if ok else None, source if ok else "", (f"{source} {value}",),
+                                ignored if os.sep not in value else ())
+    on_path = shutil.which("nsys", path=path_value)
     if on_path:
-        return NsysLocation(Path(on_path), "PATH", searched)
+        return NsysLocation(Path(on_path), "PATH", searched, ignored)
     for pattern in places:
         for candidate in sorted(glob.glob(pattern), key=_version_key, reverse=True):
             if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-                return NsysLocation(Path(candidate), "standard place", searched)
-    return NsysLocation(None, "", searched)
+                return NsysLocation(Path(candidate), "standard place", searched, ignored)
+    return NsysLocation(None, "", searched, ignored)
 
 
 def _version_key(path: str) -> tuple[int, ...]:
@@ -152,7 +183,7 @@ def missing_libraries(binary: Path, environ: Mapping[str, str] | None = None, ti
     This is how a capture that records fine but never becomes a report shows up before it is run:
     on hosts without libdw the importer cannot start, and nsys leaves only a ``.qdstrm`` behind.
     """
-    ldd = shutil.which("ldd")
+    ldd = which_absolute("ldd", environ)
     if ldd is None:
         return None
     try:

@@ -29,6 +29,7 @@ from typing import IO, Any, Callable, Iterable
 
 import numpy as np
 
+from nsys_rules.dask_connect import DEFAULT_DASK_TIMEOUT, connect_client
 from nsys_rules.settings import Settings
 from nsys_rules.engine import Report, TraceResult, analyze_trace, run_check, select_rules
 from nsys_rules.errors import ExitCode, InputError, NsysRulesError, UsageError
@@ -190,7 +191,7 @@ def _run_pool(jobs: list[Job], workers: int, on_done: Callable[[JobResult], None
 
 
 def _run_dask(jobs: list[Job], address: str, workers: int, on_done: Callable[[JobResult], None],
-              client: Any = None) -> list[JobResult]:
+              client: Any = None, timeout: float = DEFAULT_DASK_TIMEOUT) -> list[JobResult]:
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -203,10 +204,7 @@ def _run_dask(jobs: list[Job], address: str, workers: int, on_done: Callable[[Jo
                                    dashboard_address=None)
             client = Client(cluster)
         else:
-            try:
-                client = Client(address, timeout="30s")
-            except (OSError, TimeoutError) as exc:
-                raise UsageError(f"--dask {address}: cannot reach the scheduler ({exc})") from None
+            client = connect_client(address, timeout)  # one line within about `timeout` s when it is no scheduler
     try:
         futures = client.map(analyze_job, jobs, pure=False)
         index = {f.key: i for i, f in enumerate(futures)}
@@ -228,7 +226,8 @@ def _run_dask(jobs: list[Job], address: str, workers: int, on_done: Callable[[Jo
 
 
 def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs: int = 1, dask: str | None = None,
-             autoload_plugins: bool = True, progress: Progress | None = None, dask_client: Any = None) -> Report:
+             autoload_plugins: bool = True, progress: Progress | None = None, dask_client: Any = None,
+             dask_timeout: float = DEFAULT_DASK_TIMEOUT) -> Report:
     """Analyze ``paths`` (serially, in a process pool, or on Dask) into one :class:`Report`.
 
     The report is the one :func:`~nsys_rules.engine.run_check` gives, with ``cross_trace`` set
@@ -256,7 +255,7 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
 
     try:
         if dask or dask_client is not None:
-            answers = _run_dask(job_list, dask or "local", jobs, done, dask_client)
+            answers = _run_dask(job_list, dask or "local", jobs, done, dask_client, dask_timeout)
         elif jobs > 1 and len(job_list) > 1:
             answers = _run_pool(job_list, min(jobs, len(job_list)), done)
         else:

@@ -15,7 +15,7 @@ from nsys_rules.findings import Finding, Severity, rank_key
 from nsys_rules.records import RunError, Skipped, TraceInfo
 from nsys_rules.registry import Registry
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 
 @dataclass
@@ -52,6 +52,7 @@ class Report:
     cross_trace: dict[str, Any] | None = None  # set by nsys_rules.parallel when several traces ran
     job: Any = None  # nsys_rules.job_run.JobOutcome when the traces held a multi-rank job
     verbose: bool = False  # human formats list skipped rules one by one (check -v)
+    config: str | None = None  # the config file the run read (Settings.source), None when none
 
     @property
     def findings(self) -> list[Finding]:
@@ -95,4 +96,4 @@ class Report:
 
 def tool_info(report: Report) -> dict[str, Any]:
     """The ``tool`` object of the envelope."""
-    return {"name": "nsys-rules", "version": __version__, "plugins": report.plugins}
+    return {"name": "nsys-rules", "version": __version__, "plugins": report.plugins, "config": report.config}

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from nsys_rules.errors import PluginError, UsageError
 from nsys_rules.findings import Severity
 from nsys_rules.textsafe import clip_value
+from nsys_rules.units import plain_float, whole_number
 
 if TYPE_CHECKING:  # annotations only: commands parse their flags without importing pandas
     from nsys_rules.rule import Rule
@@ -163,6 +164,10 @@ def coerce_option(rule: type[Rule], option: str, raw: Any, where: str) -> Any:
         # NaN and infinity compare false with everything: a threshold of nan silently turns a rule off,
         # and JSON/SARIF have no way to write them.
         raise UsageError(f"{where}: {rule.name}.{option} must be a finite number, not {clip_value(raw, 60)!r}")
+    if key.endswith("_pct") and isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+        # Every `*_pct` option is a share or a threshold on one (docs/plugins.md): below 0 it silently
+        # means "always" (or "never"), whatever the rule's own checks say.
+        raise UsageError(f"{where}: {rule.name}.{option} is a percent and cannot be negative, not {clip_value(raw, 60)!r}")
     return value
 
 
@@ -177,8 +182,18 @@ def _coerce(raw: Any, kind: type, default: Any) -> Any:
             return tuple(p.strip() for p in raw.split(",") if p.strip())
         if default is None:
             return _number_or_text(raw)
-        return kind(float(raw)) if kind is int and "e" in raw.lower() else kind(raw)
+        if kind is int:  # "1e3" is a whole number too; other scripts' digits are not (see units.plain_float)
+            return int(plain_float(raw)) if "e" in raw.lower() else whole_number(raw)
+        if kind is float:
+            return plain_float(raw)
+        return kind(raw)
     if kind in (tuple, list) and isinstance(raw, list):
+        # A list option holds plain values, of the default's kind when it has one: a nested list or a table
+        # (from TOML, nested any depth) is no pattern or id, and the rule would fail on it (exit 4).
+        kinds = {type(v) for v in default} if default else {str, int, float, bool}
+        if any(isinstance(v, (list, dict)) or (type(v) not in kinds and not (float in kinds and type(v) is int))
+               for v in raw):
+            raise ValueError(raw)
         return tuple(raw)
     if kind is float and isinstance(raw, int) and not isinstance(raw, bool):
         return float(raw)
@@ -188,7 +203,7 @@ def _coerce(raw: Any, kind: type, default: Any) -> Any:
 
 
 def _number_or_text(raw: str) -> Any:
-    for conv in (int, float):
+    for conv in (whole_number, plain_float):
         try:
             return conv(raw)
         except ValueError:

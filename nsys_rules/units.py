@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 from nsys_rules.errors import UsageError
 from nsys_rules.textsafe import clip_value
@@ -33,13 +34,37 @@ _SIZE = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g":
          "t": 1024**4, "tb": 1024**4}
 
 
+#: A number as people type it: ASCII digits, one optional sign, decimals and exponent. Python's ``int()``
+#: and ``float()`` also take other scripts' digits ('١٢'), full-width ones and ``1_000``: a value that
+#: reads differently on screen than what the run uses, so each is refused (and '²' made them fail late).
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|infinity|nan)", re.ASCII | re.IGNORECASE)
+_PLAIN_INT = re.compile(r"[+-]?\d+", re.ASCII)
+
+
+def plain_float(text: str) -> float:
+    """``float(text)`` for a number written in ASCII (``2.5``, ``-1e3``, ``nan``); ``ValueError`` for anything
+    else, other scripts' digits and ``1_000`` included. Surrounding spaces are allowed."""
+    stripped = str(text).strip()
+    if not _PLAIN_NUMBER.fullmatch(stripped):
+        raise ValueError(f"not a plain number: {clip_value(text, 40)!r}")
+    return float(stripped)
+
+
+def whole_number(text: str) -> int:
+    """``int(text)`` for ASCII digits with an optional sign; ``ValueError`` otherwise (``'١'``, ``'²'``, ``1_0``)."""
+    stripped = str(text).strip()
+    if not _PLAIN_INT.fullmatch(stripped):
+        raise ValueError(f"not a whole number: {clip_value(text, 40)!r}")
+    return int(stripped)
+
+
 def parse_size(text: str) -> int:
     """``512MB``, ``2G``, ``1048576`` -> bytes; at least one byte, finite, at most 2**62."""
     raw = str(text).strip().lower().replace("ib", "b")
     num = raw.rstrip("kmgtb")
     unit = raw[len(num):]
     try:
-        value = float(num) * _SIZE[unit]
+        value = plain_float(num) * _SIZE[unit]
     except (ValueError, KeyError):
         value = math.nan
     if not math.isfinite(value) or value < 1 or value > 2**62:

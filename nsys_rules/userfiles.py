@@ -53,7 +53,8 @@ def read_user_file(path: Path, what: str, parse: Callable[[str], T], language: s
     ``what`` names the file in the line (``config file``, ``baseline``), ``language`` what ``parse``
     reads (``TOML``, ``JSON``), ``missing_hint`` what to do when the file does not exist. A file
     :func:`read_small_text` refuses (a folder, a FIFO, too large, not UTF-8) cannot be read; a
-    ``ValueError`` from ``parse`` (``json.JSONDecodeError``, ``tomllib.TOMLDecodeError``) is invalid.
+    ``ValueError`` from ``parse`` (``json.JSONDecodeError``, ``tomllib.TOMLDecodeError``) or a ``RecursionError``
+    (nesting deeper than the parser's stack) is invalid.
     """
     named = f"{what} {clip_value(path, 200)}"
     try:
@@ -66,3 +67,5 @@ def read_user_file(path: Path, what: str, parse: Callable[[str], T], language: s
         return parse(text)
     except ValueError as exc:
         raise UsageError(f"{named}: invalid {language} ({clip_value(exc, 300)})") from None
+    except RecursionError:  # tomllib and json recurse per level: '[' * 100_000 exhausts the stack
+        raise UsageError(f"{named}: invalid {language} (nested too deeply)") from None

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from nsys_rules.errors import ExitCode, InputError, PluginError, UsageError
 from nsys_rules.loaders import EXPORT_FORMATS, readahead
 from nsys_rules.textsafe import TERMINAL_FORMATS, clip_value, terminal_safe
-from nsys_rules.commands.common import FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for
+from nsys_rules.commands.common import (FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for,
+                                        whole_number_arg)
 from nsys_rules.commands.outputs import add_output_flags, finish, prepare
 
 if TYPE_CHECKING:
@@ -52,10 +53,12 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
                         "(default 0.5)")
     p.add_argument("--rule-timeout", metavar="SECONDS",
                    help="stop a rule that runs longer and report it as failed (exit 4); default 300")
-    p.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+    p.add_argument("--jobs", "-j", type=whole_number_arg, default=1, metavar="N",
                    help="analyze up to N traces at once in worker processes (0: one per CPU); they share --max-memory")
     p.add_argument("--dask", metavar="SCHEDULER", help="run the per-trace work on Dask distributed: a scheduler "
                    "address (tcp://host:8786) or 'local' for a local cluster of --jobs workers (pip install 'nsys-rules[dask]')")
+    p.add_argument("--dask-timeout", metavar="SECONDS", default=None,
+                   help="give up on a --dask scheduler that does not answer within SECONDS (default 10)")
     p.add_argument("--export-format", choices=EXPORT_FORMATS, default="sqlite",
                    help="what a .nsys-rep is exported to first with nsys: sqlite (default), parquetdir (faster to "
                         "read) or arrowdir")
@@ -89,12 +92,32 @@ def _memory_limit_set(args: argparse.Namespace) -> bool:
         return True  # settings_for reports the file; nothing is read before it does
 
 
+def _dask_timeout(args: argparse.Namespace) -> float:
+    """``--dask-timeout`` in seconds (the default when not given)."""
+    from nsys_rules.config import parse_seconds
+    from nsys_rules.dask_connect import DEFAULT_DASK_TIMEOUT
+
+    value = getattr(args, "dask_timeout", None)
+    return DEFAULT_DASK_TIMEOUT if value is None else parse_seconds(value, "--dask-timeout")
+
+
 def check_setup(args: argparse.Namespace) -> tuple[Registry, Settings]:
     """The registry and settings of a ``check`` (``profile`` checks them before it captures); the format checked."""
     registry = registry_for(args)
     settings = settings_for(args, registry)
     if args.format not in registry.formatters:
         raise UsageError(f"unknown --format {args.format!r}; choose from {', '.join(sorted(registry.formatters))}")
+    if getattr(args, "verbose", False):
+        # A config file found in a parent folder can set fail-on, select or thresholds unseen: -v names it
+        # (the JSON report always does, as tool.config).
+        sys.stderr.write(f"nsys-rules: config file: {clip_value(settings.source, 300)}\n" if settings.source else
+                         "nsys-rules: config file: none (no nsys-rules.toml, nor pyproject.toml with "
+                         "[tool.nsys-rules], here or in a parent folder)\n")
+        from nsys_rules.nsys_locate import ignored_note, locate_nsys
+
+        note = ignored_note(locate_nsys(getattr(args, "nsys", None)))  # nsys exports a .nsys-rep; profile captures
+        if note:
+            sys.stderr.write(f"nsys-rules: {clip_value(note, 400)}\n")
     return registry, settings
 
 
@@ -105,13 +128,16 @@ def _run(args: argparse.Namespace) -> int:
     from nsys_rules.parallel import default_jobs, run_many
 
     registry, settings = check_setup(args)
+    if args.dask is not None and not args.dask.strip():
+        raise UsageError("--dask needs a scheduler address (tcp://host:8786) or 'local'")
+    dask_timeout = _dask_timeout(args)
     paths = expand_inputs(args.traces, tuple(registry.loaders))
     baseline = prepare(args, registry, settings, paths)
     if len(paths) > 1 or args.jobs != 1 or args.dask:
         # Several traces: per-trace tasks (pool, Dask or in turn) and the cross-trace summary.
         jobs = default_jobs() if args.jobs == 0 else args.jobs
         report = run_many(paths, registry, settings, jobs=jobs, dask=args.dask,
-                          autoload_plugins=not getattr(args, "no_plugins", False))
+                          autoload_plugins=not getattr(args, "no_plugins", False), dask_timeout=dask_timeout)
     else:
         report = run_check(paths, registry, settings, lambda p: open_trace(p, registry.loaders, settings.export_format))
     report.verbose = bool(getattr(args, "verbose", False))

@@ -15,7 +15,7 @@ from nsys_rules.config import find_config, load_config, parse_percent, parse_sec
 from nsys_rules.settings import FAIL_ON, Settings, build_options, resolve_rule_name
 from nsys_rules.errors import UsageError
 from nsys_rules.textsafe import clip_value
-from nsys_rules.units import parse_size
+from nsys_rules.units import parse_size, plain_float, whole_number
 
 if TYPE_CHECKING:
     from nsys_rules.registry import Registry
@@ -88,6 +88,22 @@ def filter_value(args: argparse.Namespace, key: str, what: str) -> str | None:
     if len(value) > MAX_STRING:  # no name the loader keeps is longer: it cannot match anything
         raise UsageError(f"{flag} {clip_value(value, 60)!r} is longer than any name a trace can hold ({MAX_STRING:,} characters)")
     return value
+
+
+def number_arg(text: str) -> float:
+    """An argparse ``type``: a number written in ASCII (:func:`~nsys_rules.units.plain_float`), one usage line otherwise."""
+    try:
+        return plain_float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, not {clip_value(text, 40)!r}") from None
+
+
+def whole_number_arg(text: str) -> int:
+    """An argparse ``type``: a whole number in ASCII digits (``int()`` would also take '١' or '1_0')."""
+    try:
+        return whole_number(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {clip_value(text, 40)!r}") from None
 
 
 def _split(items: list[str]) -> list[str]:

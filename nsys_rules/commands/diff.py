@@ -19,7 +19,7 @@ from nsys_rules.loaders.memory_limit import install_read_guard
 from nsys_rules.textsafe import terminal_safe
 from nsys_rules.units import human_ns
 from nsys_rules.model.windows import SteadyOptions
-from nsys_rules.commands.common import add_plugin_flags, registry_for, settings_for
+from nsys_rules.commands.common import add_plugin_flags, number_arg, registry_for, settings_for, whole_number_arg
 
 FORMATS = ("table", "json", "markdown")
 
@@ -34,10 +34,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("base", metavar="BASE", help="the reference trace (.sqlite export or parquetdir/arrowdir folder)")
     p.add_argument("new", metavar="NEW", help="the trace to judge")
     p.add_argument("--format", default="table", choices=FORMATS, help="table (default), json or markdown")
-    p.add_argument("--gate", type=float, default=DEFAULT_GATE_PCT, metavar="PCT",
+    p.add_argument("--gate", type=number_arg, default=DEFAULT_GATE_PCT, metavar="PCT",
                    help=f"fail (exit 1) when the time per step grows by more than PCT percent "
                         f"(default {DEFAULT_GATE_PCT:g})")
-    p.add_argument("--top", type=int, default=10, metavar="N", help="movers to list (default 10)")
+    p.add_argument("--top", type=whole_number_arg, default=10, metavar="N", help="movers to list (default 10)")
     p.add_argument("--config", metavar="FILE", help="config file (steady-ranges is used)")
     add_plugin_flags(p)
     p.set_defaults(run=run)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,7 +18,8 @@ from pathlib import Path
 
 from nsys_rules.capture import environment_problems
 from nsys_rules.errors import ExitCode
-from nsys_rules.nsys_locate import INSTALL_HINT, NsysLocation, importer_problem, locate_nsys, nsys_version
+from nsys_rules.nsys_locate import (INSTALL_HINT, NsysLocation, ignored_note, importer_problem, locate_nsys, nsys_version,
+                                    which_absolute)
 from nsys_rules import nsys_status
 from nsys_rules.nsys_status import (METRICS_HELP, TOPIC, GpuMetricsVerdict, Item, admin_only_counters, explain_status,
                                     gpu_metrics_verdict, parse_gpu_metrics_devices)
@@ -49,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
 def diagnose(location: NsysLocation) -> list[Item]:
     """Every check, in the order shown."""
     items = nsys_items(location)
+    note = ignored_note(location)
+    if note:
+        items.append(Item("warn", "PATH", note))
     items += [Item("warn", "environment", p.message, p.fix) for p in environment_problems(os.environ)]
     items += gpu_items()
     return items
@@ -110,7 +113,7 @@ def status_items(nsys: Path) -> list[Item]:
 
 def gpu_items() -> list[Item]:
     """The GPUs and driver ``nvidia-smi`` reports."""
-    smi = shutil.which("nvidia-smi") or next((p for p in NVIDIA_SMI_PLACES if os.access(p, os.X_OK)), None)
+    smi = which_absolute("nvidia-smi") or next((p for p in NVIDIA_SMI_PLACES if os.access(p, os.X_OK)), None)
     if smi is None:
         return [Item("warn", "GPU", "nvidia-smi not found: cannot tell whether a GPU and its driver are visible here")]
     try:

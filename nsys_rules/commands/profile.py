@@ -26,6 +26,7 @@ from nsys_rules.options import effective_options, select_rules
 from nsys_rules.errors import ExitCode, InputError, UsageError
 from nsys_rules.nsys_locate import NsysLocation, importer_problem, locate_nsys, missing_message, off_path_note
 from nsys_rules.textsafe import terminal_safe
+from nsys_rules.commands.common import whole_number_arg
 from nsys_rules.commands import check
 from nsys_rules.commands.outputs import prepare
 
@@ -52,8 +53,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--profiler-range", nargs="?", const="stop", metavar="END",
                    help="capture only between cudaProfilerStart and cudaProfilerStop (-c cudaProfilerApi); "
                         "END: stop (default) or repeat:N")
-    p.add_argument("--delay", type=int, metavar="SECONDS", help="start collecting after SECONDS (nsys --delay)")
-    p.add_argument("--duration", type=int, metavar="SECONDS", help="collect for SECONDS (nsys --duration)")
+    p.add_argument("--delay", type=whole_number_arg, metavar="SECONDS", help="start collecting after SECONDS (nsys --delay)")
+    p.add_argument("--duration", type=whole_number_arg, metavar="SECONDS", help="collect for SECONDS (nsys --duration)")
     p.add_argument("--metrics", action="store_true",
                    help="also sample GPU metrics (nsys --gpu-metrics-devices=all: DRAM, SM, tensor and PCIe activity), "
                         "so check measures what each part of the step does; needs access to the GPU's counters "

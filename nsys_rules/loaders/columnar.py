@@ -19,7 +19,7 @@ import numpy as np
 
 from nsys_rules.loaders import damage as damage_fix
 from nsys_rules.loaders.columns import ONE_VALUE_ROWS, all_equal, isnull, one_value
-from nsys_rules.loaders.export import NULL_INT
+from nsys_rules.loaders.export import DEVICE_COLUMNS, MAX_DEVICE_ID, NULL_INT
 from nsys_rules.loaders.strings import StringLookups
 from nsys_rules.loaders.tables import Column, Table
 from nsys_rules.loaders.taking import NOTHING, Taking
@@ -228,8 +228,12 @@ class ColumnarExport(StringLookups, ABC):
         if values is None:
             return np.full(n, NULL_INT, np.int64)
         if values.dtype == np.int32 and col.name in NARROW_COLUMNS:
+            if col.name in DEVICE_COLUMNS:
+                self._note_implausible_devices(values, what)
             return values  # read narrow by the format's _fetch: already checked to fit
         ints = damage_fix.to_int(values, NULL_INT)
+        if col.name in DEVICE_COLUMNS:
+            self._note_implausible_devices(ints, what)
         if not col.required:  # a required column's unreadable rows are dropped, with their own note
             self._note_unreadable(values, ints, what)
         # pid/tid are 24-bit fields of a serialized global id: int32 holds them in half the memory of
@@ -253,6 +257,19 @@ class ColumnarExport(StringLookups, ABC):
         if col.name in NARROW_COLUMNS and len(ints) and int(ints.min()) >= -(2**31) and int(ints.max()) < 2**31:
             return ints.astype(np.int32)
         return ints
+
+    def _note_implausible_devices(self, values: np.ndarray, what: str) -> None:
+        """A damage note for deviceIds no GPU has (beyond :data:`MAX_DEVICE_ID`, or negative but NULL).
+
+        The rows stay, with the id as the file gives it: the note says the numbers by device rest on
+        damaged ids. Two reductions first: a clean column (the usual case) needs no mask of its rows.
+        """
+        if not len(values) or (int(values.min()) >= NULL_INT and int(values.max()) < MAX_DEVICE_ID):
+            return  # the only negative value left is NULL_INT itself
+        bad = int(np.count_nonzero((values >= MAX_DEVICE_ID) | ((values < 0) & (values != NULL_INT))))
+        if bad:
+            damage_fix.note(self.damage, f"{what}: {bad} row(s) with a device id no GPU has (at or beyond "
+                                         f"{MAX_DEVICE_ID:,}, or negative); their GPU is unknown to the trace")
 
     def _note_unreadable(self, raw: np.ndarray, converted: np.ndarray, what: str) -> None:
         bad = damage_fix.unreadable_count(raw, converted, NULL_INT)

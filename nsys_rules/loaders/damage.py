@@ -172,7 +172,11 @@ def to_int(values: np.ndarray, fill: int) -> np.ndarray:
     if values.dtype.kind in "iu":
         return values.astype(np.int64, copy=False)
     if values.dtype.kind == "b":
-        return values.astype(np.int64)
+        # A boolean column where a time or an id belongs (a hand-made or damaged columnar export): True is
+        # no timestamp. Read as 0/1 the kernels all started at the session start, and a rule divided by zero.
+        return np.full(len(values), fill, np.int64)
+    if values.dtype.kind == "O":
+        values = _without_booleans(values)
     numeric = values if values.dtype.kind == "f" else pd.to_numeric(
         pd.Series(values, dtype=object), errors="coerce").to_numpy()
     if numeric.dtype.kind in "iu":
@@ -182,4 +186,18 @@ def to_int(values: np.ndarray, fill: int) -> np.ndarray:
     ok = np.isfinite(numeric) & (np.abs(numeric) < 9.2e18)
     out = np.full(len(numeric), fill, np.int64)
     out[ok] = numeric[ok].astype(np.int64)
+    return out
+
+
+def _without_booleans(values: np.ndarray) -> np.ndarray:
+    """An object column with its booleans made None: ``pd.to_numeric`` would read them as 0 and 1.
+
+    One pass in Python, as ``pd.to_numeric`` makes over an object column anyway (only a damaged
+    integer column is an object column).
+    """
+    flags = np.fromiter((isinstance(v, (bool, np.bool_)) for v in values), bool, len(values))
+    if not flags.any():
+        return values
+    out = values.copy()
+    out[flags] = None
     return out

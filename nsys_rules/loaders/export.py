@@ -29,6 +29,12 @@ MAX_META_ROWS = 100_000
 #: Value stored for a NULL in an optional integer column (ids are never negative in nsys).
 NULL_INT = -1
 
+#: A GPU's ``deviceId`` is its CUDA device index, numbered from 0 per host (the public corpus tops out
+#: at 7): an id at or beyond this is damage, whatever the column's type can hold.
+MAX_DEVICE_ID = 2**16
+#: Canonical columns that hold a GPU's deviceId.
+DEVICE_COLUMNS = frozenset({"device_id", "src_device_id", "dst_device_id"})
+
 #: A source holds nsys data when it has StringIds and at least one table of these families.
 NSYS_PREFIXES = ("TARGET_INFO_", "META_DATA_", "EXPORT_META_DATA", "CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS",
                  "ThreadNames", "OSRT_", "PROCESSES", "ANALYSIS_", "ENUM_NSYS_", "PROFILER_OVERHEAD")

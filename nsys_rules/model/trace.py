@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.errors import InputError
-from nsys_rules.loaders.export import Export
+from nsys_rules.loaders.export import MAX_DEVICE_ID, Export
 from nsys_rules.loaders.tables import TABLES
 from nsys_rules.malloc_tune import release_free_memory
 from nsys_rules.textsafe import shell_join
@@ -224,6 +224,8 @@ def _read_gpus(export: Export) -> dict[int, GpuInfo]:
 
 def _gpu(export: Export, table: str, gid: int, row: tuple[object, ...]) -> GpuInfo:
     """One GPU; a spec that is not a positive number is unknown (and noted as damage), never used as a number."""
+    if not 0 <= gid < MAX_DEVICE_ID:
+        export.damage.append(f"{table}: GPU id {gid} is no device index (at or beyond {MAX_DEVICE_ID:,}, or negative)")
     specs: list[int | None] = []
     for label, raw in zip(("SM count", "memory bandwidth", "clock rate", "memory size"), row[2:6], strict=True):
         value = _int_or_none(raw)

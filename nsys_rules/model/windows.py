@@ -23,6 +23,8 @@ from nsys_rules.analysis.intervals import merge_intervals, point_in
 from nsys_rules.model.launches import launch_times
 from nsys_rules.model.steps import DEFAULT_STEADY, SteadyOptions, StepModel, capture_end, step_model
 from nsys_rules.errors import UsageError
+from nsys_rules.loaders.damage import MAX_TIME_NS
+from nsys_rules.textsafe import clip_value
 from nsys_rules.model.trace import Trace
 
 
@@ -102,7 +104,8 @@ def _bound(value: int | None) -> int | None:
 
 # -- user filters --------------------------------------------------------------------------
 _UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000, "h": 3_600_000_000_000}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|ms|s|m|h)?")
+# ASCII digits only: \d would also take other scripts' digits ('١٢s'), which float() then reads.
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|ms|s|m|h)?", re.ASCII)
 
 
 def parse_time(text: str) -> int:
@@ -117,6 +120,9 @@ def parse_time(text: str) -> int:
             raise UsageError(f"bad time {text!r}: use a number with ns, us, ms, s, m or h (e.g. 5s, 1s2ms)")
         total += float(m.group(1)) * _UNITS[m.group(2) or "ns"]
         pos = m.end()
+    if not total <= MAX_TIME_NS:  # inf too: '9' * 400 digits
+        raise UsageError(f"bad time {clip_value(text, 40)!r}: beyond the end of any trace (a trace's times stop at "
+                         f"2^53 ns, {MAX_TIME_NS / 86_400e9:.0f} days)")
     return int(round(total))
 
 
@@ -138,7 +144,7 @@ def parse_nvtx_filter(spec: str) -> tuple[str, str | None, int | None]:
     body = spec
     if "/" in spec:
         body, _, tail = spec.rpartition("/")
-        if not tail.isdigit():
+        if not (tail.isascii() and tail.isdigit()):  # isdigit() alone takes '²' (int() then fails) and '١'
             raise UsageError(f"bad --filter-nvtx {spec!r}: INDEX after '/' must be a whole number")
         index = int(tail)
     name, _, domain = body.partition("@")
@@ -157,7 +163,7 @@ def nvtx_filter_window(trace: Trace, spec: str) -> Window:
     if domain is not None:
         # A number is the domain id; a name is the domain's nvtxDomainCreate event (eventType 75)
         # in the same process, the only place the export records it.
-        if domain.isdigit():
+        if domain.isascii() and domain.isdigit():
             rows = rows[rows["domain_id"] == int(domain)]
         else:
             created = nvtx[(nvtx["event_type"] == 75) & (nvtx["name"] == domain)]

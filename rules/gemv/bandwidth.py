@@ -93,6 +93,8 @@ def config_weight_bytes(path: str, dtype_bytes: float = 0.0) -> tuple[int, str]:
         config = json.loads(read_small_text(path))  # refuses a FIFO or /dev/zero before reading
     except (OSError, ValueError) as exc:
         raise ValueError(f"model_config {path!r} is not a readable JSON file: {exc}") from None
+    except RecursionError:  # json recurses per level of nesting
+        raise ValueError(f"model_config {path!r} is not a readable JSON file: nested too deeply") from None
     if not isinstance(config, dict):
         raise ValueError(f"model_config {path!r} is not a JSON object")
     return weights_read_per_step(config, dtype_bytes)

@@ -182,3 +182,31 @@ def test_gpu_metrics_on_unsupported_gpus_and_old_nsys(fake, capsys, monkeypatch,
     main(["doctor"])
     out = flat(capsys.readouterr().out)
     assert flat("warn  GPU metrics nsys lists no GPU metrics devices") in out and "nsys 2023.1 or newer" in out
+
+
+def test_relative_path_entries_are_never_searched(tmp_path, monkeypatch, capsys):
+    """PATH=.:bin once made doctor run ./nsys (and ./nvidia-smi) of whatever folder it ran in."""
+    fake = tools(tmp_path, monkeypatch, with_nsys=False)
+    ran = tmp_path / "ran.log"
+    planted = f"import sys\nopen({str(ran)!r}, 'a').write(sys.argv[0] + '\\n')\nprint('NVIDIA Nsight Systems version 1')\n"
+    for name in ("nsys", "nvidia-smi", "ldd"):
+        fake.add_script(name, planted, fake.work)
+        fake.add_script(name, planted, fake.work / "bin")
+    monkeypatch.setenv("PATH", f".:bin::{fake.bin}")
+    rc = main(["doctor"])
+    out, _ = capsys.readouterr()
+    assert not ran.exists(), ran.read_text()
+    assert rc == 3 and out.startswith("FAIL  nsys        not found on PATH")
+    assert flat("warn  PATH        PATH holds relative folder(s) '.', 'bin', '': not searched") in flat(out)
+    # An nsys in an absolute entry after the relative ones is the one found, and the note stays.
+    fake.install_nsys()
+    location = nsys_locate.locate_nsys()
+    assert location.path == fake.nsys and location.source == "PATH" and location.ignored == (".", "bin", "")
+    assert nsys_locate.which_absolute("nvidia-smi") is None
+
+
+def test_a_path_of_absolute_folders_has_no_note(fake, capsys):
+    location = nsys_locate.locate_nsys()
+    assert location.path == fake.nsys and location.ignored == () and nsys_locate.ignored_note(location) is None
+    main(["doctor"])
+    assert "warn  PATH" not in capsys.readouterr().out

@@ -308,6 +308,19 @@ def test_text_in_an_integer_column(tmp_path):
     assert any(d.startswith("kernels.device_id: 448 value(s) that are not integers") for d in _damage(data))
 
 
+def test_device_ids_no_gpu_has_are_noted_as_damage(tmp_path):
+    """deviceId 2^40 (a uint64 column's garbage) once gave a finding on "device 1099511627776" and no note."""
+    path = damaged_copy(EXAMPLE, tmp_path / "d.sqlite", [
+        f'UPDATE "{KERNEL}" SET "deviceId" = {2**40} WHERE rowid % 8 = 0',
+        'UPDATE "TARGET_INFO_GPU" SET "id" = 70000'])
+    data = _ran(path)
+    assert any(d.startswith("kernels.device_id: 448 row(s) with a device id no GPU has") for d in _damage(data)), \
+        _damage(data)
+    assert any(d.startswith("TARGET_INFO_GPU: GPU id 70000 is no device index") for d in _damage(data))
+    clean = _ran(EXAMPLE)
+    assert not any("device" in d for d in _damage(clean))
+
+
 def test_kernel_table_missing_columns(tmp_path):
     path = damaged_copy(EXAMPLE, tmp_path / "d.sqlite", [
         f'ALTER TABLE "{KERNEL}" DROP COLUMN "deviceId"', f'ALTER TABLE "{KERNEL}" DROP COLUMN "correlationId"'])

@@ -6,6 +6,8 @@ error, a hang or a silent success), and interrupts at start-up and during a ``.n
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -15,8 +17,9 @@ import time
 
 import pytest
 
+from nsys_rules.cli import main
 from tests.conftest import EXAMPLE, ROOT
-from tests.fuzz.harness import run_cli_inprocess, strict_json
+from tests.fuzz.harness import CliRun, run_cli_inprocess, strict_json
 
 E = str(EXAMPLE)
 LONG = "n" * 100_000
@@ -47,6 +50,23 @@ FLAG_CASES = {
     "diff --config /dev/zero": ["diff", "--config", "/dev/zero", E, E],
     "explain --output a file": ["explain", "--all", "--output", E],
     "explain --output unreachable": ["explain", "--all", "--output", "/proc/self/nope/x"],
+    # Numbers: other scripts' digits (int() and float() read '١' as 1, and fail late on '²'), values past any trace.
+    "--filter-nvtx INDEX '²'": ["check", "--filter-nvtx", "x/²", E],
+    "--filter-nvtx INDEX '١'": ["check", "--filter-nvtx", "x/١", E],
+    "--filter-time '١s'": ["check", "--filter-time", "١s/", E],
+    "--filter-time 400 digits": ["check", "--filter-time", "0s/" + "9" * 400 + "s", E],
+    "stats --filter-time 400 digits": ["stats", "--report", "nvtx_sum", "--filter-time", "9" * 400 + "/", E],
+    "--noise-floor '١'": ["check", "--noise-floor", "١", E],
+    "--max-memory '١G'": ["check", "--max-memory", "١G", E],
+    "--rule-timeout full-width 1": ["check", "--rule-timeout", "\uff11", E],
+    "--set int '١'": ["check", "--set", "kernel-tail.min_count=١", E],
+    "--set float '²'": ["check", "--set", "kernel-tail.min_share_pct=²", E],
+    "--set float 1_0": ["check", "--set", "kernel-tail.min_share_pct=1_0", E],
+    "--set negative percent": ["check", "--set", "kernel-tail.min_share_pct=-5", E],
+    "--jobs '١'": ["check", "--jobs", "١", E],
+    "diff --gate '١'": ["diff", "--gate", "١", E, E],
+    "diff --top '²'": ["diff", "--top", "²", E, E],
+    "profile --delay '²'": ["profile", "--delay", "²", "--dry-run", "--", "true"],
 }
 
 
@@ -61,8 +81,20 @@ def _usage_error(run) -> None:
 def test_bad_flag_is_one_line_and_exit_2(case):
     if "/dev/zero" in " ".join(FLAG_CASES[case]) and not os.path.exists("/dev/zero"):
         pytest.skip("no /dev/zero")
-    _usage_error(run_cli_inprocess(*FLAG_CASES[case][:1], "--no-plugins", *FLAG_CASES[case][1:])
-                 if FLAG_CASES[case][0] not in ("stats",) else run_cli_inprocess(*FLAG_CASES[case]))
+    _usage_error(_parsed_run(*FLAG_CASES[case][:1], "--no-plugins", *FLAG_CASES[case][1:])
+                 if FLAG_CASES[case][0] not in ("stats",) else _parsed_run(*FLAG_CASES[case]))
+
+
+def _parsed_run(*args: str) -> CliRun:
+    """``run_cli_inprocess``, also for a flag argparse refuses itself (it exits 2 through SystemExit, as the
+    console script does)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = int(exc.code)
+    return CliRun(code, out.getvalue(), err.getvalue())
 
 
 CONFIG_CASES = {
@@ -76,6 +108,17 @@ CONFIG_CASES = {
     "option 1e400": "[rules.kernel-tail]\nmin_share_pct = 1e400\n",
     "size option 1e999": '[rules.gemv-dominance]\nweight_bytes = "1e999"\n',
     "select ALL and a typo": 'select = ["ALL", "kernel-tial"]\n',
+    "option negative percent": "[rules.kernel-tail]\nmin_share_pct = -5\n",
+    "option percent as '١'": '[rules.kernel-tail]\nmin_share_pct = "١"\n',
+    "noise-floor '١'": 'noise-floor = "١"\n',
+    "rule-timeout '١٠'": 'rule-timeout = "١٠"\n',
+    "max-memory '２G'": 'max-memory = "\uff12G"\n',
+    "nested 100k deep": "a = " + "[" * 100_000 + "]" * 100_000 + "\n",
+    "inline tables 5k deep": "a = " + "{b=" * 5_000 + "1" + "}" * 5_000 + "\n",
+    "list option nested 400 deep": "[rules.gemv-dominance]\nextra_gemv_patterns = " + "[" * 400 + "]" * 400 + "\n",
+    "list option holding a table": '[rules.gemv-dominance]\nextra_gemv_patterns = [{a = 1}]\n',
+    "list option of the wrong kind": '[rules.sync-memset]\nmemory_kinds = ["a"]\n',
+    "severity 400 deep": "[severity]\nkernel-tail = " + "[" * 400 + "]" * 400 + "\n",
 }
 
 
@@ -84,6 +127,52 @@ def test_bad_config_value_is_one_line_and_exit_2(tmp_path, case):
     config = tmp_path / "nsys-rules.toml"
     config.write_text(CONFIG_CASES[case])
     _usage_error(run_cli_inprocess("check", "--no-plugins", "--config", str(config), E))
+
+
+@pytest.mark.parametrize("spec", ["99999999999999999999999s/", "9007199254750000/", "200d/"])
+def test_a_start_past_any_trace_is_named_as_such(spec):
+    """An open-ended start beyond 2^53 ns once read as 'END before START' (the open end is 2^62 ns)."""
+    run = run_cli_inprocess("check", "--no-plugins", "--filter-time", spec, E)
+    _usage_error(run)
+    assert "END before START" not in run.stderr
+    assert ("beyond the end of any trace" in run.stderr) if spec[0] == "9" else ("bad time" in run.stderr)
+
+
+def test_a_start_past_this_trace_names_its_span():
+    run = run_cli_inprocess("check", "--no-plugins", "--filter-time", "1000s/", E)
+    _usage_error(run)
+    assert "selects nothing: the trace's activity runs from" in run.stderr
+
+
+def test_numbers_in_ascii_still_work():
+    run = run_cli_inprocess("check", "--no-plugins", "--format", "json", "--fail-on", "never", "--jobs", "1",
+                            "--set", "kernel-tail.min_share_pct=0", "--set", "kernel-tail.min_count=1e1",
+                            "--noise-floor", "0.5%", "--max-memory", "2G", "--rule-timeout", "60", E)
+    assert run.code == 0, run.stderr
+    rules = {r["name"]: r for r in strict_json(run.stdout)["rules"]}
+    assert rules["kernel-tail"]["options"]["min_share_pct"] == 0 and rules["kernel-tail"]["options"]["min_count"] == 10
+
+
+def test_deeply_nested_baseline_and_model_config_are_usage_errors(tmp_path):
+    """json and tomllib recurse per level: 100k levels once ended in RecursionError, exit 4."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    run = run_cli_inprocess("check", "--no-plugins", "--baseline", str(deep), E)
+    _usage_error(run)
+    assert "nested too deeply" in run.stderr
+    run = run_cli_inprocess("check", "--no-plugins", "--set", f"gemv-dominance.model_config={deep}", E)
+    _usage_error(run)
+    assert "nested too deeply" in run.stderr
+
+
+def test_deeply_nested_pyproject_in_a_parent_folder_is_passed_over(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    inner = tmp_path / "work"
+    inner.mkdir()
+    monkeypatch.chdir(inner)
+    run = run_cli_inprocess("check", "--no-plugins", "--format", "json", "--fail-on", "never", E)
+    assert run.code == 0, run.stderr
+    assert strict_json(run.stdout)["tool"]["config"] is None
 
 
 def test_fifo_config_and_baseline_are_refused_without_blocking(tmp_path):
@@ -177,6 +266,66 @@ def test_interrupt_at_start_up_prints_no_traceback(delay):
     _, err = proc.communicate(timeout=60)
     assert "Traceback" not in err, err
     assert proc.returncode in (0, 130) and (proc.returncode == 0 or err == "nsys-rules: interrupted\n"), (proc.returncode, err)
+
+
+#: Delays from the very start of the process: the interpreter's start-up (~30 ms here), the CLI's imports, the run.
+EARLY = [i * 0.01 for i in range(0, 40, 3)]
+#: The console script, as pip's generated wrapper runs it (an old wrapper may still point at cli.console).
+CONSOLE = "import sys; from nsys_rules.__main__ import console; sys.exit(console())"
+
+
+@pytest.mark.parametrize("entry", ["-m", "console script"])
+def test_interrupt_in_the_first_moments_is_never_our_traceback(entry):
+    """Ctrl-C from the first line of nsys_rules.__main__ on: exit 130 and the one line, whatever is importing.
+
+    Before that line only the interpreter runs (site, runpy, an editable install's finder): an interrupt there
+    is Python's own (a traceback of those frames, or the signal), never one through a module of the package.
+    """
+    head = [sys.executable, "-m", "nsys_rules"] if entry == "-m" else [sys.executable, "-c", CONSOLE]
+    codes = []
+    for delay in EARLY:
+        proc = subprocess.Popen([*head, "check", "--no-plugins", E], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        frames = [line for line in err.splitlines() if line.strip().startswith('File "')]
+        assert not any(f"{os.sep}nsys_rules{os.sep}" in line for line in frames), (delay, err)
+        assert proc.returncode in (0, 1, 130, -signal.SIGINT), (delay, proc.returncode, err)
+        if proc.returncode == 130:
+            assert err == "nsys-rules: interrupted\n", (delay, err)
+        codes.append(proc.returncode)
+    assert codes.count(130) >= 3, codes
+
+
+def test_interrupt_once_the_entry_module_ran_is_the_one_line():
+    """The start-up handler itself, with no timing: the signal sent right after nsys_rules.__main__ is imported."""
+    code = "import os, time, nsys_rules.__main__; os.kill(os.getpid(), 2); time.sleep(30); print('not interrupted')"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "nsys-rules: interrupted\n")
+
+
+def test_a_spawned_worker_keeps_pythons_own_interrupt():
+    """A worker multiprocessing spawns (--dask local) imports the console script again: no second handler there."""
+    code = ("import multiprocessing.spawn, signal, nsys_rules.__main__; "
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.stdout == "True\n", proc.stderr
+
+
+def test_the_cli_takes_interrupts_back_once_it_runs(monkeypatch):
+    """Inside main() a Ctrl-C is a KeyboardInterrupt again (its clean-up runs), not the start-up handler's exit."""
+    from nsys_rules import cli
+
+    def at_start(signum, frame):
+        raise AssertionError("the start-up handler must be gone")
+
+    at_start.__qualname__ = "_interrupted_at_start"
+    seen = []
+    monkeypatch.setattr(signal, "signal", lambda sig, handler: seen.append((sig, handler)))
+    monkeypatch.setattr(signal, "getsignal", lambda sig: at_start)
+    cli._take_over_interrupts()
+    assert seen == [(signal.SIGINT, signal.default_int_handler)]
 
 
 def test_interrupt_during_nsys_rep_export_leaves_no_temporary_folder(tmp_path):

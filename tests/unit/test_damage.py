@@ -18,6 +18,14 @@ def test_to_int_keeps_exact_integers_and_refuses_the_rest():
     assert damage.to_int(floats, -1).tolist() == [3, -1, -1]
 
 
+def test_to_int_refuses_booleans():
+    """True is no time and no id: a boolean column (or one boolean among objects) reads as unknown, not 1."""
+    assert damage.to_int(np.array([True, False, True]), -1).tolist() == [-1, -1, -1]
+    mixed = np.array([True, 5, np.bool_(False), "7", None], dtype=object)
+    assert damage.to_int(mixed, -1).tolist() == [-1, 5, -1, 7, -1]
+    assert damage.unreadable_count(mixed, damage.to_int(mixed, -1), -1) == 2
+
+
 def test_unreadable_count_ignores_nulls():
     raw = np.array([1, None, "x", b"\x01"], dtype=object)
     assert damage.unreadable_count(raw, damage.to_int(raw, -1), -1) == 2

@@ -102,6 +102,39 @@ def test_unsigned_ids_nulls_and_values_beyond_int64(tmp_path):
         trace.close()
 
 
+@pytest.mark.parametrize("table", ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"])
+def test_a_boolean_time_column_is_damage_not_zero_and_one(tmp_path, table):
+    """A bool ``start`` once read as 0/1: every kernel began at the session start and step-outliers divided
+    by zero (exit 4). Booleans are no times: the rows go, with a note, and the run completes."""
+    folder = folder_from_sqlite(_scenario(tmp_path), tmp_path / "b.parquetdir")
+    data = pq.read_table(folder / f"{table}.parquet")
+    flags = pa.array([i % 2 == 0 for i in range(data.num_rows)], pa.bool_())
+    pq.write_table(data.set_column(data.schema.get_field_index("start"), "start", flags), folder / f"{table}.parquet")
+    proc = run_cli("check", "--format", "json", "--fail-on", "never", "--no-plugins", str(folder))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["errors"] == [] and report["summary"]["errors"] == 0
+    canonical = {"CUPTI_ACTIVITY_KIND_KERNEL": "kernels", "CUPTI_ACTIVITY_KIND_RUNTIME": "api", "NVTX_EVENTS": "nvtx"}
+    notes = [d for d in report["traces"][0]["damage"] if d.startswith(canonical[table] + ":")]
+    assert notes and f"{data.num_rows} row(s) with a non-numeric start" in notes[0], report["traces"][0]["damage"]
+
+
+def test_a_boolean_id_column_is_read_as_unknown(tmp_path):
+    folder = folder_from_sqlite(_scenario(tmp_path), tmp_path / "b.parquetdir")
+    kernels = pq.read_table(folder / "CUPTI_ACTIVITY_KIND_KERNEL.parquet")
+    flags = pa.array([True] * kernels.num_rows, pa.bool_())
+    at = kernels.schema.get_field_index("deviceId")
+    pq.write_table(kernels.set_column(at, "deviceId", flags), folder / "CUPTI_ACTIVITY_KIND_KERNEL.parquet")
+    trace = open_trace(folder)
+    try:
+        frame = trace.frame("kernels", ["start", "device_id"])
+        assert len(frame) == kernels.num_rows and (frame["device_id"] == NULL_INT).all()
+        assert any(d.startswith(f"kernels.device_id: {kernels.num_rows} value(s) that are not integers")
+                   for d in trace.damage)
+    finally:
+        trace.close()
+
+
 def test_folder_detection_and_expansion(tmp_path):
     sqlite_path = _scenario(tmp_path)
     runs = tmp_path / "runs"

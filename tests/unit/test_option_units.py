@@ -76,3 +76,40 @@ def test_old_name_on_the_command_line_warns_once_and_the_report_shows_the_new_na
 def test_a_name_that_never_existed_is_still_a_usage_error():
     proc = run_cli("check", str(EXAMPLE), "--set", "kernel-tail.min_shares=2")
     assert proc.returncode == 2 and "did you mean" in proc.stderr
+
+
+@pytest.mark.parametrize("text", ["١", "²", "\uff11", "1_000", "", "+", "1e", "0x10", "1,5"])
+def test_numbers_in_other_scripts_are_not_numbers(text):
+    from nsys_rules.units import plain_float, whole_number
+
+    with pytest.raises(ValueError):
+        plain_float(text)
+    with pytest.raises(ValueError):
+        whole_number(text)
+
+
+@pytest.mark.parametrize(("text", "value"), [("2", 2.0), (" 2.5 ", 2.5), ("-1e3", -1000.0), (".5", 0.5), ("5.", 5.0),
+                                             ("1E2", 100.0)])
+def test_plain_numbers_read_as_float(text, value):
+    from nsys_rules.units import plain_float
+
+    assert plain_float(text) == value
+
+
+def test_whole_numbers_take_a_sign_and_no_fraction():
+    from nsys_rules.units import whole_number
+
+    assert whole_number(" -12 ") == -12 and whole_number("+7") == 7
+    with pytest.raises(ValueError):
+        whole_number("1.0")
+
+
+def test_a_negative_percent_is_refused_for_every_rule_and_zero_is_not():
+    from nsys_rules.errors import UsageError
+
+    pct_options = [(n, f) for n, r in RULES.items() for f in _fields(r) if f.endswith("_pct")]
+    assert len(pct_options) > 20
+    for name, option in pct_options:
+        with pytest.raises(UsageError, match="cannot be negative"):
+            parse_set([f"{name}.{option}=-1"], RULES, REGISTRY.aliases())
+        assert parse_set([f"{name}.{option}=0"], RULES, REGISTRY.aliases())[name][option] == 0

@@ -30,7 +30,7 @@ def test_folder_of_ranks_in_json(job):
     proc = run_cli("check", str(job), "--format", "json", "--no-plugins")
     assert proc.returncode == 0, proc.stderr  # warnings only: under the default --fail-on error
     data = validate_report(proc.stdout)
-    assert data["schema_version"] == "1.2"
+    assert data["schema_version"] == "1.3"
     straggler = [f for f in data["findings"] if f["rule"] == "rank-straggler"]
     assert len(straggler) == 1 and straggler[0]["location"]["rank"] == 3
     assert straggler[0]["location"]["trace"].endswith("node0_rank3_1.sqlite")

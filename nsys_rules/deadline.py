@@ -27,7 +27,7 @@ from nsys_rules.records import RunError
 __all__ = ["Deadline", "grace_seconds", "install", "installed", "watch"]
 
 #: ``os._exit`` as it was at import: a plugin replacing ``os._exit`` cannot disarm the watchdog.
-_hard_exit = os._exit
+_hard_exit: Callable[[int], None] = os._exit  # typed as returning: a test stands in for it
 
 
 #: Seconds a rule gets to give up after a real Ctrl-C before the process ends with exit 130.
@@ -99,6 +99,7 @@ class Deadline:
         if self._interrupted:
             _say("nsys-rules: interrupted")
             _hard_exit(130)
+            return  # only reached when _hard_exit is a test's stand-in
         try:
             if error is not None:
                 self.expire(error)
@@ -120,9 +121,22 @@ def install(expire: Callable[[RunError], None]) -> Deadline:
 
 
 def installed() -> Deadline | None:
-    """The deadline of this process (None when none was installed, or in a forked worker: its thread is gone)."""
+    """The deadline of this process (None when none was installed).
+
+    A worker forked from a process with a deadline (``--jobs``) gets its own: the parent's thread is not in the
+    child. There the report is the parent's to write, so the worker says which rule would not stop and ends; the
+    parent reports that trace as failed (exit 4).
+    """
+    global _installed
     deadline = _installed
-    return deadline if deadline is not None and deadline._pid == os.getpid() else None
+    if deadline is not None and deadline._pid != os.getpid():
+        _installed = deadline = Deadline(_end_worker)
+        deadline.start()
+    return deadline
+
+
+def _end_worker(error: RunError) -> None:
+    _say(f"nsys-rules: rule {error.rule} {error.error} (on {error.trace}); its worker process was ended")
 
 
 @contextmanager

@@ -303,3 +303,15 @@ def test_endless_generator_stays_small(tmp_path, trace):
                               timeout=120)
         peaks[name] = int(proc.stdout.strip()) // 1024
     assert peaks["endless"] - peaks["quiet"] < 100, peaks  # MB: 1000 findings of 4 KB, not gigabytes
+
+
+def test_rule_that_ignores_the_time_limit_in_a_worker_ends_that_worker(tmp_path, trace):
+    """--jobs: the worker is ended, the parent writes the report with the failed trace (exit 4), no hang."""
+    other = tmp_path / "second.sqlite"
+    other.write_bytes(trace.read_bytes())
+    proc, seconds = run_hostile(tmp_path, UNSTOPPABLE["catches BaseException in a retry loop"], "--format", "json",
+                                "--fail-on", "never", "--rule-timeout", "1", "--jobs", "2", str(trace), str(other))
+    assert proc.returncode == 4, (proc.returncode, proc.stderr[-2000:])
+    assert seconds < 60, seconds
+    report = validate_report(proc.stdout)
+    assert report["errors"] and "its worker process was ended" in proc.stderr

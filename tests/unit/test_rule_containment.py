@@ -259,3 +259,14 @@ def test_grace_grows_with_the_limit_within_bounds():
     from nsys_rules.deadline import grace_seconds
 
     assert grace_seconds(1) == 2 and grace_seconds(100) == 10 and grace_seconds(3000) == 30
+
+
+@pytest.mark.parametrize("text, cap", [("max-findings = 5\n", 5), ("max-findings = 0\n", None), ("", 1000)])
+def test_max_findings_from_the_config_file(tmp_path, text, cap):
+    from nsys_rules.config import load_config
+    from nsys_rules.plugin_manager import build_registry
+
+    path = tmp_path / "nsys-rules.toml"
+    path.write_text(text)
+    registry = build_registry(autoload=False)
+    assert load_config(path, registry.rules, registry.aliases()).max_findings == cap

@@ -134,10 +134,17 @@ class _Live:
     """What the run knows while rules run, for the deadline's report (:func:`report_so_far`)."""
 
     report: Report | None = None
+    #: Traces finished outside ``report.results`` (several traces in turn: their results join it at the end).
+    done: list[TraceResult] = dataclasses.field(default_factory=list)
     partial: Callable[[RunError], TraceResult] | None = None
 
 
 _LIVE = _Live()
+
+
+def trace_done(result: TraceResult) -> None:
+    """Note a finished trace's result for :func:`report_so_far` (a run over several traces, one after another)."""
+    _LIVE.done.append(result)
 
 
 def _partial_result(result: TraceResult, finished: list[tuple[type[Rule], RuleOutcome]], settings: Settings,
@@ -156,8 +163,8 @@ def report_so_far(error: RunError) -> Report:
     """The report of what this run knows now, with ``error``: the traces done, the one in progress with the rules
     that finished on it. Called by the deadline's watchdog thread while a rule will not stop."""
     live = _LIVE.report
-    report = (dataclasses.replace(live, results=list(live.results), errors=list(live.errors)) if live is not None
-              else Report(rules=[], plugins=[], fail_on="error"))
+    report = (dataclasses.replace(live, results=[*live.results, *_LIVE.done], errors=list(live.errors))
+              if live is not None else Report(rules=[], plugins=[], fail_on="error"))
     partial = _LIVE.partial
     if partial is not None:
         report.results.append(partial(error))
@@ -248,6 +255,7 @@ def run_check(paths: list[Path], registry: Registry, settings: Settings, open_tr
                             "options": dataclasses.asdict(effective_options(r, settings))} for r in rules],
                     plugins=registry.plugins, fail_on=settings.fail_on, errors=list(registry.errors), registry=registry)
     _LIVE.report = report
+    _LIVE.done = []
     from nsys_rules.job_run import Collected, collect, run_job
 
     ranks = Collected()

@@ -315,3 +315,24 @@ def test_rule_that_ignores_the_time_limit_in_a_worker_ends_that_worker(tmp_path,
     assert seconds < 60, seconds
     report = validate_report(proc.stdout)
     assert report["errors"] and "its worker process was ended" in proc.stderr
+
+
+def test_rule_that_ignores_the_time_limit_on_a_later_trace_keeps_the_earlier_ones(tmp_path, trace):
+    other = tmp_path / "second.sqlite"
+    other.write_bytes(trace.read_bytes())
+    body = """
+if ctx.trace.label.endswith("second.sqlite"):
+    while True:
+        try:
+            time.sleep(0.05)
+        except BaseException:
+            pass
+yield ctx.finding("fine here", "nothing")
+"""
+    proc, seconds = run_hostile(tmp_path, body, "--format", "json", "--fail-on", "never", "--rule-timeout", "1",
+                                str(trace), str(other))
+    assert proc.returncode == 4 and seconds < 30, (proc.returncode, proc.stderr[-2000:])
+    report = validate_report(proc.stdout)
+    assert [t["path"] for t in report["traces"]] == [str(trace), str(other)]
+    assert {f["location"].get("trace") for f in report["findings"] if f["rule"] == "hostile"} == {str(trace)}
+    assert [(e["rule"], e["trace"]) for e in report["errors"]] == [("hostile", str(other))]

@@ -74,6 +74,9 @@ def routed_stdout() -> Iterator[RuleStdout]:
         yield current
         return
     router = RuleStdout(current, threading.get_ident())
+    if current is None:  # no stdout at all (pythonw, closed by a library caller): no report to protect
+        yield router
+        return
     sys.stdout = router  # a stream in all that print() and write() use (TextIO is not checked at runtime)
     try:
         yield router

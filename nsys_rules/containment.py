@@ -8,8 +8,9 @@ the report or the rules after it:
   routes them), and so do writes to file descriptor 1 (``os.write(1, ...)``, a child process, C
   code's ``printf``): fd 1 is pointed at stderr for the rule's duration. A thread the rule leaves
   running keeps writing to stderr: only the thread that installed the router writes the report.
-* ``sys.stdout``/``sys.stderr`` objects, the working directory and the ``umask`` are put back as
-  they were, whatever the rule set them to.
+* ``sys.stdout``/``sys.stderr`` objects, the working directory, the ``umask``, the thread's signal
+  mask (a rule that blocks ``SIGALRM`` would disarm the next rules' time limit) and the interpreter's
+  thread switch interval are put back as they were, whatever the rule set them to.
 * ``KeyboardInterrupt``: a real Ctrl-C is the user's and still ends the run (exit 130), even when
   the rule swallows it (the deadline's watchdog ends the process 2 s later); a rule *raising*
   ``KeyboardInterrupt`` without one (a plugin's ``raise KeyboardInterrupt`` to bail out) is that
@@ -123,6 +124,8 @@ def contained() -> Iterator[Contained]:
         cwd = _open_cwd()
         mask = os.umask(0o022)
         os.umask(mask)
+        blocked = _signal_mask()
+        switch = sys.getswitchinterval()
         saved_fd = _point_stdout_fd_at_stderr()
         old_sigint = _watch_sigint(seen)
         try:
@@ -138,6 +141,15 @@ def contained() -> Iterator[Contained]:
             _after(router, old_out, old_err, before, seen)
             _restore_cwd(cwd)
             os.umask(mask)
+            if blocked is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            sys.setswitchinterval(switch)
+
+
+def _signal_mask() -> set[int | signal.Signals] | None:
+    if not hasattr(signal, "pthread_sigmask"):
+        return None  # not POSIX: no signal masks
+    return signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
 
 def _after(router: RuleStdout, old_out: Any, old_err: Any, before: set[threading.Thread], seen: Contained) -> None:

@@ -64,6 +64,31 @@ def test_cwd_umask_and_streams_are_put_back(tmp_path, monkeypatch):
         os.umask(mask)
 
 
+def test_signal_mask_and_switch_interval_are_put_back():
+    import signal
+
+    switch = sys.getswitchinterval()
+
+    def check(self, ctx):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        sys.setswitchinterval(100)
+        return []
+
+    outcome_of(check)
+    assert signal.SIGALRM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    assert sys.getswitchinterval() == switch
+
+    def spins(self, ctx):
+        while True:
+            pass
+
+    # The next rule's time limit still works: its alarm is not blocked.
+    rule = type("Spin", (Rule,), {"name": "spin", "title": "t", "requires": ("kernels",), "Options": NoOptions,
+                                  "__doc__": "A rule.", "check": spins})
+    (error,) = run_rule(rule, lambda: _Ctx(rule()), "t.sqlite", timeout=0.5).errors  # type: ignore[arg-type]
+    assert "did not finish within 0.5 s" in error.error
+
+
 def test_cwd_is_found_back_after_the_rule_renames_it(tmp_path, monkeypatch):
     here = tmp_path / "here"
     here.mkdir()

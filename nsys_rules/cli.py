@@ -91,7 +91,7 @@ def console() -> None:
     interpreter's shutdown puts the default SIGINT action back, and an interrupt landing there
     would end the process by the signal instead of the documented exit code.
     """
-    code = main()
+    code = main(own_process=True)
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -116,13 +116,17 @@ def _leave(code: int) -> None:
     (``atexit``: temporary folders, logging, plugins' handlers) and both streams flush, the
     process leaves with ``os._exit``; otherwise (or when a flush fails: the reader left the
     pipe) it exits through ``sys.exit`` as before.
+
+    Threads left running never hold the exit: the report is written, so a thread a plugin rule started and
+    never ended (``isolation`` names it on stderr) is not waited for; ``sys.exit`` would join it forever.
     """
     import atexit
     import threading
 
     # A profiler or tracer around the run (cProfile, coverage) writes its results after the code returns.
     watched = sys.getprofile() is not None or sys.gettrace() is not None
-    if watched or any(t is not threading.main_thread() and not t.daemon for t in threading.enumerate()):
+    stray = any(t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate())
+    if watched and not stray:
         sys.exit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
@@ -130,21 +134,26 @@ def _leave(code: int) -> None:
             if stream is not None:
                 stream.flush()
         except (OSError, ValueError):
-            sys.exit(code)
+            if not stray:
+                sys.exit(code)
     os._exit(code)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns (and, as a console script, exits with) the exit code."""
+def main(argv: Sequence[str] | None = None, own_process: bool = False) -> int:
+    """Run the CLI; returns (and, as a console script, exits with) the exit code.
+
+    ``own_process``: the caller is the console script, so the run may end the process itself when a rule ignores
+    its time limit (:mod:`nsys_rules.deadline`); a library caller keeps its process.
+    """
     previous = sys.unraisablehook
     sys.unraisablehook = _redeliver_interrupt
     try:
-        return _run(argv)
+        return _run(argv, own_process)
     finally:
         sys.unraisablehook = previous
 
 
-def _run(argv: Sequence[str] | None) -> int:
+def _run(argv: Sequence[str] | None, own_process: bool = False) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     # `--debug` anywhere but after `--`, where it belongs to the program that `profile` runs.
     ours = args_list[: args_list.index("--")] if "--" in args_list else args_list
@@ -162,6 +171,7 @@ def _run(argv: Sequence[str] | None) -> int:
         args = parser.parse_args(args_list)
         if not hasattr(args, "run"):  # a command command_of did not see (after `--`): parse with every one
             args = build_parser().parse_args(args_list)
+        args.own_process = own_process
         # The command (its imports and the analysis) without the cyclic collector. Inside this try, so that a
         # Ctrl-C landing while the collector is put back is the one "interrupted" line like any other.
         with collector_paused():

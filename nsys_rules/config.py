@@ -27,7 +27,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 TOP_KEYS = ("select", "ignore", "fail-on", "severity", "rules", "steady-ranges", "max-memory", "rule-timeout",
-            "noise-floor")
+            "noise-floor", "max-findings")
 
 
 def find_config(start: Path) -> Path | None:
@@ -74,6 +74,8 @@ def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Map
             settings.noise_floor_pct = parse_percent(value, f"{path}: noise-floor")
         elif key == "rule-timeout":
             settings.rule_timeout = parse_seconds(value, f"{path}: rule-timeout")
+        elif key == "max-findings":
+            settings.max_findings = parse_max_findings(value, f"{path}: max-findings")
         elif key == "severity":
             if not isinstance(value, dict):
                 raise UsageError(f"{path}: severity must be a table of rule = \"info|warning|error\"")
@@ -122,6 +124,15 @@ def parse_seconds(value: object, where: str = "--rule-timeout") -> float:
     if isinstance(value, bool) or not math.isfinite(seconds) or seconds <= 0 or seconds > 10**7:
         raise UsageError(f"{where}: expected a number of seconds above 0 (e.g. 300), not {clip_value(value, 40)!r}")
     return seconds
+
+
+def parse_max_findings(value: object, where: str = "--max-findings") -> int | None:
+    """Findings kept per rule and trace: a whole number >= 1, or 0 for no limit (None); UsageError otherwise."""
+    text = str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
+    if not (text.isascii() and text.isdigit()) or len(text) > 12:
+        raise UsageError(f"{where}: expected a whole number of findings (e.g. 1000; 0: no limit), "
+                         f"not {clip_value(value, 40)!r}")
+    return int(text) or None
 
 
 def parse_set(items: list[str], rules: Mapping[str, type[Rule]], aliases: Mapping[str, str]) -> dict[str, dict[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -14,7 +15,8 @@ from nsys_rules.answer import finalize, part_owners
 from nsys_rules.model.compat import missing_table
 from nsys_rules.settings import Settings
 from nsys_rules.findings import rank_key
-from nsys_rules.isolation import run_rule
+from nsys_rules.containment import routed_stdout
+from nsys_rules.isolation import RuleOutcome, run_rule
 from nsys_rules.loaders.memory_limit import enforce_limit as enforce_memory_limit
 from nsys_rules.options import effective_options, rule_window_kind, select_rules
 from nsys_rules.records import RunError, Skipped, TraceInfo
@@ -79,18 +81,24 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         budget = with_gpu_metrics(trace, steps, budget)  # unchanged without GPU metrics in the trace
     # Isolated and time-limited (nsys_rules.isolation): a failing, hanging or lying rule is an error entry.
     # On many cores the rules run side by side (nsys_rules.rule_threads); the outcomes keep their order.
-    outcomes = run_all(
-        runnable,
-        lambda item: run_rule(item[0], functools.partial(_context, trace, item[0], item[1], windows, steps, budget),
-                              trace.label, settings.rule_timeout),
-        thread_count(len(runnable), settings.max_memory is not None),
-        started=(lambda item: progress(item[0].name)) if progress else None,
-        shareable=lambda item: item[0].__module__.startswith("nsys_rules."))
+    finished: list[tuple[type[Rule], RuleOutcome]] = []
+
+    def run_one(item: tuple[type[Rule], Any]) -> RuleOutcome:
+        outcome = run_rule(item[0], functools.partial(_context, trace, item[0], item[1], windows, steps, budget),
+                           trace.label, settings.rule_timeout, settings.max_findings)
+        finished.append((item[0], outcome))
+        return outcome
+
+    _LIVE.partial = functools.partial(_partial_result, result, finished, settings)
+    try:
+        with routed_stdout():  # rule code prints to stderr: stdout is the report's
+            outcomes = run_all(runnable, run_one, thread_count(len(runnable), settings.max_memory is not None),
+                               started=(lambda item: progress(item[0].name)) if progress else None,
+                               shareable=lambda item: item[0].__module__.startswith("nsys_rules."))
+    finally:
+        _LIVE.partial = None
     for (rule, _), outcome in zip(runnable, outcomes, strict=True):
-        override = settings.severity.get(rule.name)
-        result.findings.extend(dataclasses.replace(f, severity=override) if override else f for f in outcome.findings)
-        result.skipped.extend([outcome.skipped] if outcome.skipped else [])
-        result.errors.extend(outcome.errors)
+        _add_outcome(result, rule, outcome, settings)
     judged = steady.duration_ns(_capture_span(trace)) if budget is None else 0
     result.findings = finalize(result.findings, budget, steady.bounds, settings.noise_floor_pct, judged,
                                frozenset(settings.severity))
@@ -111,6 +119,58 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
                                      "the steady steps ran no GPU work")
     result.info.damage = list(dict.fromkeys(trace.damage))
     return result
+
+
+def _add_outcome(result: TraceResult, rule: type[Rule], outcome: RuleOutcome, settings: Settings) -> None:
+    override = settings.severity.get(rule.name)
+    result.findings.extend(dataclasses.replace(f, severity=override) if override else f for f in outcome.findings)
+    result.skipped.extend([outcome.skipped] if outcome.skipped else [])
+    result.errors.extend(outcome.errors)
+    result.capped.extend([outcome.capped] if outcome.capped else [])
+
+
+@dataclass
+class _Live:
+    """What the run knows while rules run, for the deadline's report (:func:`report_so_far`)."""
+
+    report: Report | None = None
+    #: Traces finished outside ``report.results`` (several traces in turn: their results join it at the end).
+    done: list[TraceResult] = dataclasses.field(default_factory=list)
+    partial: Callable[[RunError], TraceResult] | None = None
+
+
+_LIVE = _Live()
+
+
+def trace_done(result: TraceResult) -> None:
+    """Note a finished trace's result for :func:`report_so_far` (a run over several traces, one after another)."""
+    _LIVE.done.append(result)
+
+
+def _partial_result(result: TraceResult, finished: list[tuple[type[Rule], RuleOutcome]], settings: Settings,
+                    error: RunError) -> TraceResult:
+    """The trace's result from the rules that finished, plus ``error`` (the rule that would not stop)."""
+    info = dataclasses.replace(result.info, budget=None, budget_reason="the run was ended before the budget was "
+                               "attached (a rule did not stop)")
+    partial = TraceResult(info, skipped=list(result.skipped))
+    for rule, outcome in list(finished):
+        _add_outcome(partial, rule, outcome, settings)
+    partial.errors.append(error)
+    return partial
+
+
+def report_so_far(error: RunError) -> Report:
+    """The report of what this run knows now, with ``error``: the traces done, the one in progress with the rules
+    that finished on it. Called by the deadline's watchdog thread while a rule will not stop."""
+    live = _LIVE.report
+    report = (dataclasses.replace(live, results=[*live.results, *_LIVE.done], errors=list(live.errors))
+              if live is not None else Report(rules=[], plugins=[], fail_on="error"))
+    partial = _LIVE.partial
+    if partial is not None:
+        report.results.append(partial(error))
+    else:
+        report.errors.append(error)
+    return report
 
 
 def _capture_span(trace: Trace) -> tuple[int, int]:
@@ -195,6 +255,8 @@ def run_check(paths: list[Path], registry: Registry, settings: Settings, open_tr
                             "options": dataclasses.asdict(effective_options(r, settings))} for r in rules],
                     plugins=registry.plugins, fail_on=settings.fail_on, errors=list(registry.errors), registry=registry,
                     config=settings.source)
+    _LIVE.report = report
+    _LIVE.done = []
     from nsys_rules.job_run import Collected, collect, run_job
 
     ranks = Collected()

@@ -10,7 +10,15 @@ the run must end with the report of every other rule and a documented exit code:
   fields that are text, metrics that are numbers, savings a finite number >= 0, a location
   that serializes): a bad one is dropped with an error naming the rule and what is wrong.
 
-``KeyboardInterrupt`` is the user's, not the plugin's: it still ends the run (exit 130).
+* a rule returns at most ``--max-findings`` findings (1000 by default): the first ones are kept and
+  the rest counted (:class:`~nsys_rules.records.Capped`, the report's ``capped``); a generator is
+  read no further than one past the limit, so an endless one costs nothing;
+* the process state a rule changes is put back after it, and its output goes to stderr, never
+  into the report on stdout (:mod:`nsys_rules.containment`);
+* a ``KeyboardInterrupt`` *raised* by the rule (no Ctrl-C arrived) is that rule's error; a real
+  Ctrl-C is the user's and still ends the run (exit 130), even when the rule swallowed it;
+* a rule that ignores the time limit (catches ``BaseException`` in a loop, resets ``SIGALRM``)
+  is ended with the process, after the report of what is known (:mod:`nsys_rules.deadline`).
 
 The time limit uses ``SIGALRM`` in the main thread: the alarm raises :class:`RuleTimeout`
 (a ``BaseException``, so a plugin's ``except Exception`` cannot swallow it) and is re-armed
@@ -22,9 +30,11 @@ left to the operating system (``timeout``, the CI job limit).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -32,10 +42,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from nsys_rules.settings import DEFAULT_RULE_TIMEOUT
+from nsys_rules.containment import Contained, contained
+from nsys_rules.deadline import watch
+from nsys_rules.settings import DEFAULT_MAX_FINDINGS, DEFAULT_RULE_TIMEOUT
 from nsys_rules.errors import InputError, MissingData, PluginError, UsageError
 from nsys_rules.findings import Finding, Location, Metric, Severity, rank_key
-from nsys_rules.records import RunError, Skipped
+from nsys_rules.records import Capped, RunError, Skipped
 from nsys_rules.rule import Rule, RuleContext
 from nsys_rules.textsafe import clip_value
 
@@ -52,17 +64,18 @@ class RuleOutcome:
     findings: list[Finding] = field(default_factory=list)
     skipped: Skipped | None = None
     errors: list[RunError] = field(default_factory=list)
+    capped: Capped | None = None
 
 
 def run_rule(rule: type[Rule], context: Callable[[], RuleContext], label: str,
-             timeout: float | None = DEFAULT_RULE_TIMEOUT) -> RuleOutcome:
+             timeout: float | None = DEFAULT_RULE_TIMEOUT, max_findings: int | None = DEFAULT_MAX_FINDINGS) -> RuleOutcome:
     """Run ``rule`` on the :class:`RuleContext` that ``context()`` builds, within ``timeout`` seconds.
 
     ``context`` is called inside the boundary but outside the time limit (the windows it cuts
     are shared by every rule): its :class:`MissingData` is a skip like the rule's own. ``label``
     names the trace in the outcome; ``timeout`` None means no limit. :class:`UsageError` and
     :class:`InputError` still end the run (a bad filter, a damaged file found mid-read are not
-    one rule's fault); everything else a rule can do is recorded.
+    one rule's fault); everything else a rule can do is recorded. ``max_findings`` None: no limit.
     """
     outcome = RuleOutcome()
 
@@ -70,9 +83,20 @@ def run_rule(rule: type[Rule], context: Callable[[], RuleContext], label: str,
         stack = "".join(traceback.format_exception(exc))[-4000:] if exc is not None else ""
         outcome.errors.append(RunError(message, rule=rule.name, trace=label, traceback=stack))
 
+    seen: Contained | None = None
+    hard = (f"did not stop at --rule-timeout {timeout:g} s (it ignored the stop) and the run was ended with what was "
+            "known" if timeout is not None else "")
     try:
         ctx = context()
-        produced = limited(lambda: _collect(ctx), timeout)
+        with contained() as seen, watch(timeout, RunError(hard, rule=rule.name, trace=label)):
+            produced, dropped = limited(lambda: _collect(ctx, max_findings), timeout)
+        if seen.interrupted:
+            raise KeyboardInterrupt  # the user's Ctrl-C, even when the rule swallowed it
+    except KeyboardInterrupt as exc:
+        if seen is None or seen.interrupted:  # SIGINT is delivered to the main thread, the one that watches it
+            raise
+        error("raised KeyboardInterrupt without a Ctrl-C; a rule must return its findings, not interrupt the run", exc)
+        return outcome
     except MissingData as gap:
         outcome.skipped = Skipped(rule.name, label, gap.reason, gap.fix)
         return outcome
@@ -87,6 +111,11 @@ def run_rule(rule: type[Rule], context: Callable[[], RuleContext], label: str,
     except Exception as exc:  # noqa: BLE001 - one rule failing must not hide the others
         error(f"{type(exc).__name__}: {clip_value(exc, 500)}", exc)
         return outcome
+    finally:
+        if seen is not None and seen.stray:
+            _note_stray(rule.name, label, seen.stray)
+    if dropped != 0:
+        outcome.capped = Capped(rule.name, label, len(produced), dropped)
     for i, item in enumerate(produced, 1):
         problem = finding_problem(item, rule.name)
         if problem:
@@ -96,11 +125,35 @@ def run_rule(rule: type[Rule], context: Callable[[], RuleContext], label: str,
     return outcome
 
 
-def _collect(ctx: RuleContext) -> list[Any]:
+def _collect(ctx: RuleContext, limit: int | None) -> tuple[list[Any], int | None]:
+    """The first ``limit`` things ``check`` returns, and how many more there were (None: more, not counted)."""
     produced = ctx.rule.check(ctx)
     if isinstance(produced, (str, bytes, dict)) or not hasattr(produced, "__iter__"):
         raise TypeError(f"check() returned {type(produced).__name__}, not an iterable of findings")
-    return list(produced)
+    if limit is None:
+        return list(produced), 0
+    if isinstance(produced, (list, tuple)):  # already whole: the count of the rest is free
+        return list(produced[:limit]), max(0, len(produced) - limit)
+    items = list(itertools.islice(produced, limit + 1))  # one past the limit says there were more
+    if len(items) <= limit:
+        return items, 0
+    close = getattr(produced, "close", None)
+    if callable(close):
+        try:
+            close()  # the generator's own cleanup (finally blocks), not its next finding
+        except Exception:  # noqa: BLE001 - a generator that yields on close: its findings are not read anyway
+            pass
+    return items[:limit], None
+
+
+def _note_stray(rule: str, label: str, threads: list[threading.Thread]) -> None:
+    """One stderr line: the rule left threads running; the process will not wait for them."""
+    kept_alive = [t for t in threads if not t.daemon]
+    if not kept_alive:
+        return
+    names = ", ".join(clip_value(t.name, 40) for t in kept_alive[:3]) + (", ..." if len(kept_alive) > 3 else "")
+    sys.stderr.write(f"nsys-rules: rule {rule} left {len(kept_alive)} thread(s) running on {clip_value(label, 200)} "
+                     f"({names}); the run does not wait for them\n")
 
 
 def call_plugin(function: Callable[..., Any], what: str, *args: Any) -> Any:

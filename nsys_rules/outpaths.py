@@ -1,6 +1,7 @@
 """Where output files may go, and writing them whole or not at all.
 
-``--html``, ``--write-baseline``, ``$GITHUB_STEP_SUMMARY`` and ``explain --output`` write files.
+``--html``, ``--write-baseline``, ``$GITHUB_STEP_SUMMARY``, ``profile --command-file`` and ``explain --output``
+write files.
 A typo or a shell glob (``check --html rank0.sqlite rank1.sqlite``) must never turn a trace,
 the config or any nsys export into a report, so :func:`guard_outputs` refuses (exit 2), before
 anything runs, an output path that

@@ -31,7 +31,7 @@ import numpy as np
 
 from nsys_rules.dask_connect import DEFAULT_DASK_TIMEOUT, connect_client
 from nsys_rules.settings import Settings
-from nsys_rules.engine import Report, TraceResult, analyze_trace, run_check, select_rules
+from nsys_rules.engine import Report, TraceResult, analyze_trace, run_check, select_rules, trace_done
 from nsys_rules.errors import ExitCode, InputError, NsysRulesError, UsageError
 from nsys_rules.plugin_manager import Registry, build_registry
 from nsys_rules.records import RunError
@@ -262,6 +262,8 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
             answers = []
             for job in job_list:
                 answers.append(analyze_job(job))
+                if answers[-1].result is not None:
+                    trace_done(answers[-1].result)  # in the report written if a later rule never stops (deadline)
                 done(answers[-1])
                 if answers[-1].error and answers[-1].exit_code == ExitCode.BAD_INPUT:
                     break  # as a serial run does: the first unreadable trace ends it

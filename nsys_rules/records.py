@@ -51,6 +51,27 @@ class RunError:
         return {**{k: v for k, v in out.items() if v is not None}, "error": self.error}
 
 
+@dataclass(frozen=True)
+class Capped:
+    """A rule that returned more findings on a trace than ``--max-findings``: the first ``kept`` are in the
+    report; ``dropped`` more were not (None: the rule yields them one by one and the rest was never read, so at
+    least one more)."""
+
+    rule: str
+    trace: str
+    kept: int
+    dropped: int | None
+
+    def line(self) -> str:
+        """``rule flood on t.sqlite: 1000 findings kept, 4000 more dropped (--max-findings)``."""
+        more = f"{self.dropped} more dropped" if self.dropped is not None else "more not read (at least one)"
+        return f"rule {self.rule} on {self.trace}: {self.kept} findings kept, {more} (--max-findings)"
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``capped[]`` entry."""
+        return {"rule": self.rule, "trace": self.trace, "kept": self.kept, "dropped": self.dropped}
+
+
 @dataclass
 class TraceInfo:
     """What a trace is (``traces[]`` of the JSON): its file, who wrote it, its GPUs and capture, what it holds,

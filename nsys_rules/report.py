@@ -12,7 +12,7 @@ from typing import Any
 from nsys_rules import __version__
 from nsys_rules.errors import ExitCode
 from nsys_rules.findings import Finding, Severity, rank_key
-from nsys_rules.records import RunError, Skipped, TraceInfo
+from nsys_rules.records import Capped, RunError, Skipped, TraceInfo
 from nsys_rules.registry import Registry
 
 SCHEMA_VERSION = "1.3"
@@ -26,6 +26,8 @@ class TraceResult:
     findings: list[Finding] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     errors: list[RunError] = field(default_factory=list)
+    #: Rules that returned more findings than ``--max-findings`` on this trace (their first ones are kept).
+    capped: list[Capped] = field(default_factory=list)
     # The steady-state profile (nsys_rules.model.overview) for formats that draw it; None unless asked for.
     profile: dict[str, Any] | None = None
 
@@ -64,6 +66,11 @@ class Report:
     def all_errors(self) -> list[RunError]:
         """Plugin errors plus rule errors (job rules included)."""
         return self.errors + [e for r in self.results for e in r.errors] + (self.job.errors if self.job else [])
+
+    @property
+    def all_capped(self) -> list[Capped]:
+        """Rules whose findings were cut at ``--max-findings``, trace by trace."""
+        return [c for r in self.results for c in getattr(r, "capped", ())]
 
     @property
     def all_skipped(self) -> list[Skipped]:

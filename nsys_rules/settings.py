@@ -32,6 +32,8 @@ FAIL_ON = ("info", "warning", "error", "never")
 
 #: Seconds one rule may run (``--rule-timeout``, ``rule-timeout``): generous, it only stops a rule that hangs.
 DEFAULT_RULE_TIMEOUT = 300.0
+#: Findings one rule may report on one trace (``--max-findings``, ``max-findings``); the rest are counted, not kept.
+DEFAULT_MAX_FINDINGS = 1000
 
 
 @dataclass
@@ -46,6 +48,8 @@ class Settings:
     steady_ranges: list[str] = field(default_factory=list)
     max_memory: int | None = None
     rule_timeout: float = DEFAULT_RULE_TIMEOUT
+    #: Findings kept per rule and trace (None: no limit); a rule's further findings are dropped with a note.
+    max_findings: int | None = DEFAULT_MAX_FINDINGS
     filter_time: str | None = None
     filter_nvtx: str | None = None
     export_format: str = "sqlite"  # what a .nsys-rep is exported to first (--export-format)

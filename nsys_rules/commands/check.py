@@ -20,6 +20,7 @@ from nsys_rules.commands.common import (FAIL_CHOICES, add_filter_flags, add_plug
 from nsys_rules.commands.outputs import add_output_flags, finish, prepare
 
 if TYPE_CHECKING:
+    from nsys_rules.records import RunError
     from nsys_rules.registry import Registry
     from nsys_rules.report import Report
     from nsys_rules.settings import Settings
@@ -53,6 +54,9 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
                         "(default 0.5)")
     p.add_argument("--rule-timeout", metavar="SECONDS",
                    help="stop a rule that runs longer and report it as failed (exit 4); default 300")
+    p.add_argument("--max-findings", metavar="N",
+                   help="keep at most N findings per rule and trace, noting how many more there were "
+                        "(default 1000; 0: no limit)")
     p.add_argument("--jobs", "-j", type=whole_number_arg, default=1, metavar="N",
                    help="analyze up to N traces at once in worker processes (0: one per CPU); they share --max-memory")
     p.add_argument("--dask", metavar="SCHEDULER", help="run the per-trace work on Dask distributed: a scheduler "
@@ -133,6 +137,11 @@ def _run(args: argparse.Namespace) -> int:
     dask_timeout = _dask_timeout(args)
     paths = expand_inputs(args.traces, tuple(registry.loaders))
     baseline = prepare(args, registry, settings, paths)
+    if getattr(args, "own_process", False):
+        # The process is ours (the console script): a rule that ignores --rule-timeout ends it, after the report.
+        from nsys_rules.deadline import install
+
+        install(lambda error: _write_known(args, registry, error))
     if len(paths) > 1 or args.jobs != 1 or args.dask:
         # Several traces: per-trace tasks (pool, Dask or in turn) and the cross-trace summary.
         jobs = default_jobs() if args.jobs == 0 else args.jobs
@@ -160,6 +169,29 @@ def _run(args: argparse.Namespace) -> int:
     for line in failure_lines(report):
         sys.stderr.write(line + "\n")
     return int(report.exit_code)
+
+
+def _write_known(args: argparse.Namespace, registry: Registry, error: RunError) -> None:
+    """The deadline passed (a rule would not stop): the report of what is known to stdout, the failure lines to
+    stderr. Runs in the watchdog thread while the rule still runs, so it writes to the descriptors themselves
+    (the rule may hold a stream's lock); side files (--html, baselines) are not written."""
+    from nsys_rules.containment import real_stdout_fd
+    from nsys_rules.engine import report_so_far
+
+    report = report_so_far(error)
+    report.verbose = bool(getattr(args, "verbose", False))
+    text = str(registry.formatters[args.format](report))  # a plugin's format may return anything
+    if args.format in TERMINAL_FORMATS:
+        text = terminal_safe(text)
+    _write_fd(real_stdout_fd(), text)
+    _write_fd(2, "".join(line + "\n" for line in failure_lines(report)))
+
+
+def _write_fd(fd: int, text: str) -> None:
+    data = text.encode("utf-8", "replace")
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
 
 
 def failure_lines(report: Report) -> list[str]:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from nsys_rules.config import find_config, load_config, parse_percent, parse_seconds, parse_set
+from nsys_rules.config import find_config, load_config, parse_max_findings, parse_percent, parse_seconds, parse_set
 from nsys_rules.settings import FAIL_ON, Settings, build_options, resolve_rule_name
 from nsys_rules.errors import UsageError
 from nsys_rules.textsafe import clip_value
@@ -67,6 +67,8 @@ def settings_for(args: argparse.Namespace, registry: Registry) -> Settings:
         settings.max_memory = parse_size(args.max_memory)
     if getattr(args, "rule_timeout", None) is not None:
         settings.rule_timeout = parse_seconds(args.rule_timeout)
+    if getattr(args, "max_findings", None) is not None:
+        settings.max_findings = parse_max_findings(args.max_findings)
     settings.filter_time = filter_value(args, "filter_time", "START/END, e.g. 5s/7s")
     settings.filter_nvtx = filter_value(args, "filter_nvtx", "an NVTX range name")
     settings.export_format = getattr(args, "export_format", None) or "sqlite"

@@ -29,6 +29,7 @@ from nsys_rules.textsafe import terminal_safe
 from nsys_rules.commands.common import whole_number_arg
 from nsys_rules.commands import check
 from nsys_rules.commands.outputs import prepare
+from nsys_rules.outpaths import guard_outputs, write_atomic
 
 #: How many of the program's last output lines a failure shows.
 TAIL_LINES = 12
@@ -73,7 +74,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--allow-debug", action="store_true", help="profile a debug build anyway")
     p.add_argument("--dry-run", action="store_true", help="print the nsys command and the preflight verdict; run nothing")
     p.add_argument("--command-file", metavar="FILE",
-                   help="also write the nsys flags (all but -o) to FILE, for `nsys profile --command-file=FILE`")
+                   help="also write the nsys flags (all but -o) to FILE, for `nsys profile --command-file=FILE`; "
+                        "with --dry-run this file is the one thing written (the line says so)")
     check.add_check_options(p)
     p.set_defaults(run=run)
 
@@ -83,12 +85,14 @@ def run(args: argparse.Namespace) -> int:
     if not command:
         raise UsageError("profile needs the program to run after `--`, e.g. nsys-rules profile -- python bench.py")
     options = _options(args, command)
-    _validate_check_options(args)
+    config = _validate_check_options(args)
+    if args.command_file:
+        _guard_command_file(args, options, config)
     location = locate_nsys(args.nsys)
     problems = preflight(command, options, location, allow_debug=args.allow_debug)
     nsys_cmd = capture.nsys_command(str(location.path) if location.path else "nsys", options, command)
     if args.command_file:
-        _write_command_file(Path(args.command_file), options)
+        _write_command_file(Path(args.command_file), options, dry_run=args.dry_run)
     if args.dry_run:
         sys.stdout.write(shlex.join(nsys_cmd) + "\n")
         if options.python:  # the export that keeps the Python frames, run after the capture
@@ -113,12 +117,14 @@ def _options(args: argparse.Namespace, command: list[str]) -> CaptureOptions:
                           gpu_metrics=bool(args.metrics) or frequency is not None, gpu_metrics_frequency=frequency)
 
 
-def _validate_check_options(args: argparse.Namespace) -> None:
-    # A bad --select or --format must stop before a capture that can take minutes, not after it.
+def _validate_check_options(args: argparse.Namespace) -> str | None:
+    """Stop on a bad --select or --format before a capture that can take minutes, not after it; the config
+    file in use (None without one)."""
     registry, settings = check.check_setup(args)
     for rule in select_rules(registry, settings):
         effective_options(rule, settings)
     prepare(args, registry, settings)  # reads --baseline
+    return settings.source
 
 
 def preflight(command: list[str], options: CaptureOptions, location: NsysLocation, *,
@@ -173,14 +179,27 @@ def _report_problems(problems: list[Problem], verdict: bool) -> ExitCode | None:
     return stop
 
 
-def _write_command_file(path: Path, options: CaptureOptions) -> None:
-    text = capture.command_file_text(options)
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write the command file {path}: {exc.strerror or exc}") from None
-    _say(f"nsys flags written to {path}; reuse: nsys profile --command-file={shlex.quote(str(path))} "
-         f"-o {shlex.quote(options.output)} CMD")
+def _guard_command_file(args: argparse.Namespace, options: CaptureOptions, config: str | None) -> None:
+    """``--command-file`` obeys the rules of every output (:mod:`nsys_rules.outpaths`), checked before anything
+    runs: never an input (the config, the baseline, the report this capture writes), an nsys export, a FIFO or
+    device, or the path of another output."""
+    inputs = [Path(p) for p in (config, getattr(args, "baseline", None)) if p]
+    if "%" not in options.output:  # nsys expands %h/%p/%q{}: those names are only known once it ran
+        inputs += [Path(options.output + suffix) for suffix in (".sqlite", ".nsys-rep", ".qdstrm")]
+    guard_outputs({"--command-file": args.command_file, "--html": getattr(args, "html", None),
+                   "--write-baseline": getattr(args, "write_baseline", None)}, inputs,
+                  may_replace={"--write-baseline": getattr(args, "baseline", None)})
+
+
+def _write_command_file(path: Path, options: CaptureOptions, dry_run: bool = False) -> None:
+    # Atomic, like every output: a reader (nsys, another rank) sees the old flags or the new ones, and a
+    # symlink at ``path`` is replaced, never written through to its target.
+    write_atomic(path, capture.command_file_text(options), "the command file")
+    reuse = f"nsys profile --command-file={shlex.quote(str(path))} -o {shlex.quote(options.output)} CMD"
+    if dry_run:
+        _say(f"--dry-run: nothing run; the one file written is the command file {path} (reuse: {reuse})")
+    else:
+        _say(f"nsys flags written to {path}; reuse: {reuse}")
 
 
 def _capture_and_check(args: argparse.Namespace, nsys_cmd: list[str], options: CaptureOptions) -> int:

@@ -75,6 +75,10 @@ def format_html(report: Report) -> str:
         body.append("<section><p class='empty'>No trace was analysed.</p></section>")
     if getattr(report, "job", None) is not None and report.job.info.get("ranks"):
         body.append(_job_section(report))
+    capped = report.all_capped
+    if capped:
+        body.append("<section><h2>Findings cut at --max-findings</h2><ul>" + "".join(
+            f"<li>{html_safe(c.line())}</li>" for c in capped) + "</ul></section>")
     plugin_errors = list(report.errors)
     if plugin_errors:
         body.append("<section><h2>Plugin errors</h2><ul>" + "".join(

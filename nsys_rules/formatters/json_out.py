@@ -25,6 +25,9 @@ def envelope(report: Report) -> dict[str, Any]:
     }
     if getattr(report, "cross_trace", None) is not None:
         out["cross_trace"] = report.cross_trace  # only when several traces ran (schema: optional)
+    capped = report.all_capped
+    if capped:
+        out["capped"] = [c.to_json() for c in capped]  # only when a rule's findings were cut (schema 1.3: optional)
     if getattr(report, "job", None) is not None:
         out["job"] = report.job.info  # only when the traces held a multi-rank job (schema 1.1: optional)
     return out

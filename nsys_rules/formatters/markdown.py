@@ -79,6 +79,7 @@ def format_markdown(report: Report) -> str:
         lines += ["", "</details>", ""]
     for e in report.all_errors:
         lines.append(f"> **error** in {code_cell(e.rule or e.plugin)}: {cell(e.error, 300)}")
+    lines += [f"> **capped**: {cell(c.line(), 600)}" for c in report.all_capped]
     return "\n".join(lines).rstrip() + "\n"
 
 

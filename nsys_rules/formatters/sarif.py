@@ -82,6 +82,9 @@ def sarif_log(report: Report) -> dict[str, Any]:
     notifications = [
         {"level": "error", "message": {"text": sarif_text(f"{e.rule or e.plugin or '?'}: {e.error}")}}
         for e in report.all_errors]
+    # A rule's findings cut at --max-findings: the results are not all it found.
+    notifications += [{"level": "warning", "descriptor": {"id": c.rule}, "message": {"text": sarif_text(c.line())}}
+                      for c in report.all_capped]
     # Damage the loader repaired: the results cover less than the file holds.
     notifications += [{"level": "warning", "message": {"text": sarif_text(f"damaged export {r.info.path}: {note}")}}
                       for r in report.results for note in r.info.damage]

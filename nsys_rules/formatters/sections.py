@@ -51,6 +51,7 @@ def tail_lines(report: Report, ranked: Answer, width: int) -> list[str]:
     lines += skipped_lines(report, report.verbose)
     for e in report.all_errors:
         lines.append(one_line(f"error: {e.rule or e.plugin}: {e.error}"))
+    lines += [one_line(f"capped: {c.line()}") for c in report.all_capped]
     if report.cross_trace:
         lines.extend(cross_trace_lines(report.cross_trace, width))
     if report.job is not None:

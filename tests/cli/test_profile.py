@@ -124,6 +124,117 @@ def test_command_file_holds_the_flags(fake, capsys):
     assert "nsys profile --command-file=decode.nsys -o target/profiling/x CMD" in capsys.readouterr().err
 
 
+def _profile_in_thread(argv: list[str], unblock: Path | None = None, seconds: float = 20) -> int:
+    """``main(argv)`` in a thread: a write that blocks (a FIFO opened for writing) fails the test instead of
+    hanging it; ``unblock`` (the FIFO) is opened for reading to set the thread free."""
+    import os
+    import threading
+
+    box: dict[str, int] = {}
+    worker = threading.Thread(target=lambda: box.setdefault("rc", main(argv)), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        if unblock is not None:
+            os.close(os.open(unblock, os.O_RDONLY | os.O_NONBLOCK))
+        worker.join(5)
+        pytest.fail(f"profile {argv} blocked for {seconds} s")
+    return box["rc"]
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_command_file_over_a_sqlite_export_is_refused(fake, capsys, tmp_path, dry_run):
+    from nsys_rules.testing import TraceBuilder
+
+    builder = TraceBuilder()
+    builder.kernel("k", 0, 10)
+    trace = builder.write(fake.work / "old.sqlite")
+    before = trace.read_bytes()
+    rc = main(["profile", *(["--dry-run"] if dry_run else []), "--command-file", str(trace), "--", PY, "x.py"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "--command-file" in err and "is a SQLite database" in err, err
+    assert trace.read_bytes() == before
+    assert profile_calls(fake) == []
+
+
+@pytest.mark.parametrize("name", ["x.nsys-rep", "x.sqlite"])
+def test_command_file_naming_the_report_this_capture_writes_is_refused(fake, capsys, name):
+    rc = main(["profile", "-o", "x", "--command-file", name, "--", PY, "x.py"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "is an input" in err, err
+    assert not (fake.work / name).exists() and profile_calls(fake) == []
+
+
+def test_command_file_inside_an_export_folder_or_being_a_folder_is_refused(fake, capsys):
+    folder = fake.work / "run.parquetdir"
+    folder.mkdir()
+    (folder / "StringIds.parquet").write_bytes(b"PAR1")
+    for target, needle in ((folder / "flags.txt", "inside an nsys export folder"), (folder, "is a folder")):
+        assert main(["profile", "--dry-run", "--command-file", str(target), "--", PY, "x.py"]) == 2
+        assert needle in capsys.readouterr().err
+    assert sorted(p.name for p in folder.iterdir()) == ["StringIds.parquet"]
+
+
+def test_command_file_on_a_fifo_is_refused_without_blocking(fake, capsys):
+    import os
+
+    fifo = fake.work / "flags.fifo"
+    os.mkfifo(fifo)
+    for dry in ([], ["--dry-run"]):
+        rc = _profile_in_thread(["profile", *dry, "--command-file", str(fifo), "--", PY, "x.py"], unblock=fifo)
+        err = capsys.readouterr().err
+        assert rc == 2 and "not a regular file" in err, err
+    assert profile_calls(fake) == []
+
+
+def test_command_file_through_a_symlink_replaces_the_link_not_its_target(fake, capsys):
+    target = fake.work / "notes.txt"
+    target.write_text("keep me\n")
+    link = fake.work / "flags.nsys"
+    link.symlink_to(target)
+    assert main(["profile", "--dry-run", "--command-file", str(link), "--", PY, "x.py"]) == 0
+    assert target.read_text() == "keep me\n"
+    assert not link.is_symlink() and link.read_text().startswith("--force-overwrite=true\n")
+    # A link to an export is refused like the export itself.
+    trace = fake.work / "t.sqlite"
+    from nsys_rules.testing import TraceBuilder
+
+    builder = TraceBuilder()
+    builder.kernel("k", 0, 10)
+    builder.write(trace)
+    (fake.work / "to-trace.nsys").symlink_to(trace)
+    assert main(["profile", "--dry-run", "--command-file", str(fake.work / "to-trace.nsys"), "--", PY, "x.py"]) == 2
+    assert "is a SQLite database" in capsys.readouterr().err
+
+
+def test_command_file_equal_to_another_output_or_the_config_is_refused(fake, capsys):
+    (fake.work / "nsys-rules.toml").write_text('fail-on = "warning"\n')
+    assert main(["profile", "--dry-run", "--command-file", "nsys-rules.toml", "--", PY, "x.py"]) == 2
+    assert "is an input" in capsys.readouterr().err
+    assert (fake.work / "nsys-rules.toml").read_text() == 'fail-on = "warning"\n'
+    assert main(["profile", "--dry-run", "--html", "r.html", "--command-file", "r.html", "--", PY, "x.py"]) == 2
+    err = capsys.readouterr().err
+    assert "--html r.html is also the --command-file output" in err, err
+
+
+def test_command_file_is_written_atomically_and_the_dry_run_line_says_so(fake, capsys, monkeypatch):
+    from nsys_rules import outpaths
+
+    (fake.work / "flags.nsys").write_text("old flags\n")
+
+    def fail(*args):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(outpaths.os, "fsync", fail)
+        assert main(["profile", "--dry-run", "--command-file", "flags.nsys", "--", PY, "x.py"]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert (fake.work / "flags.nsys").read_text() == "old flags\n"  # the old file whole, no temporary left
+    assert sorted(p.name for p in fake.work.iterdir()) == ["flags.nsys"]
+    assert main(["profile", "--dry-run", "--command-file", "flags.nsys", "--", PY, "x.py"]) == 0
+    assert "--dry-run: nothing run; the one file written is the command file flags.nsys" in capsys.readouterr().err
+
+
 # -- the capture and the check ------------------------------------------------------------------
 def test_profile_captures_then_checks_the_export(fake, capsys):
     rc = main(["profile", "--format", "json", "--fail-on", "never", "--html", "report.html", "--",

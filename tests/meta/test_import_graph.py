@@ -149,6 +149,7 @@ FLOORS = {
     "nsys_rules.capture": "face", "nsys_rules.nsys_status": "face", "nsys_rules.diff": "face",
     "nsys_rules.config": "face",
     "nsys_rules.engine": "engine", "nsys_rules.plugin_manager": "engine", "nsys_rules.isolation": "engine",
+    "nsys_rules.containment": "engine", "nsys_rules.deadline": "engine",
     "nsys_rules.parallel": "engine", "nsys_rules.rule_threads": "engine", "nsys_rules.options": "engine",
     "nsys_rules.settings": "engine", "nsys_rules.answer": "engine", "nsys_rules.inputs": "engine",
     "nsys_rules.job_run": "engine", "nsys_rules.nsys_locate": "engine",

@@ -108,6 +108,9 @@ class Location:
     #: The program's source line behind the finding (Python samples or backtraces), since schema 1.2;
     #: not part of the fingerprint, since a line moves with every edit above it.
     source: SourceLine | None = None
+    #: The steady steps the finding names, numbered from 1 as the message and the HTML timeline number them
+    #: (since schema 1.3); not part of the fingerprint, since the same problem lands in other steps next run.
+    steps: tuple[int, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Only the fields that are set."""
@@ -119,6 +122,8 @@ class Location:
             out[key] = list(value) if key == "nvtx" else (int(value) if key not in ("trace", "kernel", "api") else value)
         if self.source is not None:
             out["source"] = self.source.to_json()
+        if self.steps is not None:
+            out["steps"] = [int(s) for s in self.steps]
         return out
 
 

@@ -128,8 +128,9 @@ class KernelTail(Rule):
         text = kernel_message(f"{base_name(full_name)} grid {grid} block {block}", row, verdict,
                               "; ".join(instance_text(i, len(ctx.window.steps)) for i in worst.instances), more,
                               opts.tail_ratio)
+        named = tuple(i.step + 1 for i in worst.instances if i.step >= 0)
         location = Location(device=int(row["device"]), kernel=full_name, stream=worst.stream, start_ns=worst.start,
-                            end_ns=worst.end)
+                            end_ns=worst.end, steps=named or None)
         key = f"grid={grid} block={block}"
         if verdict.shape_variation:
             return ctx.finding(text, shape_recommendation(framework(ctx.trace)), severity=Severity.INFO,

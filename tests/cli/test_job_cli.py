@@ -13,6 +13,7 @@ from nsys_rules.inputs import open_trace
 from nsys_rules.testing.jobs import JobPlan, write_job
 from nsys_rules.parallel import run_many
 from nsys_rules.plugin_manager import build_registry
+from nsys_rules.report import SCHEMA_VERSION
 from tests.conftest import EXAMPLE, run_cli, validate_report
 
 JOB_RULES = "rank-straggler,exposed-comm,rank-imbalance"
@@ -30,7 +31,7 @@ def test_folder_of_ranks_in_json(job):
     proc = run_cli("check", str(job), "--format", "json", "--no-plugins")
     assert proc.returncode == 0, proc.stderr  # warnings only: under the default --fail-on error
     data = validate_report(proc.stdout)
-    assert data["schema_version"] == "1.2"
+    assert data["schema_version"] == SCHEMA_VERSION
     straggler = [f for f in data["findings"] if f["rule"] == "rank-straggler"]
     assert len(straggler) == 1 and straggler[0]["location"]["rank"] == 3
     assert straggler[0]["location"]["trace"].endswith("node0_rank3_1.sqlite")

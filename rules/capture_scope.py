@@ -10,8 +10,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, Location, PROFILER_START_APIS, Renamed, Rule, RuleContext, Severity, framework, in_set,
-                            metric, profiler_range_advice, shell_word)
+from nsys_rules.api import (Finding, Location, PROFILER_START_APIS, Renamed, Rule, RuleContext, Severity, debug_build,
+                            framework, in_set, metric, profiler_range_advice, program_command, shell_word)
 
 
 HTOD = 1
@@ -93,7 +93,8 @@ class CaptureScope(Rule):
     trace and judge the steady part with `nsys-rules check --filter-time` (the bounds in
     microseconds, rounded outward, so every steady step stays inside). Under `--filter-time` or
     `--filter-nvtx` the times before and after, and their share, are those inside the user's
-    window: a filter that keeps the steady state is not told to filter again.
+    window: a filter that keeps the steady state is not told to filter again. On a debug build
+    the command is the release build's, without `--delay` or `--filter-time` (the debug build's times).
     Options: `min_outside_pct`, `min_outside_ns`.
     Requires: the API table (to see a profiler range); kernels, NVTX and memcpy sharpen it.
     False positives: a trace meant to study start-up (loading time) itself.
@@ -157,19 +158,26 @@ class CaptureScope(Rule):
         loads = f"; {size} were copied host-to-device in {htod_copies} copies before it" if htod_bytes else ""
         whole = (f"a {hi / 1e9:.3f} s capture" if window.kind != "filter" else
                  f"the {(hi - capture_start) / 1e9:.3f} s the filter keeps")
-        program = trace.capture.command_line or "<your program>"
+        program = program_command(trace) or "<your program>"  # the release build's, for a debug build
         name = shell_word(Path(trace.label).stem or "report")
+        capture = ("`nsys profile -c cudaProfilerApi --capture-range-end=stop "
+                   f"--cuda-graph-trace=node --export=sqlite -o {name} {program}` with cudaProfilerStart/Stop around "
+                   f"the steps ({profiler_range_advice(framework(trace))})")
+        if debug_build(trace) is not None:
+            # The delay and the window are the debug build's times: the release build starts and steps at others,
+            # and judging this trace's steady part judges the debug build.
+            advice = f"When re-capturing the release build (see debug-build), capture only the measured loop: {capture}."
+        else:
+            advice = (f"Capture only the measured loop: {capture}; or `--delay={delay_s} --duration={duration_s}`; or "
+                      "keep this trace and judge the steady part with `nsys-rules check --filter-time "
+                      f"{filter_time_bounds(steady_start, steady_end)} {shell_word(trace.label)}`.")
         yield ctx.finding(
             f"The steady state ({window.source}) runs {steady_start / 1e9:.3f}-{steady_end / 1e9:.3f} s, "
             f"{(steady_end - steady_start) / 1e6:.1f} ms of {whole}: {scope.before / 1e9:.3f} s "
             f"before it and {scope.after / 1e9:.3f} s after it ({100 * scope.outside_share:.0f} % of the capture) "
             f"are start-up, warm-up and shutdown{first}{loads}. No cudaProfilerStart/cuProfilerStart call limits "
             "the capture.",
-            "Capture only the measured loop: `nsys profile -c cudaProfilerApi --capture-range-end=stop "
-            f"--cuda-graph-trace=node --export=sqlite -o {name} {program}` with cudaProfilerStart/Stop around the "
-            f"steps ({profiler_range_advice(framework(trace))}); or `--delay={delay_s} --duration={duration_s}`; or keep "
-            f"this trace and judge the steady part with `nsys-rules check --filter-time "
-            f"{filter_time_bounds(steady_start, steady_end)} {shell_word(trace.label)}`.",
+            advice,
             metrics={"time_before_steady_state": metric(scope.before, "ns"),
                      "time_after_steady_state": metric(scope.after, "ns"),
                      "outside_share": metric(100 * scope.outside_share, "%"),

@@ -68,6 +68,7 @@ class InputPrep(Rule):
     columns = {"memcpy": ("start", "end", "copy_kind", "bytes", "src_kind", "pid")}
     window = "steady"
     Options = Options
+    needs_release_build = True  # tunes measured kernel/host times: a debug build's are not the program's
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         model, budget = ctx.steps, ctx.budget

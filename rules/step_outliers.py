@@ -106,6 +106,7 @@ class StepOutliers(Rule):
                "kernels": ("start", "end", "name"), "memset": ("start", "end"), "graph_trace": ("start", "end")}
     window = "steady"
     Options = Options
+    needs_release_build = True  # tunes measured kernel/host times: a debug build's are not the program's
     renamed_options = {"warn_share": Renamed("warn_share_pct")}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:

@@ -14,7 +14,8 @@ from tabulate import tabulate
 from nsys_rules.report import Report
 from nsys_rules.textsafe import terminal_safe
 from nsys_rules.units import human_ns
-from nsys_rules.formatters.layout import NO_CUDA, Answer, budget_lines, gpu_names, one_line, shorten, skipped_lines
+from nsys_rules.formatters.layout import (NO_CUDA, Answer, budget_lines, debug_build_line, gpu_names, one_line, shorten,
+                                          skipped_lines)
 from nsys_rules.formatters.measured import measured_lines
 
 
@@ -31,6 +32,9 @@ def header_lines(report: Report, width: int) -> list[str]:
         lines.append(f"{one_line(info.path)}  (nsys {one_line(version)}, {gpu_names(info)})")
         # What the loader dropped or patched: the numbers below cover less than the file.
         lines.extend(f"damaged export: {one_line(note)}" for note in info.damage)
+        debug = debug_build_line(info)
+        if debug:
+            lines.append(one_line(debug))
         if not result.has_cuda:
             lines.append(NO_CUDA)
             continue

@@ -93,6 +93,7 @@ class KernelTail(Rule):
                "nvtx": ("start", "end", "name", "pid", "tid")}
     window = "steady"
     Options = Options
+    needs_release_build = True  # tunes measured kernel/host times: a debug build's are not the program's
     renamed_options = {"min_share": Renamed("min_share_pct", 100), "warn_share": Renamed("warn_share_pct", 100),
                        "shape_explained": Renamed("shape_explained_pct", 100),
                        "api_min_share": Renamed("api_min_share_pct", 100)}

@@ -155,6 +155,9 @@ class Finding:
     minor: bool = False
     #: Fingerprint of the root-cause finding that explains this symptom's time.
     folded_into: str | None = None
+    #: ``--baseline``: the saving the baseline recorded for this known finding, which grew past the gate since
+    #: (the finding is shown as worse); None for a finding the baseline does not hold. Since schema 1.3.
+    baseline_savings_ns: int | None = None
 
     def __post_init__(self) -> None:
         # Texts are bounded where they are made, so no output lays out a recorded multi-MB command
@@ -198,6 +201,8 @@ class Finding:
             out["minor"] = True
         if self.folded_into:
             out["folded_into"] = self.folded_into
+        if self.baseline_savings_ns is not None:
+            out["baseline_savings_ns"] = int(self.baseline_savings_ns)
         return out
 
 

@@ -199,7 +199,7 @@ def run_check(paths: list[Path], registry: Registry, settings: Settings, open_tr
                             "severity": r.default_severity.value,
                             "options": dataclasses.asdict(effective_options(r, settings))} for r in rules],
                     plugins=registry.plugins, fail_on=settings.fail_on, errors=list(registry.errors), registry=registry)
-    from nsys_rules.job_run import Collected, collect, run_job
+    from nsys_rules.job_run import Collected, collect, judge_job
 
     ranks = Collected()
     for path in paths:
@@ -209,5 +209,6 @@ def run_check(paths: list[Path], registry: Registry, settings: Settings, open_tr
             ranks.extend(collect(trace, rules, settings, several=len(paths) > 1))
         finally:
             trace.close()
-    report.job = run_job(ranks, rules, settings)
+    report.job, why = judge_job(ranks, rules, settings)
+    report.job_note = why if len(paths) > 1 else None  # one trace that is no job is the usual case: nothing to say
     return report

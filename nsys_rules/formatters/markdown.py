@@ -77,6 +77,8 @@ def format_markdown(report: Report) -> str:
         lines += [f"- {code_cell(x.rule)}: {cell(x.reason, 300)}" + (f" (fix: {cell(x.fix, 300)})" if x.fix else "")
                   for x in skipped]
         lines += ["", "</details>", ""]
+    if report.job is None and report.verbose and report.job_note:
+        lines += [f"job: not judged as one job: {cell(report.job_note, 600)}", ""]
     for e in report.all_errors:
         lines.append(f"> **error** in {code_cell(e.rule or e.plugin)}: {cell(e.error, 300)}")
     return "\n".join(lines).rstrip() + "\n"

@@ -22,6 +22,9 @@ Rules estimate what fixing their finding would save and name the budget part it 
    final readback).
 5. Findings that are not errors and save less than the noise floor are marked ``minor`` and shown
    as info at most, and so are timing findings whose savings were withheld: they wait for a re-capture.
+
+On a debug build (the debug-build error), the advice of rules that tune the program from its measured
+times (``Rule.needs_release_build``) is replaced by the re-capture: the times are the debug build's.
 """
 
 from __future__ import annotations
@@ -63,15 +66,18 @@ OUTSIDE = "outside"
 
 
 def finalize(findings: Iterable[Finding], budget: Budget | None, steady: tuple[int, int] | None,
-             noise_floor_pct: float = 0.5, judged_ns: int = 0, fixed: frozenset[str] = frozenset()) -> list[Finding]:
+             noise_floor_pct: float = 0.5, judged_ns: int = 0, fixed: frozenset[str] = frozenset(),
+             release_only: frozenset[str] = frozenset()) -> list[Finding]:
     """The findings of one trace, made into one consistent answer (see the module docstring).
 
     ``steady`` is the steady state's host span (start-up symptoms lie before it); ``judged_ns`` the
     time the noise floor is a share of when there are no steps (the judged window's length);
-    ``fixed`` the rules whose severity the user set (never raised here).
+    ``fixed`` the rules whose severity the user set (never raised here); ``release_only`` the rules
+    whose advice needs the release build's times (``Rule.needs_release_build``).
     """
     out = list(findings)
     out = _withhold(out)
+    out = _on_debug_build(out, release_only)
     out = _cap(out, budget)
     out = _fold(out, steady)
     out = _raise_owners(out, budget, fixed)
@@ -168,6 +174,29 @@ def _withhold(findings: list[Finding]) -> list[Finding]:
         else:
             out.append(f)
     return out
+
+
+#: The advice of a ``needs_release_build`` rule on a debug build: what to do before tuning anything.
+DEBUG_BUILD_ADVICE = ("Re-capture the release build first (the debug-build finding gives the command) and judge this "
+                      "again there: this trace's kernel and host times are the debug build's, so tuning from them "
+                      "misleads.")
+
+#: Why such a finding carries no saving.
+DEBUG_BUILD_NOTE = "judged on a debug build: its times are the debug build's; re-capture the release build first"
+
+
+def debug_build_error(findings: Iterable[Finding]) -> Finding | None:
+    """The debug-build error among ``findings`` (the trace runs a debug build), or None."""
+    return next((f for f in findings if f.rule == "debug-build" and f.severity is Severity.ERROR), None)
+
+
+def _on_debug_build(findings: list[Finding], release_only: frozenset[str]) -> list[Finding]:
+    """On a debug build, advice that tunes measured times becomes the re-capture, at most info, without a saving."""
+    if not release_only or debug_build_error(findings) is None:
+        return findings
+    return [dataclasses.replace(f, recommendation=DEBUG_BUILD_ADVICE, estimated_savings_ns=None, savings_range=None,
+                                savings_note=DEBUG_BUILD_NOTE, severity=min(f.severity, Severity.INFO, key=lambda s: s.rank))
+            if f.rule in release_only else f for f in findings]
 
 
 def _claim_order(f: Finding) -> tuple[int, int, int, str]:

@@ -50,7 +50,8 @@ from nsys_rules.loaders.export import Export
 from nsys_rules.loop import gpu_launches, gpu_op_frames, loop_span, spread, step_count
 from nsys_rules.model.activity import KERNEL, MEMCPY, MEMSET, REPLAY, gpu_ops, kernel_symbols
 from nsys_rules.model.budget import LABELS, Budget, part_of_class, require_visible_kernels
-from nsys_rules.model.commands import command_evidence, recapture_command
+from nsys_rules.model.commands import (CommandEvidence, command_evidence, debug_build, program_command,
+                                       recapture_command)
 from nsys_rules.model.framework import Framework, framework
 from nsys_rules.model.gpu_metrics import BudgetMetrics, PartActivity, measure_kernels
 from nsys_rules.model.job.model import Job
@@ -108,8 +109,9 @@ __all__ = [
     # Python call sites (nsys Python sampling and backtraces at CUDA calls)
     "python_stacks", "PythonStacks", "host_sites", "call_site", "call_site_rows", "PythonSite", "PythonFrame",
     "is_library_file",
-    # the recorded command, and words safe to paste into a shell
-    "command_evidence", "recapture_command", "shell_word", "shell_join",
+    # the recorded command (a debug build, the release command), and words safe to paste into a shell
+    "CommandEvidence", "command_evidence", "debug_build", "program_command", "recapture_command", "shell_word",
+    "shell_join",
     # units and files
     "pct", "human_ns", "parse_size", "read_small_text",
 ]

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nsys_rules.model.budget import Budget, step_budget
+from nsys_rules.model.commands import debug_build
 from nsys_rules.model.steps import StepModel, model_needs, restrict
-from nsys_rules.answer import finalize, part_owners
+from nsys_rules.answer import debug_build_error, finalize, part_owners
 from nsys_rules.model.compat import missing_table
 from nsys_rules.settings import Settings
 from nsys_rules.findings import rank_key
@@ -101,7 +102,11 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         _add_outcome(result, rule, outcome, settings)
     judged = steady.duration_ns(_capture_span(trace)) if budget is None else 0
     result.findings = finalize(result.findings, budget, steady.bounds, settings.noise_floor_pct, judged,
-                               frozenset(settings.severity))
+                               frozenset(settings.severity), frozenset(r.name for r in rules if r.needs_release_build))
+    debug = debug_build_error(result.findings)
+    if debug is not None:  # every format says so beside the trace, before any number
+        evidence = debug_build(trace)
+        result.info.debug_build = (evidence.reason if evidence is not None else debug.title)
     if settings.profile:
         _add_profile(trace, result, windows)
         if result.profile is not None and budget is not None and budget.metrics is not None and budget.metrics.measured:
@@ -257,7 +262,7 @@ def run_check(paths: list[Path], registry: Registry, settings: Settings, open_tr
                     config=settings.source)
     _LIVE.report = report
     _LIVE.done = []
-    from nsys_rules.job_run import Collected, collect, run_job
+    from nsys_rules.job_run import Collected, collect, judge_job
 
     ranks = Collected()
     for path in paths:
@@ -267,5 +272,6 @@ def run_check(paths: list[Path], registry: Registry, settings: Settings, open_tr
             ranks.extend(collect(trace, rules, settings, several=len(paths) > 1))
         finally:
             trace.close()
-    report.job = run_job(ranks, rules, settings)
+    report.job, why = judge_job(ranks, rules, settings)
+    report.job_note = why if len(paths) > 1 else None  # one trace that is no job is the usual case: nothing to say
     return report

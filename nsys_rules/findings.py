@@ -108,6 +108,9 @@ class Location:
     #: The program's source line behind the finding (Python samples or backtraces), since schema 1.2;
     #: not part of the fingerprint, since a line moves with every edit above it.
     source: SourceLine | None = None
+    #: The steady steps the finding names, numbered from 1 as the message and the HTML timeline number them
+    #: (since schema 1.3); not part of the fingerprint, since the same problem lands in other steps next run.
+    steps: tuple[int, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Only the fields that are set."""
@@ -119,6 +122,8 @@ class Location:
             out[key] = list(value) if key == "nvtx" else (int(value) if key not in ("trace", "kernel", "api") else value)
         if self.source is not None:
             out["source"] = self.source.to_json()
+        if self.steps is not None:
+            out["steps"] = [int(s) for s in self.steps]
         return out
 
 
@@ -150,6 +155,9 @@ class Finding:
     minor: bool = False
     #: Fingerprint of the root-cause finding that explains this symptom's time.
     folded_into: str | None = None
+    #: ``--baseline``: the saving the baseline recorded for this known finding, which grew past the gate since
+    #: (the finding is shown as worse); None for a finding the baseline does not hold. Since schema 1.3.
+    baseline_savings_ns: int | None = None
 
     def __post_init__(self) -> None:
         # Texts are bounded where they are made, so no output lays out a recorded multi-MB command
@@ -193,6 +201,8 @@ class Finding:
             out["minor"] = True
         if self.folded_into:
             out["folded_into"] = self.folded_into
+        if self.baseline_savings_ns is not None:
+            out["baseline_savings_ns"] = int(self.baseline_savings_ns)
         return out
 
 

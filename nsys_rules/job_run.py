@@ -90,16 +90,22 @@ class JobOutcome:
 
 
 def run_job(collected: Collected, rules: Iterable[type[Rule]], settings: Any) -> JobOutcome | None:
-    """Build the job from every rank and run the selected job rules (see :func:`_run_job`)."""
+    """Build the job from every rank and run the selected job rules (see :func:`judge_job`); None: no job."""
+    return judge_job(collected, rules, settings)[0]
+
+
+def judge_job(collected: Collected, rules: Iterable[type[Rule]], settings: Any) -> tuple[JobOutcome | None, str]:
+    """The job's outcome, or None and why the traces were not judged as one job (``check -v`` says it)."""
     with warnings.catch_warnings():
         # The job's arrays hold NaN wherever a rank lacks a collective or a step, by design:
         # numpy's "mean of empty slice" warnings about them are noise on the user's terminal.
         warnings.simplefilter("ignore", RuntimeWarning)
-        return _run_job(collected, rules, settings)
+        outcome = _run_job(collected, rules, settings)
+    return (None, outcome) if isinstance(outcome, str) else (outcome, "")
 
 
-def _run_job(collected: Collected, rules: Iterable[type[Rule]], settings: Any) -> JobOutcome | None:
-    """Build the job from every rank and run the selected job rules; None when there is no job.
+def _run_job(collected: Collected, rules: Iterable[type[Rule]], settings: Any) -> JobOutcome | str:
+    """Build the job from every rank and run the selected job rules; when there is no job, why.
 
     Traces without communication kernels on any rank are no job (one-GPU inference traces, or
     several runs compared side by side): nothing is reported. One rank with communication is a
@@ -108,12 +114,14 @@ def _run_job(collected: Collected, rules: Iterable[type[Rule]], settings: Any) -
     """
     selected = job_rules(rules)
     if not selected:
-        return None
+        return "no job rule is selected (--select/--ignore), so the traces were judged one by one"
     ranks = collected.ranks
     if collected.errors and not ranks:
         return JobOutcome({"ranks": []}, errors=list(collected.errors))
-    if not ranks or (len(ranks) == 1 and ranks[0].instances == 0):
-        return None
+    if not ranks:
+        return "no trace holds GPU kernels (or a second GPU, process or trace to pair with), so there are no ranks"
+    if len(ranks) == 1 and ranks[0].instances == 0:
+        return f"one rank ({_named([ranks[0]])}) and no communication kernels: a single-GPU run, not a job"
     try:
         job = build_job(ranks)
     except (UsageError, InputError):
@@ -121,7 +129,7 @@ def _run_job(collected: Collected, rules: Iterable[type[Rule]], settings: Any) -
     except Exception as exc:  # noqa: BLE001 - one bad job model is an error entry, exit 4, not a crash
         return JobOutcome({"ranks": []}, errors=[*collected.errors, _error("job", exc, ranks[0].trace)])
     if job.rows.count == 0 and not collected.errors:
-        return None
+        return _no_collectives(ranks, job)
     outcome = JobOutcome(describe_job(job), errors=list(collected.errors))
     for rule in selected:
         try:
@@ -139,6 +147,27 @@ def _run_job(collected: Collected, rules: Iterable[type[Rule]], settings: Any) -
         except Exception as exc:  # noqa: BLE001 - one rule failing must not hide the others
             outcome.errors.append(_error(rule.name, exc, "job"))
     return outcome
+
+
+def _named(ranks: list[RankData]) -> str:
+    """The ranks' traces, by file name, a few of them; with the rank a file name carries."""
+    names = []
+    for r in ranks[:4]:
+        label = r.trace.replace("\\", "/").rsplit("/", 1)[-1]
+        names.append(f"{label} (rank {r.hint.rank} by its {r.hint.source})" if r.hint.rank is not None else label)
+    more = f" and {len(ranks) - 4} more" if len(ranks) > 4 else ""
+    return ", ".join(names) + more
+
+
+def _no_collectives(ranks: list[RankData], job: Job) -> str:
+    """Why ranks that were collected make no job: no communication at all, or none that meets across ranks."""
+    talking = sum(1 for d in job.data if d.instances)
+    if not talking:
+        return (f"none of the {len(ranks)} ranks ({_named(ranks)}) ran communication kernels (NCCL, RCCL, NVSHMEM, "
+                "... by name, nor kernels that behave as collectives across ranks): they are separate runs, each "
+                "judged on its own, not the ranks of one job")
+    return (f"{talking} of the {len(ranks)} ranks ({_named(ranks)}) ran communication kernels, but no collective "
+            "matched across ranks (different programs, or captures of different times): no job to judge")
 
 
 def _error(rule: str, exc: BaseException, trace: str) -> RunError:

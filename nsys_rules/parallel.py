@@ -280,13 +280,14 @@ def run_many(paths: list[Path], registry: Registry, settings: Settings, *, jobs:
     profiles = [(a.path, a.profile) for a in answers if a.result is not None]
     if len(profiles) > 1:
         report.cross_trace = cross_trace_summary(profiles)
-    from nsys_rules.job_run import Collected, run_job
+    from nsys_rules.job_run import Collected, judge_job
 
     ranks = Collected()
     for answer in answers:
         if answer.ranks is not None:
             ranks.extend(answer.ranks)  # in input order: the traces' order numbers the ranks
-    report.job = run_job(ranks, select_rules(registry, settings), settings)
+    report.job, why = judge_job(ranks, select_rules(registry, settings), settings)
+    report.job_note = why if len(answers) > 1 else None
     return report
 
 

@@ -96,6 +96,8 @@ class TraceInfo:
     damage: list[str] = field(default_factory=list)
     #: ``--baseline``: the baseline file and how many findings it suppressed.
     baseline: dict[str, Any] | None = None
+    #: Why the trace is a debug build, when the debug-build error fired: every number describes the debug build.
+    debug_build: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``traces[]`` entry."""
@@ -111,4 +113,6 @@ class TraceInfo:
             out["damage"] = self.damage
         if self.baseline is not None:
             out["baseline"] = self.baseline
+        if self.debug_build is not None:
+            out["debug_build"] = self.debug_build
         return out

@@ -53,6 +53,7 @@ class Report:
     registry: Registry | None = None
     cross_trace: dict[str, Any] | None = None  # set by nsys_rules.parallel when several traces ran
     job: Any = None  # nsys_rules.job_run.JobOutcome when the traces held a multi-rank job
+    job_note: str | None = None  # several traces but no job: why not (human formats say it under check -v)
     verbose: bool = False  # human formats list skipped rules one by one (check -v)
     config: str | None = None  # the config file the run read (Settings.source), None when none
 

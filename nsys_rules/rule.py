@@ -59,6 +59,9 @@ class Rule(Generic[ContextT]):
     (:class:`nsys_rules.job_rule.JobRule`, scope ``"job"``) run once over all ranks instead.
     ``renamed_options`` maps an option's former name to its :class:`Renamed` (shares and
     fractions are percents named ``*_pct``; the old names stay accepted for one release).
+    ``needs_release_build`` is True for a rule whose advice tunes the program from its measured
+    times (kernels, launches, host code): on a trace the debug-build error marks, those times are
+    the debug build's, and the answer (:mod:`nsys_rules.answer`) replaces the advice with the re-capture.
     """
 
     name: ClassVar[str] = ""
@@ -72,6 +75,7 @@ class Rule(Generic[ContextT]):
     Options: ClassVar[type] = NoOptions
     scope: ClassVar[str] = "trace"
     renamed_options: ClassVar[Mapping[str, Renamed]] = {}
+    needs_release_build: ClassVar[bool] = False
 
     def check(self, ctx: ContextT) -> Iterable[Finding]:
         """Yield findings for ``ctx.trace`` (a :class:`RuleContext`); raise :class:`MissingData` to be skipped."""

@@ -120,6 +120,7 @@ class Fp32Gemm(Rule):
     columns = {"kernels": ("start", "end", "name", "device_id")}
     window = "steady"
     Options = Options
+    needs_release_build = True  # tunes measured kernel/host times: a debug build's are not the program's
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         kernels = ctx.frame("kernels")

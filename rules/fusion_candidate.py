@@ -48,6 +48,7 @@ class FusionCandidate(Rule):
     optional = ()
     window = "steady"
     Options = Options
+    needs_release_build = True  # tunes measured kernel/host times: a debug build's are not the program's
     renamed_options = {"min_share": Renamed("min_share_pct"), "kept_fraction": Renamed("kept_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:

@@ -69,6 +69,7 @@ class InputPrep(Rule):
                "api": ("start", "end", "pid", "tid", "name")}  # not return_value: 17 MB on 2M calls, never read
     window = "steady"
     Options = Options
+    needs_release_build = True  # tunes measured kernel/host times: a debug build's are not the program's
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         model, budget = ctx.steps, ctx.budget

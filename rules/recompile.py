@@ -104,7 +104,9 @@ class Recompile(Rule):
                 metrics={"steps": metric(len(event.steps), "count"), "extra_time": metric(event.extra_ns, "ns"),
                          "module_loads": metric(event.loads, "count"), "graph_captures": metric(event.captures, "count"),
                          "median_step": metric(int(median), "ns"), "loop_time": metric(loop_ns, "ns")},
-                location=Location(pid=model.pid), key=f"{event.what}:{'steady' if event.in_steady else 'regime'}")
+                # Regime steps count from the end of warm-up, not among the steady steps: only steady ones are named.
+                location=Location(pid=model.pid, steps=event.steps if event.in_steady else None),
+                key=f"{event.what}:{'steady' if event.in_steady else 'regime'}")
 
 
 def _steady_events(facts: StepFacts, durations: np.ndarray, median: float, count: int,

@@ -106,6 +106,7 @@ class StepOutliers(Rule):
                "kernels": ("start", "end", "name"), "memset": ("start", "end"), "graph_trace": ("start", "end")}
     window = "steady"
     Options = Options
+    needs_release_build = True  # tunes measured kernel/host times: a debug build's are not the program's
     renamed_options = {"warn_share": Renamed("warn_share_pct")}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
@@ -128,8 +129,8 @@ class StepOutliers(Rule):
         cause = self._cause(ctx, slow, growth)
         share = pct(excess, budget.total_ns)
         severity = Severity.WARNING if share >= opts.warn_share_pct else Severity.INFO
-        listed = ", ".join(f"step {i + 1} {durations[i] / 1e6:.2f} ms" for i in
-                           slow[np.argsort(-durations[slow], kind="stable")][:opts.listed])
+        shown = slow[np.argsort(-durations[slow], kind="stable")][:opts.listed]
+        listed = ", ".join(f"step {i + 1} {durations[i] / 1e6:.2f} ms" for i in shown)
         period = _period(slow)
         rhythm = f" (every {period} steps)" if period else ""
         grew = ", ".join(f"{LABELS.get(k, k)} +{v / 1e6:.2f} ms" for k, v in list(growth.items())[:3])
@@ -143,7 +144,8 @@ class StepOutliers(Rule):
         first = int(slow[0])
         yield ctx.finding(message, _advice(cause.kind, framework(ctx.trace)), severity=severity, metrics=metrics,
                           location=Location(device=budget.device, start_ns=int(model.gpu[first, 0]),
-                                            end_ns=int(model.gpu[int(slow[-1]), 1])),
+                                            end_ns=int(model.gpu[int(slow[-1]), 1]),
+                                            steps=tuple(int(i) + 1 for i in shown)),
                           estimated_savings_ns=excess, budget_part="+".join(cause.parts) or None, key=cause.kind)
 
     def _cause(self, ctx: RuleContext, slow: np.ndarray, growth: dict[str, int]) -> Cause:

@@ -27,14 +27,28 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
     """``--baseline``, ``--write-baseline``, ``--html`` and ``--github-summary``."""
     p.add_argument("--baseline", metavar="FILE",
                    help="report only findings whose fingerprint is not in FILE (a --write-baseline file or a json report)")
+    p.add_argument("--baseline-gate", metavar="PCT", type=_gate_pct, default=None,
+                   help="with --baseline: a known finding whose saving grew by more than PCT percent (and 1 ms) is "
+                        "shown as worse and counts for --fail-on (default 20)")
     p.add_argument("--write-baseline", metavar="FILE", help="write the fingerprints of this run's findings to FILE")
     p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report to FILE")
     p.add_argument("--github-summary", action="store_true",
                    help="append the markdown summary to $GITHUB_STEP_SUMMARY when that variable is set")
 
 
+def _gate_pct(text: str) -> float:
+    """``--baseline-gate``: a percent, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percent (a number, 0 or more, e.g. 20)")
+    return value
+
+
 def prepare(args: argparse.Namespace, registry: Registry, settings: Settings,
-            inputs: Iterable[Path] = ()) -> set[str] | None:
+            inputs: Iterable[Path] = ()) -> dict[str, int | None] | None:
     """Before the run: refuse an output that would overwrite an input or an export; turn on the
     profile when an output draws it; read the baseline early (fail fast)."""
     guard_outputs({"--html": getattr(args, "html", None), "--write-baseline": getattr(args, "write_baseline", None),
@@ -49,6 +63,8 @@ def prepare(args: argparse.Namespace, registry: Registry, settings: Settings,
         wanted.append(registry.formatters.get("markdown"))
     if any(getattr(f, "needs_profile", False) for f in wanted if f is not None):
         settings.profile = True
+    if getattr(args, "baseline_gate", None) is not None and not getattr(args, "baseline", None):
+        raise UsageError("--baseline-gate needs --baseline FILE: it says when a known finding got worse")
     if getattr(args, "baseline", None):
         from nsys_rules.baseline import read_baseline
 
@@ -56,15 +72,17 @@ def prepare(args: argparse.Namespace, registry: Registry, settings: Settings,
     return None
 
 
-def finish(args: argparse.Namespace, report: Report, registry: Registry, baseline: set[str] | None) -> None:
+def finish(args: argparse.Namespace, report: Report, registry: Registry, baseline: dict[str, int | None] | None) -> None:
     """After the run: write the baseline (of everything found), then apply the one given, then side files."""
-    from nsys_rules.baseline import apply_baseline, write_baseline
+    from nsys_rules.baseline import DEFAULT_GATE_PCT, apply_baseline, write_baseline
 
     if getattr(args, "write_baseline", None):
         write_baseline(report, Path(args.write_baseline))
     if baseline is not None:
-        dropped = apply_baseline(report, baseline, args.baseline)
-        sys.stderr.write(f"nsys-rules: {dropped} finding(s) already in the baseline {args.baseline} not shown\n")
+        gate = getattr(args, "baseline_gate", None)
+        dropped, worse = apply_baseline(report, baseline, args.baseline, DEFAULT_GATE_PCT if gate is None else gate)
+        grown = f"; {worse} known finding(s) grew past the gate and are shown as worse" if worse else ""
+        sys.stderr.write(f"nsys-rules: {dropped} finding(s) already in the baseline {args.baseline} not shown{grown}\n")
     if getattr(args, "html", None):
         _write(Path(args.html), _render(registry, "html", report), "HTML report")
     summary = _summary_path(args)

@@ -20,8 +20,8 @@ from nsys_rules.textsafe import clip, html_safe
 from nsys_rules.units import human_ns
 from nsys_rules.formatters.measured import measured_view, pct_text
 from nsys_rules.formatters.html_charts import CLASS_COLORS, classes_section, distributions_section, timeline_section
-from nsys_rules.formatters.layout import (NO_CUDA, Entry, answer, budget_view, draws_profile, explains_line, gpu_names, ms,
-                                          savings_note, savings_share, savings_text)
+from nsys_rules.formatters.layout import (NO_CUDA, Entry, answer, budget_view, debug_build_line, draws_profile, explains_line,
+                                          gpu_names, ms, savings_note, savings_share, savings_text)
 from nsys_rules.formatters.sections import job_summary_lines
 
 SEVERITY_COLORS = {"error": "#dc2626", "warning": "#f59e0b", "info": "#3b82f6"}
@@ -99,6 +99,9 @@ def _trace_section(result: TraceResult, report: Report, many: bool) -> str:
            + (f" · steady state: {html_safe(p['window'])}" if p else "") + "</p>"]
     # What the loader dropped or patched: the numbers cover less than the file.
     out += [f"<p class='sub'>⚠ damaged export: {html_safe(note)}</p>" for note in info.damage]
+    debug = debug_build_line(info)
+    if debug:
+        out.append(f"<p class='sub'>⚠ {html_safe(debug)}</p>")
     if not result.has_cuda:
         return "".join(out) + f"<section><p class='empty'>{html_safe(NO_CUDA)}</p></section>"
     out.append(_budget_section(info))

@@ -40,6 +40,14 @@ NO_CUDA = ("no CUDA activity: the trace holds no CUDA API call, kernel, copy or 
            "judge; capture with `nsys profile --trace=cuda` (and check that the program uses the GPU)")
 
 
+def debug_build_line(info: TraceInfo) -> str | None:
+    """The line every human format shows under a trace the debug-build error marks, or None."""
+    if info.debug_build is None:
+        return None
+    return (f"judged on a debug build ({info.debug_build}): every time below is the debug build's, and advice that "
+            "tunes them waits for the release build; re-capture it first (see debug-build)")
+
+
 def terminal_width() -> int | None:
     """Columns to lay out for: ``COLUMNS`` when set, else the terminal's, else None (not a terminal)."""
     env = os.environ.get("COLUMNS", "").strip()

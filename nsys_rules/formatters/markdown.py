@@ -22,8 +22,8 @@ from nsys_rules.report import Report, TraceResult
 from nsys_rules.textsafe import markdown_code, markdown_safe
 from nsys_rules.units import human_ns
 from nsys_rules.formatters.measured import measured_view, pct_text
-from nsys_rules.formatters.layout import (NO_CUDA, Entry, answer, budget_view, draws_profile, explains_line, gpu_names, ms,
-                                          savings_note, savings_share, savings_text, shorten)
+from nsys_rules.formatters.layout import (NO_CUDA, Entry, answer, budget_view, debug_build_line, draws_profile, explains_line,
+                                          gpu_names, ms, savings_note, savings_share, savings_text, shorten)
 
 #: Findings listed in full; the rest are counted.
 TOP_FINDINGS = 10
@@ -77,6 +77,8 @@ def format_markdown(report: Report) -> str:
         lines += [f"- {code_cell(x.rule)}: {cell(x.reason, 300)}" + (f" (fix: {cell(x.fix, 300)})" if x.fix else "")
                   for x in skipped]
         lines += ["", "</details>", ""]
+    if report.job is None and report.verbose and report.job_note:
+        lines += [f"job: not judged as one job: {cell(report.job_note, 600)}", ""]
     for e in report.all_errors:
         lines.append(f"> **error** in {code_cell(e.rule or e.plugin)}: {cell(e.error, 300)}")
     lines += [f"> **capped**: {cell(c.line(), 600)}" for c in report.all_capped]
@@ -90,6 +92,9 @@ def _trace_block(result: TraceResult) -> list[str]:
     out = [head, ""]
     # What the loader dropped or patched: the numbers cover less than the file.
     out.extend(f"⚠ damaged export: {cell(note)}" for note in info.damage)
+    debug = debug_build_line(info)
+    if debug:
+        out += [f"⚠ {cell(debug, 600)}", ""]
     if not result.has_cuda:
         return out + [cell(NO_CUDA, 400), ""]
     steady = info.window.get("steady", {}).get("source")

@@ -14,7 +14,8 @@ from tabulate import tabulate
 from nsys_rules.report import Report
 from nsys_rules.textsafe import terminal_safe
 from nsys_rules.units import human_ns
-from nsys_rules.formatters.layout import NO_CUDA, Answer, budget_lines, gpu_names, one_line, shorten, skipped_lines
+from nsys_rules.formatters.layout import (NO_CUDA, Answer, budget_lines, debug_build_line, gpu_names, one_line, shorten,
+                                          skipped_lines)
 from nsys_rules.formatters.measured import measured_lines
 
 
@@ -31,6 +32,9 @@ def header_lines(report: Report, width: int) -> list[str]:
         lines.append(f"{one_line(info.path)}  (nsys {one_line(version)}, {gpu_names(info)})")
         # What the loader dropped or patched: the numbers below cover less than the file.
         lines.extend(f"damaged export: {one_line(note)}" for note in info.damage)
+        debug = debug_build_line(info)
+        if debug:
+            lines.append(one_line(debug))
         if not result.has_cuda:
             lines.append(NO_CUDA)
             continue
@@ -56,6 +60,8 @@ def tail_lines(report: Report, ranked: Answer, width: int) -> list[str]:
         lines.extend(cross_trace_lines(report.cross_trace, width))
     if report.job is not None:
         lines.extend(job_summary_lines(report.job.info))
+    elif report.verbose and report.job_note:
+        lines.append(one_line(f"job: not judged as one job: {report.job_note}"))
     s = report.summary()["by_severity"]
     lines.append(f"{s['error']} error(s), {s['warning']} warning(s), {s['info']} info")
     return lines

@@ -16,14 +16,31 @@ from nsys_rules.textsafe import shell_join, shell_word
 from nsys_rules.model.trace import Trace
 
 
+def debug_build(trace: Trace) -> CommandEvidence | None:
+    """Whether the recorded command line runs a debug build (a fact of the whole trace), with the release command.
+
+    None for a release run, or when the export records no command line.
+    """
+    capture = trace.capture
+    return command_evidence(capture.command, capture.environment)
+
+
+def program_command(trace: Trace) -> str:
+    """The program to capture again, shell-quoted: the release build's command when the recorded one runs a
+    debug build (a recommendation never sends the user back to the debug binary), else the recorded command
+    line; "" when the export records none."""
+    evidence = debug_build(trace)
+    return evidence.release_command if evidence is not None else trace.capture.command_line
+
+
 def recapture_command(trace: Trace, flags: str = "--cuda-graph-trace=node", command: str | None = None) -> str:
     """The standard nsys capture of the same program, with ``flags`` added.
 
-    Uses ``command`` when given (e.g. the release build of the profiled program; every word from the
-    trace in it already quoted with :func:`~nsys_rules.textsafe.shell_word`), else the profiled
-    command line recorded in the export; a placeholder when it is not recorded.
+    Uses ``command`` when given (e.g. a ``cargo run -r`` form of the program; every word from the
+    trace in it already quoted with :func:`~nsys_rules.textsafe.shell_word`), else :func:`program_command`
+    (the release build of a debug build); a placeholder when the export records no command.
     """
-    command = command or trace.capture.command_line or "<your program and its arguments>"
+    command = command or program_command(trace) or "<your program and its arguments>"
     name = Path(trace.label).stem or "report"
     return (f"nsys profile --force-overwrite=true {flags} --export=sqlite "
             f"-o {shell_word(name)} {command}").replace("  ", " ")

@@ -106,6 +106,7 @@ class GemvDominance(Rule):
                "memcpy": ("start", "bytes", "copy_kind", "device_id", "dst_device_id", "correlation_id", "pid")}
     window = "steady"
     Options = Options
+    needs_release_build = True  # tunes measured kernel/host times: a debug build's are not the program's
     renamed_options = {"min_share": Renamed("min_share_pct", 100), "roofline_fraction": Renamed("roofline_pct", 100),
                        "room_fraction": Renamed("room_pct", 100), "target_fraction": Renamed("target_pct", 100),
                        "min_savings_share": Renamed("min_savings_pct", 100)}

@@ -93,6 +93,7 @@ class KernelTail(Rule):
                "nvtx": ("start", "end", "name", "pid", "tid")}
     window = "steady"
     Options = Options
+    needs_release_build = True  # tunes measured kernel/host times: a debug build's are not the program's
     renamed_options = {"min_share": Renamed("min_share_pct", 100), "warn_share": Renamed("warn_share_pct", 100),
                        "shape_explained": Renamed("shape_explained_pct", 100),
                        "api_min_share": Renamed("api_min_share_pct", 100)}
@@ -128,8 +129,9 @@ class KernelTail(Rule):
         text = kernel_message(f"{base_name(full_name)} grid {grid} block {block}", row, verdict,
                               "; ".join(instance_text(i, len(ctx.window.steps)) for i in worst.instances), more,
                               opts.tail_ratio)
+        named = tuple(i.step + 1 for i in worst.instances if i.step >= 0)
         location = Location(device=int(row["device"]), kernel=full_name, stream=worst.stream, start_ns=worst.start,
-                            end_ns=worst.end)
+                            end_ns=worst.end, steps=named or None)
         key = f"grid={grid} block={block}"
         if verdict.shape_variation:
             return ctx.finding(text, shape_recommendation(framework(ctx.trace)), severity=Severity.INFO,

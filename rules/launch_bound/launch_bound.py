@@ -72,6 +72,7 @@ class LaunchBound(Rule):
                "nvtx": ("start", "end", "name")}
     window = "steady"
     Options = Options
+    needs_release_build = True  # tunes measured kernel/host times: a debug build's are not the program's
     renamed_options = {"max_busy_share": Renamed("max_busy_pct", 100), "warning_share": Renamed("warn_share_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:

@@ -71,6 +71,7 @@ class QueueDelay(Rule):
                "nvtx": ("start", "end", "name")}
     window = "steady"
     Options = Options
+    needs_release_build = True  # tunes measured kernel/host times: a debug build's are not the program's
     renamed_options = {"gpu_bound_share": Renamed("gpu_bound_pct", 100), "warning_share": Renamed("warn_share_pct", 100)}
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:

@@ -37,7 +37,34 @@ def test_loading_before_the_steps_is_reported_with_the_numbers(tmp_path):
     last_kernel_end = 3 * S + 9 * 10_000_000 + 100_000 + 5_000_000
     assert (f.location.start_ns, f.location.end_ns) == (3 * S, last_kernel_end)
     assert "--delay=3" in f.recommendation and "-c cudaProfilerApi" in f.recommendation
-    assert "--filter-time 3000ms/3095ms" in f.recommendation
+    # Microseconds, rounded outward: the last kernel ends at 3095.1 ms, which 3095ms would cut.
+    assert "--filter-time 3000000us/3095100us" in f.recommendation
+
+
+def test_filter_bounds_round_outward():
+    from nsys_rules.rules.capture_scope import filter_time_bounds
+
+    assert filter_time_bounds(6_181_651_784, 6_290_129_037) == "6181651us/6290130us"
+    assert filter_time_bounds(3_000_000_000, 3_095_100_000) == "3000000us/3095100us"
+    assert filter_time_bounds(-5, 999) == "0us/1us"
+
+
+def test_the_suggested_filter_is_not_suggested_again(tmp_path):
+    b = TraceBuilder()
+    program(b, steady_at=3 * S + 600_123)  # off a millisecond: 3001ms would have cut the first step
+    path = b.write(tmp_path / "t.sqlite")
+    (f,) = run_rule("capture-scope", path)
+    spec = f.recommendation.split("--filter-time ")[1].split()[0]
+    assert run_rule("capture-scope", path, filter_time=spec) == []
+
+
+def test_a_filter_that_keeps_the_start_up_is_told_the_steady_part(tmp_path):
+    b = TraceBuilder()
+    program(b, steady_at=3 * S)
+    (f,) = run_rule("capture-scope", b.write(tmp_path / "t.sqlite"), filter_time="1s/")
+    v = values(f)
+    assert v["time_before_steady_state"] == 2 * S  # from the filter's start, not the session's
+    assert "--filter-time 3000000us/3095100us" in f.recommendation
 
 
 def test_profiler_api_capture_is_quiet(tmp_path):

@@ -55,8 +55,7 @@ def tail_lines(report: Report, ranked: Answer, width: int) -> list[str]:
         lines.extend(cross_trace_lines(report.cross_trace, width))
     if report.job is not None:
         lines.extend(job_summary_lines(report.job.info))
-    s = report.summary()["by_severity"]
-    lines.append(f"{s['error']} error(s), {s['warning']} warning(s), {s['info']} info")
+    lines.append(ranked.counts_line())
     return lines
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.answer_properties import coverage_problems, savings_problems
+from tests.answer_properties import coverage_problems, savings_problems, severity_problems
 from tests.capture_verdicts import check_json
 from tests.conftest import H200
 
@@ -46,3 +46,4 @@ def test_savings_fit_and_big_idle_parts_are_owned(path, unpacked):
     report = _report(path, unpacked)
     assert savings_problems(report) == []
     assert coverage_problems(report) == []
+    assert severity_problems(report) == []  # --fail-on decided by what the human formats show

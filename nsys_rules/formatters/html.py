@@ -17,7 +17,7 @@ from nsys_rules.records import TraceInfo
 from nsys_rules.report import Report, TraceResult
 from nsys_rules.textsafe import NAME_CHARS as LONG_NAME
 from nsys_rules.textsafe import clip, html_safe
-from nsys_rules.units import human_ns
+from nsys_rules.units import human_ns, plain_number
 from nsys_rules.formatters.measured import measured_view, pct_text
 from nsys_rules.formatters.html_charts import CLASS_COLORS, classes_section, distributions_section, timeline_section
 from nsys_rules.formatters.layout import (NO_CUDA, Answer, Entry, answer, budget_view, draws_profile, explains_line,
@@ -214,16 +214,16 @@ def _metric_text(m: Metric) -> str:
     if m.unit == "B/s":
         return _bytes(float(m.value)) + "/s"
     if m.unit == "ratio":
-        return f"{float(m.value):.3g}"
+        return plain_number(m.value)
     if m.unit == "%":
-        return f"{float(m.value):.3g} %"
-    return f"{m.value:,}" if isinstance(m.value, int) else f"{m.value:.4g}"
+        return f"{plain_number(m.value)} %"
+    return f"{m.value:,}" if isinstance(m.value, int) else plain_number(m.value, 4)
 
 
 def _bytes(value: float) -> str:
     for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(value) >= scale:
-            return f"{value / scale:.3g} {unit}"
+            return f"{plain_number(value / scale)} {unit}"
     return f"{value:.0f} B"
 
 

@@ -118,8 +118,8 @@ def _metrics_strip(rows: list[dict[str, Any]], strip: dict[str, list[float | Non
                      f"stroke='#e2e8f0'/><text x='{left - 6}' y='{top + lane_h / 2 + 4:.1f}' text-anchor='end'>"
                      f"{html_safe(label.split()[0])}</text>")
         for i, r in enumerate(rows):
-            step = r["step"]
-            value = values[step] if step < len(values) else None
+            step = r["step"]  # numbered from 1; the lane's values are indexed from 0
+            value = values[step - 1] if step <= len(values) else None
             if value is None:
                 continue
             h = lane_h * min(max(value, 0.0), 100.0) / 100.0

@@ -247,22 +247,24 @@ def _timeline(gpu: pd.DataFrame, steps: tuple[tuple[int, int], ...]) -> dict[str
     complete = n <= MAX_STEPS
     if not complete:
         keep = sorted(set(np.linspace(0, n - 1, MAX_STEPS).round().astype(int).tolist()))
-    rows = [{"step": i, "start_ns": int(begin[i] - origin), "wall_ns": int(wall[i]), "host_ns": int(host_wall[i]),
+    # Steps are numbered from 1 here, as every message numbers them ("step 7 22.32 ms" is bar 7).
+    rows = [{"step": i + 1, "start_ns": int(begin[i] - origin), "wall_ns": int(wall[i]), "host_ns": int(host_wall[i]),
              "busy_ns": int(busy[i]), "gpu_time_ns": int(kernel[i]), "idle_ns": int(wall[i] - busy[i])} for i in keep]
     typical = int(np.argsort(wall, kind="stable")[(n - 1) // 2])  # the median step by wall time
     return {"rows": rows, "complete": complete, "busy_total_ns": int(busy.sum()), "wall_total_ns": int(wall.sum()),
-            "typical_step": typical, "typical": _step_detail(gpu, typical, int(begin[typical]), int(wall[typical]))}
+            "typical_step": typical + 1, "typical": _step_detail(gpu, typical, int(begin[typical]), int(wall[typical]))}
 
 
 def _step_detail(gpu: pd.DataFrame, step: int, begin: int, wall: int) -> dict[str, Any]:
-    """The GPU operations of one step as (offset from the step's start, duration, class), capped at MAX_OPS."""
+    """The GPU operations of step index ``step`` (numbered ``step + 1`` in the result) as (offset from the
+    step's start, duration, class), capped at MAX_OPS."""
     if not len(gpu):
-        return {"step": step, "wall_ns": wall, "ops": [], "truncated": False}
+        return {"step": step + 1, "wall_ns": wall, "ops": [], "truncated": False}
     mine = gpu[gpu["step"].to_numpy() == step].sort_values("start", kind="stable")
     ops = [[int(s - begin), int(e - s), str(c)] for s, e, c in
            zip(mine["start"].to_numpy()[:MAX_OPS].tolist(), mine["end"].to_numpy()[:MAX_OPS].tolist(),
                mine["cls"].astype(object).to_numpy()[:MAX_OPS].tolist(), strict=True)]
-    return {"step": step, "wall_ns": wall, "ops": ops, "truncated": len(mine) > MAX_OPS}
+    return {"step": step + 1, "wall_ns": wall, "ops": ops, "truncated": len(mine) > MAX_OPS}
 
 
 def _distributions(gpu: pd.DataFrame, dur: np.ndarray, flagged: Iterable[str]) -> list[dict[str, Any]]:

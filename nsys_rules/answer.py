@@ -21,8 +21,9 @@ Rules estimate what fixing their finding would save and name the budget part it 
    so does any other finding about start-up or shutdown alone: one without step-time savings whose
    location lies wholly before or after the steady state (the weight load's pageable copies, the
    final readback).
-5. Findings that are not errors and save less than the noise floor are marked ``minor`` and shown
-   as info at most, and so are timing findings whose savings were withheld: they wait for a re-capture.
+5. Findings that are not errors (or are errors only because the user set the rule's severity) and
+   save less than the noise floor are marked ``minor`` and shown as info at most, and so are timing
+   findings whose savings were withheld: they wait for a re-capture.
 6. A folded finding is at most as severe as its owner (the answer judges them as one), so the
    exit code of ``--fail-on`` is decided by what the human formats show.
 """
@@ -77,9 +78,9 @@ def finalize(findings: Iterable[Finding], budget: Budget | None, steady: tuple[i
     floor = noise_floor_pct / 100.0 * (budget.total_ns if budget is not None else judged_ns)
     out = _withhold(out)
     out = _cap(out, budget)
-    out = _fold(out, steady, floor)
+    out = _fold(out, steady, floor, fixed)
     out = _raise_owners(out, budget, fixed)
-    out = [_as_minor(f) if _is_minor(f, floor) else f for f in out]
+    out = [_as_minor(f) if _is_minor(f, floor, fixed) else f for f in out]
     return _judged_by_owner(out)
 
 
@@ -252,10 +253,11 @@ def _judged_by_owner(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _fold(findings: list[Finding], steady: tuple[int, int] | None, floor: float = 0.0) -> list[Finding]:
+def _fold(findings: list[Finding], steady: tuple[int, int] | None, floor: float = 0.0,
+          fixed: frozenset[str] = frozenset()) -> list[Finding]:
     # A cause under the noise floor explains too little to own a symptom: the symptom stands on its own
     # (a warning of 17.7 ms idle gaps is not "explained" by a sync whose removal saves 1.2 ms).
-    causes = [f for f in findings if f.rule not in SYMPTOM_RULES and not _is_minor(f, floor) and (
+    causes = [f for f in findings if f.rule not in SYMPTOM_RULES and not _is_minor(f, floor, fixed) and (
         f.budget_part in CAUSE_PARTS or f.rule in CAUSE_RULES)]
     causes.sort(key=_claim_order)
     # On a misleading trace the capture explains idle time when no finding of the steady state does.
@@ -304,8 +306,12 @@ def _outside_steady(f: Finding, steady: tuple[int, int] | None) -> bool:
             and (loc.end_ns < steady[0] or loc.start_ns > steady[1]))
 
 
-def _is_minor(f: Finding, floor: float) -> bool:
-    """Not an error, and a known saving under the floor (nothing to gain is always under it)."""
-    if f.severity is Severity.ERROR or f.folded_into or f.estimated_savings_ns is None:
+def _is_minor(f: Finding, floor: float, fixed: frozenset[str] = frozenset()) -> bool:
+    """Not an error the rule judged, and a known saving under the floor (nothing to gain is always under it).
+
+    An error the user set (``[tool.nsys-rules.severity]``, a rule in ``fixed``) makes the rule's findings
+    fail the gate, not its noise: a kernel tail that saves 0 ns stays minor (info).
+    """
+    if (f.severity is Severity.ERROR and f.rule not in fixed) or f.folded_into or f.estimated_savings_ns is None:
         return False
     return f.estimated_savings_ns == 0 or f.estimated_savings_ns < floor

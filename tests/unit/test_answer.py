@@ -147,3 +147,16 @@ def test_no_answer_hides_a_severity_above_what_it_shows():
             assert not (f.minor and f.severity is not Severity.INFO), f
             if f.folded_into:
                 assert f.severity.rank <= owners[f.folded_into].severity.rank, (cause_sev, symptom_sev, saving, f)
+
+
+def test_an_error_the_user_set_does_not_lift_a_finding_out_of_the_noise_floor():
+    # [tool.nsys-rules.severity] kernel-tail = "error": a tail that saves nothing is minor (info), not an error;
+    # an error a rule judged itself (a misleading trace) stays an error whatever it saves.
+    b = budget(gemv=8_000_000, launch_wait=1_000_000)
+    out = by_rule(finalize([finding("kernel-tail", 0, "gemv", Severity.ERROR),
+                            finding("debug-build", 0, None, Severity.ERROR)], b, None, fixed=frozenset({"kernel-tail"})))
+    assert out["kernel-tail"].minor and out["kernel-tail"].severity is Severity.INFO
+    assert not out["debug-build"].minor and out["debug-build"].severity is Severity.ERROR
+    out = by_rule(finalize([finding("kernel-tail", 20_000_000, "gemv", Severity.ERROR)], b, None,
+                           fixed=frozenset({"kernel-tail"})))
+    assert not out["kernel-tail"].minor and out["kernel-tail"].severity is Severity.ERROR

@@ -80,7 +80,7 @@ def run_rule(rule: type[Rule], context: Callable[[], RuleContext], label: str,
     except (UsageError, InputError):
         raise
     except RuleTimeout:
-        error(f"did not finish within {plain_number(timeout, 6)} s and was stopped (raise the limit with --rule-timeout)")
+        error(f"did not finish within {plain_number(timeout or 0, 6)} s and was stopped (raise the limit with --rule-timeout)")
         return outcome
     except SystemExit as exc:
         error(f"called sys.exit({exc.code!r}); a rule must return its findings, not end the run", exc)

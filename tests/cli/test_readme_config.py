@@ -61,3 +61,17 @@ def test_the_readme_config_leaves_a_tail_that_saves_nothing_minor(tmp_path, monk
     table = capsys.readouterr().out
     assert "minor: " in table and "kernel-tail" in table.split("minor: ", 1)[1].splitlines()[0]
     assert re.search(r"^│ \d+\s+│ warning", table, re.M)
+
+
+def test_the_quickstart_says_what_a_newcomer_needs():
+    """The venv step comes first, and the fuzz budgets it names are the ones the tests run."""
+    from tests.fuzz.test_fuzz_inputs import COUNTS, LONG_COUNTS
+
+    text = README.read_text()
+    quick = text.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    commands = re.search(r"```bash\n(.*?)```", quick, re.S).group(1).splitlines()
+    assert commands[0].startswith("python3 -m venv .venv && . .venv/bin/activate")
+    assert "python -m pytest" in commands[-1]
+    assert re.search(r"about \d+ minutes on 2 cores", quick)
+    assert f"({sum(COUNTS.values())} damaged inputs)" in quick and f"({sum(LONG_COUNTS.values()):,}," in quick
+    assert "NSYS_RULES_FUZZ=long" in quick and "Three tests render the HTML report in a" in quick

@@ -16,12 +16,16 @@ Rules estimate what fixing their finding would save and name the budget part it 
    an owner of a part of at least :data:`WARN_PART_SHARE` of the median step is at least a warning
    when its own saving is at least :data:`RAISE_SAVING_SHARE` of the part.
 4. Symptoms (GPU idle gaps, low utilization, queue delay) whose idle time a root-cause finding
-   explains are folded into it (``folded_into``); start-up symptoms fold into capture-scope, and
+   explains are folded into it (``folded_into``; never into a cause under the noise floor, which
+   explains too little); start-up symptoms fold into capture-scope, and
    so does any other finding about start-up or shutdown alone: one without step-time savings whose
    location lies wholly before or after the steady state (the weight load's pageable copies, the
    final readback).
-5. Findings that are not errors and save less than the noise floor are marked ``minor`` and shown
-   as info at most, and so are timing findings whose savings were withheld: they wait for a re-capture.
+5. Findings that are not errors (or are errors only because the user set the rule's severity) and
+   save less than the noise floor are marked ``minor`` and shown as info at most, and so are timing
+   findings whose savings were withheld: they wait for a re-capture.
+6. A folded finding is at most as severe as its owner (the answer judges them as one), so the
+   exit code of ``--fail-on`` is decided by what the human formats show.
 
 On a debug build (the debug-build error), the advice of rules that tune the program from its measured
 times (``Rule.needs_release_build``) is replaced by the re-capture: the times are the debug build's.
@@ -76,13 +80,14 @@ def finalize(findings: Iterable[Finding], budget: Budget | None, steady: tuple[i
     whose advice needs the release build's times (``Rule.needs_release_build``).
     """
     out = list(findings)
+    floor = noise_floor_pct / 100.0 * (budget.total_ns if budget is not None else judged_ns)
     out = _withhold(out)
     out = _on_debug_build(out, release_only)
     out = _cap(out, budget)
-    out = _fold(out, steady)
+    out = _fold(out, steady, floor, fixed)
     out = _raise_owners(out, budget, fixed)
-    floor = noise_floor_pct / 100.0 * (budget.total_ns if budget is not None else judged_ns)
-    return [_as_minor(f) if _is_minor(f, floor) else f for f in out]
+    out = [_as_minor(f) if _is_minor(f, floor, fixed) else f for f in out]
+    return _judged_by_owner(out)
 
 
 def part_owners(findings: Iterable[Finding], budget: Budget) -> dict[str, dict[str, object]]:
@@ -259,8 +264,29 @@ def _with_savings(f: Finding, take: int, room: int) -> Finding:
     return dataclasses.replace(f, estimated_savings_ns=int(take), savings_range=bounds, savings_note=note)
 
 
-def _fold(findings: list[Finding], steady: tuple[int, int] | None) -> list[Finding]:
-    causes = [f for f in findings if f.rule not in SYMPTOM_RULES and (
+def _judged_by_owner(findings: list[Finding]) -> list[Finding]:
+    """A folded finding is at most as severe as the finding it is folded into.
+
+    Folded, it is that finding seen from another side ("also explains"), and the answer judges the
+    two as one: so ``--fail-on`` and the counts follow what the report shows, never a warning hidden
+    under an info owner. What it would be on its own stays in its note.
+    """
+    owners = {(f.location.trace, f.fingerprint): f for f in findings if not f.folded_into}
+    out = []
+    for f in findings:
+        owner = owners.get((f.location.trace, f.folded_into)) if f.folded_into else None
+        if owner is not None and f.severity.rank > owner.severity.rank:
+            note = f"{f.savings_note or 'explained by ' + owner.rule} ({f.severity.value} on its own)"
+            f = dataclasses.replace(f, severity=owner.severity, savings_note=note)
+        out.append(f)
+    return out
+
+
+def _fold(findings: list[Finding], steady: tuple[int, int] | None, floor: float = 0.0,
+          fixed: frozenset[str] = frozenset()) -> list[Finding]:
+    # A cause under the noise floor explains too little to own a symptom: the symptom stands on its own
+    # (a warning of 17.7 ms idle gaps is not "explained" by a sync whose removal saves 1.2 ms).
+    causes = [f for f in findings if f.rule not in SYMPTOM_RULES and not _is_minor(f, floor, fixed) and (
         f.budget_part in CAUSE_PARTS or f.rule in CAUSE_RULES)]
     causes.sort(key=_claim_order)
     # On a misleading trace the capture explains idle time when no finding of the steady state does.
@@ -309,8 +335,12 @@ def _outside_steady(f: Finding, steady: tuple[int, int] | None) -> bool:
             and (loc.end_ns < steady[0] or loc.start_ns > steady[1]))
 
 
-def _is_minor(f: Finding, floor: float) -> bool:
-    """Not an error, and a known saving under the floor (nothing to gain is always under it)."""
-    if f.severity is Severity.ERROR or f.folded_into or f.estimated_savings_ns is None:
+def _is_minor(f: Finding, floor: float, fixed: frozenset[str] = frozenset()) -> bool:
+    """Not an error the rule judged, and a known saving under the floor (nothing to gain is always under it).
+
+    An error the user set (``[tool.nsys-rules.severity]``, a rule in ``fixed``) makes the rule's findings
+    fail the gate, not its noise: a kernel tail that saves 0 ns stays minor (info).
+    """
+    if (f.severity is Severity.ERROR and f.rule not in fixed) or f.folded_into or f.estimated_savings_ns is None:
         return False
     return f.estimated_savings_ns == 0 or f.estimated_savings_ns < floor

@@ -66,7 +66,7 @@ from nsys_rules.model.workload import looks_like_training
 from nsys_rules.report import Report
 from nsys_rules.rule import Renamed, Rule, RuleContext
 from nsys_rules.textsafe import shell_join, shell_word
-from nsys_rules.units import human_ns, parse_size, pct
+from nsys_rules.units import human_ns, parse_size, pct, plain_number
 from nsys_rules.userfiles import read_small_text
 
 __all__ = [
@@ -113,7 +113,7 @@ __all__ = [
     "CommandEvidence", "command_evidence", "debug_build", "program_command", "recapture_command", "shell_word",
     "shell_join",
     # units and files
-    "pct", "human_ns", "parse_size", "read_small_text",
+    "pct", "human_ns", "plain_number", "parse_size", "read_small_text",
 ]
 
 #: Test-kit names this module used to export: now in :mod:`nsys_rules.testing` (this release still forwards them).

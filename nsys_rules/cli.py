@@ -91,6 +91,9 @@ def console() -> None:
     interpreter's shutdown puts the default SIGINT action back, and an interrupt landing there
     would end the process by the signal instead of the documented exit code.
     """
+    from nsys_rules.textsafe import escape_unwritable
+
+    escape_unwritable(sys.stdout, sys.stderr)
     code = main(own_process=True)
     import signal
 
@@ -270,10 +273,15 @@ def _interrupted(exc: BaseException) -> bool:
     return False
 
 
+def _visible(ch: str) -> str:
+    # A path's non-UTF-8 byte (held as U+DC80-U+DCFF) is shown as the byte, as the outputs show it.
+    return f"\\x{ord(ch) - 0xDC00:02x}" if 0xDC80 <= ord(ch) <= 0xDCFF else repr(ch)[1:-1]
+
+
 def one_line(text: str) -> str:
     """``text`` with control characters (newlines from SQLite messages, from the file) made visible, and cut
     to :data:`MAX_ERROR_LINE` characters."""
-    line = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    line = "".join(ch if ch.isprintable() else _visible(ch) for ch in text)
     return line if len(line) <= MAX_ERROR_LINE else f"{line[:MAX_ERROR_LINE]}... ({len(line):,} characters)"
 
 

@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterator
 from nsys_rules.containment import Contained, contained
 from nsys_rules.deadline import watch
 from nsys_rules.settings import DEFAULT_MAX_FINDINGS, DEFAULT_RULE_TIMEOUT
+from nsys_rules.units import plain_number
 from nsys_rules.errors import InputError, MissingData, PluginError, UsageError
 from nsys_rules.findings import Finding, Location, Metric, Severity, rank_key
 from nsys_rules.records import Capped, RunError, Skipped
@@ -103,7 +104,7 @@ def run_rule(rule: type[Rule], context: Callable[[], RuleContext], label: str,
     except (UsageError, InputError):
         raise
     except RuleTimeout:
-        error(f"did not finish within {timeout:g} s and was stopped (raise the limit with --rule-timeout)")
+        error(f"did not finish within {plain_number(timeout or 0, 6)} s and was stopped (raise the limit with --rule-timeout)")
         return outcome
     except SystemExit as exc:
         error(f"called sys.exit({exc.code!r}); a rule must return its findings, not end the run", exc)

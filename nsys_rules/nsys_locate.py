@@ -16,12 +16,13 @@ from __future__ import annotations
 import glob
 import os
 import re
-import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from nsys_rules.textsafe import shell_word
 
 #: Environment variable naming the nsys binary to use (as ``--nsys`` does).
 NSYS_ENV = "NSYS_RULES_NSYS"
@@ -67,7 +68,7 @@ class NsysLocation:
 
     def path_fix(self) -> str:
         """The shell line that puts this nsys on PATH (a placeholder folder when none was found)."""
-        folder = shlex.quote(str(self.path.parent)) if self.path else "/opt/nvidia/nsight-systems/<version>/bin"
+        folder = shell_word(str(self.path.parent)) if self.path else "/opt/nvidia/nsight-systems/<version>/bin"
         return f"export PATH={folder}:$PATH"
 
 

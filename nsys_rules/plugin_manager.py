@@ -20,6 +20,7 @@ from typing import Any, Iterable
 
 import pluggy
 
+from nsys_rules.units import plain_number
 from nsys_rules import hooks
 from nsys_rules.settings import DEFAULT_RULE_TIMEOUT
 from nsys_rules.isolation import RuleTimeout, limited
@@ -145,7 +146,7 @@ def failure(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         return f"called sys.exit({exc.code!r})"
     if isinstance(exc, RuleTimeout):
-        return f"did not return within {DEFAULT_RULE_TIMEOUT:g} s"
+        return f"did not return within {plain_number(DEFAULT_RULE_TIMEOUT, 6)} s"
     return f"{type(exc).__name__}: {clip_value(exc, 300)}"
 
 

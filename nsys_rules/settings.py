@@ -19,6 +19,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
+from nsys_rules.units import plain_number
 from nsys_rules.errors import PluginError, UsageError
 from nsys_rules.findings import Severity
 from nsys_rules.textsafe import clip_value
@@ -88,7 +89,7 @@ def option_setting(rule: type[Rule], option: str, raw: Any, where: str) -> tuple
     value = coerce_option(rule, renamed.new, raw, where)
     if renamed.factor != 1 and isinstance(value, (int, float)) and not isinstance(value, bool):
         value = round(value * renamed.factor, 12)  # 0.07 x 100 is 7.000000000000001 in floats
-    _deprecated(f"{rule.name}.{key}", f"{rule.name}.{renamed.new}={value:g}" + (
+    _deprecated(f"{rule.name}.{key}", f"{rule.name}.{renamed.new}={plain_number(value, 6)}" + (
         " (a percent, not a fraction)" if renamed.factor == 100 else ""))
     return renamed.new, value
 

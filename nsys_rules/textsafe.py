@@ -24,6 +24,7 @@ JSON needs none of this (the encoder escapes), and keeps the exact names.
 
 from __future__ import annotations
 
+import codecs
 import html
 import re
 import shlex
@@ -31,9 +32,11 @@ from typing import Any, Iterable
 
 #: C0 controls, DEL, C1 controls, and the invisible "format" characters that reorder or hide
 #: text: soft hyphen, Arabic letter mark, zero-width and direction marks, the bidi embeddings,
-#: overrides and isolates (U+202A-E, U+2066-9), line/paragraph separators, BOM, tag characters.
+#: overrides and isolates (U+202A-E, U+2066-9), line/paragraph separators, BOM, tag characters;
+#: and lone surrogates, which no output encoding can write: Python holds a path's non-UTF-8 byte
+#: (a Linux path is bytes) as U+DC80-U+DCFF, shown as that byte (``\xff``).
 _INVISIBLE = ("\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb"
-              "\U000e0000-\U000e007f")
+              "\U000e0000-\U000e007f\ud800-\udfff")
 _CONTROL_KEEP_LAYOUT = re.compile(f"[\x00-\x08\x0b-\x1f{_INVISIBLE}]")
 _CONTROL_ALL = re.compile(f"[\x00-\x1f{_INVISIBLE}]")
 
@@ -47,9 +50,44 @@ MESSAGE_VALUE_LIMIT = 120
 def _escape_char(ch: str, byte_limit: int = 0x100) -> str:
     # bash's $'\xHH' is a raw byte: above 0x7f a shell word needs \u00HH to stay UTF-8.
     code = ord(ch)
+    if 0xDC80 <= code <= 0xDCFF:
+        # A byte of a non-UTF-8 file name (surrogateescape): shown, and in a shell word given, as the byte.
+        return f"\\x{code - 0xDC00:02x}"
     if code < byte_limit:
         return f"\\x{code:02x}"
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+# -- streams -------------------------------------------------------------------------------
+#: The error handler :func:`escape_unwritable` sets on the standard streams.
+STREAM_ERRORS = "nsys-rules-escape"
+
+
+def _escape_unwritable(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    return "".join(_escape_char(ch, 0x80) for ch in exc.object[exc.start:exc.end]), exc.end
+
+
+codecs.register_error(STREAM_ERRORS, _escape_unwritable)
+
+
+def escape_unwritable(*streams: Any) -> None:
+    """Make ``streams`` write what their encoding cannot as escapes instead of failing.
+
+    A line that names a path with a non-UTF-8 byte (a Linux path is bytes; Python holds the byte
+    as a lone surrogate) then shows the byte as ``\\xff``, on any terminal encoding, where a
+    strict stream would end the run with an internal error and the C locale's ``surrogateescape``
+    would write the raw byte. The outputs escape such text themselves (:func:`terminal_safe`);
+    this covers every other line, the error lines on stderr first of all.
+    """
+    for stream in streams:
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors=STREAM_ERRORS)
+            except (OSError, ValueError):
+                pass
 
 
 # -- shell ----------------------------------------------------------------------------------

@@ -14,19 +14,45 @@ def pct(part: float, whole: float) -> float:
     return 100.0 * part / whole if whole else 0.0
 
 
+def plain_number(value: float, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits, never in exponent notation.
+
+    ``0.000000001``, ``1.5``, ``71``, ``1000`` (a number of more integer digits keeps them all):
+    what ``:.3g`` writes, except where ``:g`` would write ``1e+03`` or ``1e-09``. Trailing zeros go,
+    as with ``:g``; infinities and NaN are written as Python writes them.
+    """
+    value = float(value)
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    exponent = math.floor(math.log10(abs(value)))
+    text = f"{value:.{max(0, digits - 1 - exponent)}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+#: The units of :func:`human_ns`, largest first.
+_TIME_UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3))
+
+
 def human_ns(ns: float | int | None, signed: bool = False) -> str:
     """``1234567`` -> ``1.23 ms`` (three significant digits, the largest unit that fits); ``""`` for None.
 
-    ``signed``: a change, with its sign (``+1.23 ms``, ``-4 us``, ``0 ns``).
+    Never in exponent notation: 999.96 ms is ``1 s`` (the rounding carried into the next unit), 10**12
+    ns is ``1000 s``. ``signed``: a change, with its sign (``+1.23 ms``, ``-4 us``, ``0 ns``).
     """
     if ns is None:
         return ""
     ns = float(ns)
     sign = "-" if ns < 0 else "+" if signed and ns > 0 else ""
     size = abs(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if size >= scale:
-            return f"{sign}{size / scale:.3g} {unit}"
+    if not math.isfinite(size):
+        return f"{sign}{size} ns"
+    for unit, scale in _TIME_UNITS:
+        # The unit whose value, rounded as shown, is at least 1.
+        text = plain_number(size / scale)
+        if float(text) >= 1:
+            return f"{sign}{text} {unit}"
     return f"{sign}{size:.0f} ns"
 
 

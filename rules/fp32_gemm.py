@@ -7,6 +7,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from nsys_rules.api import plain_number
 from nsys_rules.api import (LABELS, Finding, Framework, Location, Rule, RuleContext, Severity, flag_names, framework,
                             measure_kernels, metric,
                             pct)
@@ -187,7 +188,7 @@ class Fp32Gemm(Rule):
             f"FP32 GEMM and convolution kernels on CUDA cores take {spent / 1e6:.2f} ms, {share:.1f} % of the "
             f"{steady_ns / 1e6:.1f} ms steady state on {gpu_name} (compute capability {cc[0]}.{cc[1]}), "
             f"{len(rows)} launches{_conv_words(conv_ns, spent)}; top: {top}. Tensor cores run them several times "
-            f"faster ({'TF32' if tf32 else 'FP16 mixed precision'}); at {opts.speedup:g}x about "
+            f"faster ({'TF32' if tf32 else 'FP16 mixed precision'}); at {plain_number(opts.speedup, 6)}x about "
             f"{saving / 1e6:.2f} ms comes back.{measured}{_cause(fw, kinds, tf32)} Program: {fw.label}.",
             _recommendation(fw, kinds, tf32),
             severity=Severity.WARNING if share >= opts.warn_share_pct else Severity.INFO,

@@ -8,6 +8,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.api import plain_number
 from nsys_rules.api import (Finding, Framework, Location, MissingData, Rule, RuleContext, Severity, framework, metric,
                             pct, pinned_memory_advice, point_in, resident_data_advice)
 
@@ -134,7 +135,7 @@ class StepUploads(Rule):
         fits = memory is None or up.bytes_per_step <= opts.fit_pct / 100 * memory
         fw = framework(ctx.trace)
         where = (f" on a GPU of {memory / 1e9:.0f} GB, so they fit" if memory and fits else
-                 f", more than {opts.fit_pct:g} % of the GPU's {memory / 1e9:.0f} GB" if memory else "")
+                 f", more than {plain_number(opts.fit_pct, 6)} % of the GPU's {memory / 1e9:.0f} GB" if memory else "")
         source = "pageable" if up.pageable_share >= 0.5 else "pinned"
         message = (f"Every step copies {up.bytes_per_step / 1e9:.3f} GB host-to-device in {up.copies_per_step} copies "
                    f"({up.repeating_steps} of {up.steps} steady steps copy the same bytes, mostly from {source} "

@@ -58,3 +58,21 @@ def coverage_problems(report: dict[str, Any]) -> list[str]:
                 continue
             problems.append(f"{trace['path']}: {part['name']} ({part['median_step_ns']} ns of {median}) has no owner")
     return problems
+
+
+_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
+def severity_problems(report: dict[str, Any]) -> list[str]:
+    """Severities the human formats would not show: a folded finding more severe than the finding it is
+    folded into, or a minor one above info. Either would let ``--fail-on`` fail on what no output shows."""
+    problems = []
+    owners = {(f["location"].get("trace"), f["fingerprint"]): f for f in report["findings"] if not f.get("folded_into")}
+    for f in report["findings"]:
+        if f.get("minor") and f["severity"] != "info":
+            problems.append(f"{f['rule']} {f['fingerprint']}: minor but {f['severity']}")
+        owner = owners.get((f["location"].get("trace"), f.get("folded_into"))) if f.get("folded_into") else None
+        if owner is not None and _RANK[f["severity"]] > _RANK[owner["severity"]]:
+            problems.append(f"{f['rule']} {f['fingerprint']}: {f['severity']} folded into {owner['rule']} "
+                            f"{owner['severity']}")
+    return problems

@@ -8,13 +8,17 @@ or must not match (``message_not_re``); ``must_any`` lists rule choices one of w
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import io
 import lzma
 import re
 import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
-from tests.conftest import run_cli, validate_report
+from nsys_rules.cli import main
+from tests.conftest import validate_report
 
 LEVEL = {"info": 0, "warning": 1, "error": 2}
 
@@ -43,19 +47,46 @@ def verdict_problems(findings: list[dict[str, Any]], expected: dict[str, Any]) -
     return problems
 
 
+#: ``check --format json`` reports of this test session, by the file they were made from (a packed
+#: capture, or a trace with its size and mtime): several modules judge the same captures (their
+#: verdicts, the answer's properties), and one run of the tool per capture is enough.
+_REPORTS: dict[tuple[Path, int, int], dict[str, Any]] = {}
+
+
+def _key(path: Path) -> tuple[Path, int, int]:
+    st = path.stat()
+    return path.resolve(), st.st_size, st.st_mtime_ns
+
+
 def check_packed(folder: Path, names: Iterable[str], work: Path) -> dict[str, dict[str, Any]]:
     """``check --format json`` of each ``folder/NAME.xz`` capture, unpacked into ``work``, schema-validated."""
-    out: dict[str, dict[str, Any]] = {}
-    for name in names:
-        trace = work / name
-        with lzma.open(folder / f"{name}.xz") as packed, trace.open("wb") as unpacked:
-            shutil.copyfileobj(packed, unpacked)
-        out[name] = check_json(trace)
-    return out
+    return {name: packed_report(folder / f"{name}.xz", work) for name in names}
+
+
+def packed_report(packed: Path, work: Path) -> dict[str, Any]:
+    """``check --format json`` of one ``.xz`` capture, unpacked into ``work`` (once a session)."""
+    key = _key(packed)
+    if key not in _REPORTS:
+        trace = work / packed.name[:-3]
+        with lzma.open(packed) as src, trace.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+        _REPORTS[key] = _run_check(trace)
+    return copy.deepcopy(_REPORTS[key])
 
 
 def check_json(trace: Path) -> dict[str, Any]:
-    """``check --format json`` of one trace (exit 0 required), schema-validated."""
-    proc = run_cli("check", "--format", "json", "--fail-on", "never", str(trace))
-    assert proc.returncode == 0, proc.stderr
-    return validate_report(proc.stdout)
+    """``check --format json`` of one trace (exit 0 required), schema-validated (once a session)."""
+    key = _key(trace)
+    if key not in _REPORTS:
+        _REPORTS[key] = _run_check(trace)
+    return copy.deepcopy(_REPORTS[key])
+
+
+def _run_check(trace: Path) -> dict[str, Any]:
+    # In this process (``nsys_rules.cli.main``, output captured), as the fuzz harness runs it: a
+    # subprocess costs half a second of imports, ~45 times a session; the CLI tests run the console script.
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["check", "--format", "json", "--fail-on", "never", str(trace)])
+    assert code == 0, err.getvalue()
+    return validate_report(out.getvalue())

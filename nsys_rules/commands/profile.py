@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from nsys_rules.capture import CaptureOptions, Problem
 from nsys_rules.options import effective_options, select_rules
 from nsys_rules.errors import ExitCode, InputError, UsageError
 from nsys_rules.nsys_locate import NsysLocation, importer_problem, locate_nsys, missing_message, off_path_note
-from nsys_rules.textsafe import terminal_safe
+from nsys_rules.textsafe import shell_join, shell_word, terminal_safe
 from nsys_rules.commands.common import whole_number_arg
 from nsys_rules.commands import check
 from nsys_rules.commands.outputs import prepare
@@ -94,14 +93,14 @@ def run(args: argparse.Namespace) -> int:
     if args.command_file:
         _write_command_file(Path(args.command_file), options, dry_run=args.dry_run)
     if args.dry_run:
-        sys.stdout.write(shlex.join(nsys_cmd) + "\n")
+        sys.stdout.write(shell_join(nsys_cmd) + "\n")
         if options.python:  # the export that keeps the Python frames, run after the capture
-            sys.stdout.write(shlex.join(capture.export_command(nsys_cmd[0], f"{options.output}.nsys-rep")) + "\n")
+            sys.stdout.write(shell_join(capture.export_command(nsys_cmd[0], f"{options.output}.nsys-rep")) + "\n")
         sys.stdout.flush()
     stop = _report_problems(problems, verdict=args.dry_run)
     if args.dry_run or stop:
         return int(stop or ExitCode.OK)
-    _say(f"running: {shlex.join(nsys_cmd)}")
+    _say(f"running: {shell_join(nsys_cmd)}")
     return _capture_and_check(args, nsys_cmd, options)
 
 
@@ -195,7 +194,7 @@ def _write_command_file(path: Path, options: CaptureOptions, dry_run: bool = Fal
     # Atomic, like every output: a reader (nsys, another rank) sees the old flags or the new ones, and a
     # symlink at ``path`` is replaced, never written through to its target.
     write_atomic(path, capture.command_file_text(options), "the command file")
-    reuse = f"nsys profile --command-file={shlex.quote(str(path))} -o {shlex.quote(options.output)} CMD"
+    reuse = f"nsys profile --command-file={shell_word(str(path))} -o {shell_word(options.output)} CMD"
     if dry_run:
         _say(f"--dry-run: nothing run; the one file written is the command file {path} (reuse: {reuse})")
     else:
@@ -231,7 +230,7 @@ def _export_with_payloads(nsys: str, reports: list[Path]) -> None:
     """``--python``: each report exported to SQLite with its NVTX payloads (the Python frames live there)."""
     for report in reports:
         command = capture.export_command(nsys, report)
-        _say(f"exporting: {shlex.join(command)}")
+        _say(f"exporting: {shell_join(command)}")
         returncode, lines = _run_streaming(command)
         if returncode != 0:
             _say(f"`nsys export` exited with code {returncode}; the report is checked without its Python frames")

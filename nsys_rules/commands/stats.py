@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     texts = []
     for spec, result in results:
         if not result.rows:
-            sys.stderr.write(f"nsys-rules: {spec}: no data: {result.reason or 'the report is empty'}\n")
+            line = f"nsys-rules: {spec}: no data: {result.reason or 'the report is empty'}"
+            sys.stderr.write(terminal_safe(line, newlines=False) + "\n")  # the reason names the trace's path
         text = render(result, fmt)
         if files is not None:
             write_atomic(files[spec], text, f"the {spec} report")
@@ -89,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
             name = spec.split(":", 1)[0]
             texts.append(f"\n ** {TITLES.get(name, name)} ({spec}):\n\n{text}")
     if files is not None:
-        sys.stderr.write("".join(f"nsys-rules: wrote {files[spec]}\n" for spec, _ in results))
+        sys.stderr.write("".join(terminal_safe(f"nsys-rules: wrote {files[spec]}", newlines=False) + "\n"
+                                 for spec, _ in results))
         return 0
     text = "".join(texts)
     # The table is for a terminal: names from the file must not drive it (csv/json stay exact).

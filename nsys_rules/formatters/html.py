@@ -17,11 +17,11 @@ from nsys_rules.records import TraceInfo
 from nsys_rules.report import Report, TraceResult
 from nsys_rules.textsafe import NAME_CHARS as LONG_NAME
 from nsys_rules.textsafe import clip, html_safe
-from nsys_rules.units import human_ns
+from nsys_rules.units import human_ns, plain_number
 from nsys_rules.formatters.measured import measured_view, pct_text
 from nsys_rules.formatters.html_charts import CLASS_COLORS, classes_section, distributions_section, timeline_section
-from nsys_rules.formatters.layout import (NO_CUDA, Entry, answer, budget_view, debug_build_line, draws_profile, explains_line,
-                                          gpu_names, ms, savings_note, savings_share, savings_text)
+from nsys_rules.formatters.layout import (NO_CUDA, Answer, Entry, answer, budget_view, debug_build_line, draws_profile,
+                                          explains_line, gpu_names, ms, savings_note, savings_share, savings_text)
 from nsys_rules.formatters.sections import job_summary_lines
 
 SEVERITY_COLORS = {"error": "#dc2626", "warning": "#f59e0b", "info": "#3b82f6"}
@@ -65,10 +65,9 @@ details summary{cursor:pointer;color:#334155}footer{color:var(--mute);text-align
 @draws_profile
 def format_html(report: Report) -> str:
     """The report as one HTML document."""
-    s = report.summary()["by_severity"]
     names = ", ".join(r.info.path.rsplit("/", 1)[-1] for r in report.results) or "no trace"
-    body = [f"<header><h1>nsys-rules report</h1><p>{html_safe(names)} · {s['error']} error(s), {s['warning']} warning(s), "
-            f"{s['info']} info</p></header><main>"]
+    body = [f"<header><h1>nsys-rules report</h1><p>{html_safe(names)} · {html_safe(answer(report).counts_line())}"
+            "</p></header><main>"]
     for result in report.results:
         body.append(_trace_section(result, report, len(report.results) > 1))
     if not report.results:
@@ -107,7 +106,7 @@ def _trace_section(result: TraceResult, report: Report, many: bool) -> str:
     out.append(_budget_section(info))
     ranked = answer(report).only(result.findings)
     findings = [e.finding for e in ranked.entries]
-    out.append(_cards(result, p, findings))
+    out.append(_cards(result, p, ranked))
     out.append("<section><h2>What to optimize next</h2>")
     if ranked.entries:
         top = max((f.estimated_savings_ns or 0) for f in findings) or 1
@@ -137,7 +136,7 @@ def _trace_section(result: TraceResult, report: Report, many: bool) -> str:
     return "".join(out)
 
 
-def _cards(result: TraceResult, p: dict[str, Any] | None, findings: list[Finding]) -> str:
+def _cards(result: TraceResult, p: dict[str, Any] | None, ranked: Answer) -> str:
     cards = []
     if p:
         steps = f"{p['steps']} × {p['step_range']}" if p.get("steps") else "whole steady window"
@@ -147,10 +146,12 @@ def _cards(result: TraceResult, p: dict[str, Any] | None, findings: list[Finding
         cards.append(_card("GPU time / step", human_ns(p["gpu_time_per_step_ns"]),
                            f"{p['classes'][0]['class']} leads ({100.0 * p['classes'][0]['share']:.0f} %)"
                            if p["classes"] else "no GPU work"))
-    counts = {s: sum(1 for f in findings if f.severity.value == s) for s in ("error", "warning", "info")}
-    cards.append(_card("Findings", str(len(findings)),
-                       f"{counts['error']} error · {counts['warning']} warning · {counts['info']} info"))
-    best = findings[0] if findings else None
+    # The same counts as the header and the text's last line: shown, then folded and minor.
+    counts = ranked.shown_counts()
+    more = "".join(f" · {n} {what}" for n, what in ((ranked.folded, "folded"), (len(ranked.minor), "minor")) if n)
+    cards.append(_card("Findings", str(len(ranked.entries)),
+                       f"{counts['error']} error · {counts['warning']} warning · {counts['info']} info{more}"))
+    best = ranked.entries[0].finding if ranked.entries else None
     if best is not None and best.estimated_savings_ns:
         cards.append(_card("Top saving", human_ns(best.estimated_savings_ns), best.rule))
     return "<div class='cards'>" + "".join(cards) + "</div>"
@@ -220,16 +221,16 @@ def _metric_text(m: Metric) -> str:
     if m.unit == "B/s":
         return _bytes(float(m.value)) + "/s"
     if m.unit == "ratio":
-        return f"{float(m.value):.3g}"
+        return plain_number(m.value)
     if m.unit == "%":
-        return f"{float(m.value):.3g} %"
-    return f"{m.value:,}" if isinstance(m.value, int) else f"{m.value:.4g}"
+        return f"{plain_number(m.value)} %"
+    return f"{m.value:,}" if isinstance(m.value, int) else plain_number(m.value, 4)
 
 
 def _bytes(value: float) -> str:
     for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(value) >= scale:
-            return f"{value / scale:.3g} {unit}"
+            return f"{plain_number(value / scale)} {unit}"
     return f"{value:.0f} B"
 
 

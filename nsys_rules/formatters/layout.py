@@ -225,6 +225,30 @@ class Answer:
         noun = "finding" if len(self.minor) == 1 else "findings"
         return f"minor: {len(self.minor)} {noun} under the noise floor ({rules})"
 
+    def shown_counts(self) -> dict[str, int]:
+        """The findings shown as entries, by severity (``error``, ``warning``, ``info``)."""
+        counts = {"error": 0, "warning": 0, "info": 0}
+        for e in self.entries:
+            counts[e.finding.severity.value] += 1
+        return counts
+
+    @property
+    def folded(self) -> int:
+        """How many findings are shown as an "also explains" line under another."""
+        return sum(len(e.explains) for e in self.entries)
+
+    def counts_line(self) -> str:
+        """``0 errors, 1 warning, 2 info shown; 3 folded, 1 minor``: what the findings list shows.
+
+        Folded findings are never more severe than their owner and minor ones never above info
+        (:mod:`nsys_rules.answer`), so the shown severities are the ones ``--fail-on`` decides on.
+        """
+        c = self.shown_counts()
+        line = (f"{c['error']} error{'' if c['error'] == 1 else 's'}, "
+                f"{c['warning']} warning{'' if c['warning'] == 1 else 's'}, {c['info']} info shown")
+        rest = [f"{n} {what}" for n, what in ((self.folded, "folded"), (len(self.minor), "minor")) if n]
+        return line + ("; " + ", ".join(rest) if rest else "")
+
     def only(self, findings: Iterable[Finding]) -> "Answer":
         """The part of the answer about ``findings`` (one trace's), numbered from 1 again."""
         mine = {id(f) for f in findings}

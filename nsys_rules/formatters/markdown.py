@@ -46,11 +46,10 @@ def code_cell(text: object, limit: int = 160) -> str:
 @draws_profile  # Markdown shows the kernel table
 def format_markdown(report: Report) -> str:
     """The report as GitHub-flavoured Markdown."""
-    s = report.summary()["by_severity"]
-    lines = [f"## nsys-rules: {s['error']} error(s), {s['warning']} warning(s), {s['info']} info", ""]
+    ranked = answer(report)
+    lines = [f"## nsys-rules: {ranked.counts_line()}", ""]
     for result in report.results:
         lines += _trace_block(result)
-    ranked = answer(report)
     if ranked.entries:
         lines += ["### What to optimize next", "",
                   "| # | | rule | saves | finding | next optimization |", "|---:|---|---|---:|---|---|"]

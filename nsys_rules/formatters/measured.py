@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from nsys_rules.units import plain_number
 from nsys_rules.records import TraceInfo
 
 #: The columns, in order: metric key and header. ``compact`` keeps the first of them and the bound.
@@ -60,7 +61,7 @@ def measured_view(info: TraceInfo) -> MeasuredView | None:
                              {k: p["pct"].get(k) for k, _ in columns}, BOUND.get(p.get("bound", ""), ""),
                              str(p.get("bound_words", ""))) for p in parts)
     freq = metrics.get("frequency_hz")
-    rate = f" at {freq / 1000:g} kHz" if freq else ""
+    rate = f" at {plain_number(freq / 1000, 6)} kHz" if freq else ""
     peak = metrics.get("peak_dram_bytes_per_s")
     peak_text = f"; DRAM peak {peak / 1e12:.2f} TB/s" if peak else ""
     headline = (f"measured while each part runs (GPU metrics, {metrics.get('samples', 0)} samples{rate}, % of each "

@@ -62,8 +62,7 @@ def tail_lines(report: Report, ranked: Answer, width: int) -> list[str]:
         lines.extend(job_summary_lines(report.job.info))
     elif report.verbose and report.job_note:
         lines.append(one_line(f"job: not judged as one job: {report.job_note}"))
-    s = report.summary()["by_severity"]
-    lines.append(f"{s['error']} error(s), {s['warning']} warning(s), {s['info']} info")
+    lines.append(ranked.counts_line())
     return lines
 
 

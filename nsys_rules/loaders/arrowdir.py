@@ -27,6 +27,30 @@ from nsys_rules.loaders.batches import fill_columns, note_column, stoppable
 from nsys_rules.loaders.columnar import ColumnarExport
 from nsys_rules.loaders.export import MAX_META_ROWS, MAX_STRING, NULL_INT, has_nsys_tables
 
+def _arrow_can_name(path: Path) -> bool:
+    """Whether Arrow can open ``path`` by name: it takes names as UTF-8, and a Linux path is bytes
+    (a folder named with b"\\xff" is ``"\\udcff"`` in Python); such a file is opened by Python instead."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _mapped_by_python(path: Path) -> Any:
+    """An Arrow reader over ``path`` memory-mapped by Python (the path as the OS holds it), still without a copy."""
+    import mmap
+
+    import pyarrow as pa
+
+    with open(path, "rb") as file:
+        if os.fstat(file.fileno()).st_size == 0:
+            return pa.BufferReader(b"")
+        # The map outlives the file object: the buffer holds it until the last array over it is gone.
+        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    return pa.BufferReader(pa.py_buffer(mapped))
+
+
 #: Folder kinds by the file suffix nsys gives each table.
 SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
 #: Folder name endings ``nsys export`` uses by default for each kind.
@@ -236,12 +260,15 @@ class ArrowDirExport(ColumnarExport):
 
         # Column chunks streamed a buffer at a time instead of read whole: a big table's chunks would
         # otherwise sit beside the arrays being filled from them.
-        return pq.ParquetFile(self._files[table], memory_map=False, pre_buffer=False, buffer_size=READ_BUFFER)
+        path = self._files[table]
+        source: Any = str(path) if _arrow_can_name(path) else open(path, "rb")
+        return pq.ParquetFile(source, memory_map=False, pre_buffer=False, buffer_size=READ_BUFFER)
 
     def _ipc(self, table: str) -> Any:
         import pyarrow as pa
 
-        source = pa.memory_map(str(self._files[table]), "r")
+        path = self._files[table]
+        source = pa.memory_map(str(path), "r") if _arrow_can_name(path) else _mapped_by_python(path)
         head = source.read(6)
         source.seek(0)
         # nsys writes the IPC stream format; the file format ("ARROW1" magic) is read too.

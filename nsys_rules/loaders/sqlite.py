@@ -36,7 +36,9 @@ SQLITE_ERRORS = (sqlite3.DatabaseError, UnicodeDecodeError)
 
 
 def _uri(path: Path) -> str:
-    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+    # A Linux path is bytes: the percent-encoded bytes of the name as the OS holds it, so a folder
+    # named with a non-UTF-8 byte (b"\xff", surrogate-escaped in Python) opens like any other.
+    return "file:" + urllib.parse.quote(os.fsencode(path.resolve())) + "?mode=ro&immutable=1"
 
 
 def _quote(identifier: str) -> str:

@@ -257,7 +257,8 @@ def _timeline(gpu: pd.DataFrame, steps: tuple[tuple[int, int], ...]) -> dict[str
 
 
 def _step_detail(gpu: pd.DataFrame, step: int, begin: int, wall: int) -> dict[str, Any]:
-    """The GPU operations of one step as (offset from the step's start, duration, class), capped at MAX_OPS."""
+    """The GPU operations of step index ``step`` (numbered ``step + 1`` in the result) as (offset from the
+    step's start, duration, class), capped at MAX_OPS."""
     if not len(gpu):
         return {"index": step, "step": step + 1, "wall_ns": wall, "ops": [], "truncated": False}
     mine = gpu[gpu["step"].to_numpy() == step].sort_values("start", kind="stable")

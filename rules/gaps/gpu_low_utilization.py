@@ -7,6 +7,7 @@ from typing import Iterable
 
 import pandas as pd
 
+from nsys_rules.api import plain_number
 from nsys_rules.api import (Finding, Location, Renamed, Rule, RuleContext, Severity, chunk_utilization, gpu_op_frames,
                             merge_low_chunks, metric, pct, split_flagged)
 from nsys_rules.rules.gaps.common import GPU_TIME_COLUMNS, per_device, steady_gpu_span
@@ -98,7 +99,8 @@ class GpuLowUtilization(Rule):
             severity = (Severity.WARNING if reaches_steady and idle >= opts.warn_share_pct / 100 * span else Severity.INFO)
             what = (f"GPU {dev} was {in_use:.1f} % in use over {length / 1e6:.1f} ms from {group.start / 1e9:.6f} s"
                     if group.single else
-                    f"GPU {dev} was under {opts.max_in_use_pct:g} % in use in {len(g)} regions, {length / 1e6:.1f} ms "
+                    f"GPU {dev} was under {plain_number(opts.max_in_use_pct, 6)} % in use in {len(g)} regions, "
+                    f"{length / 1e6:.1f} ms "
                     f"in all ({in_use:.1f} % in use on average)")
             phase = "reaching into the steady state" if reaches_steady else "before the steady state (start-up)"
             rec = ("The steady state leaves the GPU idle: see launch-bound, sync-stall and gpu-idle-gaps for the "

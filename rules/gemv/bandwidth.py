@@ -15,6 +15,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from nsys_rules.api import plain_number
 from nsys_rules.api import (CLASSES, RuleContext, read_small_text, UsageError, category_classes, category_codes, classify,
                             duration_sum, launch_times, parse_size, point_in, rows_with_codes)
 
@@ -82,7 +83,7 @@ def weights_read_per_step(config: dict[str, Any], dtype_bytes: float = 0.0) -> t
     params = layers * (attention + mlp) + vocab * hidden  # lm_head: read every step, tied or not
     size = dtype_bytes or _DTYPE_BYTES.get(str(config.get("torch_dtype") or text.get("torch_dtype") or "bfloat16"), 2)
     return int(params * size), (f"{params / 1e9:.2f} B weights read per step ({layers} layers, {how}, lm_head) x "
-                                 f"{size:g} B")
+                                 f"{plain_number(size, 6)} B")
 
 
 def config_weight_bytes(path: str, dtype_bytes: float = 0.0) -> tuple[int, str]:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.rules.gemv.bandwidth import per_step_time
+from nsys_rules.api import plain_number
 from nsys_rules.api import PartActivity, RuleContext, measure_kernels
 
 
@@ -52,7 +53,7 @@ class MeasuredGemv:
         if not self.frequency_hz:
             return ""
         khz = self.frequency_hz / 1000
-        return f" at {khz:g} kHz" if khz >= 1 else f" at {self.frequency_hz} Hz"
+        return f" at {plain_number(khz, 6)} kHz" if khz >= 1 else f" at {self.frequency_hz} Hz"
 
 
 def measured_gemv(ctx: RuleContext, kernels: pd.DataFrame, is_gemv: np.ndarray, device: int,

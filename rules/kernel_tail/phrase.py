@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from nsys_rules.api import plain_number
 from nsys_rules.api import Framework, Metric, is_any_launch, metric, nvtx_range_advice, pct
 from nsys_rules.rules.kernel_tail.judge import KernelVerdict
 from nsys_rules.rules.kernel_tail.measure import Instance
@@ -57,8 +58,8 @@ def kernel_message(label: str, row: pd.Series, verdict: KernelVerdict, slowest: 
                 f"sharing one kernel and launch configuration), not a tail. Slowest: {slowest}.")
     slow_count = verdict.slow_count
     what = (f"A systematic tail: {slow_count} invocations ({pct(slow_count, row['count']):.1f} %) run over "
-            f"{tail_ratio:g}x the median" if verdict.systematic else
-            f"Outlier invocations: {slow_count} of {int(row['count'])} run over {tail_ratio:g}x the median")
+            f"{plain_number(tail_ratio, 6)}x the median" if verdict.systematic else
+            f"Outlier invocations: {slow_count} of {int(row['count'])} run over {plain_number(tail_ratio, 6)}x the median")
     text = stats + f" {what}. Slowest: {slowest}."
     if verdict.phase:
         text += (f" The slow invocations are {'consecutive' if verdict.runs == 1 else f'in {verdict.runs} consecutive runs'}: "

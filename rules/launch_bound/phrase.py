@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nsys_rules.api import plain_number
 from nsys_rules.api import Budget, Framework, Metric, graph_capture_advice, metric, pct
 from nsys_rules.rules.launch_bound.judge import LaunchVerdict
 from nsys_rules.rules.launch_bound.measure import DeviceLaunches
@@ -81,5 +82,5 @@ def recommendation(found: DeviceLaunches, verdict: LaunchVerdict, graph_gap_ns: 
                 f"device; at most {verdict.savings / 1e6:.1f} ms ({share:.1f} % of the steady state) is at stake.")
     return ("Replay the steady-state step from a CUDA graph, one launch for all its kernels: "
             f"{graph_capture_advice(fw)}. Expected gain up to {verdict.savings / 1e6:.1f} ms ({share:.1f} % of the "
-            f"steady state) with {graph_gap_ns / 1e3:g} us left per kernel; fusing small kernels cuts the count "
+            f"steady state) with {plain_number(graph_gap_ns / 1e3, 6)} us left per kernel; fusing small kernels cuts the count "
             "further.")

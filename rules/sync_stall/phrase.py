@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nsys_rules.api import plain_number
 from nsys_rules.api import DEVICE_SYNC_APIS, Framework, PythonSite, running_value_advice, scalar_readback_names
 from nsys_rules.rules.sync_stall.judge import SyncVerdict
 from nsys_rules.rules.sync_stall.measure import SyncEvidence
@@ -15,7 +16,7 @@ def message(ev: SyncEvidence, verdict: SyncVerdict, llm: bool, fw: Framework, tr
     ``training``: the loop trains (backward or optimizer kernels), so a small readback every step is its loss.
     """
     apis = ", ".join(f"{int(r['size'])} {api_name} ({r['sum'] / 1e6:.2f} ms)" for api_name, r in ev.by_api.head(4).iterrows())
-    rate = f" ({ev.per_step:.2g} per step over {ev.steps} steps)" if ev.per_step is not None else ""
+    rate = f" ({plain_number(ev.per_step, 2)} per step over {ev.steps} steps)" if ev.per_step is not None else ""
     readback = ""
     if ev.readbacks:
         pattern = f" ({scalar_readback_names(fw)})" if fw.name != "cuda" else ""

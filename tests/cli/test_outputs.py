@@ -110,7 +110,7 @@ def test_github_summary_appends_markdown(tmp_path):
     proc = run_cli("check", "--github-summary", str(path), env={"GITHUB_STEP_SUMMARY": str(summary)})
     assert proc.returncode == 1, proc.stderr
     text = summary.read_text()
-    assert text.startswith("previous step\n## nsys-rules: 1 error(s)")
+    assert text.startswith("previous step\n## nsys-rules: 1 error, 0 warnings, 0 info shown")
     assert "`graph-trace-hidden`" in text
     assert "graph-trace-hidden" in proc.stdout  # stdout keeps its own format (table)
 

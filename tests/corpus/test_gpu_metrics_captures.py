@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.capture_verdicts import check_json
 from tests.conftest import ROOT, SHARED, run_cli, validate_report
 from tests.corpus.test_public_corpus import run_with_rss
 
@@ -75,12 +76,7 @@ def metrics_traces(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def reports(metrics_traces) -> dict[str, dict]:
-    out = {}
-    for name in NAMES:
-        proc = run_cli("check", "--format", "json", "--fail-on", "never", str(metrics_traces / f"{name}.sqlite"))
-        assert proc.returncode == 0, proc.stderr
-        out[name] = validate_report(proc.stdout)
-    return out
+    return {name: check_json(metrics_traces / f"{name}.sqlite") for name in NAMES}
 
 
 def _parts(report: dict) -> dict[str, dict]:

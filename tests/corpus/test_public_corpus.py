@@ -24,7 +24,7 @@ import pytest
 from nsys_rules import cli
 from nsys_rules.report import CUDA_TABLES
 from nsys_rules.inputs import open_trace
-from tests.answer_properties import savings_problems
+from tests.answer_properties import savings_problems, severity_problems
 from tests.conftest import CORPUS, validate_report
 
 PEAK_RSS_LIMIT = 350 * 2**20
@@ -64,6 +64,7 @@ def check_report(report: dict, path: Path) -> None:
     # The version: from export metadata, or inferred (and then nsys_version is null = unknown).
     assert trace["nsys_version"] or trace.get("nsys_version_inferred"), f"{path.name}: no version at all"
     assert savings_problems(report) == []  # savings within what the step budget can give back
+    assert severity_problems(report) == []  # no folded or minor finding above what is shown
     known = MANIFEST.get(path.name)
     if known and known.get("nsys_version"):
         assert trace["nsys_version"] == known["nsys_version"]

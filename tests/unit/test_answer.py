@@ -102,3 +102,61 @@ def test_a_misleading_trace_error_owns_what_nobody_claims():
     b = budget(launch_wait=6_000_000)
     findings = finalize([finding("launch-blocking", None, None, Severity.ERROR)], b, None)
     assert part_owners(findings, b)["launch_wait"]["rule"] == "launch-blocking"
+
+
+# -- the exit code is decided by what is shown ---------------------------------------------------
+def test_a_symptom_never_folds_into_a_cause_under_the_noise_floor():
+    # The 2-GPU training trace's case: big idle gaps (a warning) and a sync whose removal saves 0.1 % of
+    # the steady state. Folded into it, the warning decided --fail-on from inside the minor line.
+    b = budget(gemv=8_000_000, after_sync=100_000, launch_wait=1_500_000)
+    out = by_rule(finalize([finding("sync-stall", 100_000, "after_sync", Severity.INFO),
+                            finding("gpu-idle-gaps", None, None, Severity.WARNING)], b, None))
+    assert out["sync-stall"].minor and out["sync-stall"].severity is Severity.INFO
+    assert out["gpu-idle-gaps"].folded_into is None and out["gpu-idle-gaps"].severity is Severity.WARNING
+
+
+def test_a_folded_finding_is_never_more_severe_than_its_owner():
+    # A sync that saves 5 % of the steady state (over the floor, under the raise) explains the gaps: one
+    # finding, judged as the cause is; the gaps' own severity stays in the note.
+    b = budget(gemv=8_000_000, after_sync=500_000, launch_wait=1_000_000)
+    out = by_rule(finalize([finding("sync-stall", 5_000_000, "after_sync", Severity.INFO),
+                            finding("gpu-idle-gaps", None, None, Severity.WARNING)], b, None))
+    gaps = out["gpu-idle-gaps"]
+    assert not out["sync-stall"].minor and out["sync-stall"].severity is Severity.INFO
+    assert gaps.folded_into == out["sync-stall"].fingerprint
+    assert gaps.severity is Severity.INFO and gaps.savings_note == "explained by sync-stall (warning on its own)"
+    # A warning cause keeps a warning symptom a warning.
+    out = by_rule(finalize([finding("sync-stall", 5_000_000, "after_sync", Severity.WARNING),
+                            finding("gpu-idle-gaps", None, None, Severity.WARNING)], b, None))
+    assert out["gpu-idle-gaps"].severity is Severity.WARNING and out["gpu-idle-gaps"].folded_into
+
+
+def test_no_answer_hides_a_severity_above_what_it_shows():
+    # Every mix of causes and symptoms, severities and savings (0 to 10 % of the steady state): a folded
+    # finding is at most its owner's severity and a minor one at most info, so the shown severities decide.
+    import itertools
+
+    b = budget(gemv=7_000_000, after_sync=1_000_000, launch_wait=1_500_000)
+    severities = (Severity.INFO, Severity.WARNING, Severity.ERROR)
+    for cause_sev, symptom_sev, saving in itertools.product(severities, severities, (0, 10_000, 400_000, 10_000_000)):
+        out = finalize([finding("sync-stall", saving, "after_sync", cause_sev),
+                        finding("gpu-idle-gaps", None, None, symptom_sev),
+                        finding("queue-delay", saving // 2, "launch_wait", symptom_sev)], b, None)
+        owners = {f.fingerprint: f for f in out if not f.folded_into}
+        for f in out:
+            assert not (f.minor and f.severity is not Severity.INFO), f
+            if f.folded_into:
+                assert f.severity.rank <= owners[f.folded_into].severity.rank, (cause_sev, symptom_sev, saving, f)
+
+
+def test_an_error_the_user_set_does_not_lift_a_finding_out_of_the_noise_floor():
+    # [tool.nsys-rules.severity] kernel-tail = "error": a tail that saves nothing is minor (info), not an error;
+    # an error a rule judged itself (a misleading trace) stays an error whatever it saves.
+    b = budget(gemv=8_000_000, launch_wait=1_000_000)
+    out = by_rule(finalize([finding("kernel-tail", 0, "gemv", Severity.ERROR),
+                            finding("debug-build", 0, None, Severity.ERROR)], b, None, fixed=frozenset({"kernel-tail"})))
+    assert out["kernel-tail"].minor and out["kernel-tail"].severity is Severity.INFO
+    assert not out["debug-build"].minor and out["debug-build"].severity is Severity.ERROR
+    out = by_rule(finalize([finding("kernel-tail", 20_000_000, "gemv", Severity.ERROR)], b, None,
+                           fixed=frozenset({"kernel-tail"})))
+    assert not out["kernel-tail"].minor and out["kernel-tail"].severity is Severity.ERROR

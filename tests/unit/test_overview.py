@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -112,3 +113,21 @@ def test_typical_step_close_up_is_the_median_step(tmp_path):
     assert detail["index"] != 5 and detail["step"] == detail["index"] + 1  # the slow step is not typical
     assert detail["ops"] == [[0, 100_000, "gemv"], [120_000, 10_000, "norm"]]
     assert detail["wall_ns"] == 195_000 and not detail["truncated"]
+
+
+def test_steps_are_numbered_from_1_everywhere(tmp_path, capsys):
+    # The slow step is the sixth: the chart's bar, its tooltip and step-outliers' message all say "step 6".
+    from nsys_rules.cli import main
+
+    path = stepped_trace(tmp_path / "t.sqlite", steps=8, slow_step=5)
+    p = profile_of(path)
+    rows = p["timeline"]["rows"]
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    assert max(rows, key=lambda r: r["wall_ns"])["step"] == 6
+    assert 1 <= p["timeline"]["typical"]["step"] <= 8 and p["timeline"]["typical"]["step"] != 6
+    assert main(["check", "--format", "html", "--fail-on", "never", str(path)]) == 0
+    page = capsys.readouterr().out
+    assert "<title>step 6: wall 595 us" in page and "step 0:" not in page
+    assert main(["check", "--format", "json", "--fail-on", "never", "--select", "step-outliers", str(path)]) == 0
+    [outlier] = json.loads(capsys.readouterr().out)["findings"]
+    assert "step 6 " in outlier["message"]

@@ -7,6 +7,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from tabulate import tabulate
 
@@ -152,9 +153,9 @@ def _md_row(cells: list[str]) -> str:
     return f"| {' | '.join(cells)} |"
 
 
-def _side(label: str, side: dict[str, object]) -> str:
-    runs = int(side.get("runs", 1) or 1)  # type: ignore[call-overload]  # an int the diff wrote
-    where = one_line(side["path"]) if runs == 1 else f"{runs} runs ({', '.join(map(one_line, side['paths']))})"  # type: ignore[call-overload]  # a list the diff wrote
+def _side(label: str, side: dict[str, Any]) -> str:
+    runs = int(side.get("runs", 1) or 1)
+    where = one_line(side["path"]) if runs == 1 else f"{runs} runs ({', '.join(map(one_line, side['paths']))})"
     return f"{label} {where}: {one_line(side['window'])}"
 
 
@@ -164,7 +165,7 @@ def _shown(rows: list[Change]) -> list[Change]:
 
 def render_table(result: DiffResult, top: int = 10, width: int = FILE_WIDTH) -> str:
     """Plain-text report, ``width`` columns wide (kernel names are cut to fit, and kept apart)."""
-    name_w = max(20, min(70, width - 80))
+    name_w = max(20, min(90, width - 80))
     out = fit([_side("BASE", result.base), _side("NEW ", result.new)], width) + [""]
     out.append(tabulate(_totals(result), headers=TOTAL_HEADERS, tablefmt="simple"))
     out += ["", "the step by part (median per step, ranked by the size of the change):"]
@@ -188,7 +189,7 @@ def render_markdown(result: DiffResult, top: int = 10) -> str:
     icon = "❌" if result.regressed else "✅"
     b, n = result.base, result.new
     out = [f"## nsys-rules diff {icon} {cell(result.line, 1000)}", "",
-           f"**Verdict:** {cell(result.line, 1000)}", ""] + [f"- {cell(s, 1000)}" for s in _sentences(result)] + ["",
+           ] + [f"- {cell(s, 1000)}" for s in _sentences(result)] + ["",
            f"BASE {_md_paths(b)} ({b['steps']} steps) → NEW {_md_paths(n)} ({n['steps']} steps)",
            "", _md_row(TOTAL_HEADERS), "|---|---:|---:|---:|---:|---|---|---:|"]
     out += [_md_row([cell(x) for x in r]) for r in _totals(result)]
@@ -197,7 +198,7 @@ def render_markdown(result: DiffResult, top: int = 10) -> str:
     out += ["", _md_row(["kernel class", *CHANGE_HEADERS]), "|---|---:|---:|---:|---:|---|---|"]
     out += [_md_row([cell(c.name), *_change(c)]) for c in _shown(result.classes)]
     movers = result.movers[:top]
-    names = distinct_names([c.name for c in movers], 70)
+    names = distinct_names([c.name for c in movers], 90)
     out += ["", "**Biggest movers**", "", _md_row(["kernel", "class", *CHANGE_HEADERS]),
             "|---|---|---:|---:|---:|---:|---|---|"]
     out += [_md_row([code_cell(names[c.name], 200), cell(c.kernel_class), *_change(c)]) for c in movers]
@@ -205,6 +206,6 @@ def render_markdown(result: DiffResult, top: int = 10) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def _md_paths(side: dict[str, object]) -> str:
+def _md_paths(side: dict[str, Any]) -> str:
     paths = side.get("paths") or [side["path"]]
-    return ", ".join(code_cell(p, 300) for p in paths)  # type: ignore[attr-defined]  # a list the diff wrote
+    return ", ".join(code_cell(p, 300) for p in paths)

@@ -5,8 +5,8 @@ traces are runs of one program and step, :mod:`.result` compares them with inter
 """
 
 from nsys_rules.diff.result import (DEFAULT_GATE_PCT, DEFAULT_HOST_SPREAD_PCT, DIFF_SCHEMA_VERSION, Change,
-                                    DiffResult, compare)
+                                    DiffResult, compare, diff_schema)
 from nsys_rules.diff.sides import Run, run_of, side_summary
 
 __all__ = ["DEFAULT_GATE_PCT", "DEFAULT_HOST_SPREAD_PCT", "DIFF_SCHEMA_VERSION", "Change", "DiffResult", "Run",
-           "compare", "run_of", "side_summary"]
+           "compare", "diff_schema", "run_of", "side_summary"]

@@ -188,9 +188,10 @@ class DiffResult:
                        "re-capture with --cuda-graph-trace=node to compare kernels")
         host_bound = self.base.get("step_time_ns") and idle.base >= HOST_BOUND * step.base
         if self.said("gpu") == "no change" and self.step_verdict != "no change" and host_bound:
-            out.append(f"the GPU work did not change: the step moved by host/idle time on a host-bound loop "
-                       f"({100 * idle.base / step.base:.0f} % of BASE's median step is idle), and the run-to-run "
-                       "variation of host-bound loops can exceed the in-run spread")
+            moved = abs(step.estimate_pct or 0.0) > self.margin_pct
+            out.append(f"the GPU work did not change: {'the step moved by' if moved else 'the step is uncertain by'} "
+                       f"host/idle time on a host-bound loop ({100 * idle.base / step.base:.0f} % of BASE's median "
+                       "step is idle), and the run-to-run variation of host-bound loops can exceed the in-run spread")
         if not step.between_measured:
             out.append(f"one run per side: the between-run variation is not measured; assumed as the in-run spread "
                        f"of the step, or {self.host_spread_pct:g} % of its host-caused idle time when larger")
@@ -412,3 +413,12 @@ def _moved_by(shift: Shift, said: str) -> str:
     return (f"{human_ns(shift.estimate, signed=True)} ({_signed(shift.estimate_pct)}, 95 % interval "
             f"{_signed(shift.low_pct)} to {_signed(shift.high_pct)}; median {human_ns(shift.base)} -> "
             f"{human_ns(shift.new)}): {said}")
+
+
+def diff_schema() -> dict[str, Any]:
+    """The JSON Schema of ``diff --format json``, shipped in the package (``nsys-rules schema --diff``)."""
+    import json
+    from importlib import resources
+
+    text = resources.files("nsys_rules").joinpath("schema/diff.schema.json").read_text(encoding="utf-8")
+    return dict(json.loads(text))

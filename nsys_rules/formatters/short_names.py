@@ -42,13 +42,24 @@ def distinct_names(names: Iterable[str], limit: int) -> dict[str, str]:
 
 
 def _around(text: str, at: int, limit: int) -> str:
-    """``text``'s head, then from just before position ``at`` as far as ``limit`` allows, with "…" where cut."""
+    """``text``'s head (through its template's ``<``), "…", then the argument where it differs from ``at`` on."""
     if len(text) <= limit or at < limit // 2:
         return shorten(text, limit)
-    head = max(8, limit // 3)
-    start = max(head, at - 8)
-    room = limit - head - 1
+    bracket = text.find("<")
+    head, end = text[:limit // 3], limit // 3
+    if 0 < bracket < 2 * limit // 3:
+        head, end = text[:bracket + 1], bracket + 1
+    elif 0 < bracket:  # the template's own name, without its return type and namespaces
+        own = text[:bracket].replace(" ", "::").rsplit("::", 1)[-1] + "<"
+        if len(own) <= limit // 2:
+            head, end = own, bracket + 1
+    start = at
+    while start > end and text[start - 1] not in " ,<(":  # from the start of the differing argument's name
+        start -= 1
+    if start <= end:
+        return shorten(text, limit)
+    room = limit - len(head) - 1
     tail = text[start:start + room]
     if start + room < len(text):
         tail = tail[:-1] + "…"
-    return text[:head] + "…" + tail
+    return head + "…" + tail

@@ -1,4 +1,7 @@
-"""``diff``: the gate on the median step's interval, the verdict (kernels, gaps, step count), refusals (no steps, not one program)."""
+"""``diff``: the gate on the median step's interval, the verdict (kernels, gaps, step count), refusals.
+
+Refused: a trace without steps, library ranges as steps, traces of different programs or steps.
+"""
 
 from __future__ import annotations
 
@@ -204,3 +207,19 @@ def test_several_runs_per_side_measure_the_between_run_spread(tmp_path):
     assert step.between_measured and step.between_run > 0
     assert step.estimate_pct == pytest.approx(20.0, abs=0.5) and step.low_pct > 5 and result.regressed
     assert result.to_json()["change"]["step"]["noise"]["between_run"] == "measured"
+
+
+def test_mover_names_cut_to_fit_stay_apart():
+    from nsys_rules.formatters.short_names import distinct_names
+
+    head = "void at::native::vectorized_elementwise_kernel<(int)8, at::native::"
+    names = [f"{head}BinaryFunctor<c10::BFloat16, MulFunctor<float>>, std::array<char *, 3>>(int, T2, T3)",
+             f"{head}CUDAFunctor_add<c10::BFloat16>, std::array<char *, 3>>(int, T2, T3)",
+             f"{head}bfloat16_copy_kernel_cuda(at::TensorIteratorBase &), std::array<char *, 2>>(int, T2, T3)",
+             "nvjet_sm90_tst_256x8_64x6_4x1_v_bz_TNT", "same\nname", "same name"]
+    shown = distinct_names(names, 60)
+    assert len(set(shown.values())) == len(names)
+    assert all(len(text) <= 60 and "\n" not in text for text in shown.values())
+    for name, token in zip(names[:3], ("BinaryFunctor", "CUDAFunctor_add", "bfloat16_copy"), strict=True):
+        assert shown[name].startswith("vectorized_elementwise_kernel<…") and token in shown[name]
+    assert shown[names[3]] == names[3]  # short names are left as they are

@@ -40,7 +40,7 @@ DEFAULT_GATE_PCT = 5.0
 #: An interval within this percent of BASE either way is ``no change`` (the gate when it is smaller).
 NO_CHANGE_PCT = 1.0
 #: Run-to-run spread of a host-bound loop's host time per step assumed when no side has 2+ runs
-#: (percent of that time): two runs of one eager decode loop on an idle H200 host differed by 17 %.
+#: (percent of that time): two runs of one eager decode loop on an idle H200 host differed by 19 %.
 DEFAULT_HOST_SPREAD_PCT = 15.0
 #: Share of BASE's step that is idle from which a loop is host-bound.
 HOST_BOUND = 0.5

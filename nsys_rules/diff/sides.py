@@ -115,13 +115,12 @@ def _kernel_series(trace: Trace, steps: tuple[tuple[int, int], ...], full: slice
     n = len(steps)
     out: dict[str, np.ndarray] = {}
     for column, prefix, limit in (("cls", "class", None), ("name", "kernel", TOP_KERNELS)):
-        codes = gpu[column].cat.codes.to_numpy()[keep]
+        codes = gpu[column].cat.codes.to_numpy()[keep].astype(np.int64)
         names = gpu[column].cat.categories
-        table = np.zeros((len(names), n))
-        np.add.at(table, (codes, idx), dur)
-        totals = table.sum(axis=1)
+        totals = np.bincount(codes, weights=dur, minlength=len(names))
         order = np.argsort(-totals, kind="stable")
         for code in order[:limit] if limit else order:
             if totals[code] > 0:
-                out[f"{prefix}:{names[code]}"] = table[code][full]
+                mine = codes == code
+                out[f"{prefix}:{names[code]}"] = np.bincount(idx[mine], weights=dur[mine], minlength=n)[full]
     return out

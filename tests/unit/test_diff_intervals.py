@@ -10,21 +10,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nsys_rules.analysis.shift import Shift, median_shifts, robust_spread, verdict
+from nsys_rules.analysis.shift import LONG_RUN, Shift, median_shifts, robust_spread, verdict
 
 PAIRS = 200
 STEPS = 48
 
 
 def _coverage(runs_per_side: int, in_run_sd: float, between_sd: float, shift: float, assume: bool,
-              pairs: int = PAIRS) -> tuple[float, float]:
+              pairs: int = PAIRS, steps: int = STEPS) -> tuple[float, float]:
     """(share of pairs whose interval holds ``shift``, median width) for steps ~ N(1000 + run effect, in_run_sd)."""
     rng = np.random.default_rng(7)
     hits, widths = 0, []
     for _ in range(pairs):
         sides = []
         for centre in (1000.0, 1000.0 + shift):
-            sides.append([(centre + rng.normal(0, between_sd) + rng.normal(0, in_run_sd, STEPS))[None, :]
+            sides.append([(centre + rng.normal(0, between_sd) + rng.normal(0, in_run_sd, steps))[None, :]
                           for _ in range(runs_per_side)])
         assumed = (robust_spread(sides[0][0]), robust_spread(sides[1][0])) if assume else None
         [s] = median_shifts(sides[0], sides[1], assumed)
@@ -36,6 +36,13 @@ def _coverage(runs_per_side: int, in_run_sd: float, between_sd: float, shift: fl
 def test_one_run_per_side_without_run_effects_covers_the_true_shift():
     covered, _ = _coverage(1, in_run_sd=30.0, between_sd=0.0, shift=40.0, assume=False)
     assert covered >= 0.90, covered
+
+
+def test_long_runs_resample_the_median_rank_and_cover():
+    # Past LONG_RUN steps the resampled median's rank comes from its normal limit (no steps drawn).
+    covered, width = _coverage(1, in_run_sd=30.0, between_sd=0.0, shift=5.0, assume=False, steps=LONG_RUN + 100)
+    assert covered >= 0.90, covered
+    assert width < 12  # about 2 x 1.96 x 1.2533 x 30 x sqrt(2 / 400)
 
 
 def test_one_run_per_side_covers_run_effects_as_large_as_the_in_run_spread_when_assumed():

@@ -181,16 +181,22 @@ def _resampled_medians(run: np.ndarray, resamples: int, rng: np.random.Generator
     return out
 
 
-def verdict(shift: Shift, margin_pct: float) -> str:
-    """``no change`` when the interval lies within +-``margin_pct`` of BASE, ``slower``/``faster`` when it
-    excludes zero, else ``inconclusive`` (for series where larger is slower: times)."""
-    low, high = shift.low_pct, shift.high_pct
-    if low is None or high is None:  # BASE had none of it
+def verdict(shift: Shift, margin_pct: float, reference: float | None = None) -> str:
+    """``no change`` when the interval lies within +-``margin_pct`` percent of BASE's median, ``slower``/``faster``
+    when it excludes zero, else ``inconclusive`` (for series where larger is slower: times).
+
+    ``reference``: the whole a part belongs to (the step). An interval that holds zero and lies within
+    +-``margin_pct`` percent of it is ``no change`` too: a part whose few microseconds are uncertain
+    by half did not move a step of milliseconds.
+    """
+    if shift.base <= 0:  # BASE had none of it
         return "slower" if shift.low > 0 else "faster" if shift.high < 0 else "no change"
-    if -margin_pct <= low and high <= margin_pct:
+    margin = margin_pct / 100.0 * shift.base
+    if -margin <= shift.low and shift.high <= margin:
         return "no change"
-    if low > 0:
+    if shift.low > 0:
         return "slower"
-    if high < 0:
+    if shift.high < 0:
         return "faster"
-    return "inconclusive"
+    whole = margin_pct / 100.0 * (reference or 0.0)
+    return "no change" if -whole <= shift.low and shift.high <= whole else "inconclusive"

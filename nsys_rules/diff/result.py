@@ -263,7 +263,8 @@ def compare(base: Run | Sequence[Run], new: Run | Sequence[Run], gate_pct: float
     result = DiffResult(bs, ns_, [], [], [], gate_pct, totals=totals, runs=(len(base_runs), len(new_runs)),
                         host_spread_pct=host_spread_pct,
                         graph_replays=any(r.graph_replays for r in (*base_runs, *new_runs)), forced=forced)
-    margin = result.margin_pct
+    # A row's verdict is on what it did to the step: within +-margin of BASE's median step is no change.
+    margin = (result.margin_pct, totals["step"].base)
     labels = {**_merged_labels(new_runs), **_merged_labels(base_runs)}
     result.parts = _rows(bs["parts"], ns_["parts"], "part", rows, margin, labels)
     result.classes = _rows(_mean_rows(base_runs, "classes", "class"), _mean_rows(new_runs, "classes", "class"),
@@ -379,7 +380,7 @@ def _mean_rows(runs: list[Run], table: str, key: str) -> list[dict[str, Any]]:
     return [{key: name, "class": classes[name], "per_step_ns": total / len(runs)} for name, total in sums.items()]
 
 
-def _rows(base: Any, new: Any, kind: str, shifts: dict[str, Shift], margin: float,
+def _rows(base: Any, new: Any, kind: str, shifts: dict[str, Shift], margin: tuple[float, float],
           labels: dict[str, str] | None = None) -> list[Change]:
     """Rows of one kind, each with its median's shift, ranked by the size of its change."""
     if kind == "part":
@@ -395,7 +396,7 @@ def _rows(base: Any, new: Any, kind: str, shifts: dict[str, Shift], margin: floa
     for name in dict.fromkeys([*b, *n]):
         shift = shifts.get(f"{kind}:{name}")
         out.append(Change(name, kind, cls[name], b.get(name, 0.0), n.get(name, 0.0), shift,
-                          verdict(shift, margin) if shift is not None else ""))
+                          verdict(shift, *margin) if shift is not None else ""))
     out.sort(key=lambda c: (-abs(c.effect_ns), -max(c.base_ns, c.new_ns), c.name))
     return out
 

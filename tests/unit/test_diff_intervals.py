@@ -91,3 +91,11 @@ def test_verdicts_from_the_interval(low, high, said):
 def test_work_that_is_new_is_judged_in_time():
     shift = Shift(0.0, 50.0, 50.0, 40.0, 60.0, None, 0.0, 1.0, 0.0, False)
     assert shift.estimate_pct is None and verdict(shift, 1.0) == "slower"
+
+
+def test_a_small_uncertain_part_of_a_long_step_is_no_change_but_a_sure_move_is_not():
+    part = Shift(20.0, 12.0, -8.0, -20.0, 10.0, None, 5.0, 5.0, 0.0, False)  # -40 %, unsure, of 20 us
+    assert verdict(part, 1.0) == "inconclusive"
+    assert verdict(part, 1.0, reference=16_000.0) == "no change"  # within 1 % of a 16 ms step
+    sure = Shift(1800.0, 1905.0, 105.0, 76.0, 134.0, None, 5.0, 5.0, 0.0, False)
+    assert verdict(sure, 1.0, reference=16_800.0) == "slower"  # small against the step, but it moved

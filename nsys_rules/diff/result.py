@@ -47,8 +47,9 @@ HOST_BOUND = 0.5
 #: Runs per side we recommend where one run cannot decide.
 RECOMMENDED_RUNS = 3
 LEVEL = 0.95
-METHOD = ("bootstrap of the median step: steps resampled within each run (1000 resamples, fixed seed), a "
-          "between-run effect from the runs' medians (Student t) when a side has 2+ runs, else assumed")
+METHOD = ("bootstrap of the median step: steps resampled within each run (1000 resamples, fixed seed; past 300 "
+          "steps the median's rank drawn from its normal limit), a between-run effect from the runs' medians "
+          "(Student t) when a side has 2+ runs, else assumed; 95 % percentile interval")
 #: The four series every verdict speaks of, with the words for them.
 TOTAL_SERIES = (("step", "time per step"), ("gpu", "GPU kernel time per step"), ("idle", "host/idle time per step"),
                 ("host", "host-caused idle per step"))

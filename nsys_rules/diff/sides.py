@@ -22,9 +22,9 @@ import numpy as np
 
 from nsys_rules.analysis.names import is_library_range
 from nsys_rules.model.budget import step_budget
-from nsys_rules.model.overview import build_profile, gpu_activity, step_index
+from nsys_rules.model.overview import gpu_activity, step_index
 from nsys_rules.model.trace import Trace
-from nsys_rules.model.windows import SteadyOptions, steady_state_window
+from nsys_rules.model.windows import SteadyOptions, Window, steady_state_window
 
 #: Idle parts of the budget that the host thread causes: their run-to-run variation is the host's.
 HOST_PARTS = ("host_prep", "launch_wait", "after_sync", "allocation", "module_loading")
@@ -67,7 +67,7 @@ def run_of(trace: Trace, steady: SteadyOptions | None = None) -> Run:
     if budget is None:
         summary["reason"] = "the steady steps ran no GPU work"
         return Run(summary, {}, command=command)
-    profile = build_profile(trace, window, top=0)
+    profile, by_step = _gpu_rows(trace, window)
     # Means over the inner steps: the loop's edges cut the first step (it starts at its first GPU operation,
     # the others where the host began them) and the last (no next step ends it: its idle tail is unknown), so
     # runs of different lengths would differ in gaps that no step has.
@@ -96,31 +96,42 @@ def run_of(trace: Trace, steady: SteadyOptions | None = None) -> Run:
         if p.name in budget.per_step:
             series[f"part:{p.name}"] = budget.per_step[p.name].astype(float)[full]
     if len(window.steps) == budget.steps:
-        series.update(_kernel_series(trace, window.steps, full))
+        series.update({name: values[full] for name, values in by_step.items()})
     return Run(summary, profile, series, command, graph_replays)
 
 
-def _kernel_series(trace: Trace, steps: tuple[tuple[int, int], ...], full: slice) -> dict[str, np.ndarray]:
-    """GPU time per step of each kernel class and of the biggest kernels, by the launch's step."""
-    from nsys_rules.model.windows import Window
-
-    window = Window(((steps[0][0], steps[-1][1]),), "steps")
+def _gpu_rows(trace: Trace, window: Window) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """GPU time of each kernel class and kernel launched in the window's steps: per step on average (the
+    profile's rows, as :func:`~nsys_rules.model.overview.build_profile` counts them) and step by step (the
+    classes, and the :data:`TOP_KERNELS` biggest kernels)."""
+    steps = tuple(window.steps)
+    n = len(steps)
     gpu = gpu_activity(trace, window)
-    if not len(gpu):
-        return {}
+    profile: dict[str, Any] = {"classes": [], "kernels": [], "gpu_time_per_step_ns": 0.0}
+    if not len(gpu) or not n:
+        return profile, {}
     idx = step_index(gpu["launch"].to_numpy(np.int64), steps)
     keep = idx >= 0
     dur = (gpu["end"].to_numpy(np.int64) - gpu["start"].to_numpy(np.int64))[keep].astype(float)
     idx = idx[keep]
-    n = len(steps)
-    out: dict[str, np.ndarray] = {}
-    for column, prefix, limit in (("cls", "class", None), ("name", "kernel", TOP_KERNELS)):
-        codes = gpu[column].cat.codes.to_numpy()[keep].astype(np.int64)
+    profile["gpu_time_per_step_ns"] = float(dur.sum()) / n
+    series: dict[str, np.ndarray] = {}
+    name_codes = gpu["name"].cat.codes.to_numpy()[keep].astype(np.int64)
+    class_codes = gpu["cls"].cat.codes.to_numpy()[keep].astype(np.int64)
+    for column, codes, prefix, limit in (("cls", class_codes, "class", None), ("name", name_codes, "kernel", TOP_KERNELS)):
         names = gpu[column].cat.categories
         totals = np.bincount(codes, weights=dur, minlength=len(names))
-        order = np.argsort(-totals, kind="stable")
+        order = [int(c) for c in np.argsort(-totals, kind="stable") if totals[c] > 0]
+        if prefix == "class":
+            profile["classes"] = [{"class": str(names[c]), "per_step_ns": float(totals[c]) / n} for c in order]
+        else:
+            # A kernel's class: that of its first operation (one name is one class).
+            first = np.full(len(names), -1, np.int64)
+            first[codes[::-1]] = class_codes[::-1]
+            classes = gpu["cls"].cat.categories
+            profile["kernels"] = [{"name": str(names[c]), "class": str(classes[first[c]]),
+                                   "per_step_ns": float(totals[c]) / n} for c in order]
         for code in order[:limit] if limit else order:
-            if totals[code] > 0:
-                mine = codes == code
-                out[f"{prefix}:{names[code]}"] = np.bincount(idx[mine], weights=dur[mine], minlength=n)[full]
-    return out
+            mine = codes == code
+            series[f"{prefix}:{names[code]}"] = np.bincount(idx[mine], weights=dur[mine], minlength=n).astype(float)
+    return profile, series

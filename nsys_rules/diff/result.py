@@ -210,13 +210,15 @@ class DiffResult:
         d_busy = n["busy_per_step_ns"] - b["busy_per_step_ns"]
         d_idle = n["idle_per_step_ns"] - b["idle_per_step_ns"]
         kernels, gaps = abs(d_busy) >= SIGNIFICANT * step, abs(d_idle) >= SIGNIFICANT * step
+        b_steps, n_steps = _steps_per_run(b), _steps_per_run(n)
         changed = [name for name, moved in (("kernels", kernels), ("gaps", gaps),
-                                            ("step count", b["steps"] != n["steps"])) if moved]
+                                            ("step count", b_steps != n_steps)) if moved]
         kind = "kernel-time" if kernels and abs(d_busy) >= abs(d_idle) else "gaps" if gaps else "none"
         said = self.explanation()
-        if b["steps"] != n["steps"]:
-            said.append(f"the step count differs ({b['steps']} -> {n['steps']} steps: totals differ, the per-step "
-                        "numbers compare as they are)")
+        if b_steps != n_steps:
+            each = " per run" if self.runs != (1, 1) else ""
+            said.append(f"the step count differs ({_count(b_steps)} -> {_count(n_steps)} steps{each}: totals differ, "
+                        "the per-step numbers compare as they are)")
         return {"verdict": self.step_verdict, "line": self.line, "reasons": said, "kind": kind, "changed": changed,
                 "text": self.line + ": " + "; ".join(said), "step_delta_ns": round(d_step, 1),
                 "gpu_delta_per_step_ns": round(d_busy, 1), "idle_delta_per_step_ns": round(d_idle, 1)}
@@ -400,6 +402,14 @@ def _rows(base: Any, new: Any, kind: str, shifts: dict[str, Shift], margin: tupl
                           verdict(shift, *margin) if shift is not None else ""))
     out.sort(key=lambda c: (-abs(c.effect_ns), -max(c.base_ns, c.new_ns), c.name))
     return out
+
+
+def _steps_per_run(side: dict[str, Any]) -> float:
+    return float(side["steps"]) / max(1, int(side.get("runs", 1) or 1))
+
+
+def _count(value: float) -> str:
+    return f"{value:.0f}" if value == int(value) else f"{value:.1f}"
 
 
 def _pct(before: float, after: float) -> float:

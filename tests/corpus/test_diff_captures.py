@@ -113,6 +113,7 @@ def test_three_base_runs_give_an_interval_no_wider_than_one(runs):
     pooled = compare([runs[n] for n in GRAPH], runs["diff_graph_l17"], gate_pct=3)
     width = pooled.totals["step"].high_pct - pooled.totals["step"].low_pct
     assert pooled.runs == (3, 1) and pooled.totals["step"].between_measured and pooled.regressed
+    assert pooled.base["steps_per_run"] == [96, 96, 96] and "step count" not in pooled.verdict["changed"]
     for name in GRAPH:
         single = compare(runs[name], runs["diff_graph_l17"], gate_pct=3).totals["step"]
         assert width <= single.high_pct - single.low_pct

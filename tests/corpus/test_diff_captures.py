@@ -51,7 +51,10 @@ def diff_traces(tmp_path_factory) -> Path:
         members = [m for m in tar.getmembers() if m.isfile() and Path(m.name).name in wanted]
         for member in members:
             member.name = Path(member.name).name  # flat, whatever folder the archive used
-        tar.extractall(folder, members=members, filter="data")
+        try:
+            tar.extractall(folder, members=members, filter="data")
+        except TypeError:  # Python before 3.10.12 / 3.11.4: no extraction filters (the archive is ours, flattened)
+            tar.extractall(folder, members=members)
     return folder
 
 

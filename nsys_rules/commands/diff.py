@@ -186,7 +186,8 @@ def render_table(result: DiffResult, top: int = 10, width: int = FILE_WIDTH) -> 
 
 def render_markdown(result: DiffResult, top: int = 10) -> str:
     """PR-comment Markdown; its first line is the verdict a bot acts on."""
-    icon = "❌" if result.regressed else "✅"
+    # Fail, undecided (more runs needed), pass: what a reader of the PR sees first.
+    icon = "❌" if result.regressed else "⚠️" if result.step_verdict == "inconclusive" else "✅"
     b, n = result.base, result.new
     out = [f"## nsys-rules diff {icon} {cell(result.line, 1000)}", "",
            ] + [f"- {cell(s, 1000)}" for s in _sentences(result)] + ["",

@@ -133,7 +133,7 @@ def test_the_cli_gate_and_json_on_the_captures(diff_traces):
     assert data["runs"] == {"base": 3, "new": 1} and data["change"]["step"]["noise"]["between_run"] == "measured"
     eager = run_cli("diff", paths["diff_eager_l16_run1"], paths["diff_eager_l16_run2"], "--format", "markdown")
     assert eager.returncode == 0, eager.stderr
-    assert eager.stdout.startswith("## nsys-rules diff ✅ inconclusive: time per step +")
+    assert eager.stdout.startswith("## nsys-rules diff ⚠️ inconclusive: time per step +")
 
 
 def test_movers_keep_the_template_arguments_that_tell_them_apart(diff_traces):

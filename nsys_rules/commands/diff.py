@@ -1,4 +1,4 @@
-"""``nsys-rules diff BASE NEW``: time per step before and after, why it moved, the biggest movers, and a gate."""
+"""``nsys-rules diff BASE... [--new NEW...]``: the median step before and after with its interval, why it moved, a gate."""
 
 from __future__ import annotations
 
@@ -7,17 +7,20 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from tabulate import tabulate
 
-from nsys_rules.diff import DEFAULT_GATE_PCT, Change, DiffResult, compare, side_summary
+from nsys_rules.analysis.shift import Shift
+from nsys_rules.diff import DEFAULT_GATE_PCT, DEFAULT_HOST_SPREAD_PCT, Change, DiffResult, Run, compare, run_of
 from nsys_rules.errors import ExitCode, UsageError
 from nsys_rules.formatters.layout import FILE_WIDTH, fit, one_line, shorten, terminal_width
 from nsys_rules.formatters.markdown import cell, code_cell
+from nsys_rules.formatters.short_names import distinct_names
 from nsys_rules.inputs import open_trace
 from nsys_rules.loaders.memory_limit import install_read_guard
 from nsys_rules.textsafe import terminal_safe
-from nsys_rules.units import human_ns
+from nsys_rules.units import human_ns, plain_number
 from nsys_rules.model.windows import SteadyOptions
 from nsys_rules.commands.common import add_plugin_flags, number_arg, registry_for, settings_for, whole_number_arg
 
@@ -25,41 +28,66 @@ FORMATS = ("table", "json", "markdown")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("diff", help="compare two traces per step: did the step get slower, and why",
-                       description="Compare the steady steps of two traces (BASE, then NEW): the time per step on the "
-                                   "loop's GPU, explained by GPU kernel time and idle time (gaps) per step, the step "
-                                   "budget's parts, kernel classes and the biggest movers. Exit 1 when the time per "
-                                   "step grew by more than --gate percent; exit 2 when either trace has no steps to "
-                                   "compare.")
-    p.add_argument("base", metavar="BASE", help="the reference trace (.sqlite export or parquetdir/arrowdir folder)")
-    p.add_argument("new", metavar="NEW", help="the trace to judge")
+    p = sub.add_parser("diff", help="compare runs per step: did the step get slower, how sure is that, and why",
+                       description="Compare the steady steps of BASE and NEW: the change of the median step with a "
+                                   "95 % interval (steps resampled within each run; with 2+ runs on a side, the "
+                                   "between-run variation measured from the runs' medians), apart for the GPU work "
+                                   "and the host/idle time, each budget part, kernel class and kernel. Verdict: "
+                                   "slower, faster, no change or inconclusive. `diff BASE NEW` compares two traces; "
+                                   "`diff BASE1 BASE2 ... --new NEW1 NEW2 ...` pools several runs per side. Exit 1 "
+                                   "only when the whole interval of the time per step lies above --gate percent; "
+                                   "exit 2 when a trace has no steps or the traces are not runs of one program and "
+                                   "step (--force compares anyway).")
+    p.add_argument("base", metavar="BASE", nargs="+",
+                   help="the reference trace(s) (.sqlite export or parquetdir/arrowdir folder); without --new, "
+                        "exactly two traces: BASE then NEW")
+    p.add_argument("--new", metavar="NEW", nargs="+", dest="new",
+                   help="the run(s) to judge; the positional traces are then all BASE's runs")
     p.add_argument("--format", default="table", choices=FORMATS, help="table (default), json or markdown")
     p.add_argument("--gate", type=number_arg, default=DEFAULT_GATE_PCT, metavar="PCT",
-                   help=f"fail (exit 1) when the time per step grows by more than PCT percent "
-                        f"(default {DEFAULT_GATE_PCT:g})")
+                   help=f"fail (exit 1) when the time per step grew by more than PCT percent with 95 %% confidence "
+                        f"(the interval's lower end above PCT; default {plain_number(DEFAULT_GATE_PCT)})")
+    p.add_argument("--host-spread", type=number_arg, default=DEFAULT_HOST_SPREAD_PCT, metavar="PCT",
+                   help="with one run per side: the run-to-run spread of the host-caused idle time per step to "
+                        f"assume, percent of it (default {plain_number(DEFAULT_HOST_SPREAD_PCT)}); 2+ runs on a side measure it")
+    p.add_argument("--force", action="store_true",
+                   help="compare traces that do not look like runs of one program and step")
     p.add_argument("--top", type=whole_number_arg, default=10, metavar="N", help="movers to list (default 10)")
     p.add_argument("--config", metavar="FILE", help="config file (steady-ranges is used)")
     add_plugin_flags(p)
     p.set_defaults(run=run)
 
 
+def _paths(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    if args.new:
+        return list(args.base), list(args.new)
+    if len(args.base) != 2:
+        raise UsageError(f"diff takes BASE and NEW, or several runs as `diff BASE1 BASE2 ... --new NEW1 NEW2 ...`; "
+                         f"got {len(args.base)} trace(s) without --new")
+    return [args.base[0]], [args.base[1]]
+
+
 def run(args: argparse.Namespace) -> int:
     if not math.isfinite(args.gate) or args.gate < 0:
         raise UsageError(f"--gate must be a percentage >= 0, not {args.gate!r}")
+    if not math.isfinite(args.host_spread) or not 0 <= args.host_spread <= 1000:
+        raise UsageError(f"--host-spread must be a percentage from 0 to 1000, not {args.host_spread!r}")
     if args.top < 1:
         raise UsageError("--top must be at least 1")
+    bases, news = _paths(args)
     registry = registry_for(args)
     settings = settings_for(args, registry)
     steady = SteadyOptions(tuple(settings.steady_ranges))
-    sides = []
-    for path in (args.base, args.new):
-        trace = open_trace(Path(path), registry.loaders)
-        try:
-            install_read_guard(trace, settings.max_memory)
-            sides.append(side_summary(trace, steady))
-        finally:
-            trace.close()
-    result = compare(sides[0], sides[1], args.gate)
+    sides: list[list[Run]] = [[], []]
+    for side, paths in zip(sides, (bases, news), strict=True):
+        for path in paths:
+            trace = open_trace(Path(path), registry.loaders)
+            try:
+                install_read_guard(trace, settings.max_memory)
+                side.append(run_of(trace, steady))
+            finally:
+                trace.close()
+    result = compare(sides[0], sides[1], args.gate, force=args.force, host_spread_pct=args.host_spread)
     if args.format == "json":
         text = json.dumps(result.to_json(args.top), indent=2) + "\n"
     elif args.format == "markdown":
@@ -77,78 +105,108 @@ def _pct(value: float | None) -> str:
     return "new" if value is None else f"{value:+.1f} %"
 
 
-def _gate_line(result: DiffResult) -> str:
-    status = "FAIL" if result.regressed else "pass"
-    return (f"gate: {status}: time per step {_pct(result.step_change_pct)} "
-            f"({human_ns(result.base['step_time_ns'])} -> {human_ns(result.new['step_time_ns'])}), gate {result.gate_pct:g} %")
+def _interval(shift: Shift | None) -> str:
+    """``+5.5 % .. +6.1 %``: the 95 % interval of a median's change, in percent of BASE (ns for new work)."""
+    if shift is None:
+        return ""
+    if shift.low_pct is None or shift.high_pct is None:
+        return f"{human_ns(shift.low, signed=True)} .. {human_ns(shift.high, signed=True)}"
+    return f"{shift.low_pct:+.1f} % .. {shift.high_pct:+.1f} %"
 
 
-#: The per-step totals: the step (what the gate judges), then what explains it.
-TOTALS = (("step_time_ns", "time per step"), ("busy_per_step_ns", "GPU kernel time"),
-          ("idle_per_step_ns", "GPU idle (gaps)"), ("contention_per_step_ns", "other work on the GPU"),
-          ("gpu_time_per_step_ns", "kernel time, all streams"))
+def _sentences(result: DiffResult) -> list[str]:
+    """What moved and how sure, one sentence each (the verdict's text after its line)."""
+    return list(result.verdict["reasons"])
 
 
 def _totals(result: DiffResult) -> list[list[str]]:
+    """Median per step of the four totals, with the change, its interval, the verdict and the in-run spreads."""
     rows = []
-    for key, label in TOTALS:
-        b, n = result.base[key], result.new[key]
-        if key == "contention_per_step_ns" and not (b or n):
+    labels = {"step": "time per step", "gpu": result.gpu_label.replace(" per step", ""),
+              "idle": "host/idle time", "host": "  of it host-caused"}
+    for name in ("step", "gpu", "idle", "host"):
+        s = result.totals[name]
+        if name == "host" and not (s.base or s.new):
             continue
-        rows.append([label, human_ns(b), human_ns(n), human_ns(n - b, signed=True), _pct(100.0 * (n - b) / b if b else None)])
-    rows.append(["steps", str(result.base["steps"]), str(result.new["steps"]),
-                 f"{result.new['steps'] - result.base['steps']:+d}", ""])
+        rows.append([labels[name], human_ns(s.base), human_ns(s.new), human_ns(s.estimate, signed=True),
+                     _pct(s.estimate_pct), _interval(s), result.said(name),
+                     f"{human_ns(s.base_spread)} / {human_ns(s.new_spread)}"])
     return rows
 
 
+TOTAL_HEADERS = ["median per step", "BASE", "NEW", "delta", "change", "95 % interval", "verdict", "in-run sd B/N"]
+
+
 def _change(c: Change) -> list[str]:
-    """BASE, NEW, delta and change cells of one part, class or kernel."""
-    return [human_ns(c.base_ns), human_ns(c.new_ns), human_ns(c.delta_ns, signed=True), _pct(c.pct)]
+    """BASE, NEW (medians), delta, change, interval and verdict of one part, class or kernel."""
+    s = c.shift
+    if s is None:
+        return [human_ns(c.base_ns), human_ns(c.new_ns), human_ns(c.delta_ns, signed=True), _pct(c.pct), "", ""]
+    return [human_ns(s.base), human_ns(s.new), human_ns(s.estimate, signed=True), _pct(s.estimate_pct),
+            _interval(s), c.verdict]
+
+
+CHANGE_HEADERS = ["BASE", "NEW", "delta", "change", "95 % interval", "verdict"]
 
 
 def _md_row(cells: list[str]) -> str:
     return f"| {' | '.join(cells)} |"
 
 
-def _side(label: str, side: dict[str, object]) -> str:
-    return f"{label} {one_line(side['path'])}: {one_line(side['window'])}"
+def _side(label: str, side: dict[str, Any]) -> str:
+    runs = int(side.get("runs", 1) or 1)
+    where = one_line(side["path"]) if runs == 1 else f"{runs} runs ({', '.join(map(one_line, side['paths']))})"
+    return f"{label} {where}: {one_line(side['window'])}"
+
+
+def _shown(rows: list[Change]) -> list[Change]:
+    return [c for c in rows if c.base_ns or c.new_ns or (c.shift is not None and (c.shift.base or c.shift.new))]
 
 
 def render_table(result: DiffResult, top: int = 10, width: int = FILE_WIDTH) -> str:
-    """Plain-text report, ``width`` columns wide (kernel names are cut to fit)."""
-    name_w = max(20, min(70, width - 62))
+    """Plain-text report, ``width`` columns wide (kernel names are cut to fit, and kept apart)."""
+    name_w = max(20, min(90, width - 80))
     out = fit([_side("BASE", result.base), _side("NEW ", result.new)], width) + [""]
-    out.append(tabulate(_totals(result), headers=["per step", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
-    out += ["", "the step by part (mean per step):"]
-    out.append(tabulate([[shorten(c.kernel_class, name_w), *_change(c)] for c in result.parts if c.base_ns or c.new_ns],
-                        headers=["part", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
+    out.append(tabulate(_totals(result), headers=TOTAL_HEADERS, tablefmt="simple"))
+    out += ["", "the step by part (median per step, ranked by the size of the change):"]
+    out.append(tabulate([[shorten(c.kernel_class, name_w), *_change(c)] for c in _shown(result.parts)],
+                        headers=["part", *CHANGE_HEADERS], tablefmt="simple"))
     out += ["", "GPU time by kernel class:"]
-    out.append(tabulate([[one_line(c.name), *_change(c)] for c in result.classes],
-                        headers=["class", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
+    out.append(tabulate([[one_line(c.name), *_change(c)] for c in _shown(result.classes)],
+                        headers=["class", *CHANGE_HEADERS], tablefmt="simple"))
+    movers = result.movers[:top]
+    names = distinct_names([c.name for c in movers], name_w)
     out += ["", f"biggest movers (top {top}):"]
-    out.append(tabulate([[shorten(one_line(c.name), name_w), one_line(c.kernel_class), *_change(c)]
-                         for c in result.movers[:top]],
-                        headers=["kernel", "class", "BASE", "NEW", "delta", "change"], tablefmt="simple"))
-    out += [""] + fit([f"verdict: {result.verdict['text']}", _gate_line(result)]
+    out.append(tabulate([[names[c.name], one_line(c.kernel_class), *_change(c)] for c in movers],
+                        headers=["kernel", "class", *CHANGE_HEADERS], tablefmt="simple"))
+    out += [""] + fit([f"verdict: {result.line}"] + [f"  - {one_line(s)}" for s in _sentences(result)]
                       + [f"note: {one_line(note)}" for note in result.notes], width)
     return "\n".join(out) + "\n"
 
 
 def render_markdown(result: DiffResult, top: int = 10) -> str:
-    """PR-comment Markdown."""
-    icon = "❌" if result.regressed else "✅"
+    """PR-comment Markdown; its first line is the verdict a bot acts on."""
+    # Fail, undecided (more runs needed), pass: what a reader of the PR sees first.
+    icon = "❌" if result.regressed else "⚠️" if result.step_verdict == "inconclusive" else "✅"
     b, n = result.base, result.new
-    out = [f"## nsys-rules diff {icon} time per step {_pct(result.step_change_pct)} (gate {result.gate_pct:g} %)",
-           "", f"**Verdict:** {cell(result.verdict['text'], 1000)}", "",
-           f"BASE {code_cell(b['path'], 300)} ({b['steps']} steps) → NEW {code_cell(n['path'], 300)} ({n['steps']} steps)",
-           "", "| per step | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
-    out += [_md_row(r) for r in _totals(result)]
-    out += ["", "| part of the step | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
-    out += [_md_row([cell(c.kernel_class), *_change(c)]) for c in result.parts if c.base_ns or c.new_ns]
-    out += ["", "| kernel class | BASE | NEW | delta | change |", "|---|---:|---:|---:|---:|"]
-    out += [_md_row([cell(c.name), *_change(c)]) for c in result.classes]
-    out += ["", "**Biggest movers**", "", "| kernel | class | BASE | NEW | delta | change |",
-            "|---|---|---:|---:|---:|---:|"]
-    out += [_md_row([code_cell(c.name, 70), cell(c.kernel_class), *_change(c)]) for c in result.movers[:top]]
+    out = [f"## nsys-rules diff {icon} {cell(result.line, 1000)}", "",
+           ] + [f"- {cell(s, 1000)}" for s in _sentences(result)] + ["",
+           f"BASE {_md_paths(b)} ({b['steps']} steps) → NEW {_md_paths(n)} ({n['steps']} steps)",
+           "", _md_row(TOTAL_HEADERS), "|---|---:|---:|---:|---:|---|---|---:|"]
+    out += [_md_row([cell(x) for x in r]) for r in _totals(result)]
+    out += ["", _md_row(["part of the step", *CHANGE_HEADERS]), "|---|---:|---:|---:|---:|---|---|"]
+    out += [_md_row([cell(c.kernel_class), *_change(c)]) for c in _shown(result.parts)]
+    out += ["", _md_row(["kernel class", *CHANGE_HEADERS]), "|---|---:|---:|---:|---:|---|---|"]
+    out += [_md_row([cell(c.name), *_change(c)]) for c in _shown(result.classes)]
+    movers = result.movers[:top]
+    names = distinct_names([c.name for c in movers], 90)
+    out += ["", "**Biggest movers**", "", _md_row(["kernel", "class", *CHANGE_HEADERS]),
+            "|---|---|---:|---:|---:|---:|---|---|"]
+    out += [_md_row([code_cell(names[c.name], 200), cell(c.kernel_class), *_change(c)]) for c in movers]
     out += [""] + [f"> note: {cell(note, 1000)}" for note in result.notes]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _md_paths(side: dict[str, Any]) -> str:
+    paths = side.get("paths") or [side["path"]]
+    return ", ".join(code_cell(p, 300) for p in paths)

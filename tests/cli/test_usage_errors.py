@@ -52,6 +52,9 @@ FLAG_CASES = {
     "diff --gate nan": ["diff", "--gate", "nan", E, E],
     "diff --gate inf": ["diff", "--gate", "inf", E, E],
     "diff --config /dev/zero": ["diff", "--config", "/dev/zero", E, E],
+    "diff --host-spread -1": ["diff", "--host-spread", "-1", E, E],
+    "diff --host-spread nan": ["diff", "--host-spread", "nan", E, E],
+    "diff three traces without --new": ["diff", E, E, E],
     "explain --output a file": ["explain", "--all", "--output", E],
     "explain --output unreachable": ["explain", "--all", "--output", "/proc/self/nope/x"],
     # Numbers: other scripts' digits (int() and float() read '١' as 1, and fail late on '²'), values past any trace.

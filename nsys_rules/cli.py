@@ -28,7 +28,7 @@ COMMAND_MODULES = ("check", "diff", "stats", "profile", "doctor", "rules_cmd", "
 #: the top-level help lists every command without importing their modules.
 COMMANDS = {
     "check": ("check", "run the rules on one or more traces"),
-    "diff": ("diff", "compare two traces per step: did the step get slower, and why"),
+    "diff": ("diff", "compare runs per step: did the step get slower, how sure is that, and why"),
     "stats": ("stats", "nsys stats summary reports (same numbers as `nsys stats`)"),
     "profile": ("profile", "capture CMD with nsys (the standard flags), then check the export"),
     "doctor": ("doctor", "can nsys profile here? where it is, its version, `nsys status -e` explained, the GPU"),

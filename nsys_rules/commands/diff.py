@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     steady = SteadyOptions(tuple(settings.steady_ranges))
     sides = []
     for path in (args.base, args.new):
-        trace = open_trace(Path(path), registry.loaders)
+        trace = open_trace(Path(path), registry.loaders, max_memory=settings.max_memory)
         try:
             install_read_guard(trace, settings.max_memory)
             sides.append(side_summary(trace, steady))

@@ -31,10 +31,11 @@ from nsys_rules.loaders import damage as damage_fix
 from nsys_rules.loaders import claims
 from nsys_rules.loaders.batches import check_supported, fill_columns, note_column, object_bytes, stoppable
 from nsys_rules.loaders.columnar import ColumnarExport
-from nsys_rules.loaders.decoded_price import DecodedPrice, FOOTER_FACTOR, is_text_type, price
+from nsys_rules.loaders.decoded_price import DecodedPrice, FOOTER_FACTOR, add_text, is_text_type, price, scan
 from nsys_rules.loaders.export import MAX_META_ROWS, MAX_STRING, NULL_INT, has_nsys_tables
 from nsys_rules.loaders.ipc_layout import IpcLayout, ipc_layout
 from nsys_rules.loaders.parquet_layout import footer_length
+from nsys_rules.loaders.stored_bytes import TextUse
 
 #: Folder kinds by the file suffix nsys gives each table.
 SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
@@ -127,7 +128,7 @@ class ArrowDirExport(ColumnarExport):
         self._counts: dict[str, int] = {}
         self._footers: dict[str, Any] = {}
         self._layouts: dict[str, IpcLayout] = {}
-        self._prices: dict[tuple[str, tuple[str, ...]], DecodedPrice] = {}
+        self._scans: dict[tuple[str, str], TextUse] = {}
         self._ahead = claims.claim(self.path)  # columns read before the folder was opened (check, one trace)
 
     # -- schema --------------------------------------------------------------------------
@@ -154,11 +155,17 @@ class ArrowDirExport(ColumnarExport):
 
     def decoded_price(self, source: str, columns: list[str], room: int | None) -> DecodedPrice:
         """What reading ``columns`` of ``source`` decodes (:mod:`.decoded_price`); InputError when unreadable."""
-        key = (source, tuple(columns))
-        if key not in self._prices:
-            with self._reading(source):
-                self._prices[key] = price(self, source, [c for c in columns if c in self.columns_of(source)], room)
-        return self._prices[key]
+        with self._reading(source):
+            return price(self, source, [c for c in columns if c in self.columns_of(source)], room)
+
+    def _scan_text(self, source: str, columns: list[str]) -> TextUse:
+        """The exact decoded text of ``columns`` (a read of their lengths, codes left coded), once per column."""
+        total = TextUse()
+        for column in columns:
+            if (source, column) not in self._scans:
+                self._scans[(source, column)] = scan(self, source, [column])
+            total = add_text(total, self._scans[(source, column)])
+        return total
 
     # -- metadata ------------------------------------------------------------------------
     def rows(self, table: str, columns: Sequence[str], limit: int = MAX_META_ROWS) -> list[tuple[Any, ...]]:

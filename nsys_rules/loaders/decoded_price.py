@@ -74,10 +74,14 @@ def _parquet(export: Any, source: str, columns: list[str], room: int | None) -> 
     meta = export._metadata(source)
     where = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
     pages: dict[str, ChunkPages] = {}
+    known = export.__dict__.setdefault("_page_walks", {})  # the walks of this export's files, once each
     with open(export._files[source], "rb") as fh:
         for name in columns:
             at = where.get(name)
             if at is None:
+                continue
+            if (source, name) in known:
+                pages[name] = known[(source, name)]
                 continue
             total = ChunkPages()
             for group in range(meta.num_row_groups):
@@ -86,7 +90,7 @@ def _parquet(export: Any, source: str, columns: list[str], room: int | None) -> 
                 if chunk.has_dictionary_page and chunk.dictionary_page_offset:
                     start = min(start, chunk.dictionary_page_offset)
                 total = total.plus(chunk_pages(fh, start, chunk.total_compressed_size))
-            pages[name] = total
+            pages[name] = known[(source, name)] = total
     rows = max((p.values for p in pages.values()), default=0)
     transient = (export._footer_bytes(source) * FOOTER_FACTOR + max((p.largest for p in pages.values()), default=0)
                  + sum(p.dictionary for p in pages.values()))
@@ -97,11 +101,11 @@ def _parquet(export: Any, source: str, columns: list[str], room: int | None) -> 
         page = pages[name]
         # Plain values take at most their pages' bytes; each dictionary code at most the dictionary.
         most = page.decompressed + (page.values * page.dictionary if page.coded else 0)
-        bound = _add(bound, TextUse(page.values, most, most, min(most, max(page.dictionary, page.largest))))
+        bound = add_text(bound, TextUse(page.values, most, most, min(most, max(page.dictionary, page.largest))))
     text = bound
     # A scan decodes the pages one at a time: only when they fit, else the bound already says too much.
     if text_cols and room is not None and bound.memory > room and transient <= room:
-        text = _scan(export, source, text_cols)
+        text = export._scan_text(source, text_cols)
     return DecodedPrice(rows, transient, text)
 
 
@@ -116,7 +120,7 @@ def _ipc(export: Any, source: str, columns: list[str], room: int | None) -> Deco
     # Plain strings are slices of the decoded buffers; views and dictionaries may repeat them without limit.
     bound = TextUse(layout.rows * len(text_cols), layout.decoded, layout.decoded, layout.largest_batch)
     if (room is None or transient <= room) and (coded or (room is not None and bound.memory > room)):
-        return DecodedPrice(layout.rows, transient, _scan(export, source, text_cols))
+        return DecodedPrice(layout.rows, transient, export._scan_text(source, text_cols))
     if coded:  # too big to scan: each code may be the largest batch's bytes
         return DecodedPrice(layout.rows, transient, TextUse(layout.rows * len(text_cols),
                                                             layout.rows * len(text_cols) * layout.decoded,
@@ -131,16 +135,17 @@ def _plain_text(arrow_type: Any) -> bool:
     return not pa.types.is_dictionary(arrow_type) and not _is_view(arrow_type)
 
 
-def _add(a: TextUse, b: TextUse) -> TextUse:
+def add_text(a: TextUse, b: TextUse) -> TextUse:
+    """Two text uses as one (sums, the larger largest value)."""
     return TextUse(a.values + b.values, a.bytes + b.bytes, a.chars + b.chars, max(a.largest, b.largest))
 
 
-def _scan(export: Any, source: str, columns: list[str]) -> TextUse:
+def scan(export: Any, source: str, columns: list[str]) -> TextUse:
     """Exact decoded text of ``columns``: their values' lengths summed a batch at a time, codes left coded."""
     total = TextUse()
     for batch in export._batches(source, columns, SCAN_ROWS):
         for name in columns:
-            total = _add(total, text_use(batch.column(batch.schema.get_field_index(name))))
+            total = add_text(total, text_use(batch.column(batch.schema.get_field_index(name))))
     return total
 
 
@@ -152,7 +157,7 @@ def text_use(array: Any) -> TextUse:
     if isinstance(array, pa.ChunkedArray):
         total = TextUse()
         for chunk in array.chunks:
-            total = _add(total, text_use(chunk))
+            total = add_text(total, text_use(chunk))
         return total
     if pa.types.is_dictionary(array.type):
         lengths = _lengths(array.dictionary)

@@ -188,7 +188,7 @@ def big_footer(base: Path, out: Path, size: int = 48 * MB) -> Path:
     folder = _copy(base, out)
     data = _read(folder, "CUPTI_ACTIVITY_KIND_KERNEL")
     data = data.replace_schema_metadata({"planted": "m" * size})
-    _write(folder, "CUPTI_ACTIVITY_KIND_KERNEL", data, store_schema=False)
+    _write(folder, "CUPTI_ACTIVITY_KIND_KERNEL", data)
     return folder
 
 

@@ -67,8 +67,8 @@ def _nvtx(folder: Path, n: int = REPEATS) -> pa.Table:
     return _with(data, "end", pa.array(np.arange(n, dtype=np.int64) * 100_000 + 90_000))
 
 
-def _coded(text: str, n: int, value_type: pa.DataType = pa.large_string()) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([text], value_type))
+def _coded(text: str, n: int) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([text], pa.large_string()))
 
 
 def nvtx_dictionary_text(base: Path, out: Path) -> Path:
@@ -157,7 +157,7 @@ def kernel_rows(base: Path, out: Path, rows: int = 4_000_000, chunk: int = 500_0
             for _ in range(rows // chunk):
                 writer.write_table(part)
     else:
-        ipc = pa.ipc.IpcWriteOptions(compression=compression)
+        ipc = pa.ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
         with pa.OSFile(str(folder / "CUPTI_ACTIVITY_KIND_KERNEL.arrow"), "wb") as sink, \
                 pa.ipc.new_stream(sink, part.schema, options=ipc) as writer:
             for _ in range(rows // chunk):

@@ -285,11 +285,11 @@ class ArrowDirExport(ColumnarExport):
         return self._footers[table]
 
     def _layout(self, table: str) -> IpcLayout:
-        """The IPC file's message headers (:mod:`.ipc_layout`), once; what one batch decodes is judged here."""
+        """The IPC file's message headers (:mod:`.ipc_layout`), once; the largest one is judged before pyarrow
+        parses the schema (what one batch decodes is judged by ``_batches``, before a read)."""
         if table not in self._layouts:
             layout = ipc_layout(self._files[table])
-            self._spend(f"{self._files[table].name} (largest batch)",
-                        layout.largest_batch + layout.dictionaries + layout.metadata * FOOTER_FACTOR)
+            self._spend(f"{self._files[table].name} (schema)", layout.metadata * FOOTER_FACTOR)
             self._layouts[table] = layout
         return self._layouts[table]
 
@@ -305,7 +305,7 @@ class ArrowDirExport(ColumnarExport):
         return pq.ParquetFile(self._files[table], metadata=meta, memory_map=False, pre_buffer=False,
                               buffer_size=READ_BUFFER, read_dictionary=coded)
 
-    def _ipc(self, table: str) -> Any:
+    def _ipc(self, table: str, fields: list[int] | None = None) -> Any:
         import pyarrow as pa
 
         layout = self._layout(table)
@@ -313,14 +313,20 @@ class ArrowDirExport(ColumnarExport):
         # file format ("ARROW1" magic) holds the same stream after its 8 bytes.
         source = pa.OSFile(str(self._files[table]), "r")
         source.seek(layout.stream_start)
-        return pa.ipc.open_stream(source)
+        # Only the wanted columns' buffers are decompressed and kept (the body is still read whole).
+        options = pa.ipc.IpcReadOptions(included_fields=fields) if fields is not None else None
+        return pa.ipc.open_stream(source, options=options)
 
     def _batches(self, table: str, columns: list[str], rows: int) -> Any:
         """Record batches of ``columns`` of ``table``, about ``rows`` rows each for Parquet (IPC: as stored)."""
         if self.kind == "parquet":
             yield from self._parquet(table).iter_batches(batch_size=rows, columns=columns, use_threads=False)
             return
-        for batch in self._ipc(table):
+        layout = self._layout(table)
+        self._spend(f"{self._files[table].name} (largest batch)", layout.largest_batch + layout.dictionaries)
+        names = self._schema(table).names
+        fields = sorted({names.index(c) for c in columns if c in names})
+        for batch in self._ipc(table, fields):
             yield batch.select(columns)
 
     def close(self) -> None:

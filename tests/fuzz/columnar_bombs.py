@@ -193,9 +193,9 @@ def big_footer(base: Path, out: Path, size: int = 48 * MB) -> Path:
 
 
 def many_row_groups(base: Path, out: Path) -> Path:
-    """5,000 row groups of one kernel each: a footer of many small parts."""
+    """2,000 row groups of one kernel each: a footer of many small parts."""
     folder = _copy(base, out)
-    data = _repeat_rows(_read(folder, "CUPTI_ACTIVITY_KIND_KERNEL"), 5_000)
+    data = _repeat_rows(_read(folder, "CUPTI_ACTIVITY_KIND_KERNEL"), 2_000)
     _write(folder, "CUPTI_ACTIVITY_KIND_KERNEL", data, row_group_size=1)
     return folder
 

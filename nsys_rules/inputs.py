@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 from nsys_rules.errors import InputError
 from nsys_rules.loaders import EXPORT_FORMATS
 from nsys_rules.loaders.arrowdir import ArrowDirExport, folder_kind
+from nsys_rules.loaders.memory_limit import open_guard
 from nsys_rules.loaders.sqlite import SqliteExport
 from nsys_rules.nsys_locate import locate_nsys, missing_message
 from nsys_rules.textsafe import shell_word
@@ -45,10 +46,12 @@ def expand_inputs(paths: list[str], extra_suffixes: tuple[str, ...] = ()) -> lis
 
 
 def open_trace(path: Path, loaders: Mapping[str, Callable[..., Any]] | None = None,
-               export_format: str = "sqlite") -> Trace:
+               export_format: str = "sqlite", max_memory: int | None = None) -> Trace:
     """Open one trace read-only; :class:`InputError` with one line when it cannot be used.
 
     ``export_format`` is the ``nsys export --type`` a ``.nsys-rep`` is exported to first.
+    ``max_memory`` (``--max-memory`` in bytes; None: 80 % of the available memory) bounds what a folder
+    export's reads while it opens (its metadata tables) may hold.
     """
     suffix = path.suffix.lower()
     if loaders and suffix in loaders:
@@ -67,7 +70,9 @@ def open_trace(path: Path, loaders: Mapping[str, Callable[..., Any]] | None = No
         return _open_report(path, export_format)
     kind = folder_kind(path)
     if kind is not None:
-        return Trace(ArrowDirExport(path, kind), label=str(path))
+        export = ArrowDirExport(path, kind)
+        export.meter = open_guard(max_memory, str(path))
+        return Trace(export, label=str(path))
     return Trace(SqliteExport(path), label=str(path))
 
 

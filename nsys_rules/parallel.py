@@ -87,7 +87,7 @@ def analyze_job(job: Job) -> JobResult:
     try:
         registry = _registry(job.autoload_plugins)
         rules = select_rules(registry, job.settings)
-        trace = open_trace(Path(job.path), registry.loaders, job.settings.export_format)
+        trace = open_trace(Path(job.path), registry.loaders, job.settings.export_format, job.settings.max_memory)
         try:
             result = analyze_trace(trace, rules, job.settings)
             profile = kernel_profile(trace) if job.profile else {}

@@ -148,7 +148,8 @@ def _run(args: argparse.Namespace) -> int:
         report = run_many(paths, registry, settings, jobs=jobs, dask=args.dask,
                           autoload_plugins=not getattr(args, "no_plugins", False), dask_timeout=dask_timeout)
     else:
-        report = run_check(paths, registry, settings, lambda p: open_trace(p, registry.loaders, settings.export_format))
+        report = run_check(paths, registry, settings,
+                           lambda p: open_trace(p, registry.loaders, settings.export_format, settings.max_memory))
     report.verbose = bool(getattr(args, "verbose", False))
     if report.exit_code == ExitCode.BAD_INPUT:
         # No trace recorded any CUDA activity: nothing at all was judged. Exit 3 is one line, as for

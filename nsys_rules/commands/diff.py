@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     sides: list[list[Run]] = [[], []]
     for side, paths in zip(sides, (bases, news), strict=True):
         for path in paths:
-            trace = open_trace(Path(path), registry.loaders)
+            trace = open_trace(Path(path), registry.loaders, max_memory=settings.max_memory)
             try:
                 install_read_guard(trace, settings.max_memory)
                 side.append(run_of(trace, steady))

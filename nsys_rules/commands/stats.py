@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
                          "folder of them")
     limit = parse_size(args.max_memory) if args.max_memory else None
     files = _output_files(args, path, [spec for spec, _, _ in reports], EXTENSIONS[fmt])
-    trace = open_trace(path, export_format=args.export_format)
+    trace = open_trace(path, export_format=args.export_format, max_memory=limit)
     try:
         install_read_guard(trace, limit, STATS_BYTES_PER_NAME)  # every table read is priced first, as check does
         window = stats_window(trace, filter_value(args, "filter_time", "START/END, e.g. 5s/7s"),

@@ -4,10 +4,16 @@ nsys writes one file per table (``CUPTI_ACTIVITY_KIND_KERNEL.parquet``, ``String
 with the same table and column names as its SQLite export, so the canonical tables of
 :mod:`nsys_rules.loaders.tables` map onto them unchanged. Parquet is columnar: only the
 columns asked for are decoded, several times faster than the same columns from SQLite. Arrow
-IPC files are memory-mapped, so integer columns become numpy arrays without a copy.
+IPC files are read, not memory-mapped: a mapped file truncated while it is read kills the
+process with SIGBUS, where a read only comes up short (exit 3).
 
 Nothing in the folder is ever written; a file that is not a regular file (a FIFO would block
-``open``) is never opened.
+``open``) is never opened, nor one a symbolic link places outside the folder.
+
+What a read will decode is judged from the files' own page and message headers before pyarrow
+decodes them (:mod:`.decoded_price`), and every read tells ``meter`` (the memory guard, when one is
+set) what it holds as it goes, so a file whose headers lie is stopped by the read (exit 3).
+Dictionary-coded text stays coded until each entry is made a Python string once.
 """
 
 from __future__ import annotations
@@ -23,9 +29,13 @@ from nsys_rules.errors import InputError
 from nsys_rules.malloc_tune import release_free_memory
 from nsys_rules.loaders import damage as damage_fix
 from nsys_rules.loaders import claims
-from nsys_rules.loaders.batches import fill_columns, note_column, stoppable
+from nsys_rules.loaders.batches import check_supported, fill_columns, note_column, object_bytes, stoppable
 from nsys_rules.loaders.columnar import ColumnarExport
+from nsys_rules.loaders.decoded_price import DecodedPrice, FOOTER_FACTOR, add_text, is_text_type, price, scan
 from nsys_rules.loaders.export import MAX_META_ROWS, MAX_STRING, NULL_INT, has_nsys_tables
+from nsys_rules.loaders.ipc_layout import IpcLayout, ipc_layout
+from nsys_rules.loaders.parquet_layout import footer_length
+from nsys_rules.loaders.stored_bytes import TextUse
 
 def _arrow_can_name(path: Path) -> bool:
     """Whether Arrow can open ``path`` by name: it takes names as UTF-8, and a Linux path is bytes
@@ -35,20 +45,6 @@ def _arrow_can_name(path: Path) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _mapped_by_python(path: Path) -> Any:
-    """An Arrow reader over ``path`` memory-mapped by Python (the path as the OS holds it), still without a copy."""
-    import mmap
-
-    import pyarrow as pa
-
-    with open(path, "rb") as file:
-        if os.fstat(file.fileno()).st_size == 0:
-            return pa.BufferReader(b"")
-        # The map outlives the file object: the buffer holds it until the last array over it is gone.
-        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-    return pa.BufferReader(pa.py_buffer(mapped))
 
 
 #: Folder kinds by the file suffix nsys gives each table.
@@ -62,6 +58,10 @@ BATCH_ROWS = 65536
 
 #: Bytes read from a Parquet file at a time (see ``_parquet``).
 READ_BUFFER = 1 << 20
+#: Rows per batch of a metadata read (``rows``): a few, so a planted long value costs one batch.
+META_BATCH_ROWS = 1024
+#: Text bound (bytes) of ``StringIds`` from which its exact decoded size is worth a scan.
+STRINGS_SCAN_FROM = 64 * 1024 * 1024
 
 _HINT = "export the report again with `nsys export --type=parquetdir REPORT.nsys-rep`"
 
@@ -100,6 +100,8 @@ class ArrowDirExport(ColumnarExport):
         super().__init__()
         self.path = Path(path)
         self.damage: list[str] = []
+        #: The memory guard's reads check (``ReadGuard.check_read``); None: reads are not metered.
+        self.meter: Any = None
         found = kind or folder_kind(self.path)
         if not self.path.is_dir():
             what = "not a folder" if self.path.exists() else "no such folder"
@@ -111,9 +113,13 @@ class ArrowDirExport(ColumnarExport):
         except OSError as exc:
             raise InputError(f"{self.path}: cannot list the folder ({exc.strerror or exc}); make it readable") from None
         self._files: dict[str, Path] = {}
+        inside = self.path.resolve()
         for entry in entries:
             if entry.suffix != suffix or not entry.stem:
                 continue
+            if entry.is_symlink() and not _stays_inside(entry, inside):
+                raise InputError(f"{self.path}: {entry.name} is a symbolic link to a file outside the folder; "
+                                 "refused (an export folder holds its own files: copy the file in)")
             try:
                 regular = stat.S_ISREG(entry.stat().st_mode)
             except OSError:
@@ -130,6 +136,9 @@ class ArrowDirExport(ColumnarExport):
             raise InputError(f"{self.path}: {what}; {_HINT}")
         self._schemas: dict[str, tuple[str, ...]] = {}
         self._counts: dict[str, int] = {}
+        self._footers: dict[str, Any] = {}
+        self._layouts: dict[str, IpcLayout] = {}
+        self._scans: dict[tuple[str, str], TextUse] = {}
         self._ahead = claims.claim(self.path)  # columns read before the folder was opened (check, one trace)
 
     # -- schema --------------------------------------------------------------------------
@@ -149,10 +158,24 @@ class ArrowDirExport(ColumnarExport):
         if table not in self._counts:
             with self._reading(table):
                 if self.kind == "parquet":
-                    self._counts[table] = int(self._parquet(table).metadata.num_rows)
+                    self._counts[table] = max(int(self._metadata(table).num_rows), 0)
                 else:
-                    self._counts[table] = sum(batch.num_rows for batch in self._ipc(table))
+                    self._counts[table] = self._layout(table).rows  # from the message headers: nothing decoded
         return self._counts[table]
+
+    def decoded_price(self, source: str, columns: list[str], room: int | None) -> DecodedPrice:
+        """What reading ``columns`` of ``source`` decodes (:mod:`.decoded_price`); InputError when unreadable."""
+        with self._reading(source):
+            return price(self, source, [c for c in columns if c in self.columns_of(source)], room)
+
+    def _scan_text(self, source: str, columns: list[str]) -> TextUse:
+        """The exact decoded text of ``columns`` (a read of their lengths, codes left coded), once per column."""
+        total = TextUse()
+        for column in columns:
+            if (source, column) not in self._scans:
+                self._scans[(source, column)] = scan(self, source, [column])
+            total = add_text(total, self._scans[(source, column)])
+        return total
 
     # -- metadata ------------------------------------------------------------------------
     def rows(self, table: str, columns: Sequence[str], limit: int = MAX_META_ROWS) -> list[tuple[Any, ...]]:
@@ -161,47 +184,48 @@ class ArrowDirExport(ColumnarExport):
         if not present:
             return []
         picked = [c for c in dict.fromkeys(columns) if c in present]
+        values: dict[str, list[Any]] = {c: [] for c in picked}
+        n = 0
         with self._reading(table):
-            data = self._table(table, picked)
-            data = data.slice(0, limit)
-            values = {c: [v[:MAX_STRING] if isinstance(v, str) else v for v in data.column(c).to_pylist()]
-                      for c in picked}
-        n = min(self.count(table), limit)
+            held = 0
+            # A few rows a batch, text cut before Python sees it: a metadata table is read before any guard
+            # has priced the trace, so a planted long or repeated value must cost no more than one batch.
+            for batch in self._batches(table, picked, META_BATCH_ROWS):
+                batch = batch.slice(0, limit - n)
+                for c in picked:
+                    column = batch.column(batch.schema.get_field_index(c))
+                    values[c].extend(py_values(column))
+                    held += object_bytes(column)
+                n += batch.num_rows
+                self._spend(f"{table} (metadata)", held)
+                if n >= limit:
+                    break
         return [tuple(values[c][i] if c in values else None for c in columns) for i in range(n)]
 
     def strings_size(self) -> tuple[int, int]:
         """(rows, bytes) of ``StringIds``: the text size from the Parquet metadata, or the Arrow file's size."""
         if "value" not in self.columns_of("StringIds"):
             return 0, 0
-        rows = self.count("StringIds")
-        with self._reading("StringIds"):
-            if self.kind == "parquet":
-                meta = self._parquet("StringIds").metadata
-                at = self.columns_of("StringIds").index("value")
-                text = sum(meta.row_group(g).column(at).total_uncompressed_size for g in range(meta.num_row_groups))
-            else:
-                text = self._files["StringIds"].stat().st_size
-        return rows, int(text)
+        cost = self.decoded_price("StringIds", ["id", "value"], STRINGS_SCAN_FROM)
+        return max(cost.rows, self.count("StringIds")), cost.text.memory + cost.transient
 
     def _load_strings(self) -> tuple[np.ndarray, np.ndarray]:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         cols = self.columns_of("StringIds")
         if "id" not in cols or "value" not in cols:
             return np.empty(0, np.int64), np.empty(0, object)
+        id_parts: list[np.ndarray] = []
+        texts: list[str | None] = []
         with self._reading("StringIds"):
-            data = self._table("StringIds", ["id", "value"])
-            ids = fill_columns(data.select(["id"]).to_batches(), ["id"], data.num_rows)["id"]
-            value = data.column("value")
-            if pa.types.is_string(value.type) or pa.types.is_large_string(value.type) or pa.types.is_binary(
-                    value.type) or pa.types.is_large_binary(value.type):
+            held = 0
+            for batch in self._batches("StringIds", ["id", "value"], BATCH_ROWS):
+                id_parts.append(fill_columns([batch.select(["id"])], ["id"], batch.num_rows)["id"])
                 # Cut before Python sees it, so a planted multi-MB string costs nothing later (see sqlite.py);
                 # bytes that are not UTF-8 (Parquet does not check) show as U+FFFD, as from SQLite.
-                raw = pc.binary_slice(value.cast(pa.large_binary()), 0, 4 * MAX_STRING).to_pylist()
-                texts = [None if v is None else v.decode("utf-8", "replace")[:MAX_STRING] for v in raw]
-            else:
-                texts = [None if v is None else str(v) for v in value.to_pylist()]
+                value = batch.column(batch.schema.get_field_index("value"))
+                texts.extend(None if v is None else str(v) for v in py_values(value, as_text=True))
+                held += object_bytes(value) + 8 * batch.num_rows
+                self._spend("StringIds", held)
+        ids = np.concatenate(id_parts) if id_parts else np.empty(0, np.int64)
         ids = damage_fix.to_int(ids, NULL_INT)
         keep = ids >= 0
         values = np.array(["" if v is None else v for v in texts], dtype=object)
@@ -233,14 +257,11 @@ class ArrowDirExport(ColumnarExport):
         if not src_cols:
             return {}
         with self._reading(source):
-            if self.kind == "parquet":
-                # Decoded a batch at a time into the final arrays: the decoded table never exists whole.
-                batches = self._parquet(source).iter_batches(batch_size=BATCH_ROWS, columns=src_cols,
-                                                             use_threads=False)
-            else:
-                batches = iter(self._ipc(source))
+            # Decoded a batch at a time into the final arrays: the decoded table never exists whole.
+            batches = self._batches(source, src_cols, BATCH_ROWS)
             out = fill_columns((batch.select(src_cols) for batch in stoppable(batches, stop)), src_cols,
-                               self.count(source), narrow, damage=self.damage, what=source)
+                               self.count(source), narrow, damage=self.damage, what=source,
+                               spend=lambda held: self._spend(source, held))
         # Arrow's pool keeps the freed batches' pages: hand them back before the next table is read,
         # so they do not add to its peak.
         release_free_memory()
@@ -250,36 +271,81 @@ class ArrowDirExport(ColumnarExport):
     def _reading(self, table: str) -> "_Reading":
         return _Reading(self, table)
 
+    def _spend(self, what: str, held: int) -> None:
+        """Tell the meter a read of ``what`` holds ``held`` bytes; it raises InputError past the limit."""
+        if self.meter is not None:
+            self.meter.check_read(f"{self.path.name}/{what}", held)
+
     def _schema(self, table: str) -> Any:
         if self.kind == "parquet":
-            return self._parquet(table).schema_arrow
+            return self._metadata(table).schema.to_arrow_schema()
         return self._ipc(table).schema
+
+    def _footer_bytes(self, table: str) -> int:
+        return footer_length(self._files[table])
+
+    def _metadata(self, table: str) -> Any:
+        """The file's parsed footer, once: its size is judged before pyarrow parses it (a planted 200 MB
+        footer takes over 1 GB parsed)."""
+        if table not in self._footers:
+            import pyarrow.parquet as pq
+
+            self._spend(f"{self._files[table].name} (footer)", self._footer_bytes(table) * FOOTER_FACTOR)
+            path = self._files[table]
+            if _arrow_can_name(path):
+                self._footers[table] = pq.read_metadata(str(path), memory_map=False)
+            else:  # parsed whole here, so the file can close at once
+                with open(path, "rb") as file:
+                    self._footers[table] = pq.read_metadata(file, memory_map=False)
+        return self._footers[table]
+
+    def _layout(self, table: str) -> IpcLayout:
+        """The IPC file's message headers (:mod:`.ipc_layout`), once; the largest one is judged before pyarrow
+        parses the schema (what one batch decodes is judged by ``_batches``, before a read)."""
+        if table not in self._layouts:
+            layout = ipc_layout(self._files[table])
+            self._spend(f"{self._files[table].name} (schema)", layout.metadata * FOOTER_FACTOR)
+            self._layouts[table] = layout
+        return self._layouts[table]
 
     def _parquet(self, table: str) -> Any:
         import pyarrow.parquet as pq
 
+        meta = self._metadata(table)
+        schema = meta.schema.to_arrow_schema()
+        # Text stays dictionary-coded as stored: a code repeated 3,000 times is not 3,000 copies of its string.
+        coded = [f.name for f in schema if is_text_type(f.type)]
         # Column chunks streamed a buffer at a time instead of read whole: a big table's chunks would
         # otherwise sit beside the arrays being filled from them.
         path = self._files[table]
         source: Any = str(path) if _arrow_can_name(path) else open(path, "rb")
-        return pq.ParquetFile(source, memory_map=False, pre_buffer=False, buffer_size=READ_BUFFER)
+        return pq.ParquetFile(source, metadata=meta, memory_map=False, pre_buffer=False,
+                              buffer_size=READ_BUFFER, read_dictionary=coded)
 
-    def _ipc(self, table: str) -> Any:
+    def _ipc(self, table: str, fields: list[int] | None = None) -> Any:
         import pyarrow as pa
 
+        layout = self._layout(table)
+        # Read, not memory-mapped (see the module docstring); nsys writes the IPC stream format, and the
+        # file format ("ARROW1" magic) holds the same stream after its 8 bytes.
         path = self._files[table]
-        source = pa.memory_map(str(path), "r") if _arrow_can_name(path) else _mapped_by_python(path)
-        head = source.read(6)
-        source.seek(0)
-        # nsys writes the IPC stream format; the file format ("ARROW1" magic) is read too.
-        return pa.ipc.open_file(source) if head == b"ARROW1" else pa.ipc.open_stream(source)
+        source = pa.OSFile(str(path), "r") if _arrow_can_name(path) else pa.PythonFile(open(path, "rb"), mode="r")
+        source.seek(layout.stream_start)
+        # Only the wanted columns' buffers are decompressed and kept (the body is still read whole).
+        options = pa.ipc.IpcReadOptions(included_fields=fields) if fields is not None else None
+        return pa.ipc.open_stream(source, options=options)
 
-    def _table(self, table: str, columns: list[str]) -> Any:
+    def _batches(self, table: str, columns: list[str], rows: int) -> Any:
+        """Record batches of ``columns`` of ``table``, about ``rows`` rows each for Parquet (IPC: as stored)."""
         if self.kind == "parquet":
-            return self._parquet(table).read(columns=columns, use_threads=False)
-        reader = self._ipc(table)
-        data = reader.read_all()
-        return data.select(columns)
+            yield from self._parquet(table).iter_batches(batch_size=rows, columns=columns, use_threads=False)
+            return
+        layout = self._layout(table)
+        self._spend(f"{self._files[table].name} (largest batch)", layout.largest_batch + layout.dictionaries)
+        names = self._schema(table).names
+        fields = sorted({names.index(c) for c in columns if c in names})
+        for batch in self._ipc(table, fields):
+            yield batch.select(columns)
 
     def close(self) -> None:
         """Nothing stays open between reads; present for the :class:`~nsys_rules.loaders.export.Export` interface."""
@@ -301,6 +367,36 @@ class _Reading:
         name = self.export._files[self.table].name if self.table in self.export._files else self.table
         raise InputError(f"{self.export.path}: cannot read {name} ({_one_line(exc)}); the folder is damaged: "
                          f"{_HINT}") from None
+
+
+def _stays_inside(link: Path, folder: Path) -> bool:
+    try:
+        target = link.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return True  # a dangling or looping link: not regular, noted as damage below
+    return target == folder or folder in target.parents
+
+
+def py_values(array: Any, as_text: bool = False) -> list[Any]:
+    """``array`` as Python values, text cut to MAX_STRING characters before Python sees it whole (bytes that
+    are not UTF-8 show as U+FFFD); a dictionary's entries are made once and shared by their codes, so a long
+    entry repeated costs one string. ``as_text``: binary values read as text too (StringIds)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    check_supported(array)
+    if pa.types.is_dictionary(array.type):
+        entries = py_values(array.dictionary, as_text)
+        return [None if code is None else entries[code] for code in array.indices.to_pylist()]
+    if not is_text_type(array.type):
+        return list(array.to_pylist())
+    text = as_text or not (pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type)
+                           or pa.types.is_fixed_size_binary(array.type)
+                           or getattr(pa.types, "is_binary_view", lambda t: False)(array.type))
+    cut = pc.binary_slice(array.cast(pa.large_binary()), 0, 4 * MAX_STRING).to_pylist()
+    if not text:
+        return cut
+    return [None if v is None else v.decode("utf-8", "replace")[:MAX_STRING] for v in cut]
 
 
 def _guess_kind(path: Path) -> str:

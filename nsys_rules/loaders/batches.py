@@ -7,7 +7,7 @@ SQLite (ADBC), a Parquet file or an Arrow IPC file.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -17,8 +17,16 @@ from nsys_rules.loaders.tables import BLOB_SOURCES
 _INT64_LIMIT = 2**63
 
 
+#: Python bytes of one str/bytes object beyond its characters (header, hash, the array slot).
+OBJECT_BYTES = 96
+
+
 class ReadStopped(Exception):
     """A read given up because its ``stop`` event was set (a read-ahead no longer wanted)."""
+
+
+class UnsupportedColumn(ValueError):
+    """A column of a type no nsys export has (lists, structs, maps, unions, run-end encoded): damage, not data."""
 
 
 def stoppable(batches: Iterable[Any], stop: Any) -> Iterator[Any]:
@@ -36,7 +44,8 @@ def note_column(line: str, what: str) -> str:
 
 def fill_columns(batches: Iterable[Any], names: Sequence[str], expected_rows: int,
                  narrow: set[str] | frozenset[str] = frozenset(), positions: Sequence[int] | None = None,
-                 damage: list[str] | None = None, what: str = "") -> dict[str, np.ndarray]:
+                 damage: list[str] | None = None, what: str = "",
+                 spend: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
     """Stream ``batches`` into one numpy array per name.
 
     Column ``names[i]`` is the batch's column ``positions[i]`` (default: ``i``). Integer columns
@@ -45,6 +54,9 @@ def fill_columns(batches: Iterable[Any], names: Sequence[str], expected_rows: in
     be integer (text, a REAL in an integer column: damage) becomes an object array so the
     caller's converters can judge each value. An unsigned value beyond int64 (no nsys id or
     time comes near) reads as NULL_INT, with a note in ``damage``.
+
+    ``spend``, when given, is told after each batch the bytes the read holds so far (the arrays,
+    the Python objects made, the batch itself); it raises to stop a read that outgrew its price.
     """
     import pyarrow as pa
 
@@ -54,6 +66,7 @@ def fill_columns(batches: Iterable[Any], names: Sequence[str], expected_rows: in
     objs: list[np.ndarray | None] = [None for _ in names]
     huge = [0 for _ in names]
     pos = 0
+    made = 0  # bytes of the Python objects made so far
     for batch in batches:
         rows = batch.num_rows
         if pos + rows > size:  # more rows than the metadata said (should not happen on a finished export)
@@ -85,7 +98,11 @@ def fill_columns(batches: Iterable[Any], names: Sequence[str], expected_rows: in
                 ints[i] = None
             if not pa.types.is_null(column.type):
                 obj[pos:pos + rows] = _blobs(column) if names[i] in BLOB_SOURCES else _objects(column)
+                made += object_bytes(column)
         pos += rows
+        if spend is not None:
+            held = sum(a.nbytes for a in ints if a is not None) + sum(a.nbytes for a in objs if a is not None)
+            spend(held + made + _arrow_bytes(batch))
     out: dict[str, np.ndarray] = {}
     for name, as_int, as_obj, beyond in zip(names, ints, objs, huge, strict=True):
         arr = as_obj if as_obj is not None else as_int
@@ -140,6 +157,51 @@ def _validity(column: Any) -> np.ndarray | None:
     return bits[column.offset:column.offset + len(column)].astype(bool)
 
 
+def _arrow_bytes(batch: Any) -> int:
+    try:
+        return int(batch.get_total_buffer_size())
+    except (AttributeError, TypeError):
+        return 0
+
+
+def object_bytes(column: Any) -> int:
+    """Python bytes :func:`_objects` makes of ``column``: one object per value (per dictionary entry when coded)."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(column.type):
+        return object_bytes(column.dictionary) + 8 * len(column)
+    return _arrow_bytes(column) + OBJECT_BYTES * len(column)
+
+
+def check_supported(column: Any) -> None:
+    """Raise :class:`UnsupportedColumn` for a column no nsys export writes (nested or run-end encoded)."""
+    import pyarrow as pa
+
+    kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    if pa.types.is_nested(kind) or getattr(pa.types, "is_run_end_encoded", lambda t: False)(kind) or \
+            pa.types.is_union(kind):
+        raise UnsupportedColumn(f"a column of type {str(column.type)[:60]}, which no nsys export has")
+
+
+def _dictionary_objects(column: Any, convert: Callable[[Any], np.ndarray]) -> np.ndarray:
+    """A dictionary-coded column as objects: each entry converted once and shared by its codes, so a code
+    repeated 3,000 times costs one string, not 3,000 copies of it."""
+    entries = convert(column.dictionary)
+    codes = column.indices
+    out = np.empty(len(column), dtype=object)
+    if not len(column):
+        return out
+    picks = _fixed_width(codes).astype(np.int64, copy=False)
+    valid = _validity(codes)
+    if len(entries) == 0:
+        return out  # every code is NULL (a code into an empty dictionary is not valid Arrow)
+    if valid is None:
+        out[:] = entries[np.clip(picks, 0, len(entries) - 1)]
+    else:
+        out[valid] = entries[np.clip(picks[valid], 0, len(entries) - 1)]
+    return out
+
+
 def _objects(column: Any) -> np.ndarray:
     """Any other column as Python objects; bytes that are not UTF-8 become U+FFFD, not an error.
 
@@ -148,8 +210,12 @@ def _objects(column: Any) -> np.ndarray:
     """
     import pyarrow as pa
 
+    check_supported(column)
+    if pa.types.is_dictionary(column.type):
+        return _dictionary_objects(column, _objects)
     try:
-        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) or \
+                getattr(pa.types, "is_string_view", lambda t: False)(column.type):
             out = np.empty(len(column), dtype=object)
             out[:] = column.to_pylist()
             return out
@@ -166,6 +232,9 @@ def _blobs(column: Any) -> np.ndarray:
     """
     import pyarrow as pa
 
+    check_supported(column)
+    if pa.types.is_dictionary(column.type):
+        return _dictionary_objects(column, _blobs)
     out = np.empty(len(column), dtype=object)
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) or pa.types.is_binary(
             column.type) or pa.types.is_large_binary(column.type):

@@ -292,12 +292,7 @@ def _folder_pieces(export: Any, wanted: list[tuple[int, int]], lo: int | None,
 
     columns = list(SAMPLE_COLUMNS)
     with export._reading(METRICS_TABLE):
-        if export.kind == "parquet":
-            batches = export._parquet(METRICS_TABLE).iter_batches(batch_size=BATCH_ROWS, columns=columns,
-                                                                  use_threads=False)
-        else:
-            batches = iter(export._ipc(METRICS_TABLE))
-        for batch in batches:
+        for batch in export._batches(METRICS_TABLE, columns, BATCH_ROWS):
             picked = batch.select(columns)
             yield _cut([_column(picked.column(i)) for i in range(len(columns))], wanted, lo, hi, export.damage)
     release_free_memory()

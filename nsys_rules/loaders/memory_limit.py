@@ -11,6 +11,11 @@ Reads the engine did not plan (``stats``, ``diff``, a rule asking for more colum
 through the same prices: :class:`ReadGuard`, installed on the trace, admits each read before
 it happens and stops the one that would pass the limit.
 
+Parquet and Arrow folders are priced by what they decode, not by what they store
+(:mod:`nsys_rules.loaders.decoded_price`: rows and sizes from the page and message headers,
+dictionary codes expanded), and their reads report what they hold as they go
+(:meth:`ReadGuard.check_read`): a file whose headers lie is stopped by its read, with the same line.
+
 The per-column costs follow the loader (:mod:`nsys_rules.loaders.sqlite`): an integer column
 ends as an int64 array (8 B a row) and, while it is read, may exist twice (the streamed
 array plus the copy made when damaged rows are dropped); a name column holds the raw
@@ -24,7 +29,7 @@ import os
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from nsys_rules.errors import InputError
 from nsys_rules.loaders.tables import TABLES
@@ -131,6 +136,8 @@ def estimate(trace: "Trace", needs: Mapping[str, Iterable[str]], limit: int | No
 def _with_text(trace: "Trace", needs: Mapping[str, Iterable[str]], cost: MemoryEstimate, room: int,
                per_text_value: int) -> MemoryEstimate:
     export = getattr(trace, "export", None)
+    if export is not None and hasattr(export, "decoded_price") and hasattr(export, "source_of"):
+        return _decoded(export, needs, cost, room, per_text_value)
     if export is None or not hasattr(export, "_query") or not hasattr(export, "source_of"):
         return cost  # a plugin loader's trace: no SQL file to measure
     looks = []
@@ -157,6 +164,25 @@ def _with_text(trace: "Trace", needs: Mapping[str, Iterable[str]], cost: MemoryE
         values = use.values if use is not None else item.rows * len(columns)
         priced[item.table] = replace(item, bytes=item.bytes + text, text=text, text_values=values)
     return MemoryEstimate(tuple(priced.get(t.table, t) for t in cost.tables), cost.strings_bytes)
+
+
+def _decoded(export: Any, needs: Mapping[str, Iterable[str]], cost: MemoryEstimate, room: int,
+             per_text_value: int) -> MemoryEstimate:
+    """A columnar export's tables priced by what they decode: the rows the pages hold (not the footer's
+    count), the largest page or batch and the dictionaries held while reading, the text expanded."""
+    priced = []
+    for item in cost.tables:
+        source, columns = source_columns(export, item.table, needs[item.table])
+        if source is None or not columns:
+            priced.append(item)
+            continue
+        found = export.decoded_price(source, columns, int(room / TEXT_RUN_FACTOR))
+        rows = max(item.rows, found.rows)
+        numbers = rows * sum(column_bytes(item.table, c) for c in dict.fromkeys(needs[item.table]))
+        text = found.text.memory
+        priced.append(replace(item, rows=rows, bytes=numbers + found.transient + text, text=text,
+                              text_values=found.text.values))
+    return MemoryEstimate(tuple(priced), cost.strings_bytes)
 
 
 def _total(bounds: list[int | None]) -> int | None:
@@ -257,14 +283,15 @@ class ReadGuard:
     again with more columns pays the difference.
     """
 
-    def __init__(self, limit: int | None, explicit: bool, per_text_value: int = 0) -> None:
+    def __init__(self, limit: int | None, explicit: bool, per_text_value: int = 0, label: str = "trace") -> None:
         self.limit = limit
         self.explicit = explicit
         self.per_text_value = per_text_value
+        self.label = label
         self._charged: dict[str, tuple[frozenset[str], int]] = {}
         self._used = FIXED_BYTES
         self._strings_paid = False
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a read priced under the lock reports to check_read
 
     def charge(self, cost: MemoryEstimate, needs: Mapping[str, Iterable[str]]) -> None:
         """Record reads already priced by :func:`enforce_limit` (the engine's planned load)."""
@@ -305,6 +332,22 @@ class ReadGuard:
             self._strings_paid = True
 
 
+    def check_read(self, what: str, nbytes: int) -> None:
+        """A read under way holds ``nbytes`` (``what``: the file and part of it): :class:`InputError` (exit 3)
+        when that passes what is left of the limit, the read's own admitted price included. The read's
+        price came from the file's headers; a read that outgrows it found them lying."""
+        with self._lock:
+            if self.limit is None:
+                return
+            # The read may use what it was admitted for plus what is left; its price is among the charged.
+            charged = max((n for _, n in self._charged.values()), default=0)
+            room = self.limit - self._used + charged
+            if nbytes > room:
+                raise InputError(f"{self.label}: reading {what} needs about {human(nbytes)} more, "
+                                 f"{human(max(room, 0))} is left of the {human(self.limit)} limit "
+                                 f"({_where(self.explicit)}); read less (check: --select; stats: --filter-time, "
+                                 "another report), or run on a machine with more memory")
+
     def admit_bytes(self, trace: "Trace", what: str, nbytes: int) -> None:
         """Admit a read priced by its caller (``what``: its name, e.g. the GPU metrics of a time range), in bytes
         at its peak; :class:`InputError` (exit 3) when it would pass the limit. A second read of the same name
@@ -331,7 +374,16 @@ def install_read_guard(trace: "Trace", max_memory: int | None, per_text_value: i
     """
     guard = getattr(trace, "read_guard", None)
     if guard is None:
-        explicit = max_memory is not None
-        guard = ReadGuard(max_memory if explicit else default_limit(), explicit, per_text_value)
+        guard = open_guard(max_memory, getattr(trace, "label", "trace"), per_text_value)
         trace.read_guard = guard
+    export = getattr(trace, "export", None)
+    if export is not None and hasattr(export, "meter"):
+        export.meter = guard  # the folder export's reads report what they hold as they go
     return guard
+
+
+def open_guard(max_memory: int | None, label: str, per_text_value: int = 0) -> ReadGuard:
+    """A :class:`ReadGuard` for ``--max-memory`` (bytes; None: 80 % of the available memory), before its trace
+    exists: a folder export's metadata reads (the GPUs, the capture) are checked while the trace opens."""
+    explicit = max_memory is not None
+    return ReadGuard(max_memory if explicit else default_limit(), explicit, per_text_value, label)

@@ -98,6 +98,8 @@ class ReadAhead:
             from nsys_rules.loaders.tables import TABLES
 
             total = 0
+            limit = default_limit()
+            share = int(limit * MEMORY_SHARE) if limit is not None else None
             for name, cols in EARLY_COLUMNS.items():
                 table = TABLES[name]
                 source = export.source_of(table)
@@ -106,9 +108,11 @@ class ReadAhead:
                 _, src_cols, narrow = export.source_columns(table, [table.column(c) for c in cols], source)
                 rows = export.count(source)
                 total += rows * sum(column_bytes(name, c) for c in cols)
+                if hasattr(export, "decoded_price"):  # a folder: what its headers say the read decodes
+                    found = export.decoded_price(source, src_cols, share)
+                    total += found.transient + found.text.memory + max(found.rows - rows, 0) * 8 * len(cols)
                 plans.append((rows, source, src_cols, frozenset(narrow)))
-            limit = default_limit()
-            if limit is not None and total > limit * MEMORY_SHARE:
+            if share is not None and total > share:
                 plans = []
         except Exception:  # noqa: BLE001 - a damaged schema: the export opened later reports it
             plans = []
@@ -281,7 +285,13 @@ def _open(path: Path) -> Any:
 
     kind = folder_kind(path)
     if kind is not None:
-        return ArrowDirExport(path, kind)
+        from nsys_rules.loaders.memory_limit import ReadGuard, default_limit
+
+        export = ArrowDirExport(path, kind)
+        # Its reads stop (and the engine's own read, priced first, says why) past their share of the memory.
+        limit = default_limit()
+        export.meter = ReadGuard(int(limit * MEMORY_SHARE) if limit is not None else None, False, label=str(path))
+        return export
     from nsys_rules.loaders.sqlite import SqliteExport
 
     return SqliteExport(path)

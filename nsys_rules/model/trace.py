@@ -237,6 +237,11 @@ def _gpu(export: Export, table: str, gid: int, row: tuple[object, ...]) -> GpuIn
     return GpuInfo(gid, str(row[1] or "unknown GPU")[:256], sm_count, bandwidth, clock_hz, total_memory)
 
 
+#: Traced kinds kept from ``META_DATA_CAPTURE`` (nsys writes about a dozen), and the characters kept of each.
+MAX_TRACED = 64
+MAX_TRACED_NAME = 256
+
+
 def _meta_rows(export: Export, table: str) -> list[tuple[str, str]]:
     cols = export.columns_of(table)
     if "name" not in cols or "value" not in cols:
@@ -253,7 +258,10 @@ def _read_capture(export: Export) -> CaptureInfo:
     for name, value in rows:
         options[name] = value
         if name == "CAPTURE_EVENT_TYPE":
-            traced.append(value)
+            # Each kind once, a few dozen at most: a planted table repeating one value 100,000 times must not
+            # become a report of 100,000 copies (nsys writes each traced kind once, short names).
+            if value not in traced and len(traced) < MAX_TRACED:
+                traced.append(value[:MAX_TRACED_NAME])
         elif name == "PROCESS_0:ENVIRONMENT_VARIABLE" and "=" in value:
             key, _, val = value.partition("=")
             env[key] = val[1:-1] if len(val) >= 2 and val[0] == val[-1] == '"' else val

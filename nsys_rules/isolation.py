@@ -50,6 +50,7 @@ from nsys_rules.errors import InputError, MissingData, PluginError, UsageError
 from nsys_rules.findings import Finding, Location, Metric, Severity, rank_key
 from nsys_rules.records import Capped, RunError, Skipped
 from nsys_rules.rule import Rule, RuleContext
+from nsys_rules.job_rule import JobContext, JobRule
 from nsys_rules.textsafe import clip_value
 
 
@@ -68,7 +69,7 @@ class RuleOutcome:
     capped: Capped | None = None
 
 
-def run_rule(rule: type[Rule], context: Callable[[], RuleContext], label: str,
+def run_rule(rule: type[Rule] | type[JobRule], context: Callable[[], RuleContext | JobContext], label: str,
              timeout: float | None = DEFAULT_RULE_TIMEOUT, max_findings: int | None = DEFAULT_MAX_FINDINGS) -> RuleOutcome:
     """Run ``rule`` on the :class:`RuleContext` that ``context()`` builds, within ``timeout`` seconds.
 
@@ -126,9 +127,10 @@ def run_rule(rule: type[Rule], context: Callable[[], RuleContext], label: str,
     return outcome
 
 
-def _collect(ctx: RuleContext, limit: int | None) -> tuple[list[Any], int | None]:
+def _collect(ctx: RuleContext | JobContext, limit: int | None) -> tuple[list[Any], int | None]:
     """The first ``limit`` things ``check`` returns, and how many more there were (None: more, not counted)."""
-    produced = ctx.rule.check(ctx)
+    # A job rule's context is a JobContext and a trace rule's a RuleContext: each rule gets its own kind.
+    produced = ctx.rule.check(ctx)  # type: ignore[arg-type]
     if isinstance(produced, (str, bytes, dict)) or not hasattr(produced, "__iter__"):
         raise TypeError(f"check() returned {type(produced).__name__}, not an iterable of findings")
     if limit is None:

@@ -9,6 +9,7 @@ and runs each selected job rule isolated, like the engine runs trace rules.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import traceback
 import warnings
 from dataclasses import dataclass, field
@@ -16,10 +17,12 @@ from typing import Any, Iterable, TypeGuard
 
 import numpy as np
 
-from nsys_rules.errors import InputError, MissingData, UsageError
+from nsys_rules.errors import InputError, UsageError
 from nsys_rules.findings import Finding
 from nsys_rules.options import effective_options
-from nsys_rules.records import RunError, Skipped
+from nsys_rules.records import Capped, RunError, Skipped
+from nsys_rules.containment import routed_stdout
+from nsys_rules.isolation import run_rule
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.job.extract import RankData, collect_ranks
 from nsys_rules.model.job.model import Job, build_job
@@ -87,6 +90,8 @@ class JobOutcome:
     findings: list[Finding] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     errors: list[RunError] = field(default_factory=list)
+    #: Job rules whose findings were cut at ``--max-findings``.
+    capped: list[Capped] = field(default_factory=list)
 
 
 def run_job(collected: Collected, rules: Iterable[type[Rule]], settings: Any) -> JobOutcome | None:
@@ -131,21 +136,16 @@ def _run_job(collected: Collected, rules: Iterable[type[Rule]], settings: Any) -
     if job.rows.count == 0 and not collected.errors:
         return _no_collectives(ranks, job)
     outcome = JobOutcome(describe_job(job), errors=list(collected.errors))
-    for rule in selected:
-        try:
-            ctx = JobContext(job, rule(), effective_options(rule, settings))
-            found = list(rule().check(ctx))
-            for f in found:
-                if not isinstance(f, Finding):
-                    raise TypeError(f"check() yielded {type(f).__name__}, not Finding")
+    # Isolated as trace rules are (nsys_rules.isolation): time limit, contained output, findings cap.
+    with routed_stdout():
+        for rule in selected:
+            done = run_rule(rule, functools.partial(JobContext, job, rule(), effective_options(rule, settings)), "job",
+                            settings.rule_timeout, settings.max_findings)
             override = settings.severity.get(rule.name)
-            outcome.findings.extend(dataclasses.replace(f, severity=override) if override else f for f in found)
-        except MissingData as gap:
-            outcome.skipped.append(Skipped(rule.name, "job", gap.reason, gap.fix))
-        except (UsageError, InputError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - one rule failing must not hide the others
-            outcome.errors.append(_error(rule.name, exc, "job"))
+            outcome.findings.extend(dataclasses.replace(f, severity=override) if override else f for f in done.findings)
+            outcome.skipped.extend([done.skipped] if done.skipped else [])
+            outcome.errors.extend(done.errors)
+            outcome.capped.extend([done.capped] if done.capped else [])
     return outcome
 
 

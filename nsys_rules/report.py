@@ -70,8 +70,8 @@ class Report:
 
     @property
     def all_capped(self) -> list[Capped]:
-        """Rules whose findings were cut at ``--max-findings``, trace by trace."""
-        return [c for r in self.results for c in getattr(r, "capped", ())]
+        """Rules whose findings were cut at ``--max-findings``, trace by trace, then the job's."""
+        return [c for r in self.results for c in getattr(r, "capped", ())] + (self.job.capped if self.job else [])
 
     @property
     def all_skipped(self) -> list[Skipped]:

@@ -108,3 +108,29 @@ def test_savings_are_bounded_by_the_steps_time(tmp_path):
     registry = build_registry(autoload=False, extra=(("oversold", plugin(register_job_rules=lambda: [Oversold])),))
     report = run_check(sim.paths, registry, Settings(select=["oversold"]), open_trace)
     assert report.findings[0].estimated_savings_ns == 5 * (20_000 + 1_000_000 + 200_000)  # five steps
+
+
+class Noisy(JobRule):
+    """Prints, then floods findings from a generator that never ends."""
+
+    name = "noisy-job-rule"
+    title = "noisy"
+    Options = NoOptions
+
+    def check(self, ctx: JobContext):
+        print("a job rule's print")
+        i = 0
+        while True:
+            i += 1
+            yield ctx.finding(f"finding {i}", "nothing", key=str(i))
+
+
+def test_a_job_rule_is_contained_and_capped_like_a_trace_rule(tmp_path, capfd):
+    """Job rules run through the same isolation as trace rules: output off stdout, findings cut at the cap."""
+    sim = write_job(tmp_path, JobPlan(ranks=2, steps=5))
+    registry = build_registry(autoload=False, extra=(("noisy", plugin(register_job_rules=lambda: [Noisy])),))
+    report = run_check(sim.paths, registry, Settings(select=["noisy-job-rule"], max_findings=50), open_trace)
+    out, err = capfd.readouterr()
+    assert "a job rule's print" not in out and "a job rule's print" in err
+    assert len(report.findings) == 50
+    assert [(c.rule, c.kept, c.dropped) for c in report.all_capped] == [("noisy-job-rule", 50, None)]

@@ -17,12 +17,22 @@ H200 = SHARED / "traces" / "h200"
 CORPUS = SHARED / "corpus" / "public"
 EXAMPLE = ROOT / "examples" / "rust_release_build.sqlite"
 
+# pytest-xdist's workers set COLUMNS/LINES to 80x24; the CLI lays out for COLUMNS when it is set, and the tests
+# expect what a pipe gets (no terminal). A test that wants a width sets COLUMNS itself.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 
 def need_shared(path: Path = H200) -> Path:
     """Skip the calling test, with the reason, when ../shared is not beside the checkout."""
     if not path.exists():
         pytest.skip(f"{path} is absent (the shared traces sit beside the checkout in CI; a fresh clone has none)")
     return path
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: a worker per CPU, at most 4 (each may hold a few hundred MB while it checks a big trace)."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
 @pytest.fixture

@@ -256,7 +256,15 @@ def _redeliver_interrupt(unraisable: "sys.UnraisableHookArgs") -> None:
     if isinstance(unraisable.exc_value, KeyboardInterrupt):
         import _thread
 
-        _thread.interrupt_main()
+        try:
+            _thread.interrupt_main()
+        except KeyboardInterrupt:
+            # The redelivered interrupt ran here, still inside the hook, where Python would print and drop it:
+            # end as every Ctrl-C does (the one line, exit 130), without the teardown.
+            try:
+                os.write(2, b"nsys-rules: interrupted\n")
+            finally:
+                os._exit(130)
         return
     sys.__unraisablehook__(unraisable)
 

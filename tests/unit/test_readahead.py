@@ -438,16 +438,27 @@ def test_metadata_answers_are_shared_with_the_export(tmp_path: Path) -> None:
         readahead.stop()
 
 
-def test_switch_interval_shortened_while_reading_and_put_back_after(tmp_path: Path) -> None:
+def test_switch_interval_shortened_while_reading_and_put_back_after(tmp_path: Path, monkeypatch) -> None:
     path = _small_trace(tmp_path / "t.sqlite")
     readahead.stop()
     before = sys.getswitchinterval()
     sys.setswitchinterval(0.004)
+    # The reads of a 300-row trace can all end before the first check on a loaded machine (and put the interval
+    # back): each read waits here until the shortened interval has been seen.
+    seen = threading.Event()
+    real_read = readahead.ReadAhead._read
+
+    def held_read(self, *args):  # type: ignore[no-untyped-def]
+        seen.wait(30)
+        return real_read(self, *args)
+
+    monkeypatch.setattr(readahead.ReadAhead, "_read", held_read)
     try:
         readahead.start(str(path), limit_set=False)
         ahead = readahead.claim(path)
         assert ahead is not None
         assert sys.getswitchinterval() == pytest.approx(min(0.004, readahead.SWITCH_INTERVAL))
+        seen.set()
         source = TABLES["kernels"].sources[0]
         assert len(_take(ahead, source, ["start"])[0]["start"]) == 300  # waits for that read
         for _ in range(200):  # the last read or metadata query ends, then the export closes and it is put back

@@ -133,7 +133,9 @@ def _run_job(collected: Collected, rules: Iterable[type[Rule]], settings: Any) -
         raise
     except Exception as exc:  # noqa: BLE001 - one bad job model is an error entry, exit 4, not a crash
         return JobOutcome({"ranks": []}, errors=[*collected.errors, _error("job", exc, ranks[0].trace)])
-    if job.rows.count == 0 and not collected.errors:
+    # Ranks that each ran collectives but never the same one (two jobs' ranks in one folder) make no job either.
+    shared = bool(((job.rows.index >= 0).sum(axis=1) >= 2).any()) if job.rows.count else False
+    if (job.rows.count == 0 or (len(job.ranks) > 1 and not shared)) and not collected.errors:
         return _no_collectives(ranks, job)
     outcome = JobOutcome(describe_job(job), errors=list(collected.errors))
     # Isolated as trace rules are (nsys_rules.isolation): time limit, contained output, findings cap.

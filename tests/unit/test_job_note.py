@@ -66,3 +66,24 @@ def test_one_trace_is_not_told_it_is_no_job(rank_named_runs):
     proc = run_cli("check", "-v", "--format", "compact", "--fail-on", "never", str(rank_named_runs / "job_rank0.sqlite"),
                    env={"COLUMNS": "400"})
     assert "not judged as one job" not in proc.stdout
+
+
+def test_ranks_of_two_jobs_that_never_meet_are_no_job(tmp_path):
+    """Rank 0 of an all-reduce job beside rank 1 of an all-gather job: each ran collectives, never the same one."""
+    import shutil
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "mix").mkdir()
+    a = write_job(tmp_path / "a", JobPlan(ranks=2, steps=12))
+    b = write_job(tmp_path / "b", JobPlan(ranks=2, steps=12, comm_name="ncclDevKernel_AllGather_RING_LL", seed=3))
+    shutil.copy(a.paths[0], tmp_path / "mix" / "node0_rank0_1.sqlite")
+    shutil.copy(b.paths[1], tmp_path / "mix" / "node0_rank1_1.sqlite")
+    proc = run_cli("check", "-v", "--format", "json", "--fail-on", "never", str(tmp_path / "mix"))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report.get("job") is None  # it was a job of 2 ranks with "40 collectives where all ranks meet"
+    assert not [f for f in report["findings"] if f["rule"] in ("exposed-comm", "rank-straggler", "rank-imbalance")]
+    compact = run_cli("check", "-v", "--format", "compact", "--fail-on", "never", str(tmp_path / "mix"),
+                      env={"COLUMNS": "400"})
+    assert "no collective matched across ranks" in compact.stdout

@@ -225,6 +225,8 @@ def _coherent(rows: Rows, local_end: np.ndarray, session: np.ndarray) -> np.ndar
         block = end[sel]
         members = ~np.isnan(block).all(axis=0)
         if members.sum() < 2:
+            # Run by one rank of several, it is no point where ranks meet (one rank alone: every collective is).
+            ok[sel] = end.shape[1] < 2
             continue
         block = block[:, members]
         with np.errstate(invalid="ignore"):

@@ -23,24 +23,16 @@ from nsys_rules.loaders.ipc_layout import ipc_layout
 from nsys_rules.loaders.memory_limit import FIXED_BYTES, ReadGuard, estimate
 from nsys_rules.loaders.parquet_layout import chunk_pages
 from nsys_rules.model.trace import Trace
-from nsys_rules.testing import TraceBuilder
 from tests.fuzz.columnar_bombs import footer_rows_lie, kernel_rows
 from tests.fuzz.harness import check_run, run_cli_inprocess
-from tests.unit._folders import folder_from_sqlite
+from tests.unit._folders import step_exports
 
 MB = 1 << 20
 
 
 @pytest.fixture(scope="module")
 def bases(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("bases")
-    b = TraceBuilder()
-    for i in range(50):
-        b.nvtx("step", i * 100_000, i * 100_000 + 90_000, registered=False)
-    for i in range(200):
-        b.kernel("gemv", i * 50_000, 20_000)
-    sqlite = b.write(root / "base.sqlite")
-    return {kind: folder_from_sqlite(sqlite, root / f"base.{kind}dir", kind) for kind in ("parquet", "arrow")}
+    return step_exports(tmp_path_factory.mktemp("bases"), ranges=50, kernels=200)
 
 
 def _compact_page_header(kind: int, raw: int, stored: int, values: int) -> bytes:

@@ -121,12 +121,13 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
-def run_with_rss(*args: str) -> tuple[int, str, str, int]:
+def run_with_rss(*args: str, timeout: float | None = None) -> tuple[int, str, str, int]:
     """``nsys-rules ARGS`` as a child process: exit code, stdout, stderr and the child's peak RSS (bytes)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
             tempfile.TemporaryDirectory() as work:
         rss_file = os.path.join(work, "rss")
-        proc = subprocess.run([sys.executable, "-c", _LAUNCHER, rss_file, *args], stdout=out, stderr=err)
+        proc = subprocess.run([sys.executable, "-c", _LAUNCHER, rss_file, *args], stdout=out, stderr=err,
+                              timeout=timeout)
         out.seek(0)
         err.seek(0)
         with open(rss_file) as f:

@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from nsys_rules.testing import TraceBuilder
+from tests.corpus.test_public_corpus import run_with_rss
 from tests.fuzz.columnar_bombs import CASES
 from tests.fuzz.harness import CliRun, check_run
-from tests.unit._folders import folder_from_sqlite
+from tests.unit._folders import step_exports
 
 MB = 1 << 20
 #: Cases that cannot fit 300 MB whatever the reader does (GBs decoded, or a footer that big parsed): each
@@ -39,40 +36,16 @@ DAMAGED = {"parquet-link_outside": "symbolic link", "arrow-link_outside": "symbo
 #: The bound every case must keep under ``--max-memory 300M`` (the interpreter and imports take ~120 MB).
 PEAK_LIMIT = 600 * MB
 
-#: Starts nsys-rules from a small fresh interpreter and writes its peak RSS (KiB): a child forked from
-#: the test process would start with the test process's own peak (Linux keeps ru_maxrss across exec).
-_LAUNCHER = """
-import os, subprocess, sys
-proc = subprocess.Popen([sys.executable, "-m", "nsys_rules", *sys.argv[2:]])
-_, status, usage = os.wait4(proc.pid, 0)
-open(sys.argv[1], "w").write(str(usage.ru_maxrss))
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
-
-
 def run_measured(*args: str, timeout: float = 60) -> tuple[CliRun, int]:
-    """``nsys-rules ARGS`` in a child process: its output and its peak RSS in bytes."""
-    with tempfile.TemporaryDirectory() as work:
-        rss = os.path.join(work, "rss")
-        env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # one error line, as a script sees it
-        proc = subprocess.run([sys.executable, "-c", _LAUNCHER, rss, *args], capture_output=True, text=True,
-                              timeout=timeout, env=env)
-        with open(rss) as fh:
-            peak = int(fh.read()) * 1024
-    return CliRun(proc.returncode, proc.stdout, proc.stderr), peak
+    """``nsys-rules ARGS`` in a child process (``run_with_rss``): its output and its peak RSS in bytes."""
+    code, out, err, peak = run_with_rss(*args, timeout=timeout)
+    return CliRun(code, out, err), peak
 
 
 @pytest.fixture(scope="module")
 def bases(tmp_path_factory) -> dict[str, Path]:
     """A small export (300 NVTX ranges, 600 kernels) as a parquetdir and as an arrowdir."""
-    root = tmp_path_factory.mktemp("bases")
-    b = TraceBuilder()
-    for i in range(300):
-        b.nvtx("step", i * 100_000, i * 100_000 + 90_000, registered=False)
-    for i in range(600):
-        b.kernel("gemv", i * 50_000, 20_000)
-    sqlite = b.write(root / "base.sqlite")
-    return {kind: folder_from_sqlite(sqlite, root / f"base.{kind}dir", kind) for kind in ("parquet", "arrow")}
+    return step_exports(tmp_path_factory.mktemp("bases"), ranges=300, kernels=600)
 
 
 def _promise(run: CliRun, peak: int, what: str) -> None:

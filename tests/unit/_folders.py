@@ -54,3 +54,17 @@ def folder_from_sqlite(sqlite_path: Path, folder: Path, kind: str = "parquet") -
     finally:
         db.close()
     return folder
+
+
+def step_exports(root: Path, ranges: int, kernels: int) -> dict[str, Path]:
+    """A small export of ``ranges`` NVTX "step" ranges and ``kernels`` GEMV kernels, as a parquetdir and an
+    arrowdir under ``root`` (by kind: ``parquet``, ``arrow``)."""
+    from nsys_rules.testing import TraceBuilder
+
+    b = TraceBuilder()
+    for i in range(ranges):
+        b.nvtx("step", i * 100_000, i * 100_000 + 90_000, registered=False)
+    for i in range(kernels):
+        b.kernel("gemv", i * 50_000, 20_000)
+    sqlite = b.write(root / "base.sqlite")
+    return {kind: folder_from_sqlite(sqlite, root / f"base.{kind}dir", kind) for kind in ("parquet", "arrow")}

@@ -32,6 +32,10 @@ MEANINGS = {ExitCode.USAGE: "usage error", ExitCode.BAD_INPUT: "input unreadable
             ExitCode.INCOMPLETE: "incomplete run (a rule, a plugin or the analysis failed)"}
 
 
+#: Seconds a fresh worker may take to import the engine and the plugins before the call is given up.
+START_LIMIT_S = 120.0
+
+
 class ToolFailure(Exception):
     """A tool call that ended in an error: its exit code (the CLI's meaning) and one line."""
 
@@ -81,18 +85,17 @@ def worker_main(conn: Connection, config: ServerConfig) -> None:
     try:
         work = Work(config)
         tools = _tools()
+        work.registry  # noqa: B018 - the plugins load before "ready": their import is no call's time
     except Exception as exc:  # noqa: BLE001 - a bad --root or a broken install: every call says it
         from nsys_rules.cli import one_line
         from nsys_rules.errors import NsysRulesError
 
         code = int(exc.exit_code) if isinstance(exc, NsysRulesError) else int(ExitCode.INCOMPLETE)
-        failed: tuple[int, str] = (code, one_line(str(exc)))
-        while True:
-            try:
-                call_id, _, _ = conn.recv()
-            except (EOFError, OSError):
-                return
-            conn.send((call_id, "error", failed))
+        conn.send((0, "failed", (code, one_line(str(exc)))))
+        return
+    import nsys_rules.engine  # noqa: F401 - the engine's imports (pandas, the loaders) before "ready", not in a call
+
+    conn.send((0, "ready", None))
     while True:
         try:
             call_id, tool, arguments = conn.recv()
@@ -114,6 +117,7 @@ class WorkerHandle:
         self._proc: Any = None
         self._conn: Connection | None = None
         self._ids = itertools.count(1)
+        self._ready = False
 
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")  # never fork a process that runs an event loop and threads
@@ -122,6 +126,7 @@ class WorkerHandle:
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent
+        self._ready = False
 
     def stop(self) -> None:
         """Kill the worker (the next call starts a fresh one)."""
@@ -143,10 +148,12 @@ class WorkerHandle:
         assert self._conn is not None
         call_id = next(self._ids)
         conn = self._conn
-        conn.send((call_id, tool, arguments))
-        deadline = time.monotonic() + self.config.call_timeout
         answered = False
         try:
+            if not self._ready:
+                await self._wait_ready(conn)
+            conn.send((call_id, tool, arguments))
+            deadline = time.monotonic() + self.config.call_timeout
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -169,6 +176,23 @@ class WorkerHandle:
                 # Timed out, cancelled by the client, or the worker died: its state is unknown, so it goes, and
                 # the next call starts a fresh one.
                 self.stop()
+
+    async def _wait_ready(self, conn: Connection) -> None:
+        """Wait for a fresh worker's imports (not counted in the call's time limit), within :data:`START_LIMIT_S`."""
+        import anyio
+
+        deadline = time.monotonic() + START_LIMIT_S
+        while time.monotonic() < deadline:
+            if await anyio.to_thread.run_sync(conn.poll, 0.25):
+                try:
+                    _, status, payload = conn.recv()
+                except (EOFError, OSError):
+                    raise ToolFailure(ExitCode.INCOMPLETE, self._ended("its start")) from None
+                if status != "ready":  # it could not start (a broken install): every call says why
+                    raise ToolFailure(*payload)
+                self._ready = True
+                return
+        raise ToolFailure(ExitCode.INCOMPLETE, f"the analysis process did not start within {START_LIMIT_S:g} s")
 
     def _ended(self, tool: str) -> str:
         proc = self._proc

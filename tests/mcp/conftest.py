@@ -10,6 +10,7 @@ extra (``pip install 'nsys-rules[mcp]'``; the test extra has it).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from pathlib import Path
@@ -29,9 +30,11 @@ from mcp.shared.exceptions import MCPError  # noqa: E402
 class McpServer:
     """A running ``nsys-rules mcp`` and the SDK client talking to it (synchronous calls for the tests)."""
 
-    def __init__(self, portal: Any, client: Any) -> None:
+    def __init__(self, portal: Any, client: Any, garbage: list[str]) -> None:
         self.portal = portal
         self.client = client
+        #: Lines on the server's stdout that were no JSON-RPC message (what a stray print would make).
+        self.garbage = garbage
         listed = portal.call(client.list_tools)
         self.tools = {t.name: t for t in listed.tools}
 
@@ -58,13 +61,32 @@ class McpServer:
         return str(result.contents[0].text)
 
 
+class _Garbage(logging.Handler):
+    """Collects the client's "Failed to parse JSONRPC message" records: a stray line on the protocol channel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "parse" in record.getMessage().lower():
+            self.lines.append(record.getMessage())
+
+
 @contextlib.contextmanager
-def mcp_server(*flags: str, cwd: Path) -> Iterator[McpServer]:
+def mcp_server(*flags: str, cwd: Path, env: dict[str, str] | None = None) -> Iterator[McpServer]:
     """``nsys-rules mcp FLAGS`` started by the SDK client in ``cwd``, stopped on exit."""
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]),
-                                                      os.environ.get("PYTHONPATH", "")) if p)}
+    paths = [*(env or {}).get("PYTHONPATH", "").split(os.pathsep), str(Path(__file__).resolve().parents[2]),
+             os.environ.get("PYTHONPATH", "")]
+    full_env = {**(env or {}), "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     params = StdioServerParameters(command=sys.executable, args=["-m", "nsys_rules", "mcp", *flags], cwd=str(cwd),
-                                   env=env)
-    with anyio.from_thread.start_blocking_portal() as portal:
-        with portal.wrap_async_context_manager(Client(params, read_timeout_seconds=600)) as client:
-            yield McpServer(portal, client)
+                                   env=full_env)
+    garbage = _Garbage()
+    logger = logging.getLogger("mcp.client.stdio")
+    logger.addHandler(garbage)
+    try:
+        with anyio.from_thread.start_blocking_portal() as portal:
+            with portal.wrap_async_context_manager(Client(params, read_timeout_seconds=600)) as client:
+                yield McpServer(portal, client, garbage.lines)
+    finally:
+        logger.removeHandler(garbage)

@@ -98,35 +98,28 @@ def verify_tool(work: Work, a: dict[str, Any]) -> dict[str, Any]:
     promised = _per_step(finding, before_report)
     after_per_step = _per_step(after, after_report)
     status = cause_status(promised, after, after_per_step)
-    gate = float(a.get("gate_pct", DEFAULT_GATE_PCT))
-    notes = []
-    try:
-        result = _compare(work, [a["before"]], [a["after"]], gate, force=False)
-    except UsageError as exc:
-        if "--force" not in str(exc):
-            raise
-        # A change can make the program look like another one (other kernels, another step mark): the step
-        # is still the thing to judge, so compare anyway and say so.
-        notes.append(f"compared although the traces do not look like runs of one program and step: {exc}")
-        result = _compare(work, [a["before"]], [a["after"]], gate, force=True)
-    diff = result.to_json(5)
-    s = diff["change"]["step"]
-    step = {"verdict": result.step_verdict, "line": result.line, "base_median_ns": s["base_median_ns"],
-            "new_median_ns": s["new_median_ns"], "estimate_ns": s["estimate_ns"], "low_ns": s["low_ns"],
-            "high_ns": s["high_ns"], "estimate_pct": s["estimate_pct"], "low_pct": s["low_pct"],
-            "high_pct": s["high_pct"]}
-    verdict = promise_verdict(step, promised)
-    realized = round(100 * -s["estimate_ns"] / promised, 1) if promised else None
-    lines = [f"{finding['rule']} ({fingerprint}) in AFTER: {_cause_words(status, finding, after, same_rule)}",
-             f"step: {result.line}"]
-    if promised:
+    unjudged = _not_run(after_report, finding["rule"])
+    if after is None and unjudged:
+        status = "not judged"  # absent because the rule did not run on AFTER: no proof the cause is gone
+    result, notes = _step_change(work, a)
+    diff = None if result is None else result.to_json(5)
+    step = None if result is None or diff is None else _step_of(result, diff)
+    verdict = "unproven" if step is None else promise_verdict(step, promised)
+    if not promised:
+        verdict = "no promise"
+    realized = round(100 * -step["estimate_ns"] / promised, 1) if promised and step else None
+    cause = (f"not judged: the rule did not run on AFTER ({unjudged})" if status == "not judged"
+             else _cause_words(status, finding, after, same_rule))
+    lines = [f"{finding['rule']} ({fingerprint}) in AFTER: {cause}"]
+    lines += [f"step: {step['line']}"] if step else []
+    if promised and step:
         lines.append(f"promised: {savings_words(finding, before_report)}; the step changed by "
-                     f"{human_ns(s['estimate_ns'], signed=True)} per step (95 % interval "
-                     f"{human_ns(s['low_ns'], signed=True)} to {human_ns(s['high_ns'], signed=True)}), {realized} % "
-                     f"of the promised saving: {verdict}")
-    else:
+                     f"{human_ns(step['estimate_ns'], signed=True)} per step (95 % interval "
+                     f"{human_ns(step['low_ns'], signed=True)} to {human_ns(step['high_ns'], signed=True)}), "
+                     f"{realized} % of the promised saving: {verdict}")
+    elif not promised:
         lines.append("the finding promised no saving figure, so only its cause can be judged")
-    if min(result.runs) < 2:
+    if result is not None and min(result.runs) < 2:
         lines.append("one run per side: a step change within the noise is no verdict; capture 3+ runs per side and "
                      "call diff to confirm")
     lines += [f"note: {n}" for n in notes]
@@ -138,6 +131,41 @@ def verify_tool(work: Work, a: dict[str, Any]) -> dict[str, Any]:
                         "steps": ((before_report["traces"] or [{}])[0].get("budget") or {}).get("steps"),
                         "per_step_ns": None if promised is None else round(promised, 1)},
             "step": step, "promise_verdict": verdict, "realized_pct": realized, "diff": diff}
+
+
+def _step_change(work: Work, a: dict[str, Any]) -> tuple[DiffResult | None, list[str]]:
+    """The diff of BEFORE and AFTER, and notes; None when a side has no steps to compare (the cause still is)."""
+    gate = float(a.get("gate_pct", DEFAULT_GATE_PCT))
+    try:
+        return _compare(work, [a["before"]], [a["after"]], gate, force=False), []
+    except UsageError as exc:
+        if "has no steps" in str(exc):
+            return None, [f"no step comparison: {exc}"]
+        if "--force" not in str(exc):
+            raise
+        # A change can make the program look like another one (other kernels, another step mark): the step
+        # is still the thing to judge, so compare anyway and say so.
+        note = f"compared although the traces do not look like runs of one program and step: {exc}"
+        return _compare(work, [a["before"]], [a["after"]], gate, force=True), [note]
+
+
+def _step_of(result: DiffResult, diff: dict[str, Any]) -> dict[str, Any]:
+    s = diff["change"]["step"]
+    return {"verdict": result.step_verdict, "line": result.line, "base_median_ns": s["base_median_ns"],
+            "new_median_ns": s["new_median_ns"], "estimate_ns": s["estimate_ns"], "low_ns": s["low_ns"],
+            "high_ns": s["high_ns"], "estimate_pct": s["estimate_pct"], "low_pct": s["low_pct"],
+            "high_pct": s["high_pct"]}
+
+
+def _not_run(report: dict[str, Any], rule: str) -> str:
+    """Why ``rule`` did not run on the report's trace ("" when it ran): skipped (with its fix) or failed."""
+    for skipped in report["skipped"]:
+        if skipped["rule"] == rule:
+            return f"skipped: {skipped['reason']}" + (f"; {skipped['fix']}" if skipped.get("fix") else "")
+    for error in report["errors"]:
+        if error.get("rule") == rule:
+            return f"failed: {error['error']}"
+    return ""
 
 
 def _cause_words(status: str, finding: dict[str, Any], after: dict[str, Any] | None, same: list[dict[str, Any]]) -> str:

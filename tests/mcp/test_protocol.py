@@ -13,11 +13,13 @@ import shutil
 import jsonschema
 import pytest
 
-from tests.conftest import EXAMPLE, run_cli
+from nsys_rules.testing import TraceBuilder
+from tests.conftest import EXAMPLE, ROOT, run_cli
 from tests.mcp.conftest import mcp_server
 
 TOOLS = {"check", "explain", "finding", "diff", "verify", "stats", "profile"}
 TRACE = "traces/rust.sqlite"
+NO_STEPS = "traces/kernels_only.sqlite"
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +27,10 @@ def root(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mcp-root")
     (folder / "traces").mkdir()
     shutil.copyfile(EXAMPLE, folder / TRACE)
+    b = TraceBuilder()
+    for i in range(5):
+        b.kernel("k", start=i * 1_000_000, duration=100_000)  # kernels and nothing else: no loop, no steps
+    b.write(folder / NO_STEPS)
     return folder
 
 
@@ -131,3 +137,33 @@ def test_arguments_against_the_input_schema_are_usage_errors(server):
         error = server.error(name, arguments)
         assert error.code == -32602 and error.data["exit_code"] == 2, (name, error.message)
     assert server.call("explain", {"rule": "kernel-tail"})["rule"] == "kernel-tail"  # still serving
+
+
+def test_verify_without_steps_on_a_side_still_judges_the_cause(server):
+    got = server.call("verify", {"before": TRACE, "after": NO_STEPS, "fingerprint": "ec9d8a4ee083b242"})
+    assert got["cause"]["status"] == "gone" and got["step"] is None and got["diff"] is None
+    assert got["promise_verdict"] == "unproven" and got["realized_pct"] is None
+    assert got["promise"]["savings_ns"] == 810834 and "no step comparison" in got["summary"]
+    error = server.error("diff", {"before": [TRACE], "after": [NO_STEPS]})
+    assert error.data["exit_code"] == 2 and "no steps" in error.message
+
+
+def test_the_readme_configuration_starts_the_server(root):
+    import re
+    import shutil as sh
+    import sys
+    from pathlib import Path
+
+    block = next(b for b in re.findall(r"```json\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+                 if "mcpServers" in b)
+    entry = json.loads(block)["mcpServers"]["nsys-rules"]
+    command = sh.which(entry["command"], path=str(Path(sys.executable).parent)) or sh.which(entry["command"])
+    if command is None:
+        pytest.skip("the nsys-rules console script is not installed beside this Python")
+    args = [str(root) if a == "/path/to/traces" else a for a in entry["args"]]
+    from tests.mcp.conftest import McpServer, StdioServerParameters, anyio, Client
+
+    params = StdioServerParameters(command=command, args=args, cwd=str(root))
+    with anyio.from_thread.start_blocking_portal() as portal:
+        with portal.wrap_async_context_manager(Client(params, read_timeout_seconds=120)) as client:
+            assert set(McpServer(portal, client, []).tools) == TOOLS

@@ -13,7 +13,7 @@ import pytest
 from nsys_rules.cli import main
 from nsys_rules.errors import InputError, UsageError
 from nsys_rules.mcp_server.paths import PathPolicy
-from nsys_rules.mcp_server.verify import cause_status, promise_verdict
+from nsys_rules.mcp_server.verify import _not_run, cause_status, promise_verdict
 
 
 def _step(verdict: str, low: float, estimate: float, high: float) -> dict:
@@ -41,6 +41,14 @@ def test_cause_status():
     assert cause_status(341_000, finding, 300_000) == "unchanged"
     assert cause_status(341_000, finding, 500_000) == "larger"
     assert cause_status(None, finding, None) == "unchanged"
+
+
+def test_a_rule_that_did_not_run_on_after_is_named_with_why():
+    report = {"skipped": [{"rule": "sync-stall", "reason": "no CUDA API table", "fix": "capture with --trace=cuda"}],
+              "errors": [{"rule": "kernel-tail", "error": "ValueError: boom"}]}
+    assert _not_run(report, "sync-stall") == "skipped: no CUDA API table; capture with --trace=cuda"
+    assert _not_run(report, "kernel-tail") == "failed: ValueError: boom"
+    assert _not_run(report, "queue-delay") == ""
 
 
 def test_the_path_policy_confines_to_the_root(tmp_path):
@@ -80,7 +88,9 @@ def test_a_bad_timeout_is_a_usage_error():
 
 
 def test_without_the_mcp_extra_the_command_says_how_to_install_it(monkeypatch):
-    monkeypatch.setitem(sys.modules, "mcp", None)  # an import of mcp now fails as when it is not installed
+    # An import of mcp (or of any of its modules another test imported) now fails as when it is not installed.
+    for name in ["mcp", *[m for m in sys.modules if m.startswith("mcp.")]]:
+        monkeypatch.setitem(sys.modules, name, None)
     for name in [m for m in sys.modules if m.startswith("nsys_rules.mcp_server.server")]:
         monkeypatch.delitem(sys.modules, name)
     code, err = _run("mcp")

@@ -48,7 +48,7 @@ print("hostile plugin imported (a line on stdout)")
 '''
 #: The call's time limit of the module's server (seconds): long enough for a check of the small trace on a busy
 #: machine, short enough that the sleeping rule's test waits little.
-CALL_LIMIT = 20
+CALL_LIMIT = 15
 
 
 @pytest.fixture(scope="module")

@@ -167,3 +167,26 @@ def test_the_readme_configuration_starts_the_server(root):
     with anyio.from_thread.start_blocking_portal() as portal:
         with portal.wrap_async_context_manager(Client(params, read_timeout_seconds=120)) as client:
             assert set(McpServer(portal, client, []).tools) == TOOLS
+
+
+def test_profile_runs_a_capture_only_on_a_server_started_with_allow_profile(tmp_path):
+    from tests.cli.fake_tools import FAKE_NSYS
+    import sys
+
+    nsys = tmp_path / "bin" / "nsys"
+    nsys.parent.mkdir()
+    nsys.write_text(f"#!{sys.executable}\n{FAKE_NSYS.read_text()}")
+    nsys.chmod(0o755)
+    root = tmp_path / "root"
+    root.mkdir()
+    env = {"NSYS_RULES_NSYS": str(nsys), "FAKE_NSYS_LOG": str(tmp_path / "calls.jsonl")}
+    program = [sys.executable, "-c", "pass"]
+    with mcp_server("--root", str(root), "--allow-profile", cwd=root, env=env) as allowed:
+        dry = allowed.call("profile", {"command": program})
+        assert dry["ran"] is False and dry["verdict"] == "ok" and dry["command"][0] == str(nsys)
+        assert not (tmp_path / "calls.jsonl").exists()  # a dry run runs nothing
+        ran = allowed.call("profile", {"command": program, "dry_run": False})
+        assert ran["ran"] is True and ran["exit_code"] == 0, ran["summary"]
+        [trace] = ran["traces"]
+        assert trace.startswith(str(root / "nsys-rules-captures")) and trace.endswith(".sqlite")
+        assert allowed.call("check", {"trace": trace})["report"]["traces"][0]["path"] == trace

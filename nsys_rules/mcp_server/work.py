@@ -101,13 +101,14 @@ class Work:
         return envelope
 
     def _check(self, path: Path, rules: list[str] | None, filter_time: str | None) -> dict[str, Any]:
-        from nsys_rules.commands.check import check_setup
+        from nsys_rules.commands.common import settings_for
         from nsys_rules.engine import run_check
         from nsys_rules.inputs import open_trace
         from nsys_rules.isolation import call_plugin
 
         args = self.args(select=[",".join(rules)] if rules else None, filter_time=filter_time)
-        registry, settings = check_setup(args)
+        registry = self.registry  # loaded once per worker, not per call as a CLI run loads it
+        settings = settings_for(args, registry)
         report = run_check([path], registry, settings,
                            lambda p: open_trace(p, registry.loaders, settings.export_format, settings.max_memory))
         if report.exit_code == ExitCode.BAD_INPUT:

@@ -18,6 +18,7 @@ DEFAULT_CALL_TIMEOUT = 300.0
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``mcp`` subcommand and its flags."""
     p = sub.add_parser("mcp", help="serve check, diff, verify and more to coding agents over MCP (stdio)",
                        description="An MCP server over stdio: tools check, explain, finding, diff, verify, stats and "
                                    "profile (dry run), and resources for the JSON Schemas and the rule pages. Paths "
@@ -40,6 +41,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    """Check the flags, then serve over stdio until the client closes the connection (exit 0)."""
     from nsys_rules.config import parse_seconds
     from nsys_rules.mcp_server.paths import PathPolicy
     from nsys_rules.units import parse_size

@@ -48,7 +48,10 @@ INSTRUCTIONS = (
 
 def protocol_error(failure: ToolFailure, tool: str) -> MCPError:
     """The JSON-RPC error of a failed call: its code, its line, and the CLI's exit code with its meaning."""
-    code = ExitCode(failure.exit_code) if failure.exit_code in ExitCode._value2member_map_ else ExitCode.INCOMPLETE
+    try:
+        code = ExitCode(failure.exit_code)
+    except ValueError:  # no documented code: the call did not complete
+        code = ExitCode.INCOMPLETE
     return MCPError(ERROR_CODES.get(code, -32004), f"nsys-rules {tool}: {failure.message}",
                     {"exit_code": int(code), "meaning": MEANINGS.get(code, "error"), "tool": tool})
 

@@ -190,3 +190,15 @@ def test_profile_runs_a_capture_only_on_a_server_started_with_allow_profile(tmp_
         [trace] = ran["traces"]
         assert trace.startswith(str(root / "nsys-rules-captures")) and trace.endswith(".sqlite")
         assert allowed.call("check", {"trace": trace})["report"]["traces"][0]["path"] == trace
+
+
+def test_check_with_filter_time_judges_that_window_only(server):
+    whole = server.call("check", {"trace": TRACE, "limit": 50})["report"]
+    window = whole["traces"][0]["window"]["steady"]
+    start, end = window["start_ns"], window["end_ns"]
+    half = f"{start}ns/{start + (end - start) // 2}ns"
+    cut = server.call("check", {"trace": TRACE, "filter_time": half, "rules": ["sync-stall"]})["report"]
+    [stall] = cut["findings"]
+    assert 0 < stall["estimated_savings_ns"] < 810834  # half the steady state, a part of the saving
+    error = server.error("check", {"trace": TRACE, "filter_time": "soon"})
+    assert error.data["exit_code"] == 2 and "soon" in error.message

@@ -149,3 +149,18 @@ def test_a_trace_over_max_memory_is_refused_with_exit_3(root):
         error = small.error("check", {"trace": GOOD})
         assert error.data["exit_code"] == 3 and "memory" in error.message.lower()
         assert small.call("explain", {"rule": "sync-stall"})["rule"] == "sync-stall"
+
+
+def test_a_call_the_client_cancels_stops_its_work(server):
+    import anyio
+
+    async def give_up_after(seconds: float) -> bool:
+        with anyio.move_on_after(seconds) as scope:
+            await server.client.call_tool("check", {"trace": GOOD, "rules": ["sleepy"]})
+        return scope.cancelled_caught
+
+    assert server.portal.call(give_up_after, 3.0)
+    started = time.monotonic()
+    _works(server)  # a worker still sleeping in the cancelled call would hold this one to the time limit
+    # Not cancelled, the sleeping call would hold the server until its time limit: 12 s more at least.
+    assert time.monotonic() - started < CALL_LIMIT - 3.0, time.monotonic() - started

@@ -7,7 +7,8 @@ stdout in every way a rule can (``print``, ``os.write(1)``, a child process, at 
 return. Paths: missing, ``..``, absolute outside the root, a symbolic link out of it, a NUL byte, a
 folder, a FIFO, a text file and an empty file named ``.sqlite``, a truncated export, an nsys report.
 Limits: a rule that sleeps past the call's time limit (the worker is killed, the next call starts a
-fresh one), a trace over ``--max-memory``, a result over the size one call returns.
+fresh one), a call the client cancels (the same), a trace over ``--max-memory``, a result over the
+size one call returns.
 """
 
 from __future__ import annotations

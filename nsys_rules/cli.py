@@ -23,7 +23,7 @@ from nsys_rules import __version__
 from nsys_rules.errors import ExitCode, NsysRulesError
 
 #: Subcommand modules of :mod:`nsys_rules.commands`, in help order. Each has add_parser(subparsers) and run(args).
-COMMAND_MODULES = ("check", "diff", "stats", "profile", "doctor", "rules_cmd", "explain", "schema")
+COMMAND_MODULES = ("check", "diff", "stats", "profile", "doctor", "rules_cmd", "explain", "schema", "mcp_cmd")
 #: Each command's name and help line, as its module's add_parser gives them (a test keeps them equal):
 #: the top-level help lists every command without importing their modules.
 COMMANDS = {
@@ -35,6 +35,7 @@ COMMANDS = {
     "rules_cmd": ("rules", "list the registered rules"),
     "explain": ("explain", "show a rule's documentation and options"),
     "schema": ("schema", "print the JSON Schema of the JSON report"),
+    "mcp_cmd": ("mcp", "serve check, diff, verify and more to coding agents over MCP (stdio)"),
 }
 #: Longest error line printed; a value from the command line or a file can be any length.
 MAX_ERROR_LINE = 1000

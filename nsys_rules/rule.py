@@ -192,17 +192,17 @@ class RuleContext:
 
         Computed once per table and window and shared by every rule (a million-row test each time).
         """
-        cache = self.trace.__dict__.setdefault("_window_rows", {})
-        hit = cache.get((name, self.window))
-        if hit is not None and hit[0] == len(full):
-            return hit[1], hit[2]
-        span: tuple[int, int] | None = None
-        picked = None
-        if self.window.intervals is not None:  # else every row: no times needed
-            mask = self.window.mask(self._times(name, full))
-            span = _contiguous(mask)
-            picked = mask if span is not None and span[0] < 0 else None
-        cache[(name, self.window)] = (len(full), span, picked)
+        def build() -> tuple[int, tuple[int, int] | None, np.ndarray | None]:
+            span: tuple[int, int] | None = None
+            picked = None
+            if self.window.intervals is not None:  # else every row: no times needed
+                mask = self.window.mask(self._times(name, full))
+                span = _contiguous(mask)
+                picked = mask if span is not None and span[0] < 0 else None
+            return len(full), span, picked
+
+        _, span, picked = self.trace.memo(("rule.window_rows", name, self.window), build,
+                                          lambda hit: hit[0] == len(full))
         return span, picked
 
     def _times(self, name: str, full: pd.DataFrame) -> np.ndarray:
@@ -216,16 +216,15 @@ class RuleContext:
     def api_base_names(self) -> pd.Series:
         """Base API names (``_v<digits>`` removed) aligned with ``frame("api")``."""
         names = self.trace.api_names()
+
+        def build() -> tuple[pd.Series, pd.Series]:
+            span, mask = self._selection("api", self.trace.frame("api", ["start"]))  # the rows frame("api") holds
+            out = names if span is None else (names.iloc[span[0]:span[1]] if span[0] >= 0 else names[_picked(mask)])
+            return names, out.reset_index(drop=True)
+
         # Every rule that reads the API asks; the answer depends only on the trace and the window.
-        cache = self.trace.__dict__.setdefault("_window_api_names", {})
-        hit = cache.get(self.window)
-        if hit is not None and hit[0] is names:
-            return hit[1].copy(deep=False)  # a new object: a rule writing into it cannot touch the cache
-        span, mask = self._selection("api", self.trace.frame("api", ["start"]))  # the rows frame("api") holds
-        out = names if span is None else (names.iloc[span[0]:span[1]] if span[0] >= 0 else names[_picked(mask)])
-        out = out.reset_index(drop=True)
-        cache[self.window] = (names, out)
-        return out.copy(deep=False)
+        _, out = self.trace.memo(("rule.window_api_names", self.window), build, lambda hit: hit[0] is names)
+        return out.copy(deep=False)  # a new object: a rule writing into it cannot touch the kept one
 
     def span(self) -> tuple[int, int]:
         """First and last timestamp of GPU and API activity in the whole trace."""
@@ -233,17 +232,18 @@ class RuleContext:
                   if self.trace.has(name)]
         # Several rules ask, and each answer is four scans of million-row columns: kept per trace
         # (for as long as the trace holds these very frames).
-        hit = self.trace.__dict__.get("_activity_span")
-        if hit is not None and len(hit[0]) == len(frames) and all(a() is b for a, b in zip(hit[0], frames, strict=True)):
-            return hit[1]
-        lo, hi = [], []
-        for f in frames:
-            if len(f):
-                lo.append(int(f["start"].min()))
-                hi.append(int(f["end"].max()))
-        span = (min(lo), max(hi)) if lo else (0, 0)
-        self.trace.__dict__["_activity_span"] = ([weakref.ref(f) for f in frames], span)  # never pins a frame
-        return span
+        def build() -> tuple[list[weakref.ref[pd.DataFrame]], tuple[int, int]]:
+            lo, hi = [], []
+            for f in frames:
+                if len(f):
+                    lo.append(int(f["start"].min()))
+                    hi.append(int(f["end"].max()))
+            return [weakref.ref(f) for f in frames], (min(lo), max(hi)) if lo else (0, 0)  # never pins a frame
+
+        def fresh(hit: tuple[list[weakref.ref[pd.DataFrame]], tuple[int, int]]) -> bool:
+            return len(hit[0]) == len(frames) and all(a() is b for a, b in zip(hit[0], frames, strict=True))
+
+        return self.trace.memo(("rule.activity_span",), build, fresh)[1]
 
     def window_bounds(self) -> tuple[int, int]:
         """The window clipped to the trace's activity span."""
@@ -311,13 +311,9 @@ def _launch_series(trace: Trace, launch: np.ndarray, index: pd.Index | None = No
     """
     if launch.flags.writeable:  # launch_times caches (read-only) only the trace's own frames
         return None
-    cache = trace.__dict__.setdefault("_launch_series", {})
-    hit = cache.get(id(launch))
-    if hit is not None and hit[0] is launch:
-        return hit[1]
-    series = pd.Series(launch, index=index, copy=False)
-    cache[id(launch)] = (launch, series)
-    return series
+    # By the array's identity, kept alongside so a recycled id never matches.
+    return trace.memo(("rule.launch_series", id(launch)), lambda: (launch, pd.Series(launch, index=index, copy=False)),
+                      lambda hit: hit[0] is launch)[1]
 
 
 def _picked(mask: np.ndarray | None) -> np.ndarray:

@@ -20,7 +20,6 @@ more than the step holds.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -157,14 +156,9 @@ class Budget:
 
 def step_budget(trace: Trace, model: StepModel) -> Budget | None:
     """The budget of ``model``'s steady steps (cached per trace and model); None without steps."""
-    cache = _CACHE.setdefault(trace, {})
-    key = id(model)
-    if key not in cache or cache[key][0] is not model:
-        cache[key] = (model, _budget(trace, model))
-    return cache[key][1]
-
-
-_CACHE: "weakref.WeakKeyDictionary[Trace, dict[int, tuple[StepModel, Budget | None]]]" = weakref.WeakKeyDictionary()
+    # By the model's identity, kept alongside so a recycled id never matches.
+    return trace.memo(("budget.step_budget", id(model)), lambda: (model, _budget(trace, model)),
+                      lambda hit: hit[0] is model)[1]
 
 
 #: Steps within this share of the median duration are as long as the median step (see :func:`typical_step`).

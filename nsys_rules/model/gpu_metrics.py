@@ -23,7 +23,6 @@ kernel part gets its bound in words (:func:`bound_of`). No judgement: rules read
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -120,8 +119,11 @@ def kind_of(name: str) -> str | None:
 
 def metric_set(trace: Trace) -> MetricSet | None:
     """The trace's GPU metrics (cached per trace); None when it holds none."""
-    if trace in _SETS:
-        return _SETS[trace]
+    return trace.memo(("gpu_metrics.metric_set",), lambda: _metric_set(trace))
+
+
+def _metric_set(trace: Trace) -> MetricSet | None:
+    """:func:`metric_set`, read."""
     names = store.catalog(trace.export) if store.available(trace.export) else ()
     found: MetricSet | None = None
     if names:
@@ -132,11 +134,7 @@ def metric_set(trace: Trace) -> MetricSet | None:
                 by_gpu.setdefault(name.gpu, {}).setdefault(kind, name)
         frequency = _int(trace.capture.options.get(store.FREQUENCY_OPTION))
         found = MetricSet(names, frequency if frequency and frequency > 0 else None, by_gpu)
-    _SETS[trace] = found
     return found
-
-
-_SETS: "weakref.WeakKeyDictionary[Trace, MetricSet | None]" = weakref.WeakKeyDictionary()
 
 
 def _int(value: object) -> int | None:

@@ -24,7 +24,6 @@ cached per trace; a trace without Python stacks gives empty answers and says why
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -172,15 +171,9 @@ class PythonStacks:
         return bool(self.samples is not None and len(self.samples) or self.backtraces is not None and len(self.backtraces))
 
 
-_CACHE: "weakref.WeakKeyDictionary[Trace, PythonStacks]" = weakref.WeakKeyDictionary()
-
-
 def python_stacks(trace: Trace) -> PythonStacks:
     """The trace's Python stacks (decoded once per trace)."""
-    cached = _CACHE.get(trace)
-    if cached is None:
-        cached = _CACHE[trace] = _read(trace)
-    return cached
+    return trace.memo(("python_sites.python_stacks",), lambda: _read(trace))
 
 
 def _read(trace: Trace) -> PythonStacks:

@@ -26,7 +26,6 @@ and ``reason`` says why: never a guessed per-layer step.
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -132,13 +131,7 @@ class StepModel:
 
 def step_model(trace: Trace, options: SteadyOptions = SteadyOptions()) -> StepModel:
     """The trace's step model (computed once per trace and options)."""
-    cache = _CACHE.setdefault(trace, {})
-    if options not in cache:
-        cache[options] = _model(trace, options)
-    return cache[options]
-
-
-_CACHE: "weakref.WeakKeyDictionary[Trace, dict[SteadyOptions, StepModel]]" = weakref.WeakKeyDictionary()
+    return trace.memo(("steps.step_model", options), lambda: _model(trace, options))
 
 
 def model_needs(trace: Trace) -> dict[str, tuple[str, ...]]:

@@ -37,7 +37,9 @@ from nsys_rules.model.activity import COLUMNS as ACTIVITY_COLUMNS
 from nsys_rules.model.activity import GpuOps, gpu_ops
 from nsys_rules.analysis.intervals import point_in, rising, runs_in
 from nsys_rules.analysis.names import PROFILER_START_APIS, PROFILER_STOP_APIS, in_set
-from nsys_rules.model.step_detectors import Bound, Found, graph_steps, marker_steps, nvtx_steps
+from nsys_rules.model.step_detectors import graph_steps, marker_steps
+from nsys_rules.model.step_nvtx import nvtx_steps
+from nsys_rules.model.step_runs import Bound, Found
 from nsys_rules.analysis.regimes import MIN_RUN, regimes, steady_regime
 from nsys_rules.model.regime_causes import regime_cause, step_facts
 from nsys_rules.model.step_calls import call_steps

@@ -138,7 +138,7 @@ def _ops(launch, start, end):
 @pytest.mark.parametrize("seed", range(10))
 def test_work_in_rising_launches_equals_point_in(seed):
     from nsys_rules.analysis.intervals import point_in
-    from nsys_rules.model.step_detectors import _sorted_launches, _work_in
+    from nsys_rules.model.step_nvtx import _sorted_launches, _work_in
 
     rng = np.random.default_rng(seed)
     for _ in range(100):

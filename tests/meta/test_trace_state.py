@@ -35,6 +35,12 @@ def _sources() -> list[Path]:
     return sorted(p for folder in folders for p in folder.rglob("*.py") if "build" not in p.parts)
 
 
+def _rule_sources() -> list[Path]:
+    """The rule pack and the example plugins: code that sees a trace only as ``ctx.trace``."""
+    folders = [ROOT / "rules", *sorted((ROOT / "plugins").glob("*/src"))]
+    return sorted(p for folder in folders for p in folder.rglob("*.py") if "build" not in p.parts)
+
+
 def _names(node: ast.AST, annotation: bool = False) -> set[str]:
     """Every identifier and attribute name in ``node`` (in an ``annotation``, those of its strings too)."""
     out: set[str] = set()
@@ -85,6 +91,48 @@ def trace_writes(tree: ast.Module) -> list[tuple[int, str]]:
                 node.args and _is_trace(node.args[0]):
             found.append((node.lineno, "setattr(trace, ...)"))
     return found
+
+
+def trace_handed_on(tree: ast.Module) -> list[tuple[int, str]]:
+    """Calls that take the context's trace as an argument (``f(ctx.trace)``, or a name bound to ``ctx.trace``)."""
+    found = []
+    for scope in ast.walk(tree):
+        if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        aliases: set[str] = set()
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Assign):
+                pairs = [(t, node.value) for t in node.targets]
+                if isinstance(node.value, ast.Tuple):
+                    pairs = [(t, v) for target in node.targets if isinstance(target, ast.Tuple)
+                             for t, v in zip(target.elts, node.value.elts, strict=False)]
+                aliases |= {t.id for t, v in pairs if isinstance(t, ast.Name) and ast.unparse(v) == "ctx.trace"}
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Call):
+                for arg in (*node.args, *(k.value for k in node.keywords)):
+                    if ast.unparse(arg) == "ctx.trace" or (isinstance(arg, ast.Name) and arg.id in aliases):
+                        found.append((node.lineno, f"{ast.unparse(node.func)}({ast.unparse(arg)})"))
+    return sorted(set(found))
+
+
+def test_rules_hand_the_trace_to_no_function() -> None:
+    """A rule reads ``ctx.trace`` (a read-only view); the facts built from the trace are the context's
+    (``ctx.framework``, ``ctx.gpu_ops``, ``ctx.python_stacks``, ``ctx.recapture_command(...)``, ...)."""
+    bad = []
+    for path in _rule_sources():
+        rel = path.relative_to(ROOT).as_posix()
+        for line, call in trace_handed_on(ast.parse(path.read_text(), rel)):
+            bad.append(f"{rel}:{line}: {call}; ask the context (nsys_rules/model/trace_facts.py) instead")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("def check(ctx):\n    return framework(ctx.trace)\n", [(2, "framework(ctx.trace)")]),
+    ("def check(ctx):\n    trace, b = ctx.trace, ctx.budget\n    return f(x=trace)\n", [(3, "f(trace)")]),
+    ("def check(ctx):\n    trace = ctx.trace\n    return trace.frame('api'), ctx.framework\n", []),
+])
+def test_the_scan_finds_the_trace_handed_on(source: str, expected: list[tuple[int, str]]) -> None:
+    assert trace_handed_on(ast.parse(source)) == expected
 
 
 def test_no_module_level_per_trace_cache() -> None:

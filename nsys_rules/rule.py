@@ -21,6 +21,8 @@ from nsys_rules.errors import MissingData
 from nsys_rules.findings import Finding, Location, Metric, Severity, metric  # noqa: F401 - metric: rules' shorthand
 from nsys_rules.loaders.tables import TABLES
 from nsys_rules.model.trace import Trace
+from nsys_rules.model.trace_facts import TraceFacts
+from nsys_rules.model.trace_view import TraceView
 from nsys_rules.model.windows import Window
 
 #: Sections every rule docstring carries, in this order (checked by the meta tests).
@@ -96,14 +98,18 @@ class Rule(Generic[ContextT]):
 
 
 @dataclass
-class RuleContext:
-    """What :meth:`Rule.check` gets: the trace, the effective options and the window.
+class RuleContext(TraceFacts):
+    """What :meth:`Rule.check` gets: the trace (read-only), the effective options and the window.
 
     ``frame`` returns a canonical frame cut to the window: host rows by their start, GPU
-    rows by the start of the API call that launched them.
+    rows by the start of the API call that launched them. The model facts built from the trace
+    (``framework``, ``gpu_ops``, ``python_stacks``, ``recapture_command(...)``, ...) are properties and
+    methods of the context (:class:`~nsys_rules.model.trace_facts.TraceFacts`), as ``steps`` and
+    ``budget`` are: built once per trace, shared by every rule.
     """
 
-    trace: Trace
+    #: The trace itself, for the model functions the context calls; rules read :attr:`trace`.
+    _trace: Trace
     rule: Rule
     options: Any
     window: Window
@@ -116,23 +122,28 @@ class RuleContext:
     _launch: dict[str, pd.Series] = field(default_factory=dict)
     _llm_like: bool | None = field(default=None, init=False, repr=False)
 
+    @property
+    def trace(self) -> TraceView:
+        """The trace, read-only: its tables (whole capture), row counts, capture facts, GPUs and label."""
+        return self._trace
+
     def frame(self, name: str, columns: Iterable[str] | None = None) -> pd.DataFrame:
         """Canonical frame ``name`` restricted to the window (a ``launch_start`` column is added to GPU frames)."""
-        if not self.trace.has(name):
-            raise MissingData(*missing_table(self.trace, name))
+        if not self._trace.has(name):
+            raise MissingData(*missing_table(self._trace, name))
         cols = list(columns) if columns is not None else list(self.rule.needs().get(name, TABLES[name].column_names))
         key = name + "|" + ",".join(cols)
         if key not in self._cache:
-            full = self.trace.frame(name, cols)
+            full = self._trace.frame(name, cols)
             span, mask = self._selection(name, full)
             # No .copy(): pandas copy-on-write already keeps the trace's cached frame safe
             # from a rule that writes, and a copy per rule cost 100+ MB on a 1M-kernel trace.
             sub = full[cols] if span is None else (full[cols].iloc[span[0]:span[1]] if span[0] >= 0
                                                   else full.loc[_picked(mask), cols])
             if name in GPU_TABLES:
-                view = frame_view(self.trace, name, len(full))
+                view = frame_view(self._trace, name, len(full))
                 rows = None if view is None else _view_rows(view, len(full), span)
-                ops_launch = None if view is None or rows is None else _launch_series(self.trace, view.ops.launch)
+                ops_launch = None if view is None or rows is None else _launch_series(self._trace, view.ops.launch)
                 if ops_launch is not None and rows is not None:  # a view of the activity table's launch times:
                     sub["launch_start"] = ops_launch.iloc[rows].set_axis(sub.index)  # nothing kept per frame
                 elif view is not None:  # this rule's own, shared by its frames of this table (other frames' rows
@@ -143,8 +154,8 @@ class RuleContext:
                                                              copy=False)
                     sub["launch_start"] = own.set_axis(sub.index)
                 else:
-                    launch = frame_launch_times(self.trace, full)
-                    shared = _launch_series(self.trace, launch, full.index)
+                    launch = frame_launch_times(self._trace, full)
+                    shared = _launch_series(self._trace, launch, full.index)
                     if shared is not None and span is not None and span[0] < 0:
                         sub["launch_start"] = launch[mask]
                     elif shared is not None:  # a view of the trace's launch times, not a copy per rule
@@ -158,29 +169,29 @@ class RuleContext:
         """:func:`~nsys_rules.model.launches.launch_api_rows` of ``frame(name)``, from the trace's shared
         launch join (the GPU activity table) instead of a join per rule; ``columns`` narrows what is gathered."""
         gpu = self.frame(name, ["start", "pid", "correlation_id"])
-        full = self.trace.frame(name, ["start", "pid", "correlation_id"])
-        view = frame_view(self.trace, name, len(full))
+        full = self._trace.frame(name, ["start", "pid", "correlation_id"])
+        view = frame_view(self._trace, name, len(full))
         if view is not None:  # the activity table's API rows: a view where the window's rows are a block of it
             span, mask = self._selection(name, full)
             at = _view_rows(view, len(full), span)
             # The whole frame widened as the gathers use it (launch_api_rows would, once more).
             view_rows = view.ops.api_row[at] if at is not None else _window_copy(view, view.ops.api_row, span, mask,
                                                                                  np.intp)
-            return launch_api_rows(self.trace, gpu, names, api_rows=view_rows, columns=columns)
-        rows = shared_api_rows(self.trace, full)
+            return launch_api_rows(self._trace, gpu, names, api_rows=view_rows, columns=columns)
+        rows = shared_api_rows(self._trace, full)
         if rows is None:
-            rows = frame_api_rows(self.trace, name)
+            rows = frame_api_rows(self._trace, name)
         if rows is None or len(rows) != len(full):
-            return launch_api_rows(self.trace, gpu, names, columns=columns)
+            return launch_api_rows(self._trace, gpu, names, columns=columns)
         span, mask = self._selection(name, full)
         if span is not None:
             rows = rows[span[0]:span[1]] if span[0] >= 0 else rows[mask]
-        return launch_api_rows(self.trace, gpu, names, api_rows=rows, columns=columns)
+        return launch_api_rows(self._trace, gpu, names, api_rows=rows, columns=columns)
 
     def window_rows(self, name: str) -> slice | np.ndarray:
         """The rows of the trace's frame ``name`` that ``frame(name)`` holds, in order: a slice when they
         form one block (the usual window), else a boolean mask."""
-        full = self.trace.frame(name, ["start"])
+        full = self._trace.frame(name, ["start"])
         span, mask = self._selection(name, full)
         if span is None:
             return slice(None)
@@ -192,17 +203,17 @@ class RuleContext:
 
         Computed once per table and window and shared by every rule (a million-row test each time).
         """
-        cache = self.trace.__dict__.setdefault("_window_rows", {})
-        hit = cache.get((name, self.window))
-        if hit is not None and hit[0] == len(full):
-            return hit[1], hit[2]
-        span: tuple[int, int] | None = None
-        picked = None
-        if self.window.intervals is not None:  # else every row: no times needed
-            mask = self.window.mask(self._times(name, full))
-            span = _contiguous(mask)
-            picked = mask if span is not None and span[0] < 0 else None
-        cache[(name, self.window)] = (len(full), span, picked)
+        def build() -> tuple[int, tuple[int, int] | None, np.ndarray | None]:
+            span: tuple[int, int] | None = None
+            picked = None
+            if self.window.intervals is not None:  # else every row: no times needed
+                mask = self.window.mask(self._times(name, full))
+                span = _contiguous(mask)
+                picked = mask if span is not None and span[0] < 0 else None
+            return len(full), span, picked
+
+        _, span, picked = self._trace.memo(("rule.window_rows", name, self.window), build,
+                                          lambda hit: hit[0] == len(full))
         return span, picked
 
     def _times(self, name: str, full: pd.DataFrame) -> np.ndarray:
@@ -210,40 +221,40 @@ class RuleContext:
         (from the activity table, not kept, where it holds the frame's rows in order), starts of host rows."""
         if name not in GPU_TABLES:
             return full["start"].to_numpy()
-        view = frame_view(self.trace, name, len(full))
-        return view.whole(view.ops.launch) if view is not None else frame_launch_times(self.trace, full)
+        view = frame_view(self._trace, name, len(full))
+        return view.whole(view.ops.launch) if view is not None else frame_launch_times(self._trace, full)
 
     def api_base_names(self) -> pd.Series:
         """Base API names (``_v<digits>`` removed) aligned with ``frame("api")``."""
-        names = self.trace.api_names()
+        names = self._trace.api_names()
+
+        def build() -> tuple[pd.Series, pd.Series]:
+            span, mask = self._selection("api", self._trace.frame("api", ["start"]))  # the rows frame("api") holds
+            out = names if span is None else (names.iloc[span[0]:span[1]] if span[0] >= 0 else names[_picked(mask)])
+            return names, out.reset_index(drop=True)
+
         # Every rule that reads the API asks; the answer depends only on the trace and the window.
-        cache = self.trace.__dict__.setdefault("_window_api_names", {})
-        hit = cache.get(self.window)
-        if hit is not None and hit[0] is names:
-            return hit[1].copy(deep=False)  # a new object: a rule writing into it cannot touch the cache
-        span, mask = self._selection("api", self.trace.frame("api", ["start"]))  # the rows frame("api") holds
-        out = names if span is None else (names.iloc[span[0]:span[1]] if span[0] >= 0 else names[_picked(mask)])
-        out = out.reset_index(drop=True)
-        cache[self.window] = (names, out)
-        return out.copy(deep=False)
+        _, out = self._trace.memo(("rule.window_api_names", self.window), build, lambda hit: hit[0] is names)
+        return out.copy(deep=False)  # a new object: a rule writing into it cannot touch the kept one
 
     def span(self) -> tuple[int, int]:
         """First and last timestamp of GPU and API activity in the whole trace."""
-        frames = [self.trace.frame(name, ["start", "end"]) for name in ("kernels", "memcpy", "memset", "api")
-                  if self.trace.has(name)]
+        frames = [self._trace.frame(name, ["start", "end"]) for name in ("kernels", "memcpy", "memset", "api")
+                  if self._trace.has(name)]
         # Several rules ask, and each answer is four scans of million-row columns: kept per trace
         # (for as long as the trace holds these very frames).
-        hit = self.trace.__dict__.get("_activity_span")
-        if hit is not None and len(hit[0]) == len(frames) and all(a() is b for a, b in zip(hit[0], frames, strict=True)):
-            return hit[1]
-        lo, hi = [], []
-        for f in frames:
-            if len(f):
-                lo.append(int(f["start"].min()))
-                hi.append(int(f["end"].max()))
-        span = (min(lo), max(hi)) if lo else (0, 0)
-        self.trace.__dict__["_activity_span"] = ([weakref.ref(f) for f in frames], span)  # never pins a frame
-        return span
+        def build() -> tuple[list[weakref.ref[pd.DataFrame]], tuple[int, int]]:
+            lo, hi = [], []
+            for f in frames:
+                if len(f):
+                    lo.append(int(f["start"].min()))
+                    hi.append(int(f["end"].max()))
+            return [weakref.ref(f) for f in frames], (min(lo), max(hi)) if lo else (0, 0)  # never pins a frame
+
+        def fresh(hit: tuple[list[weakref.ref[pd.DataFrame]], tuple[int, int]]) -> bool:
+            return len(hit[0]) == len(frames) and all(a() is b for a, b in zip(hit[0], frames, strict=True))
+
+        return self._trace.memo(("rule.activity_span",), build, fresh)[1]
 
     def window_bounds(self) -> tuple[int, int]:
         """The window clipped to the trace's activity span."""
@@ -262,7 +273,7 @@ class RuleContext:
         the savings at that part (shared with other findings of the same part).
         """
         loc = location or Location()
-        loc = dataclasses.replace(loc, trace=loc.trace or self.trace.label)
+        loc = dataclasses.replace(loc, trace=loc.trace or self._trace.label)
         savings = None if estimated_savings_ns is None or not np.isfinite(estimated_savings_ns) else int(
             max(0, estimated_savings_ns))
         bounds = None
@@ -275,7 +286,7 @@ class RuleContext:
     def llm_like(self) -> bool:
         """Whether the steps look like a model's forward pass (LLM wording fits the advice)."""
         if self._llm_like is None:
-            self._llm_like = bool(looks_like_model(self.trace, self.budget))
+            self._llm_like = bool(looks_like_model(self._trace, self.budget))
         return self._llm_like
 
     @property
@@ -311,13 +322,9 @@ def _launch_series(trace: Trace, launch: np.ndarray, index: pd.Index | None = No
     """
     if launch.flags.writeable:  # launch_times caches (read-only) only the trace's own frames
         return None
-    cache = trace.__dict__.setdefault("_launch_series", {})
-    hit = cache.get(id(launch))
-    if hit is not None and hit[0] is launch:
-        return hit[1]
-    series = pd.Series(launch, index=index, copy=False)
-    cache[id(launch)] = (launch, series)
-    return series
+    # By the array's identity, kept alongside so a recycled id never matches.
+    return trace.memo(("rule.launch_series", id(launch)), lambda: (launch, pd.Series(launch, index=index, copy=False)),
+                      lambda hit: hit[0] is launch)[1]
 
 
 def _picked(mask: np.ndarray | None) -> np.ndarray:

@@ -10,8 +10,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, Location, PROFILER_START_APIS, Renamed, Rule, RuleContext, Severity, debug_build,
-                            framework, in_set, metric, profiler_range_advice, program_command, shell_word)
+from nsys_rules.api import (Finding, Location, PROFILER_START_APIS, Renamed, Rule, RuleContext, Severity, in_set,
+                            metric, profiler_range_advice, shell_word)
 
 
 HTOD = 1
@@ -158,12 +158,12 @@ class CaptureScope(Rule):
         loads = f"; {size} were copied host-to-device in {htod_copies} copies before it" if htod_bytes else ""
         whole = (f"a {hi / 1e9:.3f} s capture" if window.kind != "filter" else
                  f"the {(hi - capture_start) / 1e9:.3f} s the filter keeps")
-        program = program_command(trace) or "<your program>"  # the release build's, for a debug build
+        program = ctx.program_command or "<your program>"  # the release build's, for a debug build
         name = shell_word(Path(trace.label).stem or "report")
         capture = ("`nsys profile -c cudaProfilerApi --capture-range-end=stop "
                    f"--cuda-graph-trace=node --export=sqlite -o {name} {program}` with cudaProfilerStart/Stop around "
-                   f"the steps ({profiler_range_advice(framework(trace))})")
-        if debug_build(trace) is not None:
+                   f"the steps ({profiler_range_advice(ctx.framework)})")
+        if ctx.debug_build is not None:
             # The delay and the window are the debug build's times: the release build starts and steps at others,
             # and judging this trace's steady part judges the debug build.
             advice = f"When re-capturing the release build (see debug-build), capture only the measured loop: {capture}."

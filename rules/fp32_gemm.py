@@ -8,8 +8,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from nsys_rules.api import plain_number
-from nsys_rules.api import (LABELS, Finding, Framework, Location, Rule, RuleContext, Severity, flag_names, framework,
-                            measure_kernels, metric,
+from nsys_rules.api import (LABELS, Finding, Framework, Location, Rule, RuleContext, Severity, flag_names, metric,
                             pct)
 
 #: FP32 GEMM kernels that run on CUDA cores (FFMA): cuBLAS's <arch>_sgemm_* and xmma f32 kernels
@@ -168,13 +167,13 @@ class Fp32Gemm(Rule):
         conv_ns = int(durations[conv].sum())
         kinds = Kinds(conv=conv_ns > 0, matmul=bool((~conv).any()),
                       tf32_off=str(ctx.trace.capture.environment.get("NVIDIA_TF32_OVERRIDE", "")).strip() == "0")
-        fw = framework(ctx.trace)
+        fw = ctx.framework
         numbers = {"fp32_gemm_time": metric(spent, "ns"), "fp32_conv_time": metric(conv_ns, "ns"),
                    "share_of_steady_time": metric(share, "%"),
                    "launches": metric(len(rows), "count"), "steady_time": metric(steady_ns, "ns"),
                    "compute_capability": metric(cc[0] + cc[1] / 10, "ratio")}
         measured = ""
-        tensor = measure_kernels(ctx.trace, budget, [str(n) for n in rows["name"].astype(object).unique()],
+        tensor = ctx.measure_kernels([str(n) for n in rows["name"].astype(object).unique()],
                                  "fp32 gemm") if budget is not None and budget.metrics is not None else None
         level = tensor.level("tensor_active") if tensor is not None else None
         if level is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, framework, fusion_advice,
+from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, fusion_advice,
                             metric, pct)
 
 
@@ -65,7 +65,7 @@ class FusionCandidate(Rule):
         if share < opts.min_share_pct:
             return
         saving = opts.kept_pct / 100 * small
-        fw = framework(ctx.trace)
+        fw = ctx.framework
         advice = fusion_advice(fw)
         yield ctx.finding(
             f"GEMM kernels take the largest part of the steady steps, and elementwise and reduction kernels take "

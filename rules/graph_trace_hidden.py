@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.api import (Finding, GRAPH_LAUNCH_APIS, Location, PROFILER_START_APIS, Rule, RuleContext, Severity, in_set,
-                            metric, pct, recapture_command)
+                            metric, pct)
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class GraphTraceHidden(Rule):
                 f"{launches} CUDA graph launches were traced in graph mode (mode={mode or 'unrecorded'}): "
                 f"{hidden_ns / 1e6:.2f} ms of GPU work ({share:.0f} % of traced GPU time) ran as opaque graph "
                 f"replays with no per-kernel rows, so kernel-level numbers of this trace are incomplete.",
-                f"Re-capture with node-level graph tracing: `{recapture_command(trace, _flags(names))}`.",
+                f"Re-capture with node-level graph tracing: `{ctx.recapture_command(_flags(names))}`.",
                 metrics=metrics, severity=Severity.ERROR, location=Location(api=api_name))
         elif mode == "Node":
             call_p50 = 0.0

@@ -8,7 +8,7 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.api import (Finding, Framework, Location, PythonSite, Rule, RuleContext, Severity, SourceLine, StepModel,
-                            framework, gpu_ops, host_sites, merge_intervals, metric, pct, python_stacks)
+                            merge_intervals, metric, pct)
 
 HTOD = 1  # CUPTI copyKind of a host-to-device copy
 #: What the budget calls a block of host work (nsys_rules.model.budget_shape): its share of the median step, and ns.
@@ -81,7 +81,7 @@ class InputPrep(Rule):
         if not part.ns or share < ctx.options.min_share_pct:
             return
         uploads = _uploads(ctx, model.count)
-        fw = framework(ctx.trace)
+        fw = ctx.framework
         synced = budget.part("after_sync").ns > 0
         sites = _sites(ctx, model, median_step)
         message = (f"The host works {part.median_step_ns / 1e6:.2f} ms in blocks the GPU waits through in the median "
@@ -89,7 +89,7 @@ class InputPrep(Rule):
                    f"{model.count} steps): the next step's input prepared on the step's own thread, before its "
                    f"first launch.{_upload_words(uploads)}{_site_words(sites)} Program: {fw.label}.")
         advice = _advice(fw, uploads, synced)
-        stacks = python_stacks(ctx.trace)
+        stacks = ctx.python_stacks
         if not sites and ctx.trace.capture.runs_python and stacks.fix:
             advice += f" To name the Python function and line of the block: {stacks.fix}."
         yield ctx.finding(
@@ -106,16 +106,16 @@ class InputPrep(Rule):
 
 def _sites(ctx: RuleContext, model: StepModel, median_step: int) -> list[PythonSite]:
     """Where the Python code spends the blocks (nsys's Python samples), when the trace holds them."""
-    if python_stacks(ctx.trace).samples is None or model.device is None:
+    if ctx.python_stacks.samples is None or model.device is None:
         return []
     lo, hi = model.gpu_span  # type: ignore[misc]
-    ops = gpu_ops(ctx.trace).near(lo, hi, model.device)
+    ops = ctx.gpu_ops.near(lo, hi, model.device)
     busy_s, busy_e = merge_intervals(ops.start, ops.end)
     gap_s, gap_e = busy_e[:-1], busy_s[1:]
     block = (gap_e - gap_s >= max(BLOCK_SHARE * median_step, BLOCK_NS)) & (gap_s >= lo) & (gap_e <= hi)
     if not block.any():
         return []
-    return host_sites(ctx.trace, (gap_s[block], gap_e[block]), top=2, by="function")
+    return ctx.host_sites((gap_s[block], gap_e[block]), top=2, by="function")
 
 
 def _site_words(sites: list[PythonSite]) -> str:

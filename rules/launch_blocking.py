@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.api import (Finding, KERNEL_LAUNCH_APIS, Location, Renamed, Rule, RuleContext, Severity, duration_sum,
-                            in_set, keys_rising, launch_key, metric, recapture_command)
+                            in_set, keys_rising, launch_key, metric)
 
 ENV_VAR = "CUDA_LAUNCH_BLOCKING"
 
@@ -140,7 +140,7 @@ class LaunchBlocking(Rule):
             seen = "no kernel launches to confirm it"
         contradicts = env_set and judged >= opts.min_launches and share < opts.blocking_pct / 100
         severity = Severity.WARNING if contradicts else Severity.ERROR
-        command = recapture_command(ctx.trace, "--trace=cuda,nvtx")
+        command = ctx.recapture_command("--trace=cuda,nvtx")
         yield ctx.finding(
             f"{cause}: {seen}. Every launch is synchronous, so the host never runs ahead of the GPU and step times, "
             "utilization and launch numbers of this trace are not representative.",

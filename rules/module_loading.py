@@ -8,7 +8,7 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.api import (Finding, Framework, Location, MODULE_LOADS, MissingData, Renamed, Rule, RuleContext, Severity,
-                            framework, in_set, kernels_after, library_of, metric, pct, point_in)
+                            in_set, library_of, metric, pct, point_in)
 
 
 @dataclass(frozen=True)
@@ -84,11 +84,11 @@ class ModuleLoading(Rule):
         calls, call_ns = int(inside.sum()), int((ends[inside] - starts[inside]).sum())
         idle = budget.ns("module_loading")
         steady = budget.total_ns
-        followers = kernels_after(ctx.trace, starts[inside])
+        followers = ctx.kernels_after(starts[inside])
         source = library_of(followers)
         source = "" if source == "gemm" else source  # a GEMM library's lazy load: the generic advice
         share = pct(idle, steady)
-        fw = framework(ctx.trace)
+        fw = ctx.framework
         triton = ("Triton kernels are compiled (torch.compile recompiling for new shapes)" if fw.is_torch and fw.compiled
                   else "Triton kernels are compiled (XLA's Triton fusions for new shapes)" if fw.name == "jax"
                   else "Triton kernels are compiled for new shapes")

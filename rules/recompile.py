@@ -8,9 +8,8 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import (Finding, Framework, Location, Rule, RuleContext, Severity, StepFacts, StepModel, framework,
-                            kernels_after, library_of, metric, pct, step_facts)
-from nsys_rules.api import gpu_ops as activity
+from nsys_rules.api import (Finding, Framework, Location, Rule, RuleContext, Severity, StepFacts, StepModel,
+                            library_of, metric, pct)
 
 
 @dataclass(frozen=True)
@@ -81,12 +80,12 @@ class Recompile(Rule):
         opts = ctx.options
         durations = model.gpu_durations
         median = float(np.median(durations))
-        facts = step_facts(ctx.trace, activity(ctx.trace), model.host, model.pid)
+        facts = ctx.step_facts(model.host, model.pid)
         events = _steady_events(facts, durations, median, model.count, opts.max_step_pct / 100)
         events += _regime_events(model.regimes, median)
         events = [_with_library(ctx, e, model) for e in events]
         loop_ns = int(durations.sum()) + sum(r.count * r.median_ns for r in model.regimes if not r.steady)
-        fw = framework(ctx.trace)
+        fw = ctx.framework
         for event in events:
             share = pct(event.extra_ns, loop_ns)
             if share < opts.min_share_pct:
@@ -139,7 +138,7 @@ def _with_library(ctx: RuleContext, event: Event, model: StepModel) -> Event:
     inside = np.zeros(len(starts), bool)
     for s in steps.tolist():
         inside |= (starts >= model.host[s, 0]) & (starts <= model.host[s, 1])
-    return dataclasses.replace(event, library=library_of(kernels_after(ctx.trace, starts[inside])))
+    return dataclasses.replace(event, library=library_of(ctx.kernels_after(starts[inside])))
 
 
 def _grown_parts(ctx: RuleContext, event: Event) -> str:

@@ -9,7 +9,7 @@ import numpy as np
 
 from nsys_rules.api import (ALLOC_APIS, Budget, Finding, Framework, KERNEL, LABELS, Location, MEMCPY, MEMSET, MODULE_LOADS,
                             MissingData, REPLAY, Renamed, Rule, RuleContext, SYNC_APIS, Severity, base_name, category_codes,
-                            framework, gpu_ops, kernel_symbols, metric, pct, point_in, rows_with_codes)
+                            metric, pct, point_in, rows_with_codes)
 
 _COPY_KINDS = {1: "host-to-device", 2: "device-to-host", 8: "device-to-device", 10: "peer-to-peer"}
 
@@ -142,7 +142,7 @@ class StepOutliers(Rule):
                    "step_p50": metric(p50, "ns"), "step_p99": metric(float(np.quantile(durations, 0.99)), "ns"),
                    "step_max": metric(int(durations.max()), "ns"), "excess_time": metric(excess, "ns")}
         first = int(slow[0])
-        yield ctx.finding(message, _advice(cause.kind, framework(ctx.trace)), severity=severity, metrics=metrics,
+        yield ctx.finding(message, _advice(cause.kind, ctx.framework), severity=severity, metrics=metrics,
                           location=Location(device=budget.device, start_ns=int(model.gpu[first, 0]),
                                             end_ns=int(model.gpu[int(slow[-1]), 1]),
                                             steps=tuple(int(i) + 1 for i in shown)),
@@ -192,7 +192,7 @@ def _other_work(ctx: RuleContext, slow: np.ndarray) -> tuple[int, str] | None:
     """GPU time of other streams' or processes' work overlapping the slow steps, and what it was."""
     model, budget = ctx.steps, ctx.budget
     assert model is not None and budget is not None
-    ops = gpu_ops(ctx.trace)
+    ops = ctx.gpu_ops
     on = (ops.device == budget.device) & ~((ops.pid == budget.pid) & ops.on_streams(budget.loop_streams))
     if not on.any():
         return None
@@ -265,8 +265,8 @@ def _first_seen(ctx: RuleContext, slow: np.ndarray, limit: int = 3) -> str:
     """Kernels launched in a slow step that no earlier step of the loop launched (names, at most ``limit``)."""
     model = ctx.steps
     assert model is not None
-    ops = gpu_ops(ctx.trace)
-    every_symbol = kernel_symbols(ctx.trace)  # built (and cached) before this rule's own row arrays
+    ops = ctx.gpu_ops
+    every_symbol = ctx.kernel_symbols  # built (and cached) before this rule's own row arrays
     mine = (ops.kind == KERNEL) & (ops.launch >= 0)
     if model.pid is not None:
         mine &= ops.pid == model.pid

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.api import plain_number
-from nsys_rules.api import (Finding, Framework, Location, MissingData, Rule, RuleContext, Severity, framework, metric,
+from nsys_rules.api import (Finding, Framework, Location, MissingData, Rule, RuleContext, Severity, metric,
                             pct, pinned_memory_advice, point_in, resident_data_advice)
 
 HTOD = 1  # CUPTI copyKind of a host-to-device copy
@@ -133,7 +133,7 @@ class StepUploads(Rule):
         gpu = ctx.trace.gpu(budget.device) if budget.device is not None else None
         memory = gpu.total_memory if gpu is not None else None
         fits = memory is None or up.bytes_per_step <= opts.fit_pct / 100 * memory
-        fw = framework(ctx.trace)
+        fw = ctx.framework
         where = (f" on a GPU of {memory / 1e9:.0f} GB, so they fit" if memory and fits else
                  f", more than {plain_number(opts.fit_pct, 6)} % of the GPU's {memory / 1e9:.0f} GB" if memory else "")
         source = "pageable" if up.pageable_share >= 0.5 else "pinned"

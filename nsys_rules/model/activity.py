@@ -13,9 +13,8 @@ call's end and thread, kernel symbols, copy sizes) to lookups by row.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, cast
 
 import numpy as np
 import pandas as pd
@@ -120,22 +119,18 @@ _FIELDS = tuple(GpuOps.__dataclass_fields__)
 
 def gpu_ops(trace: Trace) -> GpuOps:
     """The trace's GPU operations (cached per trace: the step model, the budget and rules share it)."""
-    hit = _CACHE.get(trace)
-    if hit is None:
-        hit, in_order = _build(trace)
-        _CACHE[trace] = hit
-        _IN_ORDER[trace] = in_order
-    return hit
+    return trace.memo(_GPU_OPS, lambda: _build(trace))[0]
 
 
 def built_gpu_ops(trace: Trace) -> tuple[GpuOps | None, frozenset[int]]:
     """The trace's GPU operations if :func:`gpu_ops` built them already (None: builds nothing), and the kinds
     whose rows all sit there in frame order, each with its launching call."""
-    return _CACHE.get(trace), _IN_ORDER.get(trace, frozenset())
+    built = cast("tuple[GpuOps, frozenset[int]] | None", trace.memo_peek(_GPU_OPS))
+    return (None, frozenset()) if built is None else built
 
 
-_CACHE: "weakref.WeakKeyDictionary[Trace, GpuOps]" = weakref.WeakKeyDictionary()
-_IN_ORDER: "weakref.WeakKeyDictionary[Trace, frozenset[int]]" = weakref.WeakKeyDictionary()
+#: The memo key of the trace's GPU operations and the kinds kept in frame order.
+_GPU_OPS = ("activity.gpu_ops",)
 
 
 def _build(trace: Trace) -> tuple[GpuOps, frozenset[int]]:
@@ -263,9 +258,11 @@ def kernel_symbols(trace: Trace) -> np.ndarray:
     launch configuration tells them apart, which is what makes a step's kernel sequence visible.
     Computed on demand (the kernel-sequence step detector and a few rules need it) and cached.
     """
-    hit = _SYMBOLS.get(trace)
-    if hit is not None:
-        return hit
+    return trace.memo(("activity.kernel_symbols",), lambda: _kernel_symbols(trace))
+
+
+def _kernel_symbols(trace: Trace) -> np.ndarray:
+    """:func:`kernel_symbols`, built."""
     ops = gpu_ops(trace)
     kernels = ops.kind == KERNEL
     if kernels.any():
@@ -283,11 +280,7 @@ def kernel_symbols(trace: Trace) -> np.ndarray:
     else:
         out = np.full(len(ops), -1, np.int32)
     out.flags.writeable = False
-    _SYMBOLS[trace] = out
     return out
-
-
-_SYMBOLS: "weakref.WeakKeyDictionary[Trace, np.ndarray]" = weakref.WeakKeyDictionary()
 
 
 def _symbols(kernels: pd.DataFrame) -> np.ndarray:

@@ -20,9 +20,8 @@ more than the step holds.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -31,40 +30,15 @@ from nsys_rules.model.trace import Trace
 from nsys_rules.model.activity import BUSY_CLASSES, GpuOps, gpu_ops
 from nsys_rules.model.budget_host import HostTimeline
 from nsys_rules.model.budget_idle import idle_parts
+from nsys_rules.model.budget_parts import BUSY_PRIORITY, CLASS_PART, KINDS, LABELS, PARTS, Part, part_of_class
 from nsys_rules.model.budget_shape import move_host_prep
 from nsys_rules.analysis.intervals import Coverage, complement, merge_intervals
 from nsys_rules.model.evidence import evidence
+from nsys_rules.model.metric_levels import BudgetMetrics
 from nsys_rules.model.steps import StepModel
 
-if TYPE_CHECKING:  # gpu_metrics imports this module
-    from nsys_rules.model.gpu_metrics import BudgetMetrics
-
-#: Busy classes in the order that wins an instant where the loop's own operations overlap.
-BUSY_PRIORITY = ("gemm", "gemv", "attention", "norm", "elementwise", "reduce", "memory", "other", "graph replay",
-                 "copy", "communication")
-
-#: Budget part ids, in reporting order, with a label for people and whether the GPU is busy.
-PARTS: tuple[tuple[str, str, str], ...] = (
-    ("gemv", "GEMV kernels", "busy"), ("gemm", "GEMM kernels", "busy"), ("attention", "attention kernels", "busy"),
-    ("norm", "norm kernels", "busy"), ("elementwise", "elementwise kernels", "busy"),
-    ("reduce", "reduction kernels", "busy"), ("memory", "copy/fill kernels", "busy"),
-    ("communication", "communication kernels", "busy"), ("other", "other kernels", "busy"),
-    ("copy", "memcpy/memset", "busy"), ("graph_replay", "graph replays (kernels hidden)", "busy"),
-    ("contention", "other streams/processes (loop idle)", "busy"),
-    ("host_prep", "idle: host work between steps", "idle"),
-    ("launch_wait", "idle: waiting for launches", "idle"), ("after_sync", "idle: after a synchronization", "idle"),
-    ("allocation", "idle: allocation/free", "idle"), ("module_loading", "idle: module loading/compiling", "idle"),
-    ("graph_internal", "idle: inside graph replays", "idle"), ("idle_other", "idle: other (dependencies)", "idle"),
-)
-LABELS = {pid: label for pid, label, _ in PARTS}
-KINDS = {pid: kind for pid, _, kind in PARTS}
-_CLASS_PART = {cls: cls.replace(" ", "_") for cls in BUSY_CLASSES}
-
-
-def part_of_class(kernel_class: str) -> str:
-    """The budget part of a kernel class (``gemv`` -> ``gemv``, ``graph replay`` -> ``graph_replay``)."""
-    return _CLASS_PART.get(kernel_class, "other")
-
+__all__ = ["BUSY_PRIORITY", "KINDS", "LABELS", "PARTS", "Budget", "Part", "part_of_class", "require_visible_kernels",
+           "step_budget", "typical_step"]
 
 def require_visible_kernels(budget: "Budget | None", share: float = 0.5) -> None:
     """Raise :class:`MissingData` when opaque graph replays hold most of the steady steps' GPU work.
@@ -82,23 +56,6 @@ def require_visible_kernels(budget: "Budget | None", share: float = 0.5) -> None
             "re-capture with `nsys profile --cuda-graph-trace=node` to see the kernels inside the graphs")
 
 
-@dataclass(frozen=True)
-class Part:
-    """One part of the budget: total over the steady steps, mean per step, and in the median step."""
-
-    name: str
-    kind: str
-    ns: int
-    per_step_ns: float
-    median_step_ns: int
-    detail: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        """How people read the part's name."""
-        return LABELS.get(self.name, self.name)
-
-
 @dataclass(frozen=True, eq=False)
 class Budget:
     """The steady steps' time on the loop's GPU, split into parts that add up."""
@@ -113,7 +70,7 @@ class Budget:
     loop_streams: tuple[int, ...]
     median_step: int
     evidence: dict[str, Any] = field(default_factory=dict)
-    #: What the GPU metrics measured during each part (:class:`~.gpu_metrics.BudgetMetrics`); None without them.
+    #: What the GPU metrics measured during each part (:class:`~.metric_levels.BudgetMetrics`); None without them.
     metrics: BudgetMetrics | None = None
 
     def part(self, name: str) -> Part:
@@ -157,14 +114,9 @@ class Budget:
 
 def step_budget(trace: Trace, model: StepModel) -> Budget | None:
     """The budget of ``model``'s steady steps (cached per trace and model); None without steps."""
-    cache = _CACHE.setdefault(trace, {})
-    key = id(model)
-    if key not in cache or cache[key][0] is not model:
-        cache[key] = (model, _budget(trace, model))
-    return cache[key][1]
-
-
-_CACHE: "weakref.WeakKeyDictionary[Trace, dict[int, tuple[StepModel, Budget | None]]]" = weakref.WeakKeyDictionary()
+    # By the model's identity, kept alongside so a recycled id never matches.
+    return trace.memo(("budget.step_budget", id(model)), lambda: (model, _budget(trace, model)),
+                      lambda hit: hit[0] is model)[1]
 
 
 #: Steps within this share of the median duration are as long as the median step (see :func:`typical_step`).
@@ -265,9 +217,9 @@ def _busy_parts(ops: GpuOps, own: np.ndarray, a: np.ndarray, b: np.ndarray) -> t
         total = np.zeros(len(a), np.int64)
         for cls in BUSY_PRIORITY:
             mine = own & (ops.cls == BUSY_CLASSES.index(cls))
-            parts[_CLASS_PART[cls]] = Coverage(ops.start[mine], ops.end[mine]).within(a, b) if mine.any() else \
+            parts[CLASS_PART[cls]] = Coverage(ops.start[mine], ops.end[mine]).within(a, b) if mine.any() else \
                 np.zeros(len(a), np.int64)
-            total += parts[_CLASS_PART[cls]]
+            total += parts[CLASS_PART[cls]]
         return parts, total
     classes = ops.cls if whole else ops.cls[own]
     # An operation overlaps no other one when it starts at or after every earlier one's end and ends
@@ -298,7 +250,7 @@ def _busy_parts(ops: GpuOps, own: np.ndarray, a: np.ndarray, b: np.ndarray) -> t
             part += cover
             part -= covered_before
             covered_before = cover
-        parts[_CLASS_PART[cls]] = part
+        parts[CLASS_PART[cls]] = part
         total += part
     return parts, total
 

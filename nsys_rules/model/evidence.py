@@ -21,7 +21,7 @@ from nsys_rules.model.activity import KERNEL, gpu_ops, kernel_symbols
 from nsys_rules.model.budget_host import HostTimeline
 from nsys_rules.analysis.intervals import point_in, union_coverage
 from nsys_rules.analysis.names import flag_names
-from nsys_rules.model.step_detectors import periodic_run
+from nsys_rules.model.step_runs import periodic_run
 from nsys_rules.model.steps import StepModel
 
 #: NVTX range names of the two phases of a request.

@@ -22,7 +22,6 @@ Detection reads distinct names only (the string tables' categories), never every
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass
 
 from nsys_rules.analysis.names import GRAPH_LAUNCH_APIS, in_set
@@ -66,12 +65,7 @@ class Framework:
 
 def framework(trace: Trace) -> Framework:
     """The framework of ``trace`` (computed once per trace)."""
-    if trace not in _CACHE:
-        _CACHE[trace] = _detect(trace)
-    return _CACHE[trace]
-
-
-_CACHE: "weakref.WeakKeyDictionary[Trace, Framework]" = weakref.WeakKeyDictionary()
+    return trace.memo(("framework.framework",), lambda: _detect(trace))
 
 
 def _detect(trace: Trace) -> Framework:

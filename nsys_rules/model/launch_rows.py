@@ -10,7 +10,6 @@ API ids, kept per trace (4 bytes a row) for the frame's launch times and every r
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,57 +60,47 @@ def frame_view(trace: Trace, table: str, rows: int) -> FrameView | None:
     ops, in_order = activity.built_gpu_ops(trace)
     if kind is None or ops is None or kind not in in_order:
         return None
-    cache = _VIEWS.setdefault(trace, {})
-    hit = cache.get(table)
-    if hit is None or hit[0] is not ops:
-        kinds = ops.kind
-        if isinstance(kinds, Spliced) and kinds.base is not None and kinds.base.strides == (0,) and (
-                not kinds.rows or kinds.base[0] == kind) and not (kinds.values == kind).any():
-            others = kinds.at  # one kind with the others spliced in: their positions are known
-        else:
-            others = (np.zeros(0, np.int64) if getattr(kinds, "strides", None) == (0,) and len(kinds) and
-                      kinds[0] == kind else np.flatnonzero(kinds != kind))
-        view = None if len(others) > _MAX_OTHERS else FrameView(ops, others, others - np.arange(len(others)))
-        hit = (ops, view)
-        cache[table] = hit
-    view = hit[1]
+    view = trace.memo(("launch_rows.frame_view", table), lambda: (ops, _view(ops, kind)),
+                      lambda hit: hit[0] is ops)[1]
     return view if view is not None and len(ops) - len(view.others) == rows else None
+
+
+def _view(ops: activity.GpuOps, kind: int) -> FrameView | None:
+    """The :class:`FrameView` of the rows of ``kind`` in ``ops``; None when too many other rows lie among them."""
+    kinds = ops.kind
+    if isinstance(kinds, Spliced) and kinds.base is not None and kinds.base.strides == (0,) and (
+            not kinds.rows or kinds.base[0] == kind) and not (kinds.values == kind).any():
+        others = kinds.at  # one kind with the others spliced in: their positions are known
+    else:
+        others = (np.zeros(0, np.int64) if getattr(kinds, "strides", None) == (0,) and len(kinds) and
+                  kinds[0] == kind else np.flatnonzero(kinds != kind))
+    return None if len(others) > _MAX_OTHERS else FrameView(ops, others, others - np.arange(len(others)))
 
 
 #: Up to this many rows of other frames among a frame's rows (a few copies or memsets among kernels).
 _MAX_OTHERS = 4096
 
-#: trace -> {table: (activity table, its FrameView or None)}.
-_VIEWS: "weakref.WeakKeyDictionary[Trace, dict[str, tuple[activity.GpuOps, FrameView | None]]]" = (
-    weakref.WeakKeyDictionary())
-
-
 def shared_api_rows(trace: Trace, gpu: pd.DataFrame) -> np.ndarray | None:
     """The launching API row of each row of one of the trace's own GPU frames (-1: none), read-only;
     None for any other frame, or before the GPU activity table is built (the join costs less than
     the whole table)."""
-    name = next((n for n, f in getattr(trace, "_frames", {}).items() if f is gpu), None)
+    name = trace.own_frame_name(gpu)
     if name is None:
         return None
-    cache = _ROWS.setdefault(trace, {})
-    hit = cache.get(name)
-    if hit is not None and hit[0] is gpu:
-        return hit[1]
     if activity.built_gpu_ops(trace)[0] is None:
-        return None
-    rows = activity.frame_api_rows(trace, name)
-    if rows is None or len(rows) != len(gpu):
-        return None
-    rows.flags.writeable = False
-    cache[name] = (gpu, rows)
-    return rows
+        return None  # nothing kept: asked again once the table is built, the join is a gather of it
+
+    def build() -> tuple[pd.DataFrame, np.ndarray | None]:
+        rows = activity.frame_api_rows(trace, name)
+        if rows is None or len(rows) != len(gpu):
+            return gpu, None  # the frame does not line up with the table: no shared rows (asked once)
+        rows.flags.writeable = False
+        return gpu, rows
+
+    return trace.memo(("launch_rows.shared_api_rows", name), build, lambda hit: hit[0] is gpu)[1]
 
 
 def frame_launch_times(trace: Trace, gpu: pd.DataFrame) -> np.ndarray:
     """:func:`~nsys_rules.model.launches.launch_times` of ``gpu``, from :func:`shared_api_rows` where it
     has them (one gather instead of a search per row; cached alike)."""
     return launch_times(trace, gpu, shared_api_rows(trace, gpu))
-
-
-#: trace -> {table: (frame, API rows)}; weak on the trace so closing it frees the arrays.
-_ROWS: "weakref.WeakKeyDictionary[Trace, dict[str, tuple[pd.DataFrame, np.ndarray]]]" = weakref.WeakKeyDictionary()

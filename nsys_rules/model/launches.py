@@ -13,7 +13,6 @@ trace's API table.
 
 from __future__ import annotations
 
-import weakref
 from typing import Callable, Iterable
 
 import numpy as np
@@ -31,22 +30,17 @@ def launch_times(trace: Trace, gpu: pd.DataFrame, api_rows: np.ndarray | None = 
     The result is cached per trace and frame (every rule's ``ctx.frame`` asks for it): treat
     it as read-only.
     """
-    cache = _LAUNCH_CACHE.setdefault(trace, {})
-    hit = cache.get(id(gpu))
-    if hit is not None and hit[0] is gpu:
-        return hit[1]
-    result = _launch_times(trace, gpu, api_rows)
-    if any(gpu is f for f in getattr(trace, "_frames", {}).values()):
-        # Only the trace's own frames are cached (a rule's temporary subset would pin memory).
-        # Keyed by id() with the frame kept alongside, so a recycled id can never match.
+    name = trace.own_frame_name(gpu)
+    if name is None:  # only the trace's own frames are kept (a rule's temporary subset would pin memory)
+        return _launch_times(trace, gpu, api_rows)
+
+    def build() -> tuple[pd.DataFrame, np.ndarray]:
+        result = _launch_times(trace, gpu, api_rows)
         result.flags.writeable = False
-        cache[id(gpu)] = (gpu, result)
-    return result
+        return gpu, result
 
-
-#: trace -> {id(frame): (frame, launch times)}; weak on the trace so closing it frees the arrays.
-_LAUNCH_CACHE: "weakref.WeakKeyDictionary[Trace, dict[int, tuple[pd.DataFrame, np.ndarray]]]" = (
-    weakref.WeakKeyDictionary())
+    # Per table, with the frame kept alongside: a frame read again (more columns) is joined again.
+    return trace.memo(("launches.launch_times", name), build, lambda hit: hit[0] is gpu)[1]
 
 
 def api_key_index(trace: Trace) -> tuple[np.ndarray, np.ndarray | None]:
@@ -56,12 +50,13 @@ def api_key_index(trace: Trace) -> tuple[np.ndarray, np.ndarray | None]:
     the launching call's end or name): a key per API call and a sort, not one per caller.
     """
     api = trace.frame("api", ["start", "correlation_id", "pid"])
-    hit = _API_INDEX.get(trace)
-    if hit is not None and hit[0] is api:
-        return hit[1], hit[2]
-    api_key, order = sorted_keys(api["pid"].to_numpy(), api["correlation_id"].to_numpy())
-    api_key.flags.writeable = False
-    _API_INDEX[trace] = (api, api_key, order)
+
+    def build() -> tuple[pd.DataFrame, np.ndarray, np.ndarray | None]:
+        api_key, order = sorted_keys(api["pid"].to_numpy(), api["correlation_id"].to_numpy())
+        api_key.flags.writeable = False
+        return api, api_key, order
+
+    _, api_key, order = trace.memo(("launches.api_key_index",), build, lambda hit: hit[0] is api)
     return api_key, order
 
 
@@ -90,22 +85,17 @@ def launching_rows(trace: Trace, pid: np.ndarray, corr: np.ndarray) -> tuple[np.
 
 def _single_pid(trace: Trace, api: pd.DataFrame) -> int | None:
     """The API table's one pid when there is one and its correlation ids never decrease; else None."""
-    hit = _SINGLE_PID.get(trace)
-    if hit is not None and hit[0] is api:
-        return hit[1]
+    return trace.memo(("launches.single_pid",), lambda: (api, _one_pid(api)), lambda hit: hit[0] is api)[1]
+
+
+def _one_pid(api: pd.DataFrame) -> int | None:
+    """:func:`_single_pid` of the API frame ``api``."""
     pid, corr = api["pid"].to_numpy(), api["correlation_id"].to_numpy()
     single = None
     if len(pid) and corr.dtype.kind in "iu" and int(pid.min()) == int(pid.max()) and \
             (len(corr) < 2 or bool((corr[1:] >= corr[:-1]).all())):
         single = int(pid[0])
-    _SINGLE_PID[trace] = (api, single)
     return single
-
-
-_API_INDEX: "weakref.WeakKeyDictionary[Trace, tuple[pd.DataFrame, np.ndarray, np.ndarray | None]]" = (
-    weakref.WeakKeyDictionary())
-
-_SINGLE_PID: "weakref.WeakKeyDictionary[Trace, tuple[pd.DataFrame, int | None]]" = weakref.WeakKeyDictionary()
 
 
 def _launch_times(trace: Trace, gpu: pd.DataFrame, api_rows: np.ndarray | None) -> np.ndarray:

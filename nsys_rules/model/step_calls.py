@@ -13,7 +13,7 @@ import numpy as np
 
 from nsys_rules.analysis.names import ALLOC_APIS, in_set
 from nsys_rules.model.activity import KERNEL, GpuOps
-from nsys_rules.model.step_detectors import Bound, Found, per_step
+from nsys_rules.model.step_runs import Bound, Found, per_step
 from nsys_rules.model.trace import Trace
 
 #: Calls a loop makes once per iteration without waiting for the GPU: allocations and frees (stream
@@ -32,7 +32,7 @@ MIN_COVERAGE = 0.6
 def call_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
     """Steps cut at a recurring non-blocking call (:data:`PER_STEP_CALLS`) of one thread.
 
-    A call qualifies as the markers do (:func:`~nsys_rules.model.step_detectors.per_step`: about the
+    A call qualifies as the markers do (:func:`~nsys_rules.model.step_runs.per_step`: about the
     same number of kernel launches between occurrences, a cluster of a few calls per step allowed)
     and when its steps hold :data:`MIN_COVERAGE` of the kernel launches; the call covering the most
     launches wins, then the one with fewer occurrences per step.

@@ -12,7 +12,7 @@ import pandas as pd
 
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.activity import KERNEL, GpuOps, kernel_symbols
-from nsys_rules.model.step_detectors import Bound, Found, periodic_run
+from nsys_rules.model.step_runs import Bound, Found, periodic_run
 
 
 def kernel_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:

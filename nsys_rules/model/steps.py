@@ -26,7 +26,6 @@ and ``reason`` says why: never a guessed per-layer step.
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -38,7 +37,9 @@ from nsys_rules.model.activity import COLUMNS as ACTIVITY_COLUMNS
 from nsys_rules.model.activity import GpuOps, gpu_ops
 from nsys_rules.analysis.intervals import point_in, rising, runs_in
 from nsys_rules.analysis.names import PROFILER_START_APIS, PROFILER_STOP_APIS, in_set
-from nsys_rules.model.step_detectors import Bound, Found, graph_steps, marker_steps, nvtx_steps
+from nsys_rules.model.step_detectors import graph_steps, marker_steps
+from nsys_rules.model.step_nvtx import nvtx_steps
+from nsys_rules.model.step_runs import Bound, Found
 from nsys_rules.analysis.regimes import MIN_RUN, regimes, steady_regime
 from nsys_rules.model.regime_causes import regime_cause, step_facts
 from nsys_rules.model.step_calls import call_steps
@@ -132,13 +133,7 @@ class StepModel:
 
 def step_model(trace: Trace, options: SteadyOptions = SteadyOptions()) -> StepModel:
     """The trace's step model (computed once per trace and options)."""
-    cache = _CACHE.setdefault(trace, {})
-    if options not in cache:
-        cache[options] = _model(trace, options)
-    return cache[options]
-
-
-_CACHE: "weakref.WeakKeyDictionary[Trace, dict[SteadyOptions, StepModel]]" = weakref.WeakKeyDictionary()
+    return trace.memo(("steps.step_model", options), lambda: _model(trace, options))
 
 
 def model_needs(trace: Trace) -> dict[str, tuple[str, ...]]:

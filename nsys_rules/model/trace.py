@@ -13,7 +13,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -22,12 +22,15 @@ from nsys_rules.errors import InputError
 from nsys_rules.loaders.export import MAX_DEVICE_ID, Export
 from nsys_rules.loaders.tables import TABLES
 from nsys_rules.malloc_tune import release_free_memory
+from nsys_rules.model.memo import Memo, MemoKey
 from nsys_rules.textsafe import shell_join
 
 #: Row count of the second-biggest table from which preload reads tables in parallel threads.
 PARALLEL_LOAD_ROWS = 200_000
 
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
+
+T = TypeVar("T")
 
 
 def base_api_name(name: str) -> str:
@@ -94,6 +97,8 @@ class Trace:
         self.path: Path = export.path
         self.label = label or str(export.path)
         self._frames: dict[str, pd.DataFrame] = {}
+        # Every fact built from this trace (the model's, the rule context's), kept for the trace's lifetime.
+        self._memo = Memo()
         # A temporary folder this trace was exported into (.nsys-rep input), removed on close.
         self.cleanup_dir: Path | None = None
         # Admits each table read against the memory limit (nsys_rules.loaders.memory_limit.ReadGuard); None: no limit.
@@ -138,6 +143,26 @@ class Trace:
         self._frames[name] = frame
         return frame
 
+    def own_frame_name(self, frame: pd.DataFrame) -> str | None:
+        """The canonical name of ``frame`` when it is the trace's own cached frame of that table (by identity);
+        None for any other frame (a rule's subset, a frame the trace has since replaced)."""
+        # list(): a snapshot, since another thread's read may add a frame meanwhile.
+        return next((name for name, own in list(self._frames.items()) if own is frame), None)
+
+    def memo(self, key: MemoKey, build: Callable[[], T], fresh: Callable[[T], bool] | None = None) -> T:
+        """The fact kept under ``key`` for this trace, built by ``build()`` at most once, even when several
+        threads ask at once (:class:`nsys_rules.model.memo.Memo`).
+
+        ``key`` is a tuple: the fact's module-qualified name (``"steps.step_model"``), then its arguments.
+        ``fresh``, for a fact built from a frame the trace may replace, says whether a kept value still
+        holds; one it refuses is built again.
+        """
+        return self._memo.get(key, build, fresh)
+
+    def memo_peek(self, key: MemoKey) -> object | None:
+        """The fact kept under ``key`` if it is built already; None otherwise (builds nothing)."""
+        return self._memo.peek(key)
+
     def preload(self, needs: Mapping[str, Iterable[str]]) -> None:
         """Read every table in ``needs`` once with the union of its columns.
 
@@ -162,17 +187,18 @@ class Trace:
     def api_names(self) -> pd.Series:
         """Base API names (``_v<digits>`` removed) of the api frame, aligned with its rows."""
         api = self.frame("api", ["name"])
-        cached = getattr(self, "_api_names", None)
-        if cached is not None and cached[0] is api:  # every rule asks; the frame is read once
-            return cached[1]
+        # Every rule asks; built once per API frame.
+        return self.memo(("trace.api_names",), lambda: (api, self._base_names(api)), lambda hit: hit[0] is api)[1]
+
+    @staticmethod
+    def _base_names(api: pd.DataFrame) -> pd.Series:
+        """:meth:`api_names` of the API frame ``api``."""
         cats = api["name"].cat.categories
         mapped = pd.Index([base_api_name(str(c)) for c in cats], dtype=object)
         codes, uniq = pd.factorize(mapped)
         raw = api["name"].cat.codes.to_numpy()
         lookup = np.append(codes, -1)  # index -1 (NULL name) maps to -1
-        names = pd.Series(pd.Categorical.from_codes(lookup[raw], categories=uniq), index=api.index)
-        self._api_names = (api, names)
-        return names
+        return pd.Series(pd.Categorical.from_codes(lookup[raw], categories=uniq), index=api.index)
 
     def gpu(self, device_id: int) -> GpuInfo | None:
         """The GPU whose id is the kernels' ``deviceId``."""
@@ -181,6 +207,7 @@ class Trace:
     def close(self) -> None:
         """Release the file."""
         self._frames.clear()
+        self._memo.clear()
         self.export.close()
         if self.cleanup_dir is not None:
             import shutil

@@ -13,7 +13,7 @@ import numpy as np
 from nsys_rules.analysis.intervals import point_in
 from nsys_rules.analysis.names import ALLOC_APIS, MODULE_LOADS, SYNC_APIS, in_set
 from nsys_rules.model.regime_causes import GRAPH_CAPTURE_APIS
-from nsys_rules.model.step_detectors import Found
+from nsys_rules.model.step_runs import Found
 from nsys_rules.model.trace import Trace
 
 #: Allocation calls whose first use in the loop is warm-up (frees are not: they follow allocations).

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import re
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -276,14 +275,7 @@ def steady_state_window(trace: Trace, options: SteadyOptions = DEFAULT_STEADY) -
     says that no step model fits and why, and rules that need steps skip with that reason.
     Computed once per trace and options.
     """
-    cache = _STEADY_CACHE.setdefault(trace, {})
-    if options not in cache:
-        cache[options] = _steady_state_window(trace, options)
-    return cache[options]
-
-
-#: trace -> {options: window}; weak on the trace so closing it frees the entry.
-_STEADY_CACHE: "weakref.WeakKeyDictionary[Trace, dict[SteadyOptions, Window]]" = weakref.WeakKeyDictionary()
+    return trace.memo(("windows.steady_state_window", options), lambda: _steady_state_window(trace, options))
 
 
 def _steady_state_window(trace: Trace, options: SteadyOptions) -> Window:

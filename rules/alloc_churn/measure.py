@@ -12,7 +12,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (ALLOC_APIS, Budget, Framework, Metric, RuleContext, busiest_thread, framework, gpu_launches,
+from nsys_rules.api import (ALLOC_APIS, Budget, Framework, Metric, RuleContext, busiest_thread, gpu_launches,
                             in_set, loop_span, metric, pct, point_in, spread, step_count)
 
 #: Calls that free; ``cudaFree`` before any allocation is the ``cudaFree(0)`` context-creation idiom.
@@ -231,7 +231,7 @@ def measure(ctx: RuleContext, calls: pd.DataFrame, span: tuple[int, int]) -> Chu
     frees, mallocs = int(is_free.sum()), int(is_malloc.sum())
     steps = list(ctx.window.steps or [])
     free_steps = steps_holding(calls["start"].to_numpy(np.int64)[is_free], steps)
-    fw = framework(trace)
+    fw = ctx.framework
     return ChurnEvidence(
         calls=calls, steps=step_count(ctx), steady_ns=steady_ns, loop_spread=spread(calls["start"].to_numpy(np.int64), lo, hi),
         total=total, pid=pid, tid=tid, share=pct(thread_total, steady_ns), table=by_api(calls),

@@ -15,8 +15,8 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, FlaggedGroup, Framework, Location, Metric, Rule, RuleContext, Severity, framework,
-                            metric, pct, split_flagged)
+from nsys_rules.api import (Finding, FlaggedGroup, Framework, Location, Metric, Rule, RuleContext, Severity, metric,
+                            pct, split_flagged)
 
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
 MEMORY_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device static",
@@ -213,7 +213,7 @@ class FlaggedCallRule(Rule):
         mask = self.flag(rows, calls["api_raw"].to_numpy(), opts)
         if not mask.any():
             return
-        fw = framework(ctx.trace)
+        fw = ctx.framework
         for group in self.grouping(ctx, rows, calls, mask, opts.report, opts.max_findings):
             savings: dict[str, Any] = ({"estimated_savings_ns": self.saved(group), "budget_part": self.budget_part}
                                        if group.in_loop else {"savings_note": self.outside_note})

@@ -11,7 +11,7 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import RuleContext, device_intervals, steady_state_window
+from nsys_rules.api import RuleContext, device_intervals
 
 #: The GPU operations per process and device (kernel names for the steady window's kernel
 #: pattern), and the API and NVTX rows that place the steady state.
@@ -36,13 +36,13 @@ def per_device(ops: pd.DataFrame | list[pd.DataFrame]) -> Iterator[tuple[object,
 
 def steady_start(ctx: RuleContext) -> int:
     """Where the steady state begins (what starts before it is start-up); the lowest time when unknown."""
-    window = steady_state_window(ctx.trace)
+    window = ctx.steady_window
     return window.start if window.start is not None and window.kind != "none" else UNBOUNDED[0]
 
 
 def steady_gpu_span(ctx: RuleContext) -> tuple[int, int]:
     """The steady state on the GPU clock (its steps' GPU work), else the steady window; unbounded when unknown."""
-    window = steady_state_window(ctx.trace)
+    window = ctx.steady_window
     gpu_span = window.model.gpu_span if window.model is not None else None
     if gpu_span is not None:  # a model with steps
         return gpu_span

@@ -17,7 +17,7 @@ import pandas as pd
 
 from nsys_rules.api import plain_number
 from nsys_rules.api import (CLASSES, RuleContext, read_small_text, UsageError, category_classes, category_codes, classify,
-                            duration_sum, launch_times, parse_size, point_in, rows_with_codes)
+                            duration_sum, parse_size, point_in, rows_with_codes)
 
 HTOD = 1  # CUPTI copyKind of a host-to-device memcpy
 
@@ -269,5 +269,5 @@ def _load_bytes(ctx: RuleContext, device: int, min_load_bytes: int) -> int:
         return 0
     cols = ["start", "bytes", "copy_kind", "device_id", "dst_device_id", "correlation_id", "pid"]
     memcpy = ctx.trace.frame("memcpy", cols)
-    total = model_load_bytes(memcpy, launch_times(ctx.trace, memcpy), start, device)
+    total = model_load_bytes(memcpy, ctx.launch_times(memcpy), start, device)
     return total if total >= min_load_bytes else 0

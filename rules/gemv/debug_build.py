@@ -9,7 +9,7 @@ import numpy as np
 
 from nsys_rules.rules.gemv.bandwidth import config_weight_bytes, device_shares, gemv_mask, measure_bandwidth, weight_bytes_value
 from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, command_evidence, metric,
-                            pct, recapture_command, shell_join, shell_word)
+                            pct, shell_join, shell_word)
 
 
 @dataclass(frozen=True)
@@ -109,14 +109,14 @@ class DebugBuild(Rule):
                             "device code is also slow if -G is in CMAKE_CUDA_FLAGS_DEBUG.")
             else:
                 message += " Host and kernel timings of this trace describe the debug setup, not the program."
-            recapture = recapture_command(ctx.trace, command=evidence.release_command)
+            recapture = ctx.recapture_command(command=evidence.release_command)
             build = f"`{evidence.build_step}`, then " if evidence.build_step else ""
             alternative = ""
             if evidence.kind == "cargo" and evidence.binary:
                 program_args = shell_join(capture.command[1:])
                 cargo_run = f"cargo run -r --bin {shell_word(evidence.binary)}" + (
                     f" -- {program_args}" if program_args else "")
-                alternative = (f" (or in one step: `{recapture_command(ctx.trace, command=cargo_run)}`)")
+                alternative = (f" (or in one step: `{ctx.recapture_command(command=cargo_run)}`)")
             recommendation = (f"Profile the release build: {build}re-capture with `{recapture}`{alternative}. "
                               "Do not optimize from this trace.")
             yield ctx.finding(message, recommendation, severity=Severity.ERROR, metrics=metrics,
@@ -127,7 +127,7 @@ class DebugBuild(Rule):
                    "with -G (device debug), although the command line does not look like a debug build.")
         recommendation = ("Check the nvcc flags of the CUDA kernels (build script / CMAKE_CUDA_FLAGS): remove `-G` "
                           "(keep `-lineinfo` for source-level profiling) and re-capture with "
-                          f"`{recapture_command(ctx.trace)}`; if the weight bytes given are wrong, fix "
+                          f"`{ctx.recapture_command()}`; if the weight bytes given are wrong, fix "
                           f"`--set debug-build.weight_bytes=...`.")
         yield ctx.finding(message, recommendation, severity=Severity.WARNING, metrics=metrics,
                           title="GEMV kernels at a few percent of peak bandwidth (device debug build?)",

@@ -10,7 +10,7 @@ import pandas as pd
 
 from nsys_rules.rules.gemv.bandwidth import per_step_time
 from nsys_rules.api import plain_number
-from nsys_rules.api import PartActivity, RuleContext, measure_kernels
+from nsys_rules.api import PartActivity, RuleContext
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def measured_gemv(ctx: RuleContext, kernels: pd.DataFrame, is_gemv: np.ndarray, 
     part: PartActivity | None
     if ctx.options.extra_gemv_patterns:
         names = pd.unique(kernels.loc[on_device, "name"].astype(object))
-        part = measure_kernels(ctx.trace, budget, [str(n) for n in names], "gemv kernels")
+        part = ctx.measure_kernels([str(n) for n in names], "gemv kernels")
     else:
         part = metrics.part("gemv")
     if part is None or part.level("dram_read") is None:

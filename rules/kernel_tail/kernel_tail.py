@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.api import (DEFAULT_TAXONOMY, Finding, Location, Renamed, Rule, RuleContext, Severity, base_name,
-                            framework, is_any_launch, part_of_class, require_visible_kernels)
+                            is_any_launch, part_of_class, require_visible_kernels)
 from nsys_rules.rules.kernel_tail.judge import has_tail, judge_kernel
 from nsys_rules.rules.kernel_tail.measure import api_groups, kernel_groups, slowest
 from nsys_rules.rules.kernel_tail.phrase import (API_TITLE, SHAPE_TITLE, advice, api_message, api_metrics,
@@ -134,7 +134,7 @@ class KernelTail(Rule):
                             end_ns=worst.end, steps=named or None)
         key = f"grid={grid} block={block}"
         if verdict.shape_variation:
-            return ctx.finding(text, shape_recommendation(framework(ctx.trace)), severity=Severity.INFO,
+            return ctx.finding(text, shape_recommendation(ctx.framework), severity=Severity.INFO,
                                metrics=kernel_metrics(row, verdict), location=location, title=SHAPE_TITLE, key=key,
                                estimated_savings_ns=0)  # nothing to gain: under the noise floor
         return ctx.finding(text, advice(full_name, verdict.kind, row, verdict.cost, verdict.phase),

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.api import (RuleContext, category_codes, code_durations, column_codes, first_rows, group_ids,
-                            is_waiting_call, launching_rows, masked_durations, rows_with_codes)
+                            is_waiting_call, masked_durations, rows_with_codes)
 from nsys_rules.rules.kernel_tail.tails import nvtx_path, positional_tail, step_index, tail_table
 
 #: A kernel group: one device, name and launch configuration (a name often covers several shapes).
@@ -129,7 +129,7 @@ def launch_threads(ctx: RuleContext, gpu_rows: pd.DataFrame) -> list[tuple[int |
     if not ctx.trace.has("api"):
         return [(None, None)] * len(gpu_rows)
     api = ctx.trace.frame("api", ["start", "correlation_id", "pid", "tid"])
-    rows, found = launching_rows(ctx.trace, gpu_rows["pid"].to_numpy(), gpu_rows["correlation_id"].to_numpy())
+    rows, found = ctx.launching_rows(gpu_rows["pid"].to_numpy(), gpu_rows["correlation_id"].to_numpy())
     pid, tid = api["pid"].to_numpy()[rows], api["tid"].to_numpy()[rows]
     return [(int(p), int(t)) if ok else (None, None) for p, t, ok in zip(pid, tid, found, strict=True)]
 

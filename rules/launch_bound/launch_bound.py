@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from nsys_rules.api import Finding, Location, Renamed, Rule, RuleContext, Severity, framework, step_count
+from nsys_rules.api import Finding, Location, Renamed, Rule, RuleContext, Severity, step_count
 from nsys_rules.rules.launch_bound.judge import judge
 from nsys_rules.rules.launch_bound.measure import device_launches
 from nsys_rules.rules.launch_bound.phrase import message, metrics, recommendation
@@ -77,7 +77,7 @@ class LaunchBound(Rule):
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opts = ctx.options
-        fw = framework(ctx.trace)
+        fw = ctx.framework
         for found in device_launches(ctx, opts.min_kernels, opts.max_launch_gap_ns, opts.graph_gap_ns):
             verdict = judge(found, ctx.budget, opts.max_busy_pct, opts.max_median_kernel_ns, opts.warn_share_pct)
             if verdict is None:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.api import (GRAPH_LAUNCH_APIS, Metric, RuleContext, blocking_calls, busiest_thread, busy_within,
-                            copy_directions, gpu_launches, gpu_ops, in_set, loop_span, merge_intervals, metric, pct,
+                            copy_directions, gpu_launches, in_set, loop_span, merge_intervals, metric, pct,
                             step_count)
 
 #: Columns of the SYNCHRONIZATION table the cross-check reads.
@@ -182,7 +182,7 @@ def measure(ctx: RuleContext, calls: pd.DataFrame, span: tuple[int, int], droppe
     lo, hi = span
     budget = ctx.budget
     steady_ns = budget.total_ns if budget is not None else max(1, hi - lo)
-    ops = gpu_ops(ctx.trace)
+    ops = ctx.gpu_ops
     if budget is not None:
         ops = ops.take(ops.device == budget.device)
     union = merge_intervals(ops.start, ops.end)

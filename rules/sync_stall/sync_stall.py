@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from nsys_rules.api import (Finding, Location, Renamed, Rule, RuleContext, Severity, SourceLine, call_site, framework,
-                            looks_like_training, python_stacks)
+from nsys_rules.api import (Finding, Location, Renamed, Rule, RuleContext, Severity, SourceLine)
 from nsys_rules.rules.sync_stall.judge import judge
 from nsys_rules.rules.sync_stall.measure import SYNC_COLUMNS, loop_calls, measure
 from nsys_rules.rules.sync_stall.phrase import message, recommendation, site_words
@@ -100,12 +99,12 @@ class SyncStall(Rule):
             return
         evidence = measure(ctx, calls, span, dropped)
         verdict = judge(evidence, opts.warn_share_pct, opts.structural_block_pct)
-        fw = framework(ctx.trace)
-        training = looks_like_training(ctx.trace)
+        fw = ctx.framework
+        training = ctx.looks_like_training
         # The program's line that makes the calls, from nsys's Python backtraces or samples when captured.
-        sites = call_site(ctx.trace, evidence.calls, top=2)
+        sites = ctx.call_site(evidence.calls, top=2)
         advice = recommendation(evidence, fw, ctx.llm_like, training)
-        stacks = python_stacks(ctx.trace)
+        stacks = ctx.python_stacks
         if (not sites and verdict.severity != Severity.INFO and ctx.trace.capture.runs_python and stacks.fix):
             advice += f" To name the Python line that waits: {stacks.fix}."
         top = sites[0] if sites and sites[0].user_code else None

@@ -138,7 +138,7 @@ def _ops(launch, start, end):
 @pytest.mark.parametrize("seed", range(10))
 def test_work_in_rising_launches_equals_point_in(seed):
     from nsys_rules.analysis.intervals import point_in
-    from nsys_rules.model.step_detectors import _sorted_launches, _work_in
+    from nsys_rules.model.step_nvtx import _sorted_launches, _work_in
 
     rng = np.random.default_rng(seed)
     for _ in range(100):
@@ -252,20 +252,20 @@ def _plain_busy_parts(ops, own, a, b):
     """Unions of the loop's classes in priority order, over every operation (work one operation after
     another: each class's own operations, which are disjoint already)."""
     from nsys_rules.model.activity import BUSY_CLASSES
-    from nsys_rules.model.budget import _CLASS_PART, BUSY_PRIORITY, _serial
+    from nsys_rules.model.budget import BUSY_PRIORITY, CLASS_PART, _serial
 
     serial = _serial(ops.start[own], ops.end[own])
     parts, before, grown = {}, np.zeros(len(a), np.int64), np.zeros(len(ops), bool)
     for cls in BUSY_PRIORITY:
         mine = own & (ops.cls == BUSY_CLASSES.index(cls))
         if serial:
-            parts[_CLASS_PART[cls]] = Coverage(ops.start[mine], ops.end[mine]).within(a, b)
-            before = before + parts[_CLASS_PART[cls]]
+            parts[CLASS_PART[cls]] = Coverage(ops.start[mine], ops.end[mine]).within(a, b)
+            before = before + parts[CLASS_PART[cls]]
             continue
         grown |= mine
         cover = Coverage(*merge_intervals(ops.start[grown], ops.end[grown])).within(a, b) if grown.any() \
             else np.zeros(len(a), np.int64)
-        parts[_CLASS_PART[cls]] = cover - before
+        parts[CLASS_PART[cls]] = cover - before
         before = cover
     return parts, before
 

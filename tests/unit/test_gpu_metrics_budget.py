@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nsys_rules.model.gpu_metrics import bound_of, kind_of, measure_kernels
+from nsys_rules.model.gpu_metric_set import kind_of
+from nsys_rules.model.gpu_metrics import measure_kernels
+from nsys_rules.model.metric_levels import bound_of
 from nsys_rules.testing import GpuSpec, TraceBuilder, run_rules
 from tests.conftest import run_cli, validate_report
 from tests.unit._folders import folder_from_sqlite

@@ -10,7 +10,7 @@ the cross-rank work never needs the trace again and scales with collectives, not
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -91,9 +91,9 @@ class RankData:
 
 def session_start_ns(trace: Trace) -> int | None:
     """UTC epoch ns at the start of the capture, from TARGET_INFO_SESSION_START_TIME (None when absent)."""
-    export: Any = getattr(trace, "export", None)
+    export = trace.export
     try:
-        cols = export.columns_of("TARGET_INFO_SESSION_START_TIME") if export is not None else ()
+        cols = export.columns_of("TARGET_INFO_SESSION_START_TIME")
         if "utcEpochNs" not in cols:
             return None
         row = export.rows("TARGET_INFO_SESSION_START_TIME", ["utcEpochNs"], limit=1)

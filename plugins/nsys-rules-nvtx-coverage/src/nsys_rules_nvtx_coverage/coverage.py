@@ -12,8 +12,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, framework,
-                            key_int, merge_intervals, metric, nvtx_range_advice, point_in)
+from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, key_int,
+                            merge_intervals, metric, nvtx_range_advice, point_in)
 
 #: NVTX_EVENTS.eventType of a push/pop range: bound to the thread that pushed it.
 PUSH_POP = 59
@@ -252,7 +252,7 @@ class NvtxCoverage(Rule):
             f"{result.uncovered_ops} of {result.gpu_ops} GPU ops) was launched outside every NVTX range ({what}); "
             f"most unannotated: {named}.",
             f"Wrap the code that launches {('`' + _short(top_kernel) + '`') if top_kernel else 'this work'} in an NVTX "
-            f"range ({nvtx_range_advice(framework(trace))}), one range per step or request at least, and capture "
+            f"range ({nvtx_range_advice(ctx.framework)}), one range per step or request at least, and capture "
             "with `nsys profile --trace=cuda,nvtx`.",
             # No kernel in the location: the fingerprint stays one per trace even when the top kernel changes.
             metrics=metrics, location=Location(start_ns=result.first_uncovered, end_ns=result.last_uncovered),

@@ -33,6 +33,7 @@ from nsys_rules.loaders.batches import check_supported, fill_columns, note_colum
 from nsys_rules.loaders.columnar import ColumnarExport
 from nsys_rules.loaders.decoded_price import DecodedPrice, FOOTER_FACTOR, add_text, is_text_type, price, scan
 from nsys_rules.loaders.export import MAX_META_ROWS, MAX_STRING, NULL_INT, has_nsys_tables
+from nsys_rules.loaders.guard import remove_folder
 from nsys_rules.loaders.ipc_layout import IpcLayout, ipc_layout
 from nsys_rules.loaders.parquet_layout import footer_length
 from nsys_rules.loaders.stored_bytes import TextUse
@@ -100,8 +101,6 @@ class ArrowDirExport(ColumnarExport):
         super().__init__()
         self.path = Path(path)
         self.damage: list[str] = []
-        #: The memory guard's reads check (``ReadGuard.check_read``); None: reads are not metered.
-        self.meter: Any = None
         found = kind or folder_kind(self.path)
         if not self.path.is_dir():
             what = "not a folder" if self.path.exists() else "no such folder"
@@ -348,7 +347,8 @@ class ArrowDirExport(ColumnarExport):
             yield batch.select(columns)
 
     def close(self) -> None:
-        """Nothing stays open between reads; present for the :class:`~nsys_rules.loaders.export.Export` interface."""
+        """Nothing stays open between reads; the folder of an export made for this run is removed."""
+        remove_folder(self.owned_folder)
 
 
 class _Reading:

@@ -77,7 +77,7 @@ def test_a_footer_that_says_fewer_rows_is_priced_by_its_pages(bases, tmp_path):
     export = ArrowDirExport(folder)
     assert export.count("CUPTI_ACTIVITY_KIND_KERNEL") == 1000  # what the footer says
     trace = Trace(export)
-    cost = estimate(trace, {"kernels": ["start", "end"]}, 300 * MB)
+    cost = estimate(trace.export, {"kernels": ["start", "end"]}, 300 * MB)
     (kernels,) = cost.tables
     assert kernels.rows == 4_000_000 and cost.total > 100 * MB
     trace.close()

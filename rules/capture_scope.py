@@ -10,8 +10,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, Location, PROFILER_START_APIS, Renamed, Rule, RuleContext, Severity, debug_build,
-                            framework, in_set, metric, profiler_range_advice, program_command, shell_word)
+from nsys_rules.api import (Finding, Location, Renamed, Rule, RuleContext, Severity, debug_build, framework, metric,
+                            profiler_range_advice, program_command, shell_word)
+from nsys_rules.api.analysis import PROFILER_START_APIS, in_set
 
 
 HTOD = 1

@@ -8,8 +8,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, GRAPH_LAUNCH_APIS, Location, PROFILER_START_APIS, Rule, RuleContext, Severity, in_set,
-                            metric, pct, recapture_command)
+from nsys_rules.api import Finding, Location, Rule, RuleContext, Severity, metric, pct, recapture_command
+from nsys_rules.api.analysis import GRAPH_LAUNCH_APIS, PROFILER_START_APIS, in_set
 
 
 @dataclass(frozen=True)

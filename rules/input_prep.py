@@ -7,8 +7,9 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import (Finding, Framework, Location, PythonSite, Rule, RuleContext, Severity, SourceLine, StepModel,
-                            framework, gpu_ops, host_sites, merge_intervals, metric, pct, python_stacks)
+from nsys_rules.api import (Finding, Framework, Location, PythonSite, Rule, RuleContext, Severity, SourceLine,
+                            StepModel, framework, gpu_ops, host_sites, metric, pct, python_stacks)
+from nsys_rules.api.analysis import merge_intervals
 
 HTOD = 1  # CUPTI copyKind of a host-to-device copy
 #: What the budget calls a block of host work (nsys_rules.model.budget_shape): its share of the median step, and ns.

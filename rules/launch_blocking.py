@@ -8,8 +8,8 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, KERNEL_LAUNCH_APIS, Location, Renamed, Rule, RuleContext, Severity, duration_sum,
-                            in_set, keys_rising, launch_key, metric, recapture_command)
+from nsys_rules.api import Finding, Location, Renamed, Rule, RuleContext, Severity, metric, recapture_command
+from nsys_rules.api.analysis import KERNEL_LAUNCH_APIS, duration_sum, in_set, keys_rising, launch_key
 
 ENV_VAR = "CUDA_LAUNCH_BLOCKING"
 

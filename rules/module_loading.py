@@ -7,8 +7,9 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import (Finding, Framework, Location, MODULE_LOADS, MissingData, Renamed, Rule, RuleContext, Severity,
-                            framework, in_set, kernels_after, library_of, metric, pct, point_in)
+from nsys_rules.api import (Finding, Framework, Location, MissingData, Renamed, Rule, RuleContext, Severity, framework,
+                            kernels_after, library_of, metric, pct)
+from nsys_rules.api.analysis import MODULE_LOADS, in_set, point_in
 
 
 @dataclass(frozen=True)

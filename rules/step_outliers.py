@@ -7,9 +7,10 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import (ALLOC_APIS, Budget, Finding, Framework, KERNEL, LABELS, Location, MEMCPY, MEMSET, MODULE_LOADS,
-                            MissingData, REPLAY, Renamed, Rule, RuleContext, SYNC_APIS, Severity, base_name, category_codes,
-                            framework, gpu_ops, kernel_symbols, metric, pct, point_in, rows_with_codes)
+from nsys_rules.api import (Budget, Finding, Framework, KERNEL, LABELS, Location, MEMCPY, MEMSET, MissingData, REPLAY,
+                            Renamed, Rule, RuleContext, Severity, framework, gpu_ops, kernel_symbols, metric, pct)
+from nsys_rules.api.analysis import (ALLOC_APIS, MODULE_LOADS, SYNC_APIS, base_name, category_codes, point_in,
+                                     rows_with_codes)
 
 _COPY_KINDS = {1: "host-to-device", 2: "device-to-host", 8: "device-to-device", 10: "peer-to-peer"}
 

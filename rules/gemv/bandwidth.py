@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.api import plain_number
-from nsys_rules.api import (CLASSES, RuleContext, read_small_text, UsageError, category_classes, category_codes, classify,
-                            duration_sum, launch_times, parse_size, point_in, rows_with_codes)
+from nsys_rules.api import RuleContext, read_small_text, UsageError, launch_times, parse_size
+from nsys_rules.api.analysis import (CLASSES, category_classes, category_codes, classify, duration_sum, point_in,
+                                     rows_with_codes)
 
 HTOD = 1  # CUPTI copyKind of a host-to-device memcpy
 

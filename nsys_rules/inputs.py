@@ -29,17 +29,22 @@ from nsys_rules.model.trace import Trace
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 
 
-def expand_inputs(paths: list[str], extra_suffixes: tuple[str, ...] = ()) -> list[Path]:
-    """Files and export folders as given; other folders replaced by the traces directly inside them (sorted)."""
+def expand_inputs(paths: list[str], loaders: Mapping[str, Callable[..., Any]] | None = None) -> list[Path]:
+    """Files and export folders as given; other folders replaced by the traces directly inside them (sorted).
+
+    A trace inside a folder is a file of a loader's suffix (or ``.nsys-rep``), or a folder a loader claims
+    (``loaders``: the registry's; None: the built-in ones).
+    """
+    table = dict(builtin_loaders.LOADERS) if loaders is None else loaders
     out: list[Path] = []
-    suffixes = TRACE_SUFFIXES + tuple(extra_suffixes)
+    suffixes = TRACE_SUFFIXES + tuple(s for s, loader in table.items() if not _is_builtin(loader))
     for raw in paths:
         path = Path(raw)
-        if folder_kind(path) is not None:
-            out.append(path)  # a parquetdir/arrowdir export is one trace
+        if folder_kind(path) is not None or (path.is_dir() and _claimant(table, path) is not None):
+            out.append(path)  # a parquetdir/arrowdir export (or a folder a plugin's loader claims) is one trace
         elif path.is_dir():
             found = sorted(p for p in path.iterdir() if (p.is_file() and p.suffix.lower() in suffixes)
-                           or (p.is_dir() and folder_kind(p) is not None))
+                           or (p.is_dir() and (folder_kind(p) is not None or _claimant(table, p) is not None)))
             if not found:
                 raise InputError(f"{path}: folder holds no traces (*.sqlite, *.nsys-rep, *.parquetdir, *.arrowdir)")
             out.extend(found)

@@ -36,8 +36,7 @@ from nsys_rules.job_rule import JobContext, JobRule, step_list
 from nsys_rules.loop import gpu_launches, gpu_op_frames, loop_span, spread, step_count
 from nsys_rules.model.activity import KERNEL, MEMCPY, MEMSET, REPLAY, gpu_ops, kernel_symbols
 from nsys_rules.model.budget import LABELS, Budget, part_of_class, require_visible_kernels
-from nsys_rules.model.commands import (CommandEvidence, command_evidence, debug_build, program_command,
-                                       recapture_command)
+from nsys_rules.model.commands import command_evidence, debug_build, program_command, recapture_command
 from nsys_rules.model.framework import Framework, framework
 from nsys_rules.model.gpu_metrics import BudgetMetrics, PartActivity, measure_kernels
 from nsys_rules.model.job.model import Job
@@ -66,7 +65,7 @@ __all__ = [
     "gpu_ops", "kernel_symbols", "KERNEL", "MEMCPY", "MEMSET", "REPLAY", "gpu_op_frames", "gpu_launches",
     "loop_span", "spread", "step_count", "launch_times", "launching_rows", "launch_api_rows",
     # -- the program: its framework, its command, its Python call sites -------------------------------------
-    "Framework", "framework", "CommandEvidence", "command_evidence", "debug_build", "program_command",
+    "Framework", "framework", "command_evidence", "debug_build", "program_command",
     "recapture_command", "python_stacks", "host_sites", "call_site", "PythonSite",
     # -- advice in the program's own terms, units and phrasing ----------------------------------------------
     "graph_capture_advice", "fusion_advice", "pinned_memory_advice", "profiler_range_advice", "nvtx_range_advice",

@@ -27,6 +27,7 @@ from nsys_rules.analysis.names import (ALLOC_APIS, ANY_KERNEL_LAUNCH_APIS, DEVIC
                                        is_waiting_call, rows_with_codes)
 from nsys_rules.analysis.taxonomy import CLASSES, base_name, category_classes, classify
 from nsys_rules.analysis.taxonomy import DEFAULT as DEFAULT_TAXONOMY
+from nsys_rules.model.commands import CommandEvidence
 from nsys_rules.model.python_sites import PythonFrame, PythonStacks, call_site_rows, is_library_file
 from nsys_rules.model.regime_causes import GRAPH_CAPTURE_APIS
 
@@ -50,6 +51,6 @@ __all__ = [
     "REPORT_MODES", "FlaggedGroup", "split_flagged",
     # per-device time
     "GPU_OP_TABLES", "device_intervals", "chunk_utilization", "merge_low_chunks",
-    # Python call sites, row by row
-    "PythonStacks", "PythonFrame", "call_site_rows", "is_library_file",
+    # Python call sites, row by row; the recorded command's evidence (what ``command_evidence`` returns)
+    "PythonStacks", "PythonFrame", "call_site_rows", "is_library_file", "CommandEvidence",
 ]

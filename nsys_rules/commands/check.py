@@ -132,7 +132,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.dask is not None and not args.dask.strip():
         raise UsageError("--dask needs a scheduler address (tcp://host:8786) or 'local'")
     dask_timeout = _dask_timeout(args)
-    paths = expand_inputs(args.traces, tuple(registry.loaders))
+    paths = expand_inputs(args.traces, registry.loaders)
     baseline = prepare(args, registry, settings, paths)
     if getattr(args, "own_process", False):
         # The process is ours (the console script): a rule that ignores --rule-timeout ends it, after the report.

@@ -21,7 +21,7 @@ from nsys_rules.loaders import EXPORT_FORMATS
 from nsys_rules.loaders.arrowdir import folder_kind
 from nsys_rules.loaders.columnar import ColumnarExport
 from nsys_rules.loaders.export import Export
-from nsys_rules.loaders.memory_limit import install_meter
+from nsys_rules.loaders.read_guard import install_meter
 from nsys_rules.nsys_locate import locate_nsys, missing_message
 from nsys_rules.textsafe import shell_word
 from nsys_rules.model.trace import Trace

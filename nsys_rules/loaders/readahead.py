@@ -285,7 +285,8 @@ def _open(path: Path) -> Any:
 
     kind = folder_kind(path)
     if kind is not None:
-        from nsys_rules.loaders.memory_limit import ReadGuard, default_limit
+        from nsys_rules.loaders.memory_limit import default_limit
+        from nsys_rules.loaders.read_guard import ReadGuard
 
         export = ArrowDirExport(path, kind)
         # Its reads stop (and the engine's own read, priced first, says why) past their share of the memory.
@@ -329,7 +330,7 @@ def _import_for_workers(folder: bool) -> None:
     import numpy  # noqa: F401
     import pyarrow  # noqa: F401
 
-    from nsys_rules.loaders import memory_limit, stored_bytes  # noqa: F401
+    from nsys_rules.loaders import memory_limit, read_guard, stored_bytes  # noqa: F401
     from nsys_rules.loaders import arrowdir, batches, export, split, sqlite, tables  # noqa: F401
 
     if folder:

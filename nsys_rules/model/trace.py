@@ -20,7 +20,7 @@ import pandas as pd
 
 from nsys_rules.errors import InputError
 from nsys_rules.loaders.export import MAX_DEVICE_ID, Export, ReadMeter
-from nsys_rules.loaders.memory_limit import TraceGuard
+from nsys_rules.loaders.read_guard import TraceGuard
 from nsys_rules.loaders.tables import TABLES
 from nsys_rules.malloc_tune import release_free_memory
 from nsys_rules.textsafe import shell_join

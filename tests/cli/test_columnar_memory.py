@@ -20,7 +20,8 @@ import pytest
 from nsys_rules.errors import InputError
 from nsys_rules.loaders.arrowdir import ArrowDirExport
 from nsys_rules.loaders.ipc_layout import ipc_layout
-from nsys_rules.loaders.memory_limit import FIXED_BYTES, ReadGuard, estimate
+from nsys_rules.loaders.memory_limit import FIXED_BYTES, estimate
+from nsys_rules.loaders.read_guard import ReadGuard
 from nsys_rules.loaders.parquet_layout import chunk_pages
 from nsys_rules.model.trace import Trace
 from tests.fuzz.columnar_bombs import footer_rows_lie, kernel_rows

@@ -12,7 +12,7 @@ import sqlite3
 
 import pytest
 
-from nsys_rules.loaders import memory_limit
+from nsys_rules.loaders import memory_limit, read_guard
 from nsys_rules.loaders.sqlite import SqliteExport
 from nsys_rules.loaders.stored_bytes import TextUse, measure_text, sample_has_text, table_storage
 from nsys_rules.testing import TraceBuilder
@@ -154,7 +154,7 @@ def test_unplanned_read_is_admitted_first(nvtx_text):
     from nsys_rules.errors import InputError
 
     trace = Trace(SqliteExport(nvtx_text))
-    memory_limit.install_meter(trace.export, 30 * MB, trace.label)
+    read_guard.install_meter(trace.export, 30 * MB, trace.label)
     assert len(trace.frame("kernels", ["start", "end"])) == 600  # numbers fit
     with pytest.raises(InputError, match="reading nvtx 300 rows"):
         trace.frame("nvtx", ["start", "end", "name"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nsys_rules.loaders import memory_limit
+from nsys_rules.loaders import memory_limit, read_guard
 from nsys_rules.errors import InputError
 from nsys_rules.loaders.sqlite import SqliteExport
 from nsys_rules.testing import TraceBuilder
@@ -40,9 +40,9 @@ def test_nothing_needed_costs_nothing(trace):
 def test_enforce_names_the_biggest_tables_and_the_way_out(trace):
     needs = {"kernels": ["start", "end", "name"], "api": ["start", "end"]}
     need = memory_limit.estimate(trace.export, needs).total
-    assert memory_limit.open_guard(need, trace.label).plan(trace.export, needs).total == need  # exactly enough: runs
+    assert read_guard.open_guard(need, trace.label).plan(trace.export, needs).total == need  # exactly enough: runs
     with pytest.raises(InputError) as err:
-        memory_limit.open_guard(need - 1, trace.label).plan(trace.export, needs)
+        read_guard.open_guard(need - 1, trace.label).plan(trace.export, needs)
     text = str(err.value)
     assert text.index("kernels 100 rows x 3 columns") < text.index("api 100 rows x 2 columns")
     assert "--select" in text and "(--max-memory)" in text

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Callable
 
 from nsys_rules.hooks import hookimpl
-from nsys_rules.loaders.arrowdir import ArrowDirExport, folder_kind
+from nsys_rules.loaders.arrowdir import ArrowDirExport
+from nsys_rules.loaders.folders import folder_kind
 from nsys_rules.loaders.export import Export
 from nsys_rules.loaders.sqlite import SqliteExport
 

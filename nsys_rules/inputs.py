@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 from nsys_rules import builtin_loaders
 from nsys_rules.errors import InputError
 from nsys_rules.loaders import EXPORT_FORMATS
-from nsys_rules.loaders.arrowdir import folder_kind
+from nsys_rules.loaders.folders import folder_kind
 from nsys_rules.loaders.columnar import ColumnarExport
 from nsys_rules.loaders.export import Export
 from nsys_rules.loaders.read_guard import install_meter

@@ -18,7 +18,7 @@ from pathlib import Path
 from nsys_rules.config import parse_max_memory
 from nsys_rules.errors import UsageError
 from nsys_rules.inputs import EXPORT_FORMATS, open_trace
-from nsys_rules.loaders.arrowdir import folder_kind
+from nsys_rules.loaders.folders import folder_kind
 from nsys_rules.loaders.memory_limit import STATS_BYTES_PER_NAME
 from nsys_rules.outpaths import guard_outputs, write_atomic
 from nsys_rules.stats import REPORTS, TITLES, parse_reports

@@ -281,7 +281,8 @@ def _close_when_done(export: Any, futures: list[Future[Any]], then: Callable[[],
 
 
 def _open(path: Path) -> Any:
-    from nsys_rules.loaders.arrowdir import ArrowDirExport, folder_kind
+    from nsys_rules.loaders.arrowdir import ArrowDirExport
+    from nsys_rules.loaders.folders import folder_kind
 
     kind = folder_kind(path)
     if kind is not None:

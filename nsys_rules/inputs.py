@@ -115,7 +115,7 @@ def _claimant(loaders: Mapping[str, Callable[..., Any]], path: Path) -> Callable
 def _load(loader: Callable[..., Any], path: Path, suffix: str) -> Trace | Export:
     """What ``loader`` made of ``path``: a trace or an export; a plugin's failure as one line."""
     if _is_builtin(loader):
-        return loader(path)  # type: ignore[no-any-return]
+        return loader(path)
     try:
         opened = loader(path)
     except InputError:

@@ -67,7 +67,7 @@ def open_trace(path: Path, loaders: Mapping[str, Callable[..., Any]] | None = No
     The loader of the path's suffix opens it, else the first that ``claims`` it, else the SQLite one;
     ``export_format`` is the ``nsys export --type`` a ``.nsys-rep`` is exported to first.
     The memory guard is built here, once, from ``max_memory`` (``--max-memory`` in bytes; None: 80 % of
-    the available memory) and ``per_text_value`` (see :func:`~nsys_rules.loaders.memory_limit.install_meter`),
+    the available memory) and ``per_text_value`` (see :func:`~nsys_rules.loaders.read_guard.install_meter`),
     and handed to the export before the trace reads its metadata.
     """
     table = dict(builtin_loaders.LOADERS) if loaders is None else loaders

@@ -43,7 +43,7 @@ NSYS_PREFIXES = ("TARGET_INFO_", "META_DATA_", "EXPORT_META_DATA", "CUPTI_ACTIVI
 class ReadMeter(Protocol):
     """What an export's reads are priced against: the memory limit (``--max-memory``), given when the trace opens.
 
-    It prices an export and its row counts, never a trace; :class:`nsys_rules.loaders.memory_limit.ReadGuard`
+    It prices an export and its row counts, never a trace; :class:`nsys_rules.loaders.read_guard.ReadGuard`
     is nsys-rules' own. Each method raises :class:`~nsys_rules.errors.InputError` (exit 3, one line saying
     how much is needed and how to need less) instead of letting a read pass the limit.
     """

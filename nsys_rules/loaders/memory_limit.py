@@ -15,8 +15,7 @@ each read before it happens and stops the one that would pass the limit. It pric
 row counts; it never sees a trace.
 
 ``--max-memory`` (the flag or the config file's ``max-memory``) is parsed in one place,
-:func:`nsys_rules.units.parse_size` through :func:`nsys_rules.config.configured_max_memory` and
-``settings_for``.
+:func:`nsys_rules.config.parse_max_memory`.
 
 Parquet and Arrow folders are priced by what they decode, not by what they store
 (:mod:`nsys_rules.loaders.decoded_price`: rows and sizes from the page and message headers,

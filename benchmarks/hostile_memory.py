@@ -144,7 +144,7 @@ def _time_pricing(path: Path) -> None:
         for table in needs:
             trace.row_count(table)  # the engine counts rows anyway
         started = time.perf_counter()
-        memory_limit.estimate(trace, needs, limit)
+        memory_limit.estimate(trace.export, needs, limit)
         cost = time.perf_counter() - started
         trace.close()
         print(f"{path.name}: pricing text with a {memory_limit.human(limit or 0)} limit took {1000 * cost:.0f} ms, "

@@ -49,7 +49,7 @@ for rule in select_rules(build_registry(autoload=False), Settings()):
             if trace.has(table):
                 needs.setdefault(table, [])
                 needs[table] += [c for c in cols if c not in needs[table]]
-est = memory_limit.estimate(trace, needs)
+est = memory_limit.estimate(trace.export, needs)
 print(json.dumps({"load": est.load, "total": est.total}))
 """
 

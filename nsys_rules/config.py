@@ -69,7 +69,7 @@ def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Map
                 raise UsageError(f"{path}: fail-on must be one of {', '.join(FAIL_ON)}{suggest(str(value), FAIL_ON)}")
             settings.fail_on = value
         elif key == "max-memory":
-            settings.max_memory = parse_size(str(value))
+            settings.max_memory = parse_max_memory(value)
         elif key == "noise-floor":
             settings.noise_floor_pct = parse_percent(value, f"{path}: noise-floor")
         elif key == "rule-timeout":
@@ -98,6 +98,29 @@ def load_config(path: Path | None, rules: Mapping[str, type[Rule]], aliases: Map
     for name, options in settings.rule_options.items():  # the rule's own check of its values, all of them at once
         build_options(rules[name], options, str(path))
     return settings
+
+
+def parse_max_memory(value: object) -> int:
+    """``--max-memory`` or the config file's ``max-memory`` (``2G``, ``512M``, a number of bytes) in bytes: the one
+    parser of the memory limit; :class:`UsageError` ("bad size") for anything else."""
+    return parse_size(str(value))
+
+
+def configured_max_memory(flag: str | None, config: Path | None) -> int | None:
+    """The memory limit a run asks for, before its settings are built: ``--max-memory`` when given, else the
+    config file's ``max-memory``; None when neither sets one (80 % of the available memory then).
+
+    ``check`` starts reading the trace ahead before the plugins load; a set limit makes it leave the reading
+    to the guard. Errors are the same as :func:`load_config`'s (:class:`UsageError`, ``OSError``).
+    """
+    if flag:
+        return parse_max_memory(flag)
+    if config is None:
+        return None
+    data = tomllib.loads(read_small_text(config))
+    table = data.get("tool", {}).get("nsys-rules", {}) if config.name == "pyproject.toml" else data
+    value = table.get("max-memory") if isinstance(table, dict) else None
+    return None if value is None else parse_max_memory(value)
 
 
 def parse_percent(value: Any, where: str) -> float:

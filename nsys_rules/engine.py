@@ -18,7 +18,6 @@ from nsys_rules.settings import Settings
 from nsys_rules.findings import rank_key
 from nsys_rules.containment import routed_stdout
 from nsys_rules.isolation import RuleOutcome, run_rule
-from nsys_rules.loaders.memory_limit import enforce_limit as enforce_memory_limit
 from nsys_rules.options import effective_options, rule_window_kind, select_rules
 from nsys_rules.records import RunError, Skipped, TraceInfo
 from nsys_rules.registry import Registry
@@ -70,7 +69,8 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
     for table, cols in model_needs(trace).items():  # the step model and the budget read these for every run
         needs.setdefault(table, []).extend(c for c in cols if c not in needs.get(table, []))
     windows = TraceWindows(trace, settings)
-    enforce_memory_limit(trace, needs, settings.max_memory)  # exit 3 before a read that cannot fit
+    if trace.meter is not None:  # given when the trace was opened (open_trace), from settings.max_memory
+        trace.meter.plan(trace.export, needs)  # exit 3 before a read that cannot fit
     trace.preload(needs)
     steady = windows.get("steady")
     model = windows.model()

@@ -3,7 +3,8 @@
 An nsys ``parquetdir``/``arrowdir`` export folder is one trace; other directories expand to the
 exports inside them; ``.nsys-rep`` reports are exported with ``nsys export`` (to SQLite, or to
 a parquetdir with ``--export-format parquetdir``) into a temporary folder, never beside the
-user's file; suffixes claimed by a plugin loader go to that loader.
+user's file. Which loader opens a path is the registry's (``register_loaders``: the built-in ones of
+:mod:`nsys_rules.builtin_loaders` first, then plugins'); the memory guard is built here, once per trace.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from nsys_rules import builtin_loaders
 from nsys_rules.errors import InputError
 from nsys_rules.loaders import EXPORT_FORMATS
-from nsys_rules.loaders.arrowdir import ArrowDirExport, folder_kind
-from nsys_rules.loaders.memory_limit import open_guard
-from nsys_rules.loaders.sqlite import SqliteExport
+from nsys_rules.loaders.folders import folder_kind
+from nsys_rules.loaders.columnar import ColumnarExport
+from nsys_rules.loaders.export import Export
+from nsys_rules.loaders.read_guard import install_meter
 from nsys_rules.nsys_locate import locate_nsys, missing_message
 from nsys_rules.textsafe import shell_word
 from nsys_rules.model.trace import Trace
@@ -26,17 +29,22 @@ from nsys_rules.model.trace import Trace
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 
 
-def expand_inputs(paths: list[str], extra_suffixes: tuple[str, ...] = ()) -> list[Path]:
-    """Files and export folders as given; other folders replaced by the traces directly inside them (sorted)."""
+def expand_inputs(paths: list[str], loaders: Mapping[str, Callable[..., Any]] | None = None) -> list[Path]:
+    """Files and export folders as given; other folders replaced by the traces directly inside them (sorted).
+
+    A trace inside a folder is a file of a loader's suffix (or ``.nsys-rep``), or a folder a loader claims
+    (``loaders``: the registry's; None: the built-in ones).
+    """
+    table = dict(builtin_loaders.LOADERS) if loaders is None else loaders
     out: list[Path] = []
-    suffixes = TRACE_SUFFIXES + tuple(extra_suffixes)
+    suffixes = TRACE_SUFFIXES + tuple(s for s, loader in table.items() if not _is_builtin(loader))
     for raw in paths:
         path = Path(raw)
-        if folder_kind(path) is not None:
-            out.append(path)  # a parquetdir/arrowdir export is one trace
+        if folder_kind(path) is not None or (path.is_dir() and _claimant(table, path) is not None):
+            out.append(path)  # a parquetdir/arrowdir export (or a folder a plugin's loader claims) is one trace
         elif path.is_dir():
             found = sorted(p for p in path.iterdir() if (p.is_file() and p.suffix.lower() in suffixes)
-                           or (p.is_dir() and folder_kind(p) is not None))
+                           or (p.is_dir() and (folder_kind(p) is not None or _claimant(table, p) is not None)))
             if not found:
                 raise InputError(f"{path}: folder holds no traces (*.sqlite, *.nsys-rep, *.parquetdir, *.arrowdir)")
             out.extend(found)
@@ -45,38 +53,85 @@ def expand_inputs(paths: list[str], extra_suffixes: tuple[str, ...] = ()) -> lis
     return out
 
 
+#: Reports nsys exports first (to ``--export-format``); no loader takes these suffixes.
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+#: What a ``.nsys-rep`` is exported to -> the built-in loader of that format.
+_EXPORTED_AS = {"sqlite": ".sqlite", "parquetdir": ".parquetdir", "arrowdir": ".arrowdir"}
+
+
 def open_trace(path: Path, loaders: Mapping[str, Callable[..., Any]] | None = None,
-               export_format: str = "sqlite", max_memory: int | None = None) -> Trace:
+               export_format: str = "sqlite", max_memory: int | None = None, per_text_value: int = 0) -> Trace:
     """Open one trace read-only; :class:`InputError` with one line when it cannot be used.
 
+    ``loaders`` is the registry's (suffix -> loader, built-ins first; None: the built-in ones only).
+    The loader of the path's suffix opens it, else the first that ``claims`` it, else the SQLite one;
     ``export_format`` is the ``nsys export --type`` a ``.nsys-rep`` is exported to first.
-    ``max_memory`` (``--max-memory`` in bytes; None: 80 % of the available memory) bounds what a folder
-    export's reads while it opens (its metadata tables) may hold.
+    The memory guard is built here, once, from ``max_memory`` (``--max-memory`` in bytes; None: 80 % of
+    the available memory) and ``per_text_value`` (see :func:`~nsys_rules.loaders.read_guard.install_meter`),
+    and handed to the export before the trace reads its metadata.
     """
+    table = dict(builtin_loaders.LOADERS) if loaders is None else loaders
     suffix = path.suffix.lower()
-    if loaders and suffix in loaders:
+    label = str(path)
+    if suffix in REPORT_SUFFIXES:
+        export = _open_report(path, export_format)
+    else:
+        loader = table.get(suffix) or _claimant(table, path) or table.get(".sqlite") or builtin_loaders.open_sqlite
+        opened = _load(loader, path, suffix)
+        if isinstance(opened, Trace):  # a plugin's loader made the trace itself: metered from now on
+            install_meter(opened.export, max_memory, opened.label, per_text_value)
+            return opened
+        export = opened
+    install_meter(export, max_memory, label, per_text_value)
+    try:
+        return Trace(export, label=label)
+    except BaseException:
+        export.close()  # a trace that cannot open keeps no file open (and no folder exported for it)
+        raise
+
+
+def _is_builtin(loader: Callable[..., Any]) -> bool:
+    return any(loader is own for own in builtin_loaders.LOADERS.values())
+
+
+def _claimant(loaders: Mapping[str, Callable[..., Any]], path: Path) -> Callable[..., Any] | None:
+    """The first loader whose ``claims(path)`` says the path is its kind (a built-in: an export folder by its files)."""
+    for suffix, loader in loaders.items():
+        claims = getattr(loader, "claims", None)
+        if claims is None:
+            continue
+        if _is_builtin(loader):
+            if claims(path):
+                return loader
+            continue
         try:
-            trace = loaders[suffix](path)
-        except InputError:
-            raise
-        except SystemExit as exc:
-            raise InputError(f"{path}: the plugin loader for {suffix} called sys.exit({exc.code!r})") from None
-        except Exception as exc:  # noqa: BLE001 - a plugin's bug on this file: say whose, one line
+            if claims(path):
+                return loader
+        except Exception as exc:  # noqa: BLE001 - a plugin's bug on this path: say whose, one line
             raise InputError(f"{path}: the plugin loader for {suffix} failed: {type(exc).__name__}: {exc}") from exc
-        if not isinstance(trace, Trace):
-            raise InputError(f"{path}: the loader for {suffix} returned {type(trace).__name__}, not a Trace")
-        return trace
-    if suffix in (".nsys-rep", ".qdrep"):
-        return _open_report(path, export_format)
-    kind = folder_kind(path)
-    if kind is not None:
-        export = ArrowDirExport(path, kind)
-        export.meter = open_guard(max_memory, str(path))
-        return Trace(export, label=str(path))
-    return Trace(SqliteExport(path), label=str(path))
+    return None
 
 
-def _open_report(path: Path, export_format: str = "sqlite") -> Trace:
+def _load(loader: Callable[..., Any], path: Path, suffix: str) -> Trace | Export:
+    """What ``loader`` made of ``path``: a trace or an export; a plugin's failure as one line."""
+    if _is_builtin(loader):
+        return loader(path)
+    try:
+        opened = loader(path)
+    except InputError:
+        raise
+    except SystemExit as exc:
+        raise InputError(f"{path}: the plugin loader for {suffix} called sys.exit({exc.code!r})") from None
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug on this file: say whose, one line
+        raise InputError(f"{path}: the plugin loader for {suffix} failed: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(opened, (Trace, Export)):
+        raise InputError(f"{path}: the loader for {suffix} returned {type(opened).__name__}, not a Trace")
+    return opened
+
+
+def _open_report(path: Path, export_format: str) -> Export:
+    """A ``.nsys-rep`` exported by nsys into a temporary folder, opened by the built-in loader of that format;
+    the folder is the export's own (removed when it closes)."""
     if not path.is_file():
         raise InputError(f"{path}: no such file")
     location = locate_nsys()
@@ -102,11 +157,10 @@ def _open_report(path: Path, export_format: str = "sqlite") -> Trace:
         if proc.returncode != 0 or not target.exists():
             last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
             raise InputError(f"{path}: `nsys export` failed: {last[0]}")
-        export = SqliteExport(target) if export_format == "sqlite" else ArrowDirExport(
-            target, "parquet" if export_format == "parquetdir" else "arrow")
-        trace = Trace(export, label=str(path))
+        export = builtin_loaders.LOADERS[_EXPORTED_AS[export_format]](target)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    trace.cleanup_dir = folder
-    return trace
+    if isinstance(export, ColumnarExport):
+        export.owned_folder = folder
+    return export

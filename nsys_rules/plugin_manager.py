@@ -32,9 +32,11 @@ from nsys_rules.textsafe import clip_value
 ENTRY_POINT_GROUP = "nsys_rules"
 #: Set to a non-empty value (not "0") to skip entry-point plugins, like pytest's PYTEST_DISABLE_PLUGIN_AUTOLOAD.
 AUTOLOAD_ENV = "NSYS_RULES_DISABLE_PLUGIN_AUTOLOAD"
-#: The built-in plugins, loaded by name (as pytest loads its ``default_plugins``): the rule pack, then
-#: the output formats. Nothing else imports them, so the engine sits below what it loads.
-BUILTIN_PLUGINS = (("nsys_rules.rules", BUILTIN), ("nsys_rules.formatters", BUILTIN + " formatters"))
+#: The built-in plugins, loaded by name (as pytest loads its ``default_plugins``): the loaders (SQLite,
+#: parquetdir, arrowdir), the rule pack, then the output formats. Nothing else imports the rule pack and
+#: the formats, so the engine sits below what it loads (``open_trace`` falls back on the built-in loaders).
+BUILTIN_PLUGINS = (("nsys_rules.builtin_loaders", BUILTIN + " loaders"), ("nsys_rules.rules", BUILTIN),
+                   ("nsys_rules.formatters", BUILTIN + " formatters"))
 _KEBAB = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 
@@ -91,7 +93,7 @@ def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:
     # Registration order (built-ins first): a plugin cannot shadow a built-in rule, format or
     # loader, and `nsys-rules rules` lists the built-in pack before plugins. Each plugin's trace
     # rules, then its job rules, plugin by plugin.
-    from nsys_rules.inputs import TRACE_SUFFIXES
+    from nsys_rules.inputs import REPORT_SUFFIXES
 
     order = {p["name"]: i for i, p in enumerate(registry.plugins)}
     rule_hooks = [(impl, "trace") for impl in pm.hook.register_rules.get_hookimpls()]
@@ -117,8 +119,9 @@ def _collect(pm: pluggy.PluginManager, registry: Registry) -> None:
     for impl in pm.hook.register_loaders.get_hookimpls():
         for suffix, func in (_call(impl, registry, dict) or {}).items():
             key = str(suffix).lower()
-            if not key.startswith(".") or key in TRACE_SUFFIXES or key in registry.loaders or not callable(func):
-                # The built-in readers (.sqlite, .nsys-rep) and an earlier plugin's suffix are never taken over.
+            if not key.startswith(".") or key in REPORT_SUFFIXES or key in registry.loaders or not callable(func):
+                # The built-in loaders (registered first: .sqlite, .parquetdir, .arrowdir), the reports nsys
+                # exports (.nsys-rep) and an earlier plugin's suffix are never taken over.
                 registry.errors.append(RunError(f"loader for {clip_value(suffix, 60)!r} is taken, not a '.suffix' "
                                                 "or not callable", plugin=impl.plugin_name))
                 continue

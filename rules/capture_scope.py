@@ -10,8 +10,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, Location, PROFILER_START_APIS, Renamed, Rule, RuleContext, Severity, in_set,
-                            metric, profiler_range_advice, shell_word)
+from nsys_rules.api import (Finding, Location, metric, profiler_range_advice, Renamed, Rule, RuleContext, Severity,
+                            shell_word)
+from nsys_rules.api.analysis import in_set, PROFILER_START_APIS
 
 
 HTOD = 1

@@ -8,8 +8,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from nsys_rules.api import plain_number
-from nsys_rules.api import (LABELS, Finding, Framework, Location, Rule, RuleContext, Severity, flag_names, metric,
-                            pct)
+from nsys_rules.api import Finding, Framework, LABELS, Location, metric, pct, Rule, RuleContext, Severity
+from nsys_rules.api.analysis import flag_names
 
 #: FP32 GEMM kernels that run on CUDA cores (FFMA): cuBLAS's <arch>_sgemm_* and xmma f32 kernels
 #: with f32 inputs (complex cf32 ones too: cuDNN's FFT convolutions run their products there),

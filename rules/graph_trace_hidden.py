@@ -8,8 +8,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, GRAPH_LAUNCH_APIS, Location, PROFILER_START_APIS, Rule, RuleContext, Severity, in_set,
-                            metric, pct)
+from nsys_rules.api import Finding, Location, metric, pct, Rule, RuleContext, Severity
+from nsys_rules.api.analysis import GRAPH_LAUNCH_APIS, in_set, PROFILER_START_APIS
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import (Finding, Framework, Location, PythonSite, Rule, RuleContext, Severity, SourceLine, StepModel,
-                            merge_intervals, metric, pct)
+from nsys_rules.api import (Finding, Framework, Location, metric, pct, PythonSite, Rule, RuleContext, Severity,
+                            SourceLine, StepModel)
+from nsys_rules.api.analysis import merge_intervals
 
 HTOD = 1  # CUPTI copyKind of a host-to-device copy
 #: What the budget calls a block of host work (nsys_rules.model.budget_shape): its share of the median step, and ns.

@@ -8,8 +8,8 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, KERNEL_LAUNCH_APIS, Location, Renamed, Rule, RuleContext, Severity, duration_sum,
-                            in_set, keys_rising, launch_key, metric)
+from nsys_rules.api import Finding, Location, metric, Renamed, Rule, RuleContext, Severity
+from nsys_rules.api.analysis import duration_sum, in_set, KERNEL_LAUNCH_APIS, keys_rising, launch_key
 
 ENV_VAR = "CUDA_LAUNCH_BLOCKING"
 

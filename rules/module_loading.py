@@ -7,8 +7,9 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import (Finding, Framework, Location, MODULE_LOADS, MissingData, Renamed, Rule, RuleContext, Severity,
-                            in_set, library_of, metric, pct, point_in)
+from nsys_rules.api import (Finding, Framework, library_of, Location, metric, MissingData, pct, Renamed, Rule,
+                            RuleContext, Severity)
+from nsys_rules.api.analysis import in_set, MODULE_LOADS, point_in
 
 
 @dataclass(frozen=True)

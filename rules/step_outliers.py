@@ -7,9 +7,10 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import (ALLOC_APIS, Budget, Finding, Framework, KERNEL, LABELS, Location, MEMCPY, MEMSET, MODULE_LOADS,
-                            MissingData, REPLAY, Renamed, Rule, RuleContext, SYNC_APIS, Severity, base_name, category_codes,
-                            metric, pct, point_in, rows_with_codes)
+from nsys_rules.api import (Budget, Finding, Framework, KERNEL, LABELS, Location, MEMCPY, MEMSET, metric,
+                            MissingData, pct, Renamed, REPLAY, Rule, RuleContext, Severity)
+from nsys_rules.api.analysis import (ALLOC_APIS, base_name, category_codes, MODULE_LOADS, point_in, rows_with_codes,
+                                     SYNC_APIS)
 
 _COPY_KINDS = {1: "host-to-device", 2: "device-to-host", 8: "device-to-device", 10: "peer-to-peer"}
 

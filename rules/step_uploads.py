@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.api import plain_number
-from nsys_rules.api import (Finding, Framework, Location, MissingData, Rule, RuleContext, Severity, metric,
-                            pct, pinned_memory_advice, point_in, resident_data_advice)
+from nsys_rules.api import (Finding, Framework, Location, metric, MissingData, pct, pinned_memory_advice,
+                            resident_data_advice, Rule, RuleContext, Severity)
+from nsys_rules.api.analysis import point_in
 
 HTOD = 1  # CUPTI copyKind of a host-to-device copy
 PAGEABLE = 0  # CUPTI memory kind of pageable host memory

@@ -84,16 +84,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _memory_limit_set(args: argparse.Namespace) -> bool:
     """Whether the user limits memory (flag or config file): then the guard sees every read first."""
-    from nsys_rules.config import find_config
-    from nsys_rules.userfiles import read_small_text
+    from nsys_rules.config import configured_max_memory, find_config, tomllib
 
-    if getattr(args, "max_memory", None):
-        return True
     try:
         path = Path(args.config) if getattr(args, "config", None) else find_config(Path.cwd())
-        return path is not None and "max-memory" in read_small_text(path)
-    except (OSError, UnicodeDecodeError):
-        return True  # settings_for reports the file; nothing is read before it does
+        return configured_max_memory(getattr(args, "max_memory", None), path) is not None
+    except (OSError, UnicodeDecodeError, UsageError, tomllib.TOMLDecodeError, RecursionError):
+        return True  # settings_for reports the flag or the file; nothing is read before it does
 
 
 def _dask_timeout(args: argparse.Namespace) -> float:
@@ -135,7 +132,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.dask is not None and not args.dask.strip():
         raise UsageError("--dask needs a scheduler address (tcp://host:8786) or 'local'")
     dask_timeout = _dask_timeout(args)
-    paths = expand_inputs(args.traces, tuple(registry.loaders))
+    paths = expand_inputs(args.traces, registry.loaders)
     baseline = prepare(args, registry, settings, paths)
     if getattr(args, "own_process", False):
         # The process is ours (the console script): a rule that ignores --rule-timeout ends it, after the report.

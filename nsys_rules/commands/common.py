@@ -11,11 +11,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from nsys_rules.config import find_config, load_config, parse_max_findings, parse_percent, parse_seconds, parse_set
+from nsys_rules.config import (find_config, load_config, parse_max_findings, parse_max_memory, parse_percent,
+                               parse_seconds, parse_set)
 from nsys_rules.settings import FAIL_ON, Settings, build_options, resolve_rule_name
 from nsys_rules.errors import UsageError
 from nsys_rules.textsafe import clip_value
-from nsys_rules.units import parse_size, plain_float, whole_number
+from nsys_rules.units import plain_float, whole_number
 
 if TYPE_CHECKING:
     from nsys_rules.registry import Registry
@@ -64,7 +65,7 @@ def settings_for(args: argparse.Namespace, registry: Registry) -> Settings:
     if getattr(args, "noise_floor", None) is not None:
         settings.noise_floor_pct = parse_percent(args.noise_floor, "--noise-floor")
     if getattr(args, "max_memory", None):
-        settings.max_memory = parse_size(args.max_memory)
+        settings.max_memory = parse_max_memory(args.max_memory)
     if getattr(args, "rule_timeout", None) is not None:
         settings.rule_timeout = parse_seconds(args.rule_timeout)
     if getattr(args, "max_findings", None) is not None:

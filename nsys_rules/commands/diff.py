@@ -18,7 +18,6 @@ from nsys_rules.formatters.layout import FILE_WIDTH, fit, one_line, shorten, ter
 from nsys_rules.formatters.markdown import cell, code_cell
 from nsys_rules.formatters.short_names import distinct_names
 from nsys_rules.inputs import open_trace
-from nsys_rules.loaders.memory_limit import install_read_guard
 from nsys_rules.textsafe import terminal_safe
 from nsys_rules.units import human_ns, plain_number
 from nsys_rules.model.windows import SteadyOptions
@@ -81,9 +80,8 @@ def run(args: argparse.Namespace) -> int:
     sides: list[list[Run]] = [[], []]
     for side, paths in zip(sides, (bases, news), strict=True):
         for path in paths:
-            trace = open_trace(Path(path), registry.loaders, max_memory=settings.max_memory)
+            trace = open_trace(Path(path), registry.loaders, settings.export_format, settings.max_memory)
             try:
-                install_read_guard(trace, settings.max_memory)
                 side.append(run_of(trace, steady))
             finally:
                 trace.close()

@@ -15,11 +15,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from nsys_rules.units import parse_size
+from nsys_rules.config import parse_max_memory
 from nsys_rules.errors import UsageError
 from nsys_rules.inputs import EXPORT_FORMATS, open_trace
-from nsys_rules.loaders.arrowdir import folder_kind
-from nsys_rules.loaders.memory_limit import STATS_BYTES_PER_NAME, install_read_guard
+from nsys_rules.loaders.folders import folder_kind
+from nsys_rules.loaders.memory_limit import STATS_BYTES_PER_NAME
 from nsys_rules.outpaths import guard_outputs, write_atomic
 from nsys_rules.stats import REPORTS, TITLES, parse_reports
 from nsys_rules.stats.filters import stats_window
@@ -65,11 +65,11 @@ def run(args: argparse.Namespace) -> int:
     if path.is_dir() and folder_kind(path) is None:
         raise UsageError(f"{path}: stats takes one trace (a file or a parquetdir/arrowdir export folder), not a "
                          "folder of them")
-    limit = parse_size(args.max_memory) if args.max_memory else None
+    limit = parse_max_memory(args.max_memory) if args.max_memory else None  # stats reads no config file
     files = _output_files(args, path, [spec for spec, _, _ in reports], EXTENSIONS[fmt])
-    trace = open_trace(path, export_format=args.export_format, max_memory=limit)
+    # Every table read is priced first, as check's are; a report's output grows with the names it prints.
+    trace = open_trace(path, export_format=args.export_format, max_memory=limit, per_text_value=STATS_BYTES_PER_NAME)
     try:
-        install_read_guard(trace, limit, STATS_BYTES_PER_NAME)  # every table read is priced first, as check does
         window = stats_window(trace, filter_value(args, "filter_time", "START/END, e.g. 5s/7s"),
                               filter_value(args, "filter_nvtx", "an NVTX range name"))
         results = [(spec, in_time_unit(module.build(trace, window, variant, args.percentiles), args.timeunit))

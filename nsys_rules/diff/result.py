@@ -6,7 +6,7 @@ steps of its step model (:mod:`nsys_rules.model.steps`) and measured with the st
 the **median step**: its change from BASE to NEW, with a 95 % interval from
 :func:`nsys_rules.analysis.shift.median_shifts` (steps resampled within each run, a between-run
 effect measured from the runs' medians when a side has 2+ runs, else assumed: see
-:func:`assumed_between`). Verdicts: ``slower``, ``faster`` (the interval excludes zero),
+:func:`.pooled.assumed_between`). Verdicts: ``slower``, ``faster`` (the interval excludes zero),
 ``no change`` (the interval lies within +-:data:`NO_CHANGE_PCT` %, or the gate when smaller),
 ``inconclusive``. The gate fails only when the whole interval lies above it.
 
@@ -25,11 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import numpy as np
 
-from nsys_rules.analysis.shift import Shift, median_shifts, robust_spread, verdict
+from nsys_rules.analysis.shift import Shift, verdict
+from nsys_rules.diff.pooled import LEVEL, TOTAL_SERIES, mean_rows, merged, merged_labels, shifts
 from nsys_rules.diff.same import facts, mismatches
-from nsys_rules.diff.sides import HOST_PARTS, Run
+from nsys_rules.diff.sides import Run
 from nsys_rules.errors import UsageError
 from nsys_rules.units import human_ns, plain_number
 
@@ -46,13 +46,9 @@ DEFAULT_HOST_SPREAD_PCT = 15.0
 HOST_BOUND = 0.5
 #: Runs per side we recommend where one run cannot decide.
 RECOMMENDED_RUNS = 3
-LEVEL = 0.95
 METHOD = ("bootstrap of the median step: steps resampled within each run (1000 resamples, fixed seed; past 300 "
           "steps the median's rank drawn from its normal limit), a between-run effect from the runs' medians "
           "(Student t) when a side has 2+ runs, else assumed; 95 % percentile interval")
-#: The four series every verdict speaks of, with the words for them.
-TOTAL_SERIES = (("step", "time per step"), ("gpu", "GPU kernel time per step"), ("idle", "host/idle time per step"),
-                ("host", "host-caused idle per step"))
 
 
 @dataclass(frozen=True)
@@ -261,18 +257,18 @@ def compare(base: Run | Sequence[Run], new: Run | Sequence[Run], gate_pct: float
                                  f"{s['reason']}; mark the loop's steps with an NVTX range (or see `nsys-rules check` "
                                  "on it for the step model)")
     forced = _sameness(base_runs, new_runs, force)
-    bs, ns_ = _merged(base_runs), _merged(new_runs)
-    totals, rows = _shifts(base_runs, new_runs, host_spread_pct)
+    bs, ns_ = merged(base_runs), merged(new_runs)
+    totals, rows = shifts(base_runs, new_runs, host_spread_pct)
     result = DiffResult(bs, ns_, [], [], [], gate_pct, totals=totals, runs=(len(base_runs), len(new_runs)),
                         host_spread_pct=host_spread_pct,
                         graph_replays=any(r.graph_replays for r in (*base_runs, *new_runs)), forced=forced)
     # A row's verdict is on what it did to the step: within +-margin of BASE's median step is no change.
     margin = (result.margin_pct, totals["step"].base)
-    labels = {**_merged_labels(new_runs), **_merged_labels(base_runs)}
+    labels = {**merged_labels(new_runs), **merged_labels(base_runs)}
     result.parts = _rows(bs["parts"], ns_["parts"], "part", rows, margin, labels)
-    result.classes = _rows(_mean_rows(base_runs, "classes", "class"), _mean_rows(new_runs, "classes", "class"),
+    result.classes = _rows(mean_rows(base_runs, "classes", "class"), mean_rows(new_runs, "classes", "class"),
                            "class", rows, margin)
-    result.kernels = _rows(_mean_rows(base_runs, "kernels", "name"), _mean_rows(new_runs, "kernels", "name"),
+    result.kernels = _rows(mean_rows(base_runs, "kernels", "name"), mean_rows(new_runs, "kernels", "name"),
                            "kernel", rows, margin)
     notes = [f"--force: {text}" for text in forced]
     for label, runs in (("BASE", base_runs), ("NEW", new_runs)):
@@ -300,87 +296,6 @@ def _sameness(base_runs: list[Run], new_runs: list[Run], force: bool) -> list[st
     if found and not force:
         raise UsageError(f"diff compares runs of one program and step: {found[0]}; pass --force to compare anyway")
     return found
-
-
-def assumed_between(run: Run, names: Sequence[str], host_spread_pct: float) -> np.ndarray:
-    """Per series, the between-run standard deviation of a run's median to assume when it cannot be measured.
-
-    The in-run spread of the series (a run's median can land about one in-run standard deviation
-    away in another run); for the step, its idle rest and the host-caused parts, at least
-    ``host_spread_pct`` percent of the run's host-caused idle time: a host-bound loop's host time
-    moves between runs by more than its steps scatter within one (other processes, clocks, caches).
-    """
-    out = np.zeros(len(names))
-    host = float(np.median(run.series["host"])) if len(run.series.get("host", ())) else 0.0
-    for i, name in enumerate(names):
-        values = run.series.get(name)
-        if values is None or not len(values):
-            continue
-        spread = float(robust_spread(values)[0])
-        if name in ("step", "idle", "host"):
-            spread = max(spread, host_spread_pct / 100.0 * host)
-        elif name.startswith("part:") and name[5:] in HOST_PARTS:
-            spread = max(spread, host_spread_pct / 100.0 * float(np.median(values)))
-        out[i] = spread
-    return out
-
-
-def _shifts(base_runs: list[Run], new_runs: list[Run],
-            host_spread_pct: float) -> tuple[dict[str, Shift], dict[str, Shift]]:
-    """The median's shift of every series any run has: the four totals, and the rest by series name."""
-    names = [name for name, _ in TOTAL_SERIES]
-    for run in (*base_runs, *new_runs):
-        names += [k for k in run.series if k not in names]
-    matrices = [[_matrix(run, names) for run in runs] for runs in (base_runs, new_runs)]
-    assumed = tuple(np.sqrt(np.mean([assumed_between(r, names, host_spread_pct) ** 2 for r in runs], axis=0))
-                    for runs in (base_runs, new_runs))
-    shifts = median_shifts(matrices[0], matrices[1], (assumed[0], assumed[1]), level=LEVEL)
-    by_name = dict(zip(names, shifts, strict=True))
-    return {name: by_name[name] for name, _ in TOTAL_SERIES}, by_name
-
-
-def _matrix(run: Run, names: list[str]) -> np.ndarray:
-    steps = len(run.series["step"])
-    return np.stack([run.series.get(name, np.zeros(steps)) for name in names])
-
-
-def _merged(runs: list[Run]) -> dict[str, Any]:
-    """A side's summary: its first run's, with the per-step means averaged over the runs and the steps summed."""
-    out = dict(runs[0].summary)
-    out["runs"] = len(runs)
-    out["paths"] = [r.summary["path"] for r in runs]
-    if len(runs) == 1:
-        return out
-    for key in ("step_time_ns", "busy_per_step_ns", "idle_per_step_ns", "contention_per_step_ns",
-                "gpu_time_per_step_ns"):
-        out[key] = round(float(np.mean([r.summary[key] for r in runs])), 1)
-    out["step_p50_ns"] = int(np.median([r.summary["step_p50_ns"] for r in runs]))
-    out["steps"] = int(sum(r.summary["steps"] for r in runs))
-    out["steps_per_run"] = [r.summary["steps"] for r in runs]
-    names = list(dict.fromkeys(k for r in runs for k in r.summary["parts"]))
-    out["parts"] = {k: round(float(np.mean([r.summary["parts"].get(k, 0.0) for r in runs])), 1) for k in names}
-    out["part_labels"] = _merged_labels(runs)
-    out["has_kernels"] = all(r.summary["has_kernels"] for r in runs)
-    return out
-
-
-def _merged_labels(runs: list[Run]) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    for r in runs:
-        labels.update(r.summary.get("part_labels", {}))
-    return labels
-
-
-def _mean_rows(runs: list[Run], table: str, key: str) -> list[dict[str, Any]]:
-    """The profile's rows (kernel classes or kernels) with the per-step time averaged over the runs."""
-    sums: dict[str, float] = {}
-    classes: dict[str, str] = {}
-    for run in runs:
-        for row in run.profile.get(table, []):
-            name = str(row[key])
-            sums[name] = sums.get(name, 0.0) + float(row["per_step_ns"])
-            classes.setdefault(name, str(row["class"]))
-    return [{key: name, "class": classes[name], "per_step_ns": total / len(runs)} for name, total in sums.items()]
 
 
 def _rows(base: Any, new: Any, kind: str, shifts: dict[str, Shift], margin: tuple[float, float],

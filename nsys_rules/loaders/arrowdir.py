@@ -29,10 +29,12 @@ from nsys_rules.errors import InputError
 from nsys_rules.malloc_tune import release_free_memory
 from nsys_rules.loaders import damage as damage_fix
 from nsys_rules.loaders import claims
-from nsys_rules.loaders.batches import check_supported, fill_columns, note_column, object_bytes, stoppable
+from nsys_rules.loaders.batches import fill_columns, note_column, object_bytes, stoppable
 from nsys_rules.loaders.columnar import ColumnarExport
 from nsys_rules.loaders.decoded_price import DecodedPrice, FOOTER_FACTOR, add_text, is_text_type, price, scan
-from nsys_rules.loaders.export import MAX_META_ROWS, MAX_STRING, NULL_INT, has_nsys_tables
+from nsys_rules.loaders.export import MAX_META_ROWS, NULL_INT, has_nsys_tables
+from nsys_rules.loaders.folders import SUFFIXES, folder_kind, guess_kind, py_values
+from nsys_rules.loaders.guard import remove_folder
 from nsys_rules.loaders.ipc_layout import IpcLayout, ipc_layout
 from nsys_rules.loaders.parquet_layout import footer_length
 from nsys_rules.loaders.stored_bytes import TextUse
@@ -46,11 +48,6 @@ def _arrow_can_name(path: Path) -> bool:
         return False
     return True
 
-
-#: Folder kinds by the file suffix nsys gives each table.
-SUFFIXES = {"parquet": ".parquet", "arrow": ".arrow"}
-#: Folder name endings ``nsys export`` uses by default for each kind.
-FOLDER_ENDINGS = {".parquetdir": "parquet", ".arrowdir": "arrow"}
 
 #: Rows decoded per Parquet batch: large enough that per-batch overhead stays small, small enough
 #: that one batch of a dozen columns is a few MB.
@@ -66,27 +63,6 @@ STRINGS_SCAN_FROM = 64 * 1024 * 1024
 _HINT = "export the report again with `nsys export --type=parquetdir REPORT.nsys-rep`"
 
 
-def folder_kind(path: Path) -> str | None:
-    """``parquet`` or ``arrow`` when ``path`` looks like an nsys export folder (by name or by its files), else None."""
-    by_name = FOLDER_ENDINGS.get(path.suffix.lower())
-    if by_name is not None:
-        return by_name
-    try:
-        if not path.is_dir():
-            return None
-        for kind, suffix in SUFFIXES.items():
-            if (path / f"StringIds{suffix}").exists():
-                return kind
-        # No StringIds but nsys table files: still an export folder (a damaged one, said when opened).
-        for entry in path.iterdir():
-            for kind, suffix in SUFFIXES.items():
-                if entry.name.endswith(suffix) and has_nsys_tables([entry.name]):
-                    return kind
-    except OSError:
-        return None
-    return None
-
-
 class ArrowDirExport(ColumnarExport):
     """An open ``parquetdir`` or ``arrowdir`` export folder.
 
@@ -100,13 +76,11 @@ class ArrowDirExport(ColumnarExport):
         super().__init__()
         self.path = Path(path)
         self.damage: list[str] = []
-        #: The memory guard's reads check (``ReadGuard.check_read``); None: reads are not metered.
-        self.meter: Any = None
         found = kind or folder_kind(self.path)
         if not self.path.is_dir():
             what = "not a folder" if self.path.exists() else "no such folder"
             raise InputError(f"{self.path}: {what}; give an nsys parquetdir/arrowdir export folder or a .sqlite")
-        self.kind = found if found in SUFFIXES else _guess_kind(self.path)
+        self.kind = found if found in SUFFIXES else guess_kind(self.path)
         suffix = SUFFIXES[self.kind]
         try:
             entries = sorted(self.path.iterdir())
@@ -348,7 +322,8 @@ class ArrowDirExport(ColumnarExport):
             yield batch.select(columns)
 
     def close(self) -> None:
-        """Nothing stays open between reads; present for the :class:`~nsys_rules.loaders.export.Export` interface."""
+        """Nothing stays open between reads; the folder of an export made for this run is removed."""
+        remove_folder(self.owned_folder)
 
 
 class _Reading:
@@ -375,36 +350,6 @@ def _stays_inside(link: Path, folder: Path) -> bool:
     except (OSError, RuntimeError):
         return True  # a dangling or looping link: not regular, noted as damage below
     return target == folder or folder in target.parents
-
-
-def py_values(array: Any, as_text: bool = False) -> list[Any]:
-    """``array`` as Python values, text cut to MAX_STRING characters before Python sees it whole (bytes that
-    are not UTF-8 show as U+FFFD); a dictionary's entries are made once and shared by their codes, so a long
-    entry repeated costs one string. ``as_text``: binary values read as text too (StringIds)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    check_supported(array)
-    if pa.types.is_dictionary(array.type):
-        entries = py_values(array.dictionary, as_text)
-        return [None if code is None else entries[code] for code in array.indices.to_pylist()]
-    if not is_text_type(array.type):
-        return list(array.to_pylist())
-    text = as_text or not (pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type)
-                           or pa.types.is_fixed_size_binary(array.type)
-                           or getattr(pa.types, "is_binary_view", lambda t: False)(array.type))
-    cut = pc.binary_slice(array.cast(pa.large_binary()), 0, 4 * MAX_STRING).to_pylist()
-    if not text:
-        return cut
-    return [None if v is None else v.decode("utf-8", "replace")[:MAX_STRING] for v in cut]
-
-
-def _guess_kind(path: Path) -> str:
-    try:
-        names = [p.suffix for p in path.iterdir()]
-    except OSError:
-        return "parquet"
-    return "arrow" if names.count(".arrow") > names.count(".parquet") else "parquet"
 
 
 def _one_line(exc: BaseException) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 
 from nsys_rules.loaders import damage as damage_fix
 from nsys_rules.loaders.columns import ONE_VALUE_ROWS, all_equal, isnull, one_value
-from nsys_rules.loaders.export import DEVICE_COLUMNS, MAX_DEVICE_ID, NULL_INT
+from nsys_rules.loaders.export import DEVICE_COLUMNS, MAX_DEVICE_ID, NULL_INT, ReadMeter
 from nsys_rules.loaders.strings import StringLookups
 from nsys_rules.loaders.tables import Column, Table
 from nsys_rules.loaders.taking import NOTHING, Taking
@@ -50,6 +50,11 @@ class ColumnarExport(StringLookups, ABC):
 
     def __init__(self) -> None:
         self._strings: tuple[np.ndarray, np.ndarray] | None = None
+        #: The memory guard the reads are priced against (see :class:`~nsys_rules.loaders.export.ReadMeter`).
+        self.meter: ReadMeter | None = None
+        #: A temporary folder this export was written into for this run (a ``.nsys-rep`` exported by
+        #: nsys-rules), removed when the export closes; None for the user's own export.
+        self.owned_folder: Path | None = None
 
     # -- what a format provides ---------------------------------------------------------
     @abstractmethod

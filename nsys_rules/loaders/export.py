@@ -12,7 +12,7 @@ turning raw columns into canonical typed frames; :mod:`.strings` its ``StringIds
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -40,6 +40,33 @@ NSYS_PREFIXES = ("TARGET_INFO_", "META_DATA_", "EXPORT_META_DATA", "CUPTI_ACTIVI
                  "ThreadNames", "OSRT_", "PROCESSES", "ANALYSIS_", "ENUM_NSYS_", "PROFILER_OVERHEAD")
 
 
+class ReadMeter(Protocol):
+    """What an export's reads are priced against: the memory limit (``--max-memory``), given when the trace opens.
+
+    It prices an export and its row counts, never a trace; :class:`nsys_rules.loaders.read_guard.ReadGuard`
+    is nsys-rules' own. Each method raises :class:`~nsys_rules.errors.InputError` (exit 3, one line saying
+    how much is needed and how to need less) instead of letting a read pass the limit.
+    """
+
+    label: str
+
+    def plan(self, export: "Export", needs: Mapping[str, Iterable[str]]) -> object:
+        """Price the engine's planned load (canonical table -> columns) at once, before any of it is read."""
+        ...
+
+    def admit(self, export: "Export", table: str, columns: Iterable[str]) -> None:
+        """Price a read of canonical ``columns`` of ``table`` the plan did not cover, before it happens."""
+        ...
+
+    def admit_bytes(self, what: str, nbytes: int) -> None:
+        """Price a read its caller priced itself (``what``: its name), ``nbytes`` at its peak."""
+        ...
+
+    def check_read(self, what: str, nbytes: int) -> None:
+        """A read under way holds ``nbytes``: stop it when that passes what is left (a file whose headers lied)."""
+        ...
+
+
 @runtime_checkable
 class Export(Protocol):
     """An open nsys export, whatever its format. Opened read-only; never written."""
@@ -47,6 +74,9 @@ class Export(Protocol):
     path: Path
     #: What the loader had to drop or patch, one line each.
     damage: list[str]
+    #: The memory guard its reads are priced against, handed over when the trace is opened
+    #: (:func:`nsys_rules.inputs.open_trace`); None: reads are not metered (a trace built by hand).
+    meter: ReadMeter | None
     #: Names of the tables the export holds.
     table_names: frozenset[str]
     #: Whether reading two big tables at once in threads pays (see ``Trace.preload``).

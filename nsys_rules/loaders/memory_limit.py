@@ -8,13 +8,20 @@ may hold enough text to matter). A run that would take the machine down stops fi
 exit 3 and a line that says how much it needs and how to need less.
 
 Reads the engine did not plan (``stats``, ``diff``, a rule asking for more columns) go
-through the same prices: :class:`ReadGuard`, installed on the trace, admits each read before
-it happens and stops the one that would pass the limit.
+through the same prices: :class:`~nsys_rules.loaders.read_guard.ReadGuard`, built once when a trace is
+opened (:func:`~nsys_rules.loaders.read_guard.install_meter`, called by :func:`nsys_rules.inputs.open_trace`
+from the settings) and handed to the export as its :class:`~nsys_rules.loaders.export.ReadMeter`, admits
+each read before it happens and stops the one that would pass the limit. It prices an export and its
+row counts; it never sees a trace.
+
+``--max-memory`` (the flag or the config file's ``max-memory``) is parsed in one place,
+:func:`nsys_rules.config.parse_max_memory`.
 
 Parquet and Arrow folders are priced by what they decode, not by what they store
 (:mod:`nsys_rules.loaders.decoded_price`: rows and sizes from the page and message headers,
 dictionary codes expanded), and their reads report what they hold as they go
-(:meth:`ReadGuard.check_read`): a file whose headers lie is stopped by its read, with the same line.
+(:meth:`~nsys_rules.loaders.read_guard.ReadGuard.check_read`): a file whose headers lie is stopped by
+its read, with the same line.
 
 The per-column costs follow the loader (:mod:`nsys_rules.loaders.sqlite`): an integer column
 ends as an int64 array (8 B a row) and, while it is read, may exist twice (the streamed
@@ -26,18 +33,14 @@ becomes Python strings (object header plus text).
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
-from nsys_rules.errors import InputError
+from nsys_rules.loaders.export import Export
 from nsys_rules.loaders.tables import TABLES
 from nsys_rules.loaders.stored_bytes import (holds_more_than_numbers, measure_text, sample_has_text, source_columns,
                                              table_storage, worst_text_bytes)
-
-if TYPE_CHECKING:
-    from nsys_rules.model.trace import Trace
 
 #: Share of the available memory a run may plan to use when ``--max-memory`` is not given.
 DEFAULT_SHARE = 0.8
@@ -112,9 +115,15 @@ def column_bytes(table: str, column: str) -> int:
     return NAME_COLUMN_BYTES if kind in ("string", "text", "nvtx_name") else INT_COLUMN_BYTES
 
 
-def estimate(trace: "Trace", needs: Mapping[str, Iterable[str]], limit: int | None = None,
+def row_count(export: Export, table: str) -> int:
+    """Rows of canonical ``table`` in the export's file (0 when absent), without reading them."""
+    source = export.source_of(TABLES[table])
+    return export.count(source) if source else 0
+
+
+def estimate(export: Export, needs: Mapping[str, Iterable[str]], limit: int | None = None,
              per_text_value: int = 0) -> MemoryEstimate:
-    """Estimate the memory to load ``needs`` (canonical table -> columns) from ``trace``.
+    """Estimate the memory to load ``needs`` (canonical table -> columns) from ``export``.
 
     Nothing is loaded: row counts price the values as numbers; when ``limit`` is given and the
     stored bytes could hold enough text to pass it, the text is priced
@@ -124,22 +133,22 @@ def estimate(trace: "Trace", needs: Mapping[str, Iterable[str]], limit: int | No
     costs: list[TableCost] = []
     for table, cols in needs.items():
         columns = list(dict.fromkeys(cols))
-        rows = int(trace.row_count(table))
+        rows = int(row_count(export, table))
         per_row = sum(column_bytes(table, c) for c in columns)
         costs.append(TableCost(table, rows, len(columns), rows * per_row))
-    cost = MemoryEstimate(tuple(costs), _strings_bytes(trace) if needs else 0)
+    cost = MemoryEstimate(tuple(costs), _strings_bytes(export) if needs else 0)
     if limit is None or cost.total > limit:
         return cost
-    return _with_text(trace, needs, cost, limit - cost.total, per_text_value)
+    return _with_text(export, needs, cost, limit - cost.total, per_text_value)
 
 
-def _with_text(trace: "Trace", needs: Mapping[str, Iterable[str]], cost: MemoryEstimate, room: int,
+def _with_text(export: Any, needs: Mapping[str, Iterable[str]], cost: MemoryEstimate, room: int,
                per_text_value: int) -> MemoryEstimate:
-    export = getattr(trace, "export", None)
-    if export is not None and hasattr(export, "decoded_price") and hasattr(export, "source_of"):
+    # The formats differ in how text is measured: a folder's decoded price, a SQLite file's stored bytes.
+    if hasattr(export, "decoded_price"):
         return _decoded(export, needs, cost, room, per_text_value)
-    if export is None or not hasattr(export, "_query") or not hasattr(export, "source_of"):
-        return cost  # a plugin loader's trace: no SQL file to measure
+    if not hasattr(export, "_query"):
+        return cost  # a plugin loader's export: no SQL file to measure
     looks = []
     for item in cost.tables:
         source, columns = source_columns(export, item.table, needs[item.table])
@@ -191,9 +200,8 @@ def _total(bounds: list[int | None]) -> int | None:
     return sum(known) if len(known) == len(bounds) else None
 
 
-def _strings_bytes(trace: "Trace") -> int:
-    export = getattr(trace, "export", None)
-    if export is None or "StringIds" not in getattr(export, "table_names", ()):
+def _strings_bytes(export: Export) -> int:
+    if "StringIds" not in export.table_names:
         return 0
     count, text = export.strings_size()
     return count * STRING_ROW_BYTES + text
@@ -250,140 +258,3 @@ def human(nbytes: float) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} GB"  # pragma: no cover
-
-
-def enforce_limit(trace: "Trace", needs: Mapping[str, Iterable[str]], max_memory: int | None) -> MemoryEstimate:
-    """Raise :class:`InputError` (exit 3) when loading ``needs`` would take more than the limit.
-
-    ``max_memory`` is ``--max-memory`` in bytes; None means 80 % of the available memory.
-    Returns the estimate when it fits.
-    """
-    explicit = max_memory is not None
-    limit = max_memory if explicit else default_limit()
-    cost = estimate(trace, needs, limit)
-    if limit is not None and cost.total > limit:
-        label = getattr(trace, "label", "trace")
-        parts = ", ".join(t.describe() for t in cost.biggest())
-        raise InputError(f"{label}: the run needs about {human(cost.total)} (it loads {parts}) but the limit is "
-                         f"{human(limit)} ({_where(explicit)}); read less with --select (fewer rules read fewer tables "
-                         "and columns), or run on a machine with more memory")
-    guard = install_read_guard(trace, max_memory)
-    guard.charge(cost, needs)
-    return cost
-
-
-def _where(explicit: bool) -> str:
-    return "--max-memory" if explicit else "80 % of the available memory (set --max-memory to change it)"
-
-
-class ReadGuard:
-    """Admits each table read of one trace against the memory limit, before the read (thread-safe).
-
-    The first read also pays for the string table and the fixed working state; a table read
-    again with more columns pays the difference.
-    """
-
-    def __init__(self, limit: int | None, explicit: bool, per_text_value: int = 0, label: str = "trace") -> None:
-        self.limit = limit
-        self.explicit = explicit
-        self.per_text_value = per_text_value
-        self.label = label
-        self._charged: dict[str, tuple[frozenset[str], int]] = {}
-        self._used = FIXED_BYTES
-        self._strings_paid = False
-        self._lock = threading.RLock()  # a read priced under the lock reports to check_read
-
-    def charge(self, cost: MemoryEstimate, needs: Mapping[str, Iterable[str]]) -> None:
-        """Record reads already priced by :func:`enforce_limit` (the engine's planned load)."""
-        with self._lock:
-            for item in cost.tables:
-                self._record(item.table, frozenset(needs[item.table]), _run_bytes(item))
-            if cost.tables:
-                self._used += int(cost.strings_bytes * RUN_FACTOR)
-                self._strings_paid = True
-
-    def _record(self, table: str, columns: frozenset[str], nbytes: int) -> None:
-        previous = self._charged.get(table)
-        self._used += nbytes - (previous[1] if previous else 0)
-        self._charged[table] = (columns | (previous[0] if previous else frozenset()), nbytes)
-
-    def admit(self, trace: "Trace", table: str, columns: Iterable[str]) -> None:
-        """Raise :class:`InputError` (exit 3) when reading ``columns`` of ``table`` would pass the limit."""
-        wanted = frozenset(columns)
-        with self._lock:
-            previous = self._charged.get(table)
-            if previous is not None and wanted <= previous[0]:
-                return
-            if self.limit is None:
-                return
-            all_columns = wanted | (previous[0] if previous else frozenset())
-            room = self.limit - self._used + (previous[1] if previous else 0)
-            cost = estimate(trace, {table: all_columns}, max(room, 0) + FIXED_BYTES, self.per_text_value)
-            strings = 0 if self._strings_paid else int(cost.strings_bytes * RUN_FACTOR)
-            need = sum(_run_bytes(t) + t.text_values * self.per_text_value for t in cost.tables) + strings
-            if need > room:
-                (item,) = cost.tables
-                raise InputError(f"{getattr(trace, 'label', 'trace')}: reading {item.describe()} needs about "
-                                 f"{human(need)} more, {human(max(room, 0))} is left of the {human(self.limit)} limit "
-                                 f"({_where(self.explicit)}); read less (check: --select; stats: --filter-time, another "
-                                 "report), or run on a machine with more memory")
-            self._record(table, all_columns, need - strings)
-            self._used += strings
-            self._strings_paid = True
-
-
-    def check_read(self, what: str, nbytes: int) -> None:
-        """A read under way holds ``nbytes`` (``what``: the file and part of it): :class:`InputError` (exit 3)
-        when that passes what is left of the limit, the read's own admitted price included. The read's
-        price came from the file's headers; a read that outgrows it found them lying."""
-        with self._lock:
-            if self.limit is None:
-                return
-            # The read may use what it was admitted for plus what is left; its price is among the charged.
-            charged = max((n for _, n in self._charged.values()), default=0)
-            room = self.limit - self._used + charged
-            if nbytes > room:
-                raise InputError(f"{self.label}: reading {what} needs about {human(nbytes)} more, "
-                                 f"{human(max(room, 0))} is left of the {human(self.limit)} limit "
-                                 f"({_where(self.explicit)}); read less (check: --select; stats: --filter-time, "
-                                 "another report), or run on a machine with more memory")
-
-    def admit_bytes(self, trace: "Trace", what: str, nbytes: int) -> None:
-        """Admit a read priced by its caller (``what``: its name, e.g. the GPU metrics of a time range), in bytes
-        at its peak; :class:`InputError` (exit 3) when it would pass the limit. A second read of the same name
-        replaces the first one's price."""
-        with self._lock:
-            previous = self._charged.get(what)
-            room = (self.limit - self._used + (previous[1] if previous else 0)) if self.limit is not None else None
-            if room is not None and nbytes > room:
-                raise InputError(f"{getattr(trace, 'label', 'trace')}: reading {what} needs about {human(nbytes)} "
-                                 f"more, {human(max(room, 0))} is left of the {human(self.limit or 0)} limit "
-                                 f"({_where(self.explicit)})")
-            self._record(what, frozenset(), nbytes)
-
-
-def _run_bytes(item: TableCost) -> int:
-    return int((item.bytes - item.text) * RUN_FACTOR + item.text * TEXT_RUN_FACTOR)
-
-
-def install_read_guard(trace: "Trace", max_memory: int | None, per_text_value: int = 0) -> ReadGuard:
-    """Put a :class:`ReadGuard` on ``trace`` (``--max-memory`` in bytes; None: 80 % of the available memory).
-
-    ``per_text_value``: bytes each text value costs beyond its read, for a consumer whose output
-    grows with the names (``stats`` prints one row per distinct name: :data:`STATS_BYTES_PER_NAME`).
-    """
-    guard = getattr(trace, "read_guard", None)
-    if guard is None:
-        guard = open_guard(max_memory, getattr(trace, "label", "trace"), per_text_value)
-        trace.read_guard = guard
-    export = getattr(trace, "export", None)
-    if export is not None and hasattr(export, "meter"):
-        export.meter = guard  # the folder export's reads report what they hold as they go
-    return guard
-
-
-def open_guard(max_memory: int | None, label: str, per_text_value: int = 0) -> ReadGuard:
-    """A :class:`ReadGuard` for ``--max-memory`` (bytes; None: 80 % of the available memory), before its trace
-    exists: a folder export's metadata reads (the GPUs, the capture) are checked while the trace opens."""
-    explicit = max_memory is not None
-    return ReadGuard(max_memory if explicit else default_limit(), explicit, per_text_value, label)

@@ -281,11 +281,13 @@ def _close_when_done(export: Any, futures: list[Future[Any]], then: Callable[[],
 
 
 def _open(path: Path) -> Any:
-    from nsys_rules.loaders.arrowdir import ArrowDirExport, folder_kind
+    from nsys_rules.loaders.arrowdir import ArrowDirExport
+    from nsys_rules.loaders.folders import folder_kind
 
     kind = folder_kind(path)
     if kind is not None:
-        from nsys_rules.loaders.memory_limit import ReadGuard, default_limit
+        from nsys_rules.loaders.memory_limit import default_limit
+        from nsys_rules.loaders.read_guard import ReadGuard
 
         export = ArrowDirExport(path, kind)
         # Its reads stop (and the engine's own read, priced first, says why) past their share of the memory.
@@ -329,7 +331,7 @@ def _import_for_workers(folder: bool) -> None:
     import numpy  # noqa: F401
     import pyarrow  # noqa: F401
 
-    from nsys_rules.loaders import memory_limit, stored_bytes  # noqa: F401
+    from nsys_rules.loaders import memory_limit, read_guard, stored_bytes  # noqa: F401
     from nsys_rules.loaders import arrowdir, batches, export, split, sqlite, tables  # noqa: F401
 
     if folder:

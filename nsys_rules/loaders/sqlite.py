@@ -260,9 +260,11 @@ class SqliteExport(ColumnarExport):
             damage_fix.note(self.damage, f"{name}: is a view, not a table (planted or damaged export); ignored")
 
     def close(self) -> None:
-        """Close the metadata connection (and drop a private merged copy, if one was made)."""
+        """Close the metadata connection (and drop a private merged copy, and the folder of an export made for
+        this run, if any)."""
         self._db.close()
         remove_folder(self._private_dir)
+        remove_folder(self.owned_folder)
 
 
 #: Rows per Arrow batch. ADBC's default (1024) spends a third of the read in per-batch overhead;

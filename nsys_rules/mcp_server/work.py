@@ -123,7 +123,6 @@ class Work:
         from nsys_rules.commands.common import settings_for
         from nsys_rules.diff import run_of
         from nsys_rules.inputs import open_trace
-        from nsys_rules.loaders.memory_limit import install_read_guard
         from nsys_rules.model.windows import SteadyOptions
 
         path = self.trace(value, what)
@@ -134,7 +133,6 @@ class Work:
         settings = settings_for(self.args(), self.registry)
         trace = open_trace(path, self.registry.loaders, max_memory=settings.max_memory)
         try:
-            install_read_guard(trace, settings.max_memory)
             run = run_of(trace, SteadyOptions(tuple(settings.steady_ranges)))
         finally:
             trace.close()
@@ -288,7 +286,7 @@ def rule_pages(work: Work, a: dict[str, Any]) -> dict[str, Any]:
 def stats_tool(work: Work, a: dict[str, Any]) -> dict[str, Any]:
     """``stats``: one nsys stats report, its rows paged (the array ``stats --format json`` prints)."""
     from nsys_rules.inputs import open_trace
-    from nsys_rules.loaders.memory_limit import STATS_BYTES_PER_NAME, install_read_guard
+    from nsys_rules.loaders.memory_limit import STATS_BYTES_PER_NAME
     from nsys_rules.stats import parse_report
     from nsys_rules.stats.filters import stats_window
     from nsys_rules.stats.output import render
@@ -298,9 +296,8 @@ def stats_tool(work: Work, a: dict[str, Any]) -> dict[str, Any]:
     module, variant = parse_report(spec)
     path = work.trace(a["trace"])
     limit = parse_size(work.config.max_memory) if work.config.max_memory else None
-    trace = open_trace(path, max_memory=limit)
+    trace = open_trace(path, max_memory=limit, per_text_value=STATS_BYTES_PER_NAME)
     try:
-        install_read_guard(trace, limit, STATS_BYTES_PER_NAME)
         window = stats_window(trace, a.get("filter_time"), None)
         result = module.build(trace, window, variant, False)
     finally:

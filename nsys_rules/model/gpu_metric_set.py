@@ -118,10 +118,9 @@ def read_kinds(trace: Trace, metrics: dict[str, store.MetricName], kinds: Iterab
     wanted = {k: metrics[k] for k in kinds if k in metrics}
     if not wanted:
         return {}
-    guard = getattr(trace, "read_guard", None)
-    if guard is not None:
+    if trace.meter is not None:
         rows, nbytes = _range_cost(trace, len(wanted), lo, hi)
-        guard.admit_bytes(trace, f"the GPU metrics ({len(wanted)} metrics, {rows:,} samples)", nbytes)
+        trace.meter.admit_bytes(f"the GPU metrics ({len(wanted)} metrics, {rows:,} samples)", nbytes)
     read = store.read_samples(trace.export, [m.key for m in wanted.values()], lo, hi)
     return {k: read.get(m.key, store.Samples(np.empty(0, np.int64), np.empty(0, np.int64))) for k, m in wanted.items()}
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.errors import InputError
-from nsys_rules.loaders.export import MAX_DEVICE_ID, Export
+from nsys_rules.loaders.export import MAX_DEVICE_ID, Export, ReadMeter
 from nsys_rules.loaders.tables import TABLES
 from nsys_rules.malloc_tune import release_free_memory
 from nsys_rules.model.memo import Memo, MemoKey
@@ -99,13 +99,15 @@ class Trace:
         self._frames: dict[str, pd.DataFrame] = {}
         # Every fact built from this trace (the model's, the rule context's), kept for the trace's lifetime.
         self._memo = Memo()
-        # A temporary folder this trace was exported into (.nsys-rep input), removed on close.
-        self.cleanup_dir: Path | None = None
-        # Admits each table read against the memory limit (nsys_rules.loaders.memory_limit.ReadGuard); None: no limit.
-        self.read_guard: Any = None
         self.gpus: dict[int, GpuInfo] = _read_gpus(export)
         self.capture: CaptureInfo = _read_capture(export)
         self.export_info: ExportInfo = _read_export_info(export)
+
+    @property
+    def meter(self) -> ReadMeter | None:
+        """The memory guard every read is priced against, given to the export when the trace was opened."""
+        return self.export.meter
+
 
     # -- capabilities ----------------------------------------------------------------------
     def has(self, name: str) -> bool:
@@ -137,8 +139,8 @@ class Trace:
             return cached
         have = list(cached.columns) if cached is not None else []
         columns = list(dict.fromkeys(have + wanted))
-        if self.read_guard is not None:
-            self.read_guard.admit(self, name, columns)  # exit 3 before a read that cannot fit
+        if self.export.meter is not None:
+            self.export.meter.admit(self.export, name, columns)  # exit 3 before a read that cannot fit
         frame = self.export.read(table, columns)
         self._frames[name] = frame
         return frame
@@ -205,15 +207,10 @@ class Trace:
         return self.gpus.get(int(device_id))
 
     def close(self) -> None:
-        """Release the file."""
+        """Release the file (and the folder of an export made for this run: the export's own)."""
         self._frames.clear()
         self._memo.clear()
         self.export.close()
-        if self.cleanup_dir is not None:
-            import shutil
-
-            shutil.rmtree(self.cleanup_dir, ignore_errors=True)
-            self.cleanup_dir = None
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -51,8 +51,8 @@ def api_frame(trace: Trace, columns: list[str]) -> pd.DataFrame:
     drop = table.drop_rows
     if not getattr(export, "row_drops", False) or drop is None or drop.only_with not in export.table_names:
         return trace.frame("api", columns)
-    if trace.read_guard is not None:
-        trace.read_guard.admit(trace, "api", columns)
+    if trace.meter is not None:
+        trace.meter.admit(export, "api", columns)
     export.row_drops = False  # type: ignore[attr-defined]
     try:
         return export.read(table, columns)

@@ -35,11 +35,10 @@ def build(trace: Trace, window: Window | None, variant: str | None = None, perce
         return StatsResult(columns, reason=f"{trace.path} does not contain GPU metrics ({store.METRICS_TABLE}); capture "
                            "with `nsys profile --gpu-metrics-devices=all` (nsys-rules profile --metrics)")
     names = store.catalog(export)
-    guard = getattr(trace, "read_guard", None)
-    if guard is not None:
+    if trace.meter is not None:
         samples, _ = store.read_cost(export, len(names))
-        guard.admit_bytes(trace, f"the GPU metrics ({len(names)} metrics, {samples:,} samples)",
-                          samples * store.SAMPLE_BYTES)
+        trace.meter.admit_bytes(f"the GPU metrics ({len(names)} metrics, {samples:,} samples)",
+                                samples * store.SAMPLE_BYTES)
     lo = hi = None
     if window is not None and window.intervals:
         lo, hi = window.start, window.end

@@ -11,8 +11,8 @@ runs one rule through the real engine on it; :mod:`.jobs` builds multi-rank jobs
 
 from __future__ import annotations
 
-from nsys_rules.testing.builder import (GPU_METRIC_NAMES, MAIN_TID, PID, GpuSpec, TraceBuilder, metric_values, only_finding,
-                                        run_rule, run_rules, skip_reason)
+from nsys_rules.testing.builder import GPU_METRIC_NAMES, MAIN_TID, PID, GpuSpec, TraceBuilder
+from nsys_rules.testing.running import metric_values, only_finding, run_rule, run_rules, skip_reason
 from nsys_rules.testing.conventions import assert_rule_conventions, rule_convention_problems
 from nsys_rules.testing.jobs import JobPlan, run_job_rules, write_job
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from nsys_rules.api import GPU_OP_TABLES, Finding, Location, Renamed, Rule, RuleContext, Severity, step_count
+from nsys_rules.api import Finding, Location, Renamed, Rule, RuleContext, Severity, step_count
+from nsys_rules.api.analysis import GPU_OP_TABLES
 from nsys_rules.rules.alloc_churn.judge import is_churn, severity
 from nsys_rules.rules.alloc_churn.measure import USAGE_COLUMNS, loop_calls, measure, steady_time
 from nsys_rules.rules.alloc_churn.phrase import message, recommendation

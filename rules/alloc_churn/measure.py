@@ -12,8 +12,9 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (ALLOC_APIS, Budget, Framework, Metric, RuleContext, busiest_thread, gpu_launches,
-                            in_set, loop_span, metric, pct, point_in, spread, step_count)
+from nsys_rules.api import (Budget, Framework, gpu_launches, loop_span, metric, Metric, pct, RuleContext, spread,
+                            step_count)
+from nsys_rules.api.analysis import ALLOC_APIS, busiest_thread, in_set, point_in
 
 #: Calls that free; ``cudaFree`` before any allocation is the ``cudaFree(0)`` context-creation idiom.
 CONTEXT_INIT_FREES = ("cudaFree",)

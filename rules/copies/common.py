@@ -15,8 +15,8 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, FlaggedGroup, Framework, Location, Metric, Rule, RuleContext, Severity, metric,
-                            pct, split_flagged)
+from nsys_rules.api import Finding, Framework, Location, metric, Metric, pct, Rule, RuleContext, Severity
+from nsys_rules.api.analysis import FlaggedGroup, split_flagged
 
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
 MEMORY_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device static",

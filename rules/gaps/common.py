@@ -11,7 +11,8 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import RuleContext, device_intervals
+from nsys_rules.api import RuleContext
+from nsys_rules.api.analysis import device_intervals
 
 #: The GPU operations per process and device (kernel names for the steady window's kernel
 #: pattern), and the API and NVTX rows that place the steady state.

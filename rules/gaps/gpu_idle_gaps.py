@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.api import plain_number
-from nsys_rules.api import (Finding, Location, Renamed, Rule, RuleContext, Severity, gaps_at_least, gpu_op_frames,
-                            merge_intervals, metric, pct, split_flagged)
+from nsys_rules.api import Finding, Location, Renamed, Rule, RuleContext, Severity, gpu_op_frames, metric, pct
+from nsys_rules.api.analysis import gaps_at_least, merge_intervals, split_flagged
 from nsys_rules.rules.gaps.common import GPU_TIME_COLUMNS, per_device, steady_start
 
 

@@ -8,8 +8,8 @@ from typing import Iterable
 import pandas as pd
 
 from nsys_rules.api import plain_number
-from nsys_rules.api import (Finding, Location, Renamed, Rule, RuleContext, Severity, chunk_utilization, gpu_op_frames,
-                            merge_low_chunks, metric, pct, split_flagged)
+from nsys_rules.api import Finding, Location, Renamed, Rule, RuleContext, Severity, gpu_op_frames, metric, pct
+from nsys_rules.api.analysis import chunk_utilization, merge_low_chunks, split_flagged
 from nsys_rules.rules.gaps.common import GPU_TIME_COLUMNS, per_device, steady_gpu_span
 
 

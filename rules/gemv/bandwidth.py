@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 
 from nsys_rules.api import plain_number
-from nsys_rules.api import (CLASSES, RuleContext, read_small_text, UsageError, category_classes, category_codes, classify,
-                            duration_sum, parse_size, point_in, rows_with_codes)
+from nsys_rules.api import parse_size, read_small_text, RuleContext, UsageError
+from nsys_rules.api.analysis import (category_classes, category_codes, CLASSES, classify, duration_sum, point_in,
+                                     rows_with_codes)
 
 HTOD = 1  # CUPTI copyKind of a host-to-device memcpy
 

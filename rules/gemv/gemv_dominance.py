@@ -11,8 +11,9 @@ import pandas as pd
 from nsys_rules.rules.gemv.bandwidth import (Bandwidth, config_weight_bytes, device_shares, gemv_mask, measure_bandwidth,
                                            peak_bandwidth, per_step_time, weight_bytes_value)
 from nsys_rules.rules.gemv.measured import MeasuredGemv, measured_gemv
-from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, base_name, key_int,
-                            metric, pct, require_visible_kernels)
+from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, metric, pct,
+                            require_visible_kernels)
+from nsys_rules.api.analysis import base_name, key_int
 
 
 @dataclass(frozen=True)

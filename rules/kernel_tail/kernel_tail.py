@@ -14,8 +14,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (DEFAULT_TAXONOMY, Finding, Location, Renamed, Rule, RuleContext, Severity, base_name,
-                            is_any_launch, part_of_class, require_visible_kernels)
+from nsys_rules.api import (Finding, Location, part_of_class, Renamed, require_visible_kernels, Rule, RuleContext,
+                            Severity)
+from nsys_rules.api.analysis import base_name, DEFAULT_TAXONOMY, is_any_launch
 from nsys_rules.rules.kernel_tail.judge import has_tail, judge_kernel
 from nsys_rules.rules.kernel_tail.measure import api_groups, kernel_groups, slowest
 from nsys_rules.rules.kernel_tail.phrase import (API_TITLE, SHAPE_TITLE, advice, api_message, api_metrics,

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (RuleContext, category_codes, code_durations, column_codes, first_rows, group_ids,
-                            is_waiting_call, masked_durations, rows_with_codes)
+from nsys_rules.api import RuleContext
+from nsys_rules.api.analysis import (category_codes, code_durations, column_codes, first_rows, group_ids,
+                                     is_waiting_call, masked_durations, rows_with_codes)
 from nsys_rules.rules.kernel_tail.tails import nvtx_path, positional_tail, step_index, tail_table
 
 #: A kernel group: one device, name and launch configuration (a name often covers several shapes).

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from nsys_rules.api import plain_number
-from nsys_rules.api import Framework, Metric, is_any_launch, metric, nvtx_range_advice, pct
+from nsys_rules.api import Framework, Metric, metric, nvtx_range_advice, pct
+from nsys_rules.api.analysis import is_any_launch
 from nsys_rules.rules.kernel_tail.judge import KernelVerdict
 from nsys_rules.rules.kernel_tail.measure import Instance
 from nsys_rules.rules.kernel_tail.tails import clean_range_name

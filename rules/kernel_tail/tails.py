@@ -14,7 +14,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import group_ids, group_quantiles, packed_lexsort, packed_sort, point_in, quantiles, segment_sums
+from nsys_rules.api.analysis import (group_ids, group_quantiles, packed_lexsort, packed_sort, point_in, quantiles,
+                                     segment_sums)
 
 
 def tail_table(group: np.ndarray, durations: np.ndarray) -> pd.DataFrame:

@@ -14,8 +14,8 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (GRAPH_LAUNCH_APIS, MissingData, RuleContext, busy_ns, duration_sum, first_of_each_call,
-                            in_set, key_int)
+from nsys_rules.api import MissingData, RuleContext
+from nsys_rules.api.analysis import GRAPH_LAUNCH_APIS, busy_ns, duration_sum, first_of_each_call, in_set, key_int
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import Metric, RuleContext, busy_ns, first_of_each_call, merge_intervals, metric, overlap_length, rising
+from nsys_rules.api import Metric, RuleContext, metric
+from nsys_rules.api.analysis import busy_ns, first_of_each_call, merge_intervals, overlap_length, rising
 
 #: One process and device as one integer: pid * PAIR + device + 1 (device -1, unknown, stays its own key).
 PAIR = 65_536

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (GRAPH_LAUNCH_APIS, Metric, RuleContext, blocking_calls, busiest_thread, busy_within,
-                            copy_directions, gpu_launches, in_set, loop_span, merge_intervals, metric, pct,
-                            step_count)
+from nsys_rules.api import gpu_launches, loop_span, metric, Metric, pct, RuleContext, step_count
+from nsys_rules.api.analysis import (blocking_calls, busiest_thread, busy_within, copy_directions, GRAPH_LAUNCH_APIS,
+                                     in_set, merge_intervals)
 
 #: Columns of the SYNCHRONIZATION table the cross-check reads.
 SYNC_COLUMNS = ("start", "end", "device_id", "pid", "correlation_id", "sync_type")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from nsys_rules.api import plain_number
-from nsys_rules.api import DEVICE_SYNC_APIS, Framework, PythonSite, running_value_advice, scalar_readback_names
+from nsys_rules.api import Framework, PythonSite, running_value_advice, scalar_readback_names
+from nsys_rules.api.analysis import DEVICE_SYNC_APIS
 from nsys_rules.rules.sync_stall.judge import SyncVerdict
 from nsys_rules.rules.sync_stall.measure import SyncEvidence
 

@@ -20,7 +20,8 @@ import pytest
 from nsys_rules.errors import InputError
 from nsys_rules.loaders.arrowdir import ArrowDirExport
 from nsys_rules.loaders.ipc_layout import ipc_layout
-from nsys_rules.loaders.memory_limit import FIXED_BYTES, ReadGuard, estimate
+from nsys_rules.loaders.memory_limit import FIXED_BYTES, estimate
+from nsys_rules.loaders.read_guard import ReadGuard
 from nsys_rules.loaders.parquet_layout import chunk_pages
 from nsys_rules.model.trace import Trace
 from tests.fuzz.columnar_bombs import footer_rows_lie, kernel_rows
@@ -77,7 +78,7 @@ def test_a_footer_that_says_fewer_rows_is_priced_by_its_pages(bases, tmp_path):
     export = ArrowDirExport(folder)
     assert export.count("CUPTI_ACTIVITY_KIND_KERNEL") == 1000  # what the footer says
     trace = Trace(export)
-    cost = estimate(trace, {"kernels": ["start", "end"]}, 300 * MB)
+    cost = estimate(trace.export, {"kernels": ["start", "end"]}, 300 * MB)
     (kernels,) = cost.tables
     assert kernels.rows == 4_000_000 and cost.total > 100 * MB
     trace.close()

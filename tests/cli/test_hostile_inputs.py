@@ -555,7 +555,7 @@ def test_max_memory_too_small_exits_3_with_the_need(example_copy):
     needs = {t: list(c) for t, c in rule.needs().items() if trace.has(t)}
     for table, cols in model_needs(trace).items():  # the step model and the budget read these on every run
         needs.setdefault(table, []).extend(c for c in cols if c not in needs.get(table, []))
-    need = memory_limit.estimate(trace, needs)
+    need = memory_limit.estimate(trace.export, needs)
     api_rows = trace.row_count("api")
     trace.close()
     assert api_rows == 7244 and need.total > 16 * 1024**2

@@ -12,7 +12,7 @@ import sqlite3
 
 import pytest
 
-from nsys_rules.loaders import memory_limit
+from nsys_rules.loaders import memory_limit, read_guard
 from nsys_rules.loaders.sqlite import SqliteExport
 from nsys_rules.loaders.stored_bytes import TextUse, measure_text, sample_has_text, table_storage
 from nsys_rules.testing import TraceBuilder
@@ -104,7 +104,7 @@ def test_workers_share_the_limit(tmp_path):
     from nsys_rules.plugin_manager import build_registry
 
     rule = build_registry(autoload=False).rules["graph-trace-hidden"]
-    need = memory_limit.estimate(trace, {t: c for t, c in rule.needs().items() if trace.has(t)}).total
+    need = memory_limit.estimate(trace.export, {t: c for t, c in rule.needs().items() if trace.has(t)}).total
     trace.close()
     limit = str(int(need * 1.5))
     assert run_cli_inprocess(*args, "--max-memory", limit, *map(str, paths)).code == 0
@@ -154,7 +154,7 @@ def test_unplanned_read_is_admitted_first(nvtx_text):
     from nsys_rules.errors import InputError
 
     trace = Trace(SqliteExport(nvtx_text))
-    memory_limit.install_read_guard(trace, 30 * MB)
+    read_guard.install_meter(trace.export, 30 * MB, trace.label)
     assert len(trace.frame("kernels", ["start", "end"])) == 600  # numbers fit
     with pytest.raises(InputError, match="reading nvtx 300 rows"):
         trace.frame("nvtx", ["start", "end", "name"])

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nsys_rules.api import ANY_KERNEL_LAUNCH_APIS, call_site, call_site_rows, host_sites, in_set, python_stacks
+from nsys_rules.api import call_site, host_sites, python_stacks
+from nsys_rules.api.analysis import ANY_KERNEL_LAUNCH_APIS, call_site_rows, in_set
 from nsys_rules.inputs import open_trace
 from tests.conftest import SHARED, need_shared, run_cli, validate_report
 

@@ -9,7 +9,7 @@ import pytest
 from nsys_rules.inputs import open_trace
 from nsys_rules.testing import TraceBuilder, run_rule, run_rules
 from nsys_rules.analysis.intervals import merge_intervals as busy_union
-from nsys_rules.api import blocking_calls, copy_directions
+from nsys_rules.api.analysis import blocking_calls, copy_directions
 from nsys_rules.rules.sync_stall.measure import idle_after
 from nsys_rules.testing import metric_values as values
 from tests.rules.scenarios import foreign_words, program

@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from nsys_rules.inputs import expand_inputs, open_trace
-from nsys_rules.loaders.arrowdir import ArrowDirExport, folder_kind
+from nsys_rules.loaders.arrowdir import ArrowDirExport
+from nsys_rules.loaders.folders import folder_kind
 from nsys_rules.loaders.export import NULL_INT, Export
 from nsys_rules.loaders.tables import TABLES
 from nsys_rules.testing import GpuSpec, TraceBuilder, run_rules

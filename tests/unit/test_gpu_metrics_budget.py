@@ -113,7 +113,7 @@ def test_a_read_over_the_memory_limit_is_left_out_with_the_reason(tmp_path, monk
     from nsys_rules.inputs import open_trace
     from nsys_rules.settings import Settings
 
-    trace = open_trace(built(tmp_path))
+    trace = open_trace(built(tmp_path), max_memory=2 * 1024**3)  # the limit is given when the trace opens
     try:
         result = analyze_trace(trace, [], Settings(max_memory=2 * 1024**3))  # the rest of the run fits
     finally:

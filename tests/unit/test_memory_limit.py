@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nsys_rules.loaders import memory_limit
+from nsys_rules.loaders import memory_limit, read_guard
 from nsys_rules.errors import InputError
 from nsys_rules.loaders.sqlite import SqliteExport
 from nsys_rules.testing import TraceBuilder
@@ -23,7 +23,7 @@ def trace(tmp_path):
 
 def test_estimate_is_rows_times_column_costs(trace):
     needs = {"kernels": ["start", "end", "name"], "api": ["start", "end"]}
-    est = memory_limit.estimate(trace, needs)
+    est = memory_limit.estimate(trace.export, needs)
     by_table = {t.table: t for t in est.tables}
     assert by_table["kernels"].rows == 100 and by_table["kernels"].columns == 3
     assert by_table["kernels"].bytes == 100 * (2 * memory_limit.INT_COLUMN_BYTES + memory_limit.NAME_COLUMN_BYTES)
@@ -34,15 +34,15 @@ def test_estimate_is_rows_times_column_costs(trace):
 
 
 def test_nothing_needed_costs_nothing(trace):
-    assert memory_limit.estimate(trace, {}).total == 0
+    assert memory_limit.estimate(trace.export, {}).total == 0
 
 
 def test_enforce_names_the_biggest_tables_and_the_way_out(trace):
     needs = {"kernels": ["start", "end", "name"], "api": ["start", "end"]}
-    need = memory_limit.estimate(trace, needs).total
-    assert memory_limit.enforce_limit(trace, needs, need).total == need  # exactly enough: runs
+    need = memory_limit.estimate(trace.export, needs).total
+    assert read_guard.open_guard(need, trace.label).plan(trace.export, needs).total == need  # exactly enough: runs
     with pytest.raises(InputError) as err:
-        memory_limit.enforce_limit(trace, needs, need - 1)
+        read_guard.open_guard(need - 1, trace.label).plan(trace.export, needs)
     text = str(err.value)
     assert text.index("kernels 100 rows x 3 columns") < text.index("api 100 rows x 2 columns")
     assert "--select" in text and "(--max-memory)" in text

@@ -14,7 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from nsys_rules.api import call_site, call_site_rows, host_sites, is_library_file, python_stacks
+from nsys_rules.api import call_site, host_sites, python_stacks
+from nsys_rules.api.analysis import call_site_rows, is_library_file
 from nsys_rules.inputs import open_trace
 from nsys_rules.model.python_payload import SAMPLING_SCHEMA, decode, read_layouts, signed64
 from nsys_rules.stats import REPORTS

@@ -12,8 +12,9 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, key_int,
-                            merge_intervals, metric, nvtx_range_advice, point_in)
+from nsys_rules.api import (Finding, Location, metric, MissingData, nvtx_range_advice, Renamed, Rule, RuleContext,
+                            Severity)
+from nsys_rules.api.analysis import key_int, merge_intervals, point_in
 
 #: NVTX_EVENTS.eventType of a push/pop range: bound to the thread that pushed it.
 PUSH_POP = 59

@@ -36,6 +36,7 @@ from nsys_rules.job_rule import JobContext, JobRule, step_list
 from nsys_rules.loop import gpu_launches, gpu_op_frames, loop_span, spread, step_count
 from nsys_rules.model.activity import KERNEL, MEMCPY, MEMSET, REPLAY, gpu_ops, kernel_symbols
 from nsys_rules.model.budget import LABELS, Budget, part_of_class, require_visible_kernels
+from nsys_rules.model.trace_view import TraceView
 from nsys_rules.model.commands import command_evidence, debug_build, program_command, recapture_command
 from nsys_rules.model.framework import Framework, framework
 from nsys_rules.model.gpu_metrics import BudgetMetrics, PartActivity, measure_kernels
@@ -54,7 +55,7 @@ from nsys_rules.userfiles import read_small_text
 
 __all__ = [
     # -- rules, findings and plugins: what a rule is, what it reports, how a plugin registers it --------------
-    "Rule", "RuleContext", "Renamed", "MissingData", "UsageError",
+    "Rule", "RuleContext", "TraceView", "Renamed", "MissingData", "UsageError",
     "Finding", "Severity", "Location", "SourceLine", "Metric", "metric",
     "hookimpl", "Report", "JobRule", "JobContext", "Job", "step_list",
     # -- the context: the window a rule judges, the steps of the loop, where a step's time goes --------------

@@ -11,7 +11,7 @@ and what a folder export's read holds as it goes (:meth:`ReadGuard.check_read`).
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from nsys_rules.errors import InputError
 from nsys_rules.loaders.export import Export

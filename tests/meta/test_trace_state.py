@@ -23,11 +23,7 @@ WEAK_MAPPINGS = {"WeakKeyDictionary", "WeakValueDictionary"}
 TRACE_MODULE = "nsys_rules/model/trace.py"
 
 #: Attributes other modules still set on a trace, each with why it stays for now.
-ALLOWED_SETS = {
-    # Issue 40 item 1 (the memory meter given at open) takes these two off the trace; remove the entries then.
-    ("nsys_rules/inputs.py", "cleanup_dir"): "the temporary folder of an exported .nsys-rep, removed on close",
-    ("nsys_rules/loaders/memory_limit.py", "read_guard"): "the memory guard installed after open",
-}
+ALLOWED_SETS: dict[tuple[str, str], str] = {}
 
 
 def _sources() -> list[Path]:

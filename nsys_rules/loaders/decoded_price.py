@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nsys_rules.loaders.ipc_layout import ipc_layout
-from nsys_rules.loaders.parquet_layout import ChunkPages, chunk_pages
+from nsys_rules.loaders.parquet_price import leaf_prices, scan_text
 from nsys_rules.loaders.stored_bytes import TextUse
 
 #: Bytes a parsed Parquet footer (or IPC schema) takes per stored byte, rounded up from the measured
@@ -40,6 +40,7 @@ class DecodedPrice:
     rows: int
     transient: int
     text: TextUse
+    decoded: int = 0  # bytes of the columns decoded as Arrow, every value expanded (an upper bound)
 
 
 def is_text_type(arrow_type: Any) -> bool:
@@ -71,62 +72,60 @@ def price(export: Any, source: str, columns: list[str], room: int | None) -> Dec
 
 
 def _parquet(export: Any, source: str, columns: list[str], room: int | None) -> DecodedPrice:
-    meta = export._metadata(source)
-    where = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
-    pages: dict[str, ChunkPages] = {}
-    known = export.__dict__.setdefault("_page_walks", {})  # the walks of this export's files, once each
-    with open(export._files[source], "rb") as fh:
-        for name in columns:
-            at = where.get(name)
-            if at is None:
-                continue
-            if (source, name) in known:
-                pages[name] = known[(source, name)]
-                continue
-            total = ChunkPages()
-            for group in range(meta.num_row_groups):
-                chunk = meta.row_group(group).column(at)
-                start = chunk.data_page_offset
-                if chunk.has_dictionary_page and chunk.dictionary_page_offset:
-                    start = min(start, chunk.dictionary_page_offset)
-                total = total.plus(chunk_pages(fh, start, chunk.total_compressed_size))
-            pages[name] = known[(source, name)] = total
-    rows = max((p.values for p in pages.values()), default=0)
-    transient = (export._footer_bytes(source) * FOOTER_FACTOR + max((p.largest for p in pages.values()), default=0)
-                 + sum(p.dictionary for p in pages.values()))
-    schema = export._schema(source)
-    text_cols = [c for c in pages if c in schema.names and is_text_type(schema.field(c).type)]
+    leaves = leaf_prices(export, source, columns)
+    rows = max((leaf.values for leaf in leaves), default=0)
+    # The reader holds the parsed footer, one page decompressed, the dictionaries and one batch of every column.
+    transient = (export._footer_bytes(source) * FOOTER_FACTOR + max((leaf.largest_page for leaf in leaves), default=0)
+                 + sum(leaf.dictionary + leaf.batch for leaf in leaves))
     bound = TextUse()
-    for name in text_cols:
-        page = pages[name]
-        # Plain values take at most their pages' bytes; each dictionary code at most the dictionary.
-        most = page.decompressed + (page.values * page.dictionary if page.coded else 0)
-        bound = add_text(bound, TextUse(page.values, most, most, min(most, max(page.dictionary, page.largest))))
-    text = bound
-    # A scan decodes the pages one at a time: only when they fit, else the bound already says too much.
-    if text_cols and room is not None and bound.memory > room and transient <= room:
-        text = export._scan_text(source, text_cols)
-    return DecodedPrice(rows, transient, text)
+    for leaf in leaves:
+        bound = add_text(bound, leaf.text)
+    # A scan only where the bound rests on codes or prefixes, it does not fit, and the scan's own reads do.
+    scanning = room is not None and bound.memory > room and transient <= room and rows * 8 <= room
+    text = TextUse()
+    for leaf in leaves:
+        found = scan_text(export, source, leaf, room) if scanning and leaf.loose else None
+        text = add_text(text, leaf.text if found is None else found)
+    return DecodedPrice(rows, transient, text, sum(leaf.decoded for leaf in leaves))
 
 
 def _ipc(export: Any, source: str, columns: list[str], room: int | None) -> DecodedPrice:
     layout = ipc_layout(export._files[source])
     transient = layout.largest_batch + layout.dictionaries + layout.metadata * FOOTER_FACTOR
     schema = export._schema(source)
-    text_cols = [c for c in columns if c in schema.names and is_text_type(schema.field(c).type)]
+    present = [c for c in columns if c in schema.names]
+    text_cols = [c for c in present if is_text_type(schema.field(c).type)]
+    # Neither integers nor text (floats, decimals, timestamps) become one Python object per value.
+    objects = _object_use([schema.field(c).type for c in present if c not in text_cols], layout.rows, layout.decoded)
     if not text_cols:
-        return DecodedPrice(layout.rows, transient, TextUse())
+        return DecodedPrice(layout.rows, transient, objects, layout.decoded)
     coded = any(not _plain_text(schema.field(c).type) for c in text_cols)
     # Plain strings are slices of the decoded buffers; views and dictionaries may repeat them without limit.
     bound = TextUse(layout.rows * len(text_cols), layout.decoded, layout.decoded, layout.largest_batch)
     if (room is None or transient <= room) and (coded or (room is not None and bound.memory > room)):
-        return DecodedPrice(layout.rows, transient, export._scan_text(source, text_cols))
-    if coded:  # too big to scan: each code may be the largest batch's bytes
-        return DecodedPrice(layout.rows, transient, TextUse(layout.rows * len(text_cols),
-                                                            layout.rows * len(text_cols) * layout.decoded,
-                                                            layout.rows * len(text_cols) * layout.decoded,
-                                                            layout.decoded))
-    return DecodedPrice(layout.rows, transient, bound)
+        text = export._scan_text(source, text_cols)
+    elif coded:  # too big to scan: each code may be the largest batch's bytes
+        most = layout.rows * len(text_cols) * layout.decoded
+        text = TextUse(layout.rows * len(text_cols), most, most, layout.decoded)
+    else:
+        text = bound
+    return DecodedPrice(layout.rows, transient, add_text(text, objects), layout.decoded)
+
+
+def _object_use(types: list[Any], rows: int, decoded: int) -> TextUse:
+    """The Python objects columns of ``types`` become (none for integers and NULLs), ``rows`` values each."""
+    import pyarrow as pa
+
+    from nsys_rules.loaders.parquet_price import arrow_width
+
+    total = TextUse()
+    for arrow_type in types:
+        if pa.types.is_integer(arrow_type) or pa.types.is_null(arrow_type):
+            continue
+        width = arrow_width(arrow_type)
+        size = rows * width if width else decoded
+        total = add_text(total, TextUse(rows, size, size, width or decoded))
+    return total
 
 
 def _plain_text(arrow_type: Any) -> bool:

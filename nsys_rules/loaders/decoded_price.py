@@ -23,8 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from nsys_rules.loaders.ipc_layout import ipc_layout
-from nsys_rules.loaders.parquet_price import leaf_prices, scan_text
+from nsys_rules.loaders.parquet_price import arrow_width, leaf_prices, scan_text
 from nsys_rules.loaders.stored_bytes import TextUse
+from nsys_rules.loaders.text_values import add_text, is_text_type, is_view, text_use
+
+__all__ = ["DecodedPrice", "FOOTER_FACTOR", "add_text", "is_text_type", "price", "scan", "text_use"]
 
 #: Bytes a parsed Parquet footer (or IPC schema) takes per stored byte, rounded up from the measured
 #: 6.7x (a 112 MB footer of key-value metadata: 877 MB peak, about 120 MB of it the interpreter).
@@ -41,24 +44,6 @@ class DecodedPrice:
     transient: int
     text: TextUse
     decoded: int = 0  # bytes of the columns decoded as Arrow, every value expanded (an upper bound)
-
-
-def is_text_type(arrow_type: Any) -> bool:
-    """Whether values of ``arrow_type`` arrive as Python str/bytes (strings, binaries, their views and dictionaries)."""
-    import pyarrow as pa
-
-    if pa.types.is_dictionary(arrow_type):
-        return is_text_type(arrow_type.value_type)
-    return bool(pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
-                or pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type)
-                or pa.types.is_fixed_size_binary(arrow_type) or _is_view(arrow_type))
-
-
-def _is_view(arrow_type: Any) -> bool:
-    import pyarrow as pa
-
-    return bool(getattr(pa.types, "is_string_view", lambda t: False)(arrow_type)
-                or getattr(pa.types, "is_binary_view", lambda t: False)(arrow_type))
 
 
 def price(export: Any, source: str, columns: list[str], room: int | None) -> DecodedPrice:
@@ -116,8 +101,6 @@ def _object_use(types: list[Any], rows: int, decoded: int) -> TextUse:
     """The Python objects columns of ``types`` become (none for integers and NULLs), ``rows`` values each."""
     import pyarrow as pa
 
-    from nsys_rules.loaders.parquet_price import arrow_width
-
     total = TextUse()
     for arrow_type in types:
         if pa.types.is_integer(arrow_type) or pa.types.is_null(arrow_type):
@@ -131,12 +114,7 @@ def _object_use(types: list[Any], rows: int, decoded: int) -> TextUse:
 def _plain_text(arrow_type: Any) -> bool:
     import pyarrow as pa
 
-    return not pa.types.is_dictionary(arrow_type) and not _is_view(arrow_type)
-
-
-def add_text(a: TextUse, b: TextUse) -> TextUse:
-    """Two text uses as one (sums, the larger largest value)."""
-    return TextUse(a.values + b.values, a.bytes + b.bytes, a.chars + b.chars, max(a.largest, b.largest))
+    return not pa.types.is_dictionary(arrow_type) and not is_view(arrow_type)
 
 
 def scan(export: Any, source: str, columns: list[str]) -> TextUse:
@@ -146,47 +124,3 @@ def scan(export: Any, source: str, columns: list[str]) -> TextUse:
         for name in columns:
             total = add_text(total, text_use(batch.column(batch.schema.get_field_index(name))))
     return total
-
-
-def text_use(array: Any) -> TextUse:
-    """Text values, bytes and largest value of one Arrow array as decoded (dictionary codes expanded)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if isinstance(array, pa.ChunkedArray):
-        total = TextUse()
-        for chunk in array.chunks:
-            total = add_text(total, text_use(chunk))
-        return total
-    if pa.types.is_dictionary(array.type):
-        lengths = _lengths(array.dictionary)
-        if lengths is None:
-            return TextUse()
-        codes = array.indices
-        picked = pc.take(lengths, codes)
-    else:
-        picked = _lengths(array)
-        if picked is None:
-            return TextUse()
-    values = len(picked) - picked.null_count
-    size = int(pc.sum(picked).as_py() or 0)
-    largest = int(pc.max(picked).as_py() or 0)
-    return TextUse(values, size, size, largest)
-
-
-def _lengths(array: Any) -> Any:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if pa.types.is_fixed_size_binary(array.type):
-        return pa.array([array.type.byte_width if v else None for v in array.is_valid().to_pylist()], pa.int64())
-    if not is_text_type(array.type):
-        return None
-    if _is_view(array.type):
-        # No length kernel for views: each 16-byte view starts with its value's length.
-        import numpy as np
-
-        views = np.frombuffer(array.buffers()[1], np.int32)[::4][array.offset:array.offset + len(array)]
-        return pa.array(views.astype(np.int64), mask=None if not array.null_count else
-                        np.asarray(array.is_null().to_numpy(zero_copy_only=False), bool))
-    return pc.cast(pc.binary_length(array), pa.int64())

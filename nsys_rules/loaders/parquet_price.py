@@ -28,6 +28,7 @@ from typing import Any, Iterator
 
 from nsys_rules.loaders.parquet_layout import ChunkPages, LayoutError, check_ranges, chunk_pages, footer_length
 from nsys_rules.loaders.stored_bytes import TextUse
+from nsys_rules.loaders.text_values import add_text, is_text_type, text_use
 
 #: Bytes of one decoded value by physical type (a BOOLEAN bit counted as a byte: an upper bound).
 PHYSICAL_WIDTH = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
@@ -168,7 +169,6 @@ def arrow_width(arrow_type: Any) -> int:
 def _leaf(name: str, column: Any, arrow_type: Any, pages: ChunkPages, nested: bool) -> LeafPrice:
     import pyarrow as pa
 
-    from nsys_rules.loaders.decoded_price import is_text_type
 
     v = pages.values
     levels = max(int(column.max_repetition_level), 0)
@@ -216,8 +216,6 @@ def scan_text(export: Any, source: str, leaf: LeafPrice, limit: int | None) -> T
     """The exact text of a loose leaf (a top-level text column): its values' lengths summed a batch at a time,
     each batch cut so that it decodes at most :data:`SCAN_BATCH_BYTES`; None when the total passes ``limit``
     (the bound stands: the read cannot fit whatever the exact number). Complete scans are kept per export."""
-    from nsys_rules.loaders.decoded_price import add_text, text_use
-
     done: dict[tuple[str, str], TextUse] = export.__dict__.setdefault("_text_scans", {})
     if (source, leaf.name) in done:
         return done[(source, leaf.name)]

@@ -140,3 +140,55 @@ def test_chunk_ranges_are_checked_before_a_byte_is_walked():
                              ([(30, 20)], 40)):
         with pytest.raises(LayoutError):
             check_ranges(ranges, data_end)
+
+
+def test_an_ipc_walk_reads_each_body_byte_at_most_once(tmp_path, monkeypatch):
+    """A record batch whose compressed buffers all name one spot of the body: before, a seek and a read for
+    each (a 64 MB header lists 4 M of them); now each distinct prefix is read once, and the price still
+    counts every buffer's decompressed length (pyarrow decompresses each)."""
+    import struct as st
+
+    import numpy as np
+    import pyarrow as pa
+
+    from nsys_rules.loaders import ipc_layout as ipc
+
+    path = tmp_path / "t.arrow"
+    data = pa.table({f"c{i}": pa.array(np.arange(50_000, dtype=np.int64) % 7) for i in range(20)})
+    with pa.OSFile(str(path), "wb") as sink, \
+            pa.ipc.new_stream(sink, data.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+        writer.write_table(data)
+    raw = bytearray(path.read_bytes())
+    pos = 0
+    while True:  # the first record batch message
+        length = st.unpack_from("<i", raw, pos + 4)[0]
+        meta = bytes(raw[pos + 8:pos + 8 + length])
+        kind, header, body = ipc._message(meta)
+        if kind == ipc.RECORD_BATCH:
+            break
+        pos += 8 + length + body
+    assert header is not None
+    buffers = ipc._offset_field(meta, header, 2)
+    assert buffers is not None
+    spots = [buffers + 4 + 16 * i for i in range(st.unpack_from("<I", meta, buffers)[0])]
+    compressed = [at for at in spots if st.unpack_from("<qq", meta, at)[1] >= 8]
+    first = st.unpack_from("<qq", meta, compressed[0])
+    for at in compressed:  # every compressed buffer names the first one
+        st.pack_into("<qq", raw, pos + 8 + at, *first)
+    path.write_bytes(bytes(raw))
+    body_start = pos + 8 + length
+    prefix = st.unpack_from("<q", raw, body_start + first[0])[0]
+    reads: list[int] = []
+
+    class Counted(io.FileIO):
+        def read(self, size: int = -1) -> bytes:  # type: ignore[override]
+            out = super().read(size)
+            reads.append(len(out or b""))
+            return out or b""
+
+    monkeypatch.setattr(ipc, "open", lambda name, mode="rb": Counted(name, "r"), raising=False)
+    forged = ipc.ipc_layout(path)
+    assert len(compressed) >= 20 and forged.rows == 50_000
+    assert forged.batches == [body + len(compressed) * prefix]  # every buffer priced at the shared length
+    assert len(reads) <= 3 * 2 + 2  # the stream's start, head and header of 3 messages, one prefix read
+    assert sum(reads) <= path.stat().st_size

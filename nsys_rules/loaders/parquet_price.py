@@ -167,8 +167,9 @@ def arrow_width(arrow_type: Any) -> int:
 
 
 def _leaf(name: str, column: Any, arrow_type: Any, pages: ChunkPages, nested: bool) -> LeafPrice:
+    """The price of one leaf (``column``: its footer descriptor, ``arrow_type``: its Arrow type, None when the
+    schemas disagree: then priced as objects) from its pages (see the module docstring)."""
     import pyarrow as pa
-
 
     v = pages.values
     levels = max(int(column.max_repetition_level), 0)

@@ -23,6 +23,7 @@ from nsys_rules.loaders.columnar import ColumnarExport
 from nsys_rules.loaders.export import Export
 from nsys_rules.loaders.read_guard import install_meter
 from nsys_rules.nsys_locate import locate_nsys, missing_message
+from nsys_rules.nsys_run import export_time_limit, sigterm_unwinds
 from nsys_rules.textsafe import shell_word
 from nsys_rules.model.trace import Trace
 
@@ -145,10 +146,15 @@ def _open_report(path: Path, export_format: str) -> Export:
     target = folder / (path.stem + "." + export_format)
     try:
         # Whatever ends the export (a failure, Ctrl-C, a damaged result), the folder goes with it.
+        limit = export_time_limit(path)
         try:
-            proc = subprocess.run([nsys, "export", f"--type={export_format}", "--force-overwrite=true", "-o",
-                                   str(target), str(path)], capture_output=True, text=True, timeout=3600)
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            with sigterm_unwinds(cleanup=lambda: shutil.rmtree(folder, ignore_errors=True)):  # SIGTERM: no folder left
+                proc = subprocess.run([nsys, "export", f"--type={export_format}", "--force-overwrite=true", "-o",
+                                       str(target), str(path)], capture_output=True, text=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            raise InputError(f"{path}: `nsys export` did not finish within {limit:.0f} s (stopped); export the "
+                             "report yourself and pass the .sqlite") from None
+        except OSError as exc:
             raise InputError(f"{path}: `nsys export` failed ({exc})") from None
         if export_format != "sqlite" and not target.exists():
             # Where nsys puts a folder export when -o names one differently: the one folder it wrote.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from nsys_rules.capture import CaptureOptions, Problem
 from nsys_rules.options import effective_options, select_rules
 from nsys_rules.errors import ExitCode, InputError, UsageError
 from nsys_rules.nsys_locate import NsysLocation, importer_problem, locate_nsys, missing_message, off_path_note
+from nsys_rules.nsys_run import export_time_limit
 from nsys_rules.textsafe import shell_join, shell_word, terminal_safe
 from nsys_rules.commands.common import whole_number_arg
 from nsys_rules.commands import check
@@ -231,8 +233,12 @@ def _export_with_payloads(nsys: str, reports: list[Path]) -> None:
     for report in reports:
         command = capture.export_command(nsys, report)
         _say(f"exporting: {shell_join(command)}")
-        returncode, lines = _run_streaming(command)
-        if returncode != 0:
+        limit = export_time_limit(report)
+        returncode, lines = _run_streaming(command, timeout=limit)
+        if returncode == -signal.SIGKILL:
+            _say(f"`nsys export` did not finish within {limit:.0f} s (stopped); the report is checked without its "
+                 "Python frames")
+        elif returncode != 0:
             _say(f"`nsys export` exited with code {returncode}; the report is checked without its Python frames")
             _show(lines[-TAIL_LINES:])
 
@@ -261,13 +267,30 @@ def _with_traces(args: argparse.Namespace, paths: list[Path]) -> argparse.Namesp
     return argparse.Namespace(**{**vars(args), "traces": [str(p) for p in paths]})
 
 
-def _run_streaming(cmd: list[str]) -> tuple[int, list[str]]:
-    """Run ``cmd``, copying its output (stdout and stderr) to our stderr; its exit code and last lines."""
+def _run_streaming(cmd: list[str], timeout: float | None = None) -> tuple[int, list[str]]:
+    """Run ``cmd``, copying its output (stdout and stderr) to our stderr; its exit code and last lines.
+    ``timeout``: seconds after which it is killed (its exit code then says SIGKILL)."""
     tail: deque[str] = deque(maxlen=4 * TAIL_LINES)
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as exc:
         raise InputError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
+    assert proc.stdout is not None
+    timer = None
+    if timeout is not None:
+        import threading
+
+        timer = threading.Timer(timeout, proc.kill)
+        timer.daemon = True
+        timer.start()
+    try:
+        return _stream(proc, tail)
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def _stream(proc: "subprocess.Popen[bytes]", tail: deque[str]) -> tuple[int, list[str]]:
     assert proc.stdout is not None
     try:
         for raw in iter(proc.stdout.readline, b""):

@@ -74,8 +74,13 @@ def run(args: argparse.Namespace) -> int:
                               filter_value(args, "filter_nvtx", "an NVTX range name"))
         results = [(spec, in_time_unit(module.build(trace, window, variant, args.percentiles), args.timeunit))
                    for spec, module, variant in reports]
+        damage = list(dict.fromkeys(trace.damage))
     finally:
         trace.close()
+    # Rows the loader left out (negative durations, times past 2^53, NULL names) change the numbers: said, as
+    # check says them, on stderr so the report itself stays what nsys prints.
+    for line in damage:
+        sys.stderr.write(terminal_safe(f"nsys-rules: note: {line}", newlines=False) + "\n")
     texts = []
     for spec, result in results:
         if not result.rows:

@@ -23,8 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from nsys_rules.loaders.ipc_layout import ipc_layout
-from nsys_rules.loaders.parquet_layout import ChunkPages, chunk_pages
+from nsys_rules.loaders.parquet_price import arrow_width, leaf_prices, scan_text
 from nsys_rules.loaders.stored_bytes import TextUse
+from nsys_rules.loaders.text_values import add_text, is_text_type, is_view, text_use
+
+__all__ = ["DecodedPrice", "FOOTER_FACTOR", "add_text", "is_text_type", "price", "scan", "text_use"]
 
 #: Bytes a parsed Parquet footer (or IPC schema) takes per stored byte, rounded up from the measured
 #: 6.7x (a 112 MB footer of key-value metadata: 877 MB peak, about 120 MB of it the interpreter).
@@ -40,24 +43,7 @@ class DecodedPrice:
     rows: int
     transient: int
     text: TextUse
-
-
-def is_text_type(arrow_type: Any) -> bool:
-    """Whether values of ``arrow_type`` arrive as Python str/bytes (strings, binaries, their views and dictionaries)."""
-    import pyarrow as pa
-
-    if pa.types.is_dictionary(arrow_type):
-        return is_text_type(arrow_type.value_type)
-    return bool(pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
-                or pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type)
-                or pa.types.is_fixed_size_binary(arrow_type) or _is_view(arrow_type))
-
-
-def _is_view(arrow_type: Any) -> bool:
-    import pyarrow as pa
-
-    return bool(getattr(pa.types, "is_string_view", lambda t: False)(arrow_type)
-                or getattr(pa.types, "is_binary_view", lambda t: False)(arrow_type))
+    decoded: int = 0  # bytes of the columns decoded as Arrow, every value expanded (an upper bound)
 
 
 def price(export: Any, source: str, columns: list[str], room: int | None) -> DecodedPrice:
@@ -71,73 +57,64 @@ def price(export: Any, source: str, columns: list[str], room: int | None) -> Dec
 
 
 def _parquet(export: Any, source: str, columns: list[str], room: int | None) -> DecodedPrice:
-    meta = export._metadata(source)
-    where = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
-    pages: dict[str, ChunkPages] = {}
-    known = export.__dict__.setdefault("_page_walks", {})  # the walks of this export's files, once each
-    with open(export._files[source], "rb") as fh:
-        for name in columns:
-            at = where.get(name)
-            if at is None:
-                continue
-            if (source, name) in known:
-                pages[name] = known[(source, name)]
-                continue
-            total = ChunkPages()
-            for group in range(meta.num_row_groups):
-                chunk = meta.row_group(group).column(at)
-                start = chunk.data_page_offset
-                if chunk.has_dictionary_page and chunk.dictionary_page_offset:
-                    start = min(start, chunk.dictionary_page_offset)
-                total = total.plus(chunk_pages(fh, start, chunk.total_compressed_size))
-            pages[name] = known[(source, name)] = total
-    rows = max((p.values for p in pages.values()), default=0)
-    transient = (export._footer_bytes(source) * FOOTER_FACTOR + max((p.largest for p in pages.values()), default=0)
-                 + sum(p.dictionary for p in pages.values()))
-    schema = export._schema(source)
-    text_cols = [c for c in pages if c in schema.names and is_text_type(schema.field(c).type)]
+    leaves = leaf_prices(export, source, columns)
+    rows = max((leaf.values for leaf in leaves), default=0)
+    # The reader holds the parsed footer, one page decompressed, the dictionaries and one batch of every column.
+    transient = (export._footer_bytes(source) * FOOTER_FACTOR + max((leaf.largest_page for leaf in leaves), default=0)
+                 + sum(leaf.dictionary + leaf.batch for leaf in leaves))
     bound = TextUse()
-    for name in text_cols:
-        page = pages[name]
-        # Plain values take at most their pages' bytes; each dictionary code at most the dictionary.
-        most = page.decompressed + (page.values * page.dictionary if page.coded else 0)
-        bound = add_text(bound, TextUse(page.values, most, most, min(most, max(page.dictionary, page.largest))))
-    text = bound
-    # A scan decodes the pages one at a time: only when they fit, else the bound already says too much.
-    if text_cols and room is not None and bound.memory > room and transient <= room:
-        text = export._scan_text(source, text_cols)
-    return DecodedPrice(rows, transient, text)
+    for leaf in leaves:
+        bound = add_text(bound, leaf.text)
+    # A scan only where the bound rests on codes or prefixes, it does not fit, and the scan's own reads do.
+    scanning = room is not None and bound.memory > room and transient <= room and rows * 8 <= room
+    text = TextUse()
+    for leaf in leaves:
+        found = scan_text(export, source, leaf, room) if scanning and leaf.loose else None
+        text = add_text(text, leaf.text if found is None else found)
+    return DecodedPrice(rows, transient, text, sum(leaf.decoded for leaf in leaves))
 
 
 def _ipc(export: Any, source: str, columns: list[str], room: int | None) -> DecodedPrice:
     layout = ipc_layout(export._files[source])
     transient = layout.largest_batch + layout.dictionaries + layout.metadata * FOOTER_FACTOR
     schema = export._schema(source)
-    text_cols = [c for c in columns if c in schema.names and is_text_type(schema.field(c).type)]
+    present = [c for c in columns if c in schema.names]
+    text_cols = [c for c in present if is_text_type(schema.field(c).type)]
+    # Neither integers nor text (floats, decimals, timestamps) become one Python object per value.
+    objects = _object_use([schema.field(c).type for c in present if c not in text_cols], layout.rows, layout.decoded)
     if not text_cols:
-        return DecodedPrice(layout.rows, transient, TextUse())
+        return DecodedPrice(layout.rows, transient, objects, layout.decoded)
     coded = any(not _plain_text(schema.field(c).type) for c in text_cols)
     # Plain strings are slices of the decoded buffers; views and dictionaries may repeat them without limit.
     bound = TextUse(layout.rows * len(text_cols), layout.decoded, layout.decoded, layout.largest_batch)
     if (room is None or transient <= room) and (coded or (room is not None and bound.memory > room)):
-        return DecodedPrice(layout.rows, transient, export._scan_text(source, text_cols))
-    if coded:  # too big to scan: each code may be the largest batch's bytes
-        return DecodedPrice(layout.rows, transient, TextUse(layout.rows * len(text_cols),
-                                                            layout.rows * len(text_cols) * layout.decoded,
-                                                            layout.rows * len(text_cols) * layout.decoded,
-                                                            layout.decoded))
-    return DecodedPrice(layout.rows, transient, bound)
+        text = export._scan_text(source, text_cols)
+    elif coded:  # too big to scan: each code may be the largest batch's bytes
+        most = layout.rows * len(text_cols) * layout.decoded
+        text = TextUse(layout.rows * len(text_cols), most, most, layout.decoded)
+    else:
+        text = bound
+    return DecodedPrice(layout.rows, transient, add_text(text, objects), layout.decoded)
+
+
+def _object_use(types: list[Any], rows: int, decoded: int) -> TextUse:
+    """The Python objects columns of ``types`` become (none for integers and NULLs), ``rows`` values each."""
+    import pyarrow as pa
+
+    total = TextUse()
+    for arrow_type in types:
+        if pa.types.is_integer(arrow_type) or pa.types.is_null(arrow_type):
+            continue
+        width = arrow_width(arrow_type)
+        size = rows * width if width else decoded
+        total = add_text(total, TextUse(rows, size, size, width or decoded))
+    return total
 
 
 def _plain_text(arrow_type: Any) -> bool:
     import pyarrow as pa
 
-    return not pa.types.is_dictionary(arrow_type) and not _is_view(arrow_type)
-
-
-def add_text(a: TextUse, b: TextUse) -> TextUse:
-    """Two text uses as one (sums, the larger largest value)."""
-    return TextUse(a.values + b.values, a.bytes + b.bytes, a.chars + b.chars, max(a.largest, b.largest))
+    return not pa.types.is_dictionary(arrow_type) and not is_view(arrow_type)
 
 
 def scan(export: Any, source: str, columns: list[str]) -> TextUse:
@@ -147,47 +124,3 @@ def scan(export: Any, source: str, columns: list[str]) -> TextUse:
         for name in columns:
             total = add_text(total, text_use(batch.column(batch.schema.get_field_index(name))))
     return total
-
-
-def text_use(array: Any) -> TextUse:
-    """Text values, bytes and largest value of one Arrow array as decoded (dictionary codes expanded)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if isinstance(array, pa.ChunkedArray):
-        total = TextUse()
-        for chunk in array.chunks:
-            total = add_text(total, text_use(chunk))
-        return total
-    if pa.types.is_dictionary(array.type):
-        lengths = _lengths(array.dictionary)
-        if lengths is None:
-            return TextUse()
-        codes = array.indices
-        picked = pc.take(lengths, codes)
-    else:
-        picked = _lengths(array)
-        if picked is None:
-            return TextUse()
-    values = len(picked) - picked.null_count
-    size = int(pc.sum(picked).as_py() or 0)
-    largest = int(pc.max(picked).as_py() or 0)
-    return TextUse(values, size, size, largest)
-
-
-def _lengths(array: Any) -> Any:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if pa.types.is_fixed_size_binary(array.type):
-        return pa.array([array.type.byte_width if v else None for v in array.is_valid().to_pylist()], pa.int64())
-    if not is_text_type(array.type):
-        return None
-    if _is_view(array.type):
-        # No length kernel for views: each 16-byte view starts with its value's length.
-        import numpy as np
-
-        views = np.frombuffer(array.buffers()[1], np.int32)[::4][array.offset:array.offset + len(array)]
-        return pa.array(views.astype(np.int64), mask=None if not array.null_count else
-                        np.asarray(array.is_null().to_numpy(zero_copy_only=False), bool))
-    return pc.cast(pc.binary_length(array), pa.int64())

@@ -20,6 +20,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+import numpy as np
+
 from nsys_rules.loaders.parquet_layout import LayoutError
 
 #: Message header types of ``Message.fbs`` (the union ``MessageHeader``).
@@ -141,17 +143,39 @@ def _batch(meta: bytes, table: int, fh: BinaryIO, body_start: int, body: int) ->
     count = _u32(meta, buffers)
     if buffers + 4 + 16 * count > len(meta):
         raise LayoutError("record batch buffer list outside the message header")
-    grown = 0
-    for i in range(count):
-        offset, length = struct.unpack_from("<qq", meta, buffers + 4 + 16 * i)
-        if length < 8:
-            continue
-        if offset < 0 or offset + 8 > body:
-            raise LayoutError("compressed buffer outside the message body")
-        fh.seek(body_start + offset)
-        prefix = fh.read(8)
-        if len(prefix) < 8:
+    pairs = np.frombuffer(meta, dtype="<i8", count=2 * count, offset=buffers + 4).reshape(count, 2)
+    offsets, lengths = pairs[:, 0], pairs[:, 1]
+    compressed = lengths >= 8  # shorter: no 8-byte length prefix, stored as is
+    offsets, lengths = offsets[compressed], lengths[compressed]
+    if len(offsets) and (int(offsets.min()) < 0 or int((offsets + lengths).max()) > body or int(lengths.max()) > body):
+        raise LayoutError("compressed buffer outside the message body")
+    # Each distinct prefix read once, in body order: buffers that share one cost no second read.
+    where = np.unique(offsets)
+    prefixes = _prefixes(fh, body_start, where)
+    decoded = prefixes[np.searchsorted(where, offsets)]
+    return rows, int(np.maximum(decoded, 0).sum(dtype=np.float64))  # -1: stored as is (part of the body already)
+
+
+#: Bytes of a body read at once when many compressed buffers' prefixes are looked up.
+WINDOW = 1 << 20
+
+
+def _prefixes(fh: BinaryIO, body_start: int, offsets: "np.ndarray") -> "np.ndarray":
+    """The 8-byte decompressed lengths at sorted, distinct ``offsets`` of a body, read a window at a time (each
+    byte at most once): however many buffers a header lists, the walk reads at most the body."""
+    out = np.empty(len(offsets), np.int64)
+    at = 0
+    while at < len(offsets):
+        start = int(offsets[at])
+        fh.seek(body_start + start)
+        # Up to the last prefix that fits a window: one 8-byte read for a lone buffer, one read for many close ones.
+        last = int(np.searchsorted(offsets, start + WINDOW - 8, side="right")) - 1
+        data = fh.read(int(offsets[max(last, at)]) + 8 - start)
+        end = at
+        while end < len(offsets) and int(offsets[end]) + 8 <= start + len(data):
+            out[end] = struct.unpack_from("<q", data, int(offsets[end]) - start)[0]
+            end += 1
+        if end == at:
             raise LayoutError("compressed buffer cut off")
-        decoded = struct.unpack("<q", prefix)[0]
-        grown += max(decoded, 0)  # -1: stored as is (part of the body already)
-    return rows, grown
+        at = end
+    return out

@@ -29,10 +29,17 @@ MAX_HEADER = 16 * 1024 * 1024
 DICTIONARY_PAGE = 2
 DATA_PAGES = (0, 3)
 DICTIONARY_ENCODINGS = (2, 8)  # PLAIN_DICTIONARY, RLE_DICTIONARY
+#: Bytes read for one page header, and for a window of many when pages are small.
+SMALL_READ = 4096
+BIG_READ = 65536
 
 
 class LayoutError(ValueError):
     """The file's bytes are not what their headers say (truncated or hostile)."""
+
+
+#: Thrift compact types (``field header & 0x0F``) whose value is one byte or sits in the header.
+_BOOL_TYPES = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -44,12 +51,15 @@ class ChunkPages:
     largest: int = 0  # the largest single page, decompressed: one allocation of the read
     dictionary: int = 0  # bytes of the dictionary page, decompressed (0: none)
     coded: bool = False  # some data page holds dictionary codes
+    encodings: frozenset[int] = frozenset()  # the value encodings of the data pages
+    coded_values: int = 0  # values of the data pages that hold dictionary codes
 
     def plus(self, other: "ChunkPages") -> "ChunkPages":
         """Two chunks' pages as one column's (sums; the largest page and dictionary of either)."""
         return ChunkPages(self.values + other.values, self.decompressed + other.decompressed,
                           max(self.largest, other.largest), max(self.dictionary, other.dictionary),
-                          self.coded or other.coded)
+                          self.coded or other.coded, self.encodings | other.encodings,
+                          self.coded_values + other.coded_values)
 
 
 def footer_length(path: str | os.PathLike[str]) -> int:
@@ -68,42 +78,88 @@ def footer_length(path: str | os.PathLike[str]) -> int:
     return length
 
 
+def check_ranges(ranges: list[tuple[int, int]], data_end: int) -> None:
+    """LayoutError unless every (start, length) byte range lies between the leading magic and ``data_end``
+    (where the footer starts) and no two of them share a byte: then walking them all reads each byte of
+    the file at most once, however many row groups point where."""
+    spans = sorted((start, start + length) for start, length in ranges)
+    for start, end in spans:
+        if start < len(MAGIC) or end > data_end or end < start:
+            raise LayoutError(f"column chunk at bytes {start}-{end} lies outside the data of the file "
+                              f"(bytes {len(MAGIC)}-{data_end})")
+    for (first, end), (start, _) in zip(spans, spans[1:], strict=False):
+        if start < end:
+            raise LayoutError(f"two column chunks share bytes (one at bytes {first}-{end}, the next starts at "
+                              f"byte {start})")
+
+
 def chunk_pages(fh: BinaryIO, start: int, length: int) -> ChunkPages:
-    """Walk the page headers of the column chunk at ``start`` spanning ``length`` stored bytes."""
+    """Walk the page headers of the column chunk at ``start`` spanning ``length`` stored bytes.
+
+    Each page must hold together (its required header fields present, its bytes inside the chunk):
+    else LayoutError. Every page advances by its header and body, so the walk reads each byte of the
+    chunk once, through a window that grows while pages are small (one read, many headers).
+    """
     size = fh.seek(0, os.SEEK_END)
-    end = min(start + max(length, 0), size)
+    end = start + max(length, 0)
+    if start < 0 or end > size:
+        raise LayoutError(f"column chunk at bytes {start}-{end} in a {size}-byte file")
     pos = start
-    out = ChunkPages()
-    while 0 <= pos < end:
-        header, used = _page_header(fh, pos, end)
+    values = decompressed = largest = dictionary = coded_values = 0
+    encodings: set[int] = set()
+    window = b""
+    window_at = 0
+    want = SMALL_READ
+    while pos < end:
+        header, used, window, window_at = _page_header(fh, pos, end, window, window_at, want)
         kind = header.get(1)
-        raw = header.get(2, 0)
-        stored = header.get(3, 0)
-        if not isinstance(raw, int) or not isinstance(stored, int) or raw < 0 or stored < 0:
-            raise LayoutError(f"page at byte {pos}: bad sizes")
-        page = ChunkPages(decompressed=raw, largest=raw)
+        raw = header.get(2)
+        stored = header.get(3)
+        if type(kind) is not int or type(raw) is not int or type(stored) is not int or raw < 0 or stored < 0:
+            raise LayoutError(f"page at byte {pos}: no page type and sizes (not a page header)")
+        if pos + used + stored > end:
+            raise LayoutError(f"page at byte {pos} runs past the end of its column chunk (byte {end})")
         if kind == DICTIONARY_PAGE:
-            page = ChunkPages(decompressed=raw, largest=raw, dictionary=raw)
+            detail = header.get(7)
+            if not isinstance(detail, dict) or type(detail.get(1)) is not int:
+                raise LayoutError(f"dictionary page at byte {pos} has no dictionary page header")
+            dictionary = max(dictionary, raw)
         elif kind in DATA_PAGES:
             detail = header.get(5 if kind == 0 else 8)
-            detail = detail if isinstance(detail, dict) else {}
-            values = detail.get(1, 0)
-            encoding = detail.get(2 if kind == 0 else 4)
-            page = ChunkPages(values if isinstance(values, int) and values > 0 else 0, raw, raw, 0,
-                              encoding in DICTIONARY_ENCODINGS)
-        out = out.plus(page)
-        pos += used + stored
-    return out
+            count = detail.get(1) if isinstance(detail, dict) else None
+            encoding = detail.get(2 if kind == 0 else 4) if isinstance(detail, dict) else None
+            if type(count) is not int or type(encoding) is not int:
+                raise LayoutError(f"data page at byte {pos} has no value count or encoding")
+            count = max(count, 0)
+            values += count
+            encodings.add(encoding)
+            if encoding in DICTIONARY_ENCODINGS:
+                coded_values += count
+        decompressed += raw
+        largest = max(largest, raw)
+        step = used + stored
+        # Pages far smaller than a read: read ahead many at once (the next header is likely in the window).
+        want = BIG_READ if step < SMALL_READ // 4 else SMALL_READ
+        pos += step
+    return ChunkPages(values, decompressed, largest, dictionary, bool(coded_values), frozenset(encodings),
+                      coded_values)
 
 
-def _page_header(fh: BinaryIO, pos: int, end: int) -> tuple[dict[int, Any], int]:
-    want = 4096
+def _page_header(fh: BinaryIO, pos: int, end: int, window: bytes, window_at: int,
+                 want: int) -> tuple[dict[int, Any], int, bytes, int]:
+    """The page header at ``pos`` (from ``window`` when it holds it), its size, and the window now held."""
+    if window_at <= pos < window_at + len(window):
+        try:
+            header, used = read_struct(window, pos - window_at)
+            return header, used - (pos - window_at), window, window_at
+        except IndexError:
+            pass  # cut off by the window's end: read from here
     while True:
         fh.seek(pos)
-        data = fh.read(min(want, max(end - pos, 0)))
+        data = fh.read(min(want, end - pos))
         try:
             header, used = read_struct(data, 0)
-            return header, used
+            return header, used, data, pos
         except IndexError:
             if len(data) < want or want >= MAX_HEADER:
                 raise LayoutError(f"page header at byte {pos} is cut off or larger than {MAX_HEADER} bytes") from None
@@ -131,6 +187,8 @@ def read_struct(data: bytes, pos: int, depth: int = 0) -> tuple[dict[int, Any], 
     """One compact-protocol struct at ``pos``: {field id: int, nested dict, or the length of a binary}, end.
 
     IndexError when ``data`` ends inside it (the caller reads more); LayoutError when it is not Thrift.
+    Every value takes at least one byte (booleans in a list or map too), and a list or map that counts
+    more elements than bytes remain is cut off: the work is bounded by the bytes read.
     """
     if depth > MAX_DEPTH:
         raise LayoutError("Thrift structs nested too deeply")
@@ -149,14 +207,19 @@ def read_struct(data: bytes, pos: int, depth: int = 0) -> tuple[dict[int, Any], 
             raw, pos = _varint(data, pos)
             field = _zigzag(raw)
         last = field
+        if kind == 5 or kind == 6 or kind == 4:  # the integers of a page header: inline, the walk's hot path
+            byte = data[pos]
+            if byte < 0x80:
+                fields[field] = (byte >> 1) ^ -(byte & 1)
+                pos += 1
+                continue
         fields[field], pos = _value(data, pos, kind, depth)
 
 
 def _value(data: bytes, pos: int, kind: int, depth: int) -> tuple[Any, int]:
-    if kind in (1, 2):  # booleans live in the field header
+    if kind in _BOOL_TYPES:  # a struct's booleans live in the field header
         return kind == 1, pos
     if kind == 3:
-        data[pos]
         return data[pos], pos + 1
     if kind in (4, 5, 6):
         raw, pos = _varint(data, pos)
@@ -176,17 +239,26 @@ def _value(data: bytes, pos: int, kind: int, depth: int) -> tuple[Any, int]:
         count, element = head >> 4, head & 0x0F
         if count == 15:
             count, pos = _varint(data, pos)
+        if count > len(data) - pos:
+            raise IndexError  # each element takes a byte at least: more than the bytes at hand
+        if element in _BOOL_TYPES:  # booleans in a list are one byte each
+            element = 3
         for _ in range(count):
-            _, pos = _value(data, pos, element if element != 1 else 3, depth + 1)
+            _, pos = _value(data, pos, element, depth + 1)
         return None, pos
     if kind == 11:
         count, pos = _varint(data, pos)
         if count:
+            if 2 * count > len(data) - pos:
+                raise IndexError
             types = data[pos]
             pos += 1
+            key, value = types >> 4, types & 0x0F
+            key = 3 if key in _BOOL_TYPES else key
+            value = 3 if value in _BOOL_TYPES else value
             for _ in range(count):
-                _, pos = _value(data, pos, types >> 4, depth + 1)
-                _, pos = _value(data, pos, types & 0x0F, depth + 1)
+                _, pos = _value(data, pos, key, depth + 1)
+                _, pos = _value(data, pos, value, depth + 1)
         return None, pos
     if kind == 12:
         return read_struct(data, pos, depth + 1)

@@ -26,6 +26,15 @@ DOMAIN_CREATE = 75
 TILE_SHARE = 0.25
 
 
+def _no_ranges_left(trace: Trace) -> str:
+    """Why no NVTX range is left: none in the trace, or every one dropped as damage (times past 2^53 ns,
+    ends before starts): then the trace has ranges, and saying it has none would send the user to add them."""
+    stored = int(trace.row_count("nvtx"))
+    if stored <= 0:
+        return "no NVTX ranges in the trace"
+    return f"every one of the trace's {stored:,} NVTX rows was dropped as damage (see the damage notes)"
+
+
 def nvtx_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
     """Repeating user ranges that tile the loop and hold its GPU launches.
 
@@ -39,7 +48,7 @@ def nvtx_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
         return "no NVTX ranges in the trace"
     nvtx = trace.frame("nvtx", ["start", "end", "name", "pid", "domain_id", "event_type"])
     if not len(nvtx):
-        return "no NVTX ranges in the trace"
+        return _no_ranges_left(trace)
     library_domains = _library_domains(nvtx)
     kind = nvtx["event_type"].to_numpy()
     start, end = nvtx["start"].to_numpy(np.int64), nvtx["end"].to_numpy(np.int64)

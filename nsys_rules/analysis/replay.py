@@ -23,6 +23,11 @@ import numpy as np
 #: copies start from an idle GPU and an empty queue, a steady loop's queue settles within two).
 COPIES = 4
 
+#: What a call does (``StepTemplate.call_kind``): the edits pick calls by it.
+CALL_OTHER, CALL_LAUNCH, CALL_SYNC, CALL_ALLOC, CALL_COPY = 0, 1, 2, 3, 4
+#: What an operation is (``StepTemplate.op_kind``), as :mod:`nsys_rules.model.activity` numbers them.
+OP_KERNEL, OP_MEMCPY, OP_MEMSET, OP_REPLAY = 0, 1, 2, 3
+
 
 def _ints(n: int = 0, fill: int = 0) -> np.ndarray:
     return np.full(n, fill, np.int64)
@@ -61,6 +66,13 @@ class StepTemplate:
     op_dep: np.ndarray = field(default_factory=_ints)
     op_dep_prev: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     op_step: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    #: What each call is (``CALL_*``) and each operation (``OP_*``), and each operation's class code (the
+    #: budget's busy classes), bytes and copy kind (CUPTI's ``copyKind``, -1 for none).
+    call_kind: np.ndarray = field(default_factory=_ints)
+    op_kind: np.ndarray = field(default_factory=_ints)
+    op_class: np.ndarray = field(default_factory=_ints)
+    op_bytes: np.ndarray = field(default_factory=_ints)
+    op_copy_kind: np.ndarray = field(default_factory=_ints)
     #: Measured order of the calls' starts, the operations' starts and the calls' ends, as event codes:
     #: ``c`` >= 0 a call's start, ``-1 - o`` an operation, ``-1 - n_ops - c`` a call's end (see :func:`event_order`).
     order: np.ndarray = field(default_factory=_ints)

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nsys_rules.analysis.names import SYNC_APIS, is_any_launch, is_blocking_transfer
-from nsys_rules.analysis.replay import StepTemplate, event_order
-from nsys_rules.model.activity import gpu_ops
+from nsys_rules.analysis.names import ALLOC_APIS, SYNC_APIS, is_any_launch, is_blocking_transfer
+from nsys_rules.analysis.replay import (CALL_ALLOC, CALL_COPY, CALL_LAUNCH, CALL_OTHER, CALL_SYNC, StepTemplate,
+                                         event_order)
+from nsys_rules.model.activity import COLUMNS, MEMCPY, MEMSET, gpu_ops
 from nsys_rules.model.steps import StepModel
 from nsys_rules.model.trace import Trace
 
@@ -274,14 +275,39 @@ def _build(trace: Trace, model: StepModel, index: int) -> MeasuredStep | None:
     host_end = int(model.host[index, 1])
     op_step = np.array([int(s) in streams for s in t_stream], bool) & (ops.launch[op_rows] < host_end) if streams \
         else np.ones(len(op_rows), bool)
+    kind = np.asarray(ops.kind[op_rows], np.int64)
+    op_bytes = np.full(len(op_rows), -1, np.int64)
+    copy_kind = np.full(len(op_rows), -1, np.int64)
+    for code, table in ((MEMCPY, "memcpy"), (MEMSET, "memset")):
+        sel = np.flatnonzero(kind == code)
+        if len(sel) and trace.has(table):
+            frame = trace.frame(table, COLUMNS[table])
+            at = np.asarray(ops.table_row[op_rows[sel]], np.int64)
+            op_bytes[sel] = frame["bytes"].to_numpy()[at]
+            if code == MEMCPY and "copy_kind" in frame:
+                copy_kind[sel] = frame["copy_kind"].to_numpy()[at]
     template = StepTemplate(
         call_thread=c_thread, call_gap=gap, call_offset=c_start - t0, call_dur=dur, call_wait=c_wait,
         call_wait_prev=c_prev, call_ret=c_ret, tail_ns=int(tail), op_call=op_call, op_lat=lat.astype(np.int64),
         op_dur=(o_end - o_start).astype(np.int64), op_gap=gap_ns.astype(np.int64), op_stream=t_stream.astype(np.int64), op_dep=dep,
-        op_dep_prev=dep_prev, op_step=op_step,
+        op_dep_prev=dep_prev, op_step=op_step, call_kind=np.array([_call_kind(n) for n in kept_names], np.int64),
+        op_kind=kind, op_class=np.asarray(ops.cls[op_rows], np.int64), op_bytes=op_bytes, op_copy_kind=copy_kind,
         order=event_order(c_start - t0, c_end - t0, o_start - t0))
     measured = int(model.gpu[index, 1] - model.gpu[index, 0])
     return MeasuredStep(template, index, measured, (t0, t1), main_tid, op_rows, c_row, tuple(kept_names))
+
+
+def _call_kind(name: str) -> int:
+    """What a call does, for the edits (``CALL_*`` of :mod:`nsys_rules.analysis.replay`)."""
+    if name in SYNC_APIS:
+        return CALL_SYNC
+    if name in ALLOC_APIS or name in FREE_APIS:
+        return CALL_ALLOC
+    if name.startswith(("cudaMemcpy", "cuMemcpy", "cudaMemset", "cuMemset")):
+        return CALL_COPY
+    if is_any_launch(name):
+        return CALL_LAUNCH
+    return CALL_OTHER
 
 
 def _rows_of(ops, near, lo: int, hi: int, device: int) -> np.ndarray:  # type: ignore[no-untyped-def]

@@ -221,6 +221,8 @@ def _cap(findings: list[Finding], budget: Budget | None) -> list[Finding]:
         f = out[i]
         if f.estimated_savings_ns is None or f.budget_part is None or f.budget_part == OUTSIDE:
             continue
+        if f.savings_replay is not None:  # replayed: bounded by the replay itself (nsys_rules.replay_savings)
+            continue
         # A finding may draw on several parts ("host_prep+launch_wait"), listed where most of its time
         # went first: its room is their sum, and it takes from each in that order, so a part it names
         # last (a little of its time) keeps what other owners need. An idle-time symptom never claims kernels.

@@ -199,9 +199,11 @@ def replay(template: StepTemplate, copies: int = COPIES) -> Replayed:
 
 
 def critical_gpu_ns(template: StepTemplate) -> int:
-    """The step with every host call and host gap at zero: the GPU's own critical work per step."""
+    """The step with every host call, host gap and gap between GPU operations at zero: the GPU's own critical work
+    per step (its operations on the longest chain of streams and dependencies)."""
     bare = StepTemplate(**{**template.__dict__,
                            "call_gap": np.zeros_like(template.call_gap), "call_offset": np.zeros_like(template.call_offset),
                            "call_dur": np.zeros_like(template.call_dur), "call_ret": np.zeros_like(template.call_ret),
-                           "op_lat": np.zeros_like(template.op_lat), "tail_ns": 0})
+                           "op_lat": np.zeros_like(template.op_lat), "op_gap": np.zeros_like(template.op_gap),
+                           "tail_ns": 0})
     return replay(bare).period_ns

@@ -1,0 +1,70 @@
+"""Findings' savings from the step replay (issue 36): what the recommended fix gives back.
+
+A finding whose rule has an edit (:data:`~nsys_rules.model.replay_what_if.EDITS`) and that
+claims step time gets the replayed saving: the median step's change with its fix, times the
+steady steps, with the range its edit's assumptions set and ``savings_replay`` saying so. Several
+findings of one rule share the rule's saving in proportion to what each claimed. Then the shown
+savings together never pass one replay with every shown fix (:func:`cap_together`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+from nsys_rules.findings import Finding
+from nsys_rules.model.replay_what_if import EDITS, StepReplay
+
+
+def with_replayed_savings(findings: Iterable[Finding], replay: StepReplay | None) -> list[Finding]:
+    """``findings`` with each replayable rule's savings the replayed ones (unchanged without a replay)."""
+    out = list(findings)
+    if replay is None or replay.measured_ns <= 0:
+        return out
+    by_rule: dict[str, list[int]] = {}
+    for i, f in enumerate(out):
+        if f.rule in EDITS and f.estimated_savings_ns is not None and f.estimated_savings_ns > 0:
+            by_rule.setdefault(f.rule, []).append(i)
+    for rule, rows in by_rule.items():
+        saving = replay.saving(rule)
+        if saving is None:
+            continue
+        claimed = sum(out[i].estimated_savings_ns or 0 for i in rows) or 1
+        for i in rows:
+            f = out[i]
+            share = (f.estimated_savings_ns or 0) / claimed
+            steps = replay.steps
+            low, high = saving.low_ns * steps * share, saving.high_ns * steps * share
+            note = f"replayed: the median step with this fix, {saving.assumption}"
+            out[i] = dataclasses.replace(
+                f, estimated_savings_ns=int(saving.per_step_ns * steps * share), savings_range=(int(low), int(high)),
+                savings_note=note, savings_replay={**saving.to_json(), "steps": steps, "share": round(share, 4)})
+    return out
+
+
+def shown_rules(findings: Iterable[Finding]) -> tuple[str, ...]:
+    """The replayable rules among the shown findings (not folded into another, not minor, with a saving)."""
+    return tuple(sorted({f.rule for f in findings if f.rule in EDITS and not f.folded_into and not f.minor
+                         and f.estimated_savings_ns}))
+
+
+def cap_together(findings: list[Finding], replay: StepReplay | None) -> list[Finding]:
+    """The replayed savings of the shown findings scaled down, when they add up past one replay with every shown fix."""
+    if replay is None:
+        return findings
+    together = replay.together(shown_rules(findings)) * replay.steps
+    rows = [i for i, f in enumerate(findings) if f.savings_replay is not None and not f.folded_into and not f.minor
+            and f.estimated_savings_ns]
+    claimed = sum(findings[i].estimated_savings_ns or 0 for i in rows)
+    if claimed <= together or not claimed:
+        return findings
+    scale = together / claimed
+    out = list(findings)
+    for i in rows:
+        f = out[i]
+        bounds = None if f.savings_range is None else (int(f.savings_range[0] * scale), int(f.savings_range[1] * scale))
+        out[i] = dataclasses.replace(
+            f, estimated_savings_ns=int((f.estimated_savings_ns or 0) * scale), savings_range=bounds,
+            savings_note=f"{f.savings_note}; scaled by {scale:.2f}: the fixes together give back "
+                         f"{together / max(replay.steps, 1) / 1e6:.3f} ms per step, less than their sum")
+    return out

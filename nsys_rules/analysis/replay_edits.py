@@ -34,13 +34,17 @@ def _replace(t: StepTemplate, **arrays: object) -> StepTemplate:
     return dataclasses.replace(t, **arrays)  # type: ignore[arg-type]
 
 
-def as_graphs(t: StepTemplate, launch_ns: int, graph_gap_ns: int, keep_gap_ns: int) -> StepTemplate:
-    """Thread 0's launches captured as CUDA graphs, one graph per stretch between blocking calls."""
+def as_graphs(t: StepTemplate, launch_ns: int, graph_gap_ns: int, keep_gap_ns: int, node_ns: int = 0) -> StepTemplate:
+    """Thread 0's launches captured as CUDA graphs, one graph per stretch between synchronizations.
+
+    A graph launch costs ``launch_ns`` plus ``node_ns`` per operation in it. Allocations and frees
+    inside a stretch are gone too: a captured graph allocates its memory once, at capture.
+    """
     gap, dur, wait = t.call_gap.copy(), t.call_dur.copy(), t.call_wait.copy()
     op_call, lat, op_gap = t.op_call.copy(), t.op_lat.copy(), t.op_gap.copy()
     main = t.call_thread == 0
     launches_of = np.bincount(op_call[op_call >= 0], minlength=t.calls)
-    blocking = (t.call_wait >= 0) & (launches_of == 0)
+    blocking = (t.call_wait >= 0) & (launches_of == 0) & (t.call_kind != CALL_ALLOC)
     graph_call = -1
     new_call = np.arange(t.calls)
     for c in np.flatnonzero(main).tolist():
@@ -54,13 +58,16 @@ def as_graphs(t: StepTemplate, launch_ns: int, graph_gap_ns: int, keep_gap_ns: i
                 dur[c], wait[c] = launch_ns, -1
             continue
         # Inside a graph: the call is gone, and so is the launching host time before it.
-        if t.call_kind[c] in (CALL_LAUNCH, CALL_OTHER) or (t.call_kind[c] == CALL_COPY and launches):
+        if t.call_kind[c] in (CALL_LAUNCH, CALL_OTHER, CALL_ALLOC) or (t.call_kind[c] == CALL_COPY and launches):
             if gap[c] <= keep_gap_ns:
                 gap[c] = 0
             dur[c], wait[c] = 0, -1
             if launches:
                 new_call[c] = graph_call
     moved = new_call[np.maximum(op_call, 0)]
+    nodes = np.bincount(moved[op_call >= 0], minlength=t.calls)
+    heads = np.flatnonzero((new_call == np.arange(t.calls)) & (dur == launch_ns) & (nodes > 0))
+    dur[heads] += node_ns * nodes[heads]
     regrouped = (op_call >= 0) & (moved != op_call)
     op_call = np.where(op_call >= 0, moved, op_call)
     lat[regrouped] = 0

@@ -122,15 +122,13 @@ def _build(trace: Trace, model: StepModel, index: int) -> MeasuredStep | None:
     # Each operation's call: the outer call of its thread starting at or before its launching call.
     out_rows = rows[outer]
     out_tid, out_start = a_tid[out_rows], a_start[out_rows]
-    key = out_tid.astype(np.float64) * 0 + out_start  # placeholder for per-thread search below
-    del key
     op_call_row = np.full(len(op_rows), -1, np.int64)
     for t in np.unique(op_tid):
         sel = np.flatnonzero(out_tid == t)
         which = np.flatnonzero(op_tid == t)
-        k = np.searchsorted(out_start[sel], a_start[op_api[which]], side="right") - 1
-        ok = k >= 0
-        op_call_row[which[ok]] = out_rows[sel[k[ok]]]
+        at = np.searchsorted(out_start[sel], a_start[op_api[which]], side="right") - 1
+        ok = at >= 0
+        op_call_row[which[ok]] = out_rows[sel[at[ok]]]
     # The device's operations around the step: stream predecessors, dependencies, waits.
     lo = int(model.host[index - 1, 0]) if index > 0 else t0 - (t1 - t0)
     hi = int(ops.end[op_rows].max()) + 1
@@ -138,11 +136,9 @@ def _build(trace: Trace, model: StepModel, index: int) -> MeasuredStep | None:
     n_start, n_end = np.asarray(near.start, np.int64), np.asarray(near.end, np.int64)
     n_stream = np.asarray(near.stream, np.int64)
     n_launch = np.asarray(near.launch, np.int64)
-    near_first = int(np.searchsorted(ops.start, lo, side="left"))
     # Rows of near in gpu_ops: near is a slice or a selection of the slice from the first start >= lo.
     near_rows = _rows_of(ops, near, lo, hi, model.device)
     pos = {int(r): k for k, r in enumerate(near_rows)}
-    del near_first
     t_pos = np.array([pos.get(int(r), -1) for r in op_rows], np.int64)
     order = np.lexsort((n_start, n_stream))
     pred_end = np.full(len(near_rows), -1, np.int64)
@@ -172,36 +168,36 @@ def _build(trace: Trace, model: StepModel, index: int) -> MeasuredStep | None:
     sorted_end = n_end[by_end]
     calls: list[tuple[int, int, int, int, int, bool, int, bool]] = []  # row, tid, start, end, wait, prev, ret, waited
     kept_names: list[str] = []
-    for r, name in zip(call_rows_all.tolist(), call_names):
-        c_start, c_end, c_tid = int(a_start[r]), int(a_end[r]), int(a_tid[r])
-        wait, prev, ret, waited = -1, False, 0, False
+    for r, name in zip(call_rows_all.tolist(), call_names, strict=True):
+        t_begin, t_end, t_tid = int(a_start[r]), int(a_end[r]), int(a_tid[r])
+        wait, prev, ret, did_wait = -1, False, 0, False
         syncs = name in SYNC_APIS or is_blocking_transfer(name) or name in FREE_APIS
         # The latest-ending operation launched before the call ended, ending inside the call: a sync returns
         # soon after, any other call (a launch into a full queue) at once.
-        k = int(np.searchsorted(sorted_end, c_end, side="right")) - 1
-        while k >= 0 and sorted_end[k] > c_start:
+        k = int(np.searchsorted(sorted_end, t_end, side="right")) - 1
+        while k >= 0 and sorted_end[k] > t_begin:
             cand = int(by_end[k])
-            if 0 <= n_launch[cand] < c_end:
-                if c_end - sorted_end[k] <= (RETURN_NS if syncs else QUICK_RETURN_NS):
+            if 0 <= n_launch[cand] < t_end:
+                if t_end - sorted_end[k] <= (RETURN_NS if syncs else QUICK_RETURN_NS):
                     wait, prev = template_op(cand)
-                    ret, waited = c_end - int(sorted_end[k]), True
+                    ret, did_wait = t_end - int(sorted_end[k]), True
                 break
             k -= 1
-        if wait < 0 and waited and is_any_launch(name):
-            # A launch into a full queue waited for an operation launched steps before: the GPU being behind,
+        if wait < 0 and did_wait and is_any_launch(name):
+            # A launch into a full queue did_wait for an operation launched steps before: the GPU being behind,
             # which the replay's own queue reproduces. The call's own time is a launch's.
             ret = -1
         elif wait < 0 and syncs:
-            # A sync that waited for nothing: in a what-if it waits for the latest operation launched before it.
-            launched = np.flatnonzero((n_launch >= 0) & (n_launch < c_start))
+            # A sync that did_wait for nothing: in a what-if it waits for the latest operation launched before it.
+            launched = np.flatnonzero((n_launch >= 0) & (n_launch < t_begin))
             if len(launched):
                 cand = int(launched[np.argmax(n_end[launched])])
                 wait, prev = template_op(cand)
-                ret, waited = OWN_SYNC_NS, False
-        waited = waited and wait >= 0
-        if c_tid != main_tid and r not in launching and wait < 0:
+                ret, did_wait = OWN_SYNC_NS, False
+        did_wait = did_wait and wait >= 0
+        if t_tid != main_tid and r not in launching and wait < 0:
             continue
-        calls.append((r, c_tid, c_start, c_end, wait, prev, ret, waited))
+        calls.append((r, t_tid, t_begin, t_end, wait, prev, ret, did_wait))
         kept_names.append(name)
     calls.sort(key=lambda c: (c[2], c[0]))
     c_row = np.array([c[0] for c in calls], np.int64)
@@ -211,7 +207,7 @@ def _build(trace: Trace, model: StepModel, index: int) -> MeasuredStep | None:
     c_wait = np.array([c[4] for c in calls], np.int64)
     c_prev = np.array([c[5] for c in calls], bool)
     c_ret = np.array([c[6] for c in calls], np.int64)
-    kept_names = [n for _, n in sorted(zip([(c[2], c[0]) for c in calls], kept_names))]
+    kept_names = [n for _, n in sorted(zip([(c[2], c[0]) for c in calls], kept_names, strict=True))]
     thread_codes = {main_tid: 0}
     for t in c_tid.tolist():
         thread_codes.setdefault(int(t), len(thread_codes))
@@ -260,8 +256,6 @@ def _build(trace: Trace, model: StepModel, index: int) -> MeasuredStep | None:
             k -= 1
     lat = np.where(free, lat_measured, np.minimum(lat_measured, typical))
     # The GPU's own time between an operation and the one it waited for: measured where it waited, else typical.
-    waited_on = np.where(dep >= 0, np.where(dep_prev, -1, 0), 0)
-    del waited_on
     dep_end = np.full(len(op_rows), -1, np.int64)
     for j in np.flatnonzero(dep >= 0).tolist():
         k = int(np.searchsorted(sorted_end, o_start[j], side="right")) - 1
@@ -289,7 +283,8 @@ def _build(trace: Trace, model: StepModel, index: int) -> MeasuredStep | None:
     template = StepTemplate(
         call_thread=c_thread, call_gap=gap, call_offset=c_start - t0, call_dur=dur, call_wait=c_wait,
         call_wait_prev=c_prev, call_ret=c_ret, tail_ns=int(tail), op_call=op_call, op_lat=lat.astype(np.int64),
-        op_dur=(o_end - o_start).astype(np.int64), op_gap=gap_ns.astype(np.int64), op_stream=t_stream.astype(np.int64), op_dep=dep,
+        op_dur=(o_end - o_start).astype(np.int64), op_gap=gap_ns.astype(np.int64),
+        op_stream=t_stream.astype(np.int64), op_dep=dep,
         op_dep_prev=dep_prev, op_step=op_step, call_kind=np.array([_call_kind(n) for n in kept_names], np.int64),
         op_kind=kind, op_class=np.asarray(ops.cls[op_rows], np.int64), op_bytes=op_bytes, op_copy_kind=copy_kind,
         order=event_order(c_start - t0, c_end - t0, o_start - t0))

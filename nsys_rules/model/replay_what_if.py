@@ -16,15 +16,18 @@ from typing import Callable
 import numpy as np
 
 from nsys_rules.analysis import replay_edits as edits
-from nsys_rules.analysis.replay import CALL_LAUNCH, StepTemplate, critical_gpu_ns, replay
+from nsys_rules.analysis.replay import CALL_LAUNCH, OP_KERNEL, StepTemplate, critical_gpu_ns, replay
+from nsys_rules.model.activity import gpu_ops
 from nsys_rules.analysis.taxonomy import CLASSES
 from nsys_rules.model.budget import Budget
 from nsys_rules.model.replay_step import MeasuredStep, measured_step
 from nsys_rules.model.steps import StepModel
 from nsys_rules.model.trace import Trace
 
-#: A graph launch's host cost when the trace has none to measure (``cudaGraphLaunch`` of a few hundred nodes).
-GRAPH_LAUNCH_NS = 40_000
+#: A graph launch's host cost when the trace has none to measure: a base and a share per node (``cudaGraphLaunch`` of
+#: a 241-node decode graph takes 46 us on H200).
+GRAPH_LAUNCH_NS = 3_000
+GRAPH_NODE_NS = 180
 #: The GPU's gap between two kernels of one graph, fewest and most seen (node-mode decode graphs on H200).
 GRAPH_GAP_NS = (400, 1_000)
 #: Host gaps between launches up to this long are launching (a framework's per-op dispatch); longer ones are kept.
@@ -65,8 +68,11 @@ Edit = Callable[[StepTemplate, "StepReplay", int], tuple[StepTemplate, int]]
 class StepReplay:
     """The median step's replay and its what-ifs."""
 
-    def __init__(self, measured: MeasuredStep, steps: int, graph_launch_ns: int) -> None:
+    def __init__(self, measured: MeasuredStep, steps: int, graph_launch_ns: int,
+                 fp32_gemm: np.ndarray | None = None) -> None:
         self.measured = measured
+        #: The step's operations that are FP32 GEMMs on CUDA cores (what TF32/bf16 speeds up).
+        self.fp32_gemm = fp32_gemm if fp32_gemm is not None else np.zeros(measured.template.ops, bool)
         self.steps = steps
         self.graph_launch_ns = graph_launch_ns
         self.baseline_ns = replay(measured.template).period_ns
@@ -104,7 +110,7 @@ class StepReplay:
         after = self.after((rule,))
         low = max(0, self.baseline_ns - self.after((rule,), 0))
         high = max(0, self.baseline_ns - self.after((rule,), 2))
-        mid = self.baseline_ns - after
+        mid = max(0, self.baseline_ns - after)
         return Saving(rule, self.baseline_ns, after, min(low, mid), max(high, mid), EDITS[rule][1])
 
     def together(self, rules: tuple[str, ...]) -> int:
@@ -125,8 +131,10 @@ class StepReplay:
 
 def _graphs(t: StepTemplate, r: StepReplay, end: int) -> tuple[StepTemplate, int]:
     gap = (GRAPH_GAP_NS[1], GRAPH_GAP_NS[0], GRAPH_GAP_NS[0])[end]
-    launch = r.graph_launch_ns * (2 if end == 0 else 1)
-    return edits.as_graphs(t, launch, gap, LAUNCHING_GAP_NS if end else LAUNCHING_GAP_NS // 10), 0
+    launch, node = r.graph_launch_ns, (GRAPH_NODE_NS if r.graph_launch_ns == GRAPH_LAUNCH_NS else 0)
+    factor = 2 if end == 0 else 1
+    return edits.as_graphs(t, launch * factor, gap, LAUNCHING_GAP_NS if end else LAUNCHING_GAP_NS // 10,
+                           node * factor), 0
 
 
 def _syncs(t: StepTemplate, r: StepReplay, end: int) -> tuple[StepTemplate, int]:
@@ -150,7 +158,7 @@ def _pinned(t: StepTemplate, r: StepReplay, end: int) -> tuple[StepTemplate, int
 
 def _fp32(t: StepTemplate, r: StepReplay, end: int) -> tuple[StepTemplate, int]:
     ratio = (FASTER_GEMM_RATIO[0], sum(FASTER_GEMM_RATIO) / 2, FASTER_GEMM_RATIO[1])[end]
-    return edits.scaled_kernels(t, np.array([CLASSES.index("gemm")]), ratio), 0
+    return edits.scaled_kernels(t, np.array([CLASSES.index("gemm")]), ratio, only=r.fp32_gemm), 0
 
 
 def _resident(t: StepTemplate, r: StepReplay, end: int) -> tuple[StepTemplate, int]:
@@ -186,7 +194,8 @@ def step_replay(trace: Trace, model: StepModel | None, budget: Budget | None) ->
     hit = cache.get(id(model))
     if hit is None or hit[0] is not model:
         measured = measured_step(trace, model, budget.median_step)
-        made = StepReplay(measured, budget.steps, _graph_launch_ns(trace)) if measured is not None else None
+        made = (StepReplay(measured, budget.steps, _graph_launch_ns(trace), _fp32_gemms(trace, measured))
+                if measured is not None else None)
         hit = (model, made)
         cache[id(model)] = hit
     return hit[1]
@@ -194,6 +203,25 @@ def step_replay(trace: Trace, model: StepModel | None, budget: Budget | None) ->
 
 _CACHE: "weakref.WeakKeyDictionary[Trace, dict[int, tuple[StepModel, StepReplay | None]]]" = \
     weakref.WeakKeyDictionary()
+
+
+#: Kernel names of FP32 GEMMs on CUDA cores (cuBLAS SIMT kernels), and of tensor-core ones that never are.
+FP32_GEMM_NAMES = ("sgemm", "gemm_f32f32_f32f32_f32", "cgemm")
+TENSOR_CORE_NAMES = ("tf32", "tensorop", "hmma", "s1688", "s16816", "bf16", "f16", "half")
+
+
+def _fp32_gemms(trace: Trace, measured: MeasuredStep) -> np.ndarray:
+    """Which of the step's operations are FP32 GEMM kernels on CUDA cores (by their names)."""
+    out = np.zeros(measured.template.ops, bool)
+    kernels = np.flatnonzero(measured.template.op_kind == OP_KERNEL)
+    if not len(kernels) or not trace.has("kernels"):
+        return out
+    names = trace.frame("kernels", ["name"])["name"]
+    rows = np.asarray(gpu_ops(trace).table_row[measured.op_rows[kernels]], np.int64)
+    for k, row in zip(kernels.tolist(), rows.tolist(), strict=True):
+        name = str(names.iat[row]).lower()
+        out[k] = any(m in name for m in FP32_GEMM_NAMES) and not any(m in name for m in TENSOR_CORE_NAMES)
+    return out
 
 
 def _graph_launch_ns(trace: Trace) -> int:

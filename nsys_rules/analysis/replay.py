@@ -73,6 +73,8 @@ class StepTemplate:
     op_class: np.ndarray = field(default_factory=_ints)
     op_bytes: np.ndarray = field(default_factory=_ints)
     op_copy_kind: np.ndarray = field(default_factory=_ints)
+    #: The copy engine an operation waits for besides its stream (-1 none): copies of one direction take turns.
+    op_engine: np.ndarray = field(default_factory=_ints)
     #: Measured order of the calls' starts, the operations' starts and the calls' ends, as event codes:
     #: ``c`` >= 0 a call's start, ``-1 - o`` an operation, ``-1 - n_ops - c`` a call's end (see :func:`event_order`).
     order: np.ndarray = field(default_factory=_ints)
@@ -136,6 +138,8 @@ def replay(template: StepTemplate, copies: int = COPIES) -> Replayed:
     op_gap = template.op_gap.tolist()
     stream, dep, dep_prev = template.op_stream.tolist(), template.op_dep.tolist(), template.op_dep_prev.tolist()
     order = template.order.tolist()
+    engine = template.op_engine.tolist() if len(template.op_engine) == n_ops else [-1] * n_ops
+    engine_end: dict[int, int] = {}
     cut = np.flatnonzero(template.op_step) if n_ops else np.zeros(0, np.int64)
     prev_cs = [0] * n_calls
     prev_ce = [0] * n_calls
@@ -168,8 +172,13 @@ def replay(template: StepTemplate, copies: int = COPIES) -> Replayed:
                     other = (prev_oe[d] if dep_prev[o] else oe[d]) + op_gap[o]
                     if other > begin:
                         begin = other
+                e = engine[o]
+                if e >= 0 and engine_end.get(e, begin) > begin:
+                    begin = engine_end[e]
                 os_[o] = begin
                 oe[o] = stream_end[s] = begin + op_dur[o]
+                if e >= 0:
+                    engine_end[e] = oe[o]
             else:  # a call ends
                 c = -1 - n_ops - code
                 end = cs[c] + dur[c]

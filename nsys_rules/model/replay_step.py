@@ -184,12 +184,13 @@ def _build(trace: Trace, model: StepModel, index: int) -> MeasuredStep | None:
                 break
             k -= 1
         if wait < 0 and did_wait and is_any_launch(name):
-            # A launch into a full queue did_wait for an operation launched steps before: the GPU being behind,
+            # A launch into a full queue waited for an operation launched steps before: the GPU being behind,
             # which the replay's own queue reproduces. The call's own time is a launch's.
             ret = -1
         elif wait < 0 and syncs:
-            # A sync that did_wait for nothing: in a what-if it waits for the latest operation launched before it.
-            launched = np.flatnonzero((n_launch >= 0) & (n_launch < t_begin))
+            # A sync that waited for nothing: in a what-if it waits for the latest operation launched before it
+            # that had ended when it returned (one ending later ran on a stream it did not wait for).
+            launched = np.flatnonzero((n_launch >= 0) & (n_launch < t_begin) & (n_end <= t_end))
             if len(launched):
                 cand = int(launched[np.argmax(n_end[launched])])
                 wait, prev = template_op(cand)
@@ -235,7 +236,25 @@ def _build(trace: Trace, model: StepModel, index: int) -> MeasuredStep | None:
     o_start, o_end = n_start[t_pos], n_end[t_pos]
     anchor = np.where(op_call >= 0, c_start[np.maximum(op_call, 0)], t0)
     lat_measured = np.maximum(o_start - anchor, 0)
-    held = pred_end[t_pos]
+    kind = np.asarray(ops.kind[op_rows], np.int64)
+    op_bytes = np.full(len(op_rows), -1, np.int64)
+    copy_kind = np.full(len(op_rows), -1, np.int64)
+    for code, table in ((MEMCPY, "memcpy"), (MEMSET, "memset")):
+        sel = np.flatnonzero(kind == code)
+        if len(sel) and trace.has(table):
+            frame = trace.frame(table, COLUMNS[table])
+            at = np.asarray(ops.table_row[op_rows[sel]], np.int64)
+            op_bytes[sel] = frame["bytes"].to_numpy()[at]
+            if code == MEMCPY and "copy_kind" in frame:
+                copy_kind[sel] = frame["copy_kind"].to_numpy()[at]
+    engine = _copy_engines(kind, copy_kind, o_start, o_end, t_stream)
+    engine_pred = np.full(len(op_rows), -1, np.int64)
+    # A copy engine serving one direction in turn holds a copy back like its stream does.
+    for e in np.unique(engine[engine >= 0]).tolist():
+        turn = np.flatnonzero(engine == e)
+        turn = turn[np.argsort(o_start[turn], kind="stable")]
+        engine_pred[turn[1:]] = o_end[turn[:-1]]
+    held = np.maximum(pred_end[t_pos], engine_pred)
     # Held back by its stream predecessor when it was queued before that one ended (its launch call had
     # returned): the time between them is the GPU's own. Otherwise launched late: the latency is the host's.
     launch_end = np.where(op_call >= 0, c_end[np.maximum(op_call, 0)], t0)
@@ -269,17 +288,6 @@ def _build(trace: Trace, model: StepModel, index: int) -> MeasuredStep | None:
     host_end = int(model.host[index, 1])
     op_step = np.array([int(s) in streams for s in t_stream], bool) & (ops.launch[op_rows] < host_end) if streams \
         else np.ones(len(op_rows), bool)
-    kind = np.asarray(ops.kind[op_rows], np.int64)
-    op_bytes = np.full(len(op_rows), -1, np.int64)
-    copy_kind = np.full(len(op_rows), -1, np.int64)
-    for code, table in ((MEMCPY, "memcpy"), (MEMSET, "memset")):
-        sel = np.flatnonzero(kind == code)
-        if len(sel) and trace.has(table):
-            frame = trace.frame(table, COLUMNS[table])
-            at = np.asarray(ops.table_row[op_rows[sel]], np.int64)
-            op_bytes[sel] = frame["bytes"].to_numpy()[at]
-            if code == MEMCPY and "copy_kind" in frame:
-                copy_kind[sel] = frame["copy_kind"].to_numpy()[at]
     template = StepTemplate(
         call_thread=c_thread, call_gap=gap, call_offset=c_start - t0, call_dur=dur, call_wait=c_wait,
         call_wait_prev=c_prev, call_ret=c_ret, tail_ns=int(tail), op_call=op_call, op_lat=lat.astype(np.int64),
@@ -287,9 +295,25 @@ def _build(trace: Trace, model: StepModel, index: int) -> MeasuredStep | None:
         op_stream=t_stream.astype(np.int64), op_dep=dep,
         op_dep_prev=dep_prev, op_step=op_step, call_kind=np.array([_call_kind(n) for n in kept_names], np.int64),
         op_kind=kind, op_class=np.asarray(ops.cls[op_rows], np.int64), op_bytes=op_bytes, op_copy_kind=copy_kind,
+        op_engine=engine,
         order=event_order(c_start - t0, c_end - t0, o_start - t0))
     measured = int(model.gpu[index, 1] - model.gpu[index, 0])
     return MeasuredStep(template, index, measured, (t0, t1), main_tid, op_rows, c_row, tuple(kept_names))
+
+
+def _copy_engines(kind: np.ndarray, copy_kind: np.ndarray, start: np.ndarray, end: np.ndarray,
+                  stream: np.ndarray) -> np.ndarray:
+    """Each host copy's copy engine (its direction) where that direction's copies never overlapped though several
+    streams ran them: one engine served them in turn. -1 for the rest (several engines, or no copy)."""
+    engine = np.full(len(kind), -1, np.int64)
+    for direction in (1, 2):  # CUPTI copyKind: host to device, device to host
+        sel = np.flatnonzero((kind == MEMCPY) & (copy_kind == direction))
+        if len(sel) < 2 or len(np.unique(stream[sel])) < 2:
+            continue
+        order = sel[np.argsort(start[sel], kind="stable")]
+        if (start[order[1:]] >= end[order[:-1]]).all():
+            engine[sel] = direction
+    return engine
 
 
 def _call_kind(name: str) -> int:

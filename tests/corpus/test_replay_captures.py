@@ -79,7 +79,8 @@ def test_h200_pairs_predict_the_measured_change(before: str, after: str, rule: s
 @pytest.mark.parametrize(("before", "after"), [("diff_eager_l16_run1", "diff_graph_l16_run1"),
                                                ("diff_eager_l16_run2", "diff_graph_l16_run2"),
                                                ("diff_eager_l17", "diff_graph_l17")])
-def test_eager_to_graph_runs_predict_the_measured_change(diff_traces: Path, before: str, after: str) -> None:
+def test_eager_to_graph_runs_predict_the_measured_change(request: pytest.FixtureRequest, before: str, after: str) -> None:
+    diff_traces: Path = request.getfixturevalue("diff_traces")
     replayed, _ = _replay(diff_traces / f"{before}.sqlite")
     predicted = replayed.saving("launch-bound").per_step_ns
     measured = _median(diff_traces / f"{before}.sqlite") - _median(diff_traces / f"{after}.sqlite")

@@ -80,10 +80,10 @@ def test_h200_pairs_predict_the_measured_change(before: str, after: str, rule: s
                                                ("diff_eager_l16_run2", "diff_graph_l16_run2"),
                                                ("diff_eager_l17", "diff_graph_l17")])
 def test_eager_to_graph_runs_predict_the_measured_change(request: pytest.FixtureRequest, before: str, after: str) -> None:
-    diff_traces: Path = request.getfixturevalue("diff_traces")
-    replayed, _ = _replay(diff_traces / f"{before}.sqlite")
+    folder: Path = request.getfixturevalue("diff_traces")
+    replayed, _ = _replay(folder / f"{before}.sqlite")
     predicted = replayed.saving("launch-bound").per_step_ns
-    measured = _median(diff_traces / f"{before}.sqlite") - _median(diff_traces / f"{after}.sqlite")
+    measured = _median(folder / f"{before}.sqlite") - _median(folder / f"{after}.sqlite")
     assert 0.8 <= predicted / measured <= 1.25, (predicted, measured)
     # Every fix together never gives back more than the step less the GPU's own critical work.
     assert replayed.together(("launch-bound", "sync-stall")) <= replayed.baseline_ns - replayed.critical_ns

@@ -122,6 +122,8 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         result.info.budget = budget.to_json()
         if replayed is not None:  # the median step replayed, and with every shown finding's fix (issue 36)
             result.info.budget["replay"] = replayed.to_json(shown_rules(result.findings))
+            if settings.what_if:
+                result.info.budget["replay"]["what_if"] = replayed.what_if(settings.what_if)
         owners = part_owners(result.findings, budget)
         for part in result.info.budget["parts"]:
             if part["name"] in owners:

@@ -35,7 +35,7 @@ def with_replayed_savings(findings: Iterable[Finding], replay: StepReplay | None
             share = (f.estimated_savings_ns or 0) / claimed
             steps = replay.steps
             low, high = saving.low_ns * steps * share, saving.high_ns * steps * share
-            note = f"replayed: the median step with this fix, {saving.assumption}"
+            note = "replayed: the median step with this fix (savings_replay says the assumptions of its range)"
             out[i] = dataclasses.replace(
                 f, estimated_savings_ns=int(saving.per_step_ns * steps * share), savings_range=(int(low), int(high)),
                 savings_note=note, savings_replay={**saving.to_json(), "steps": steps, "share": round(share, 4)})

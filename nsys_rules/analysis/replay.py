@@ -207,6 +207,22 @@ def replay(template: StepTemplate, copies: int = COPIES) -> Replayed:
                     np.asarray(prev_os, np.int64), np.asarray(prev_oe, np.int64), int(bounds[-2]) if len(bounds) >= 2 else 0)
 
 
+def busy_by_class(template: StepTemplate, period_ns: int) -> tuple[dict[int, int], int]:
+    """Where one replayed step's time goes: the GPU busy time of each operation class, and the idle rest.
+
+    In a steady loop each period holds one step's operations, so their durations by class are the
+    period's busy time; where streams overlap, the classes are scaled to fit the period.
+    """
+    classes: dict[int, int] = {}
+    for cls, dur in zip(template.op_class.tolist(), template.op_dur.tolist(), strict=True):
+        classes[cls] = classes.get(cls, 0) + dur
+    busy = sum(classes.values())
+    if busy > period_ns > 0:
+        classes = {c: v * period_ns // busy for c, v in classes.items()}
+        busy = sum(classes.values())
+    return classes, max(0, period_ns - busy)
+
+
 def critical_gpu_ns(template: StepTemplate) -> int:
     """The step with every host call, host gap and gap between GPU operations at zero: the GPU's own critical work
     per step (its operations on the longest chain of streams and dependencies)."""

@@ -16,10 +16,10 @@ from typing import Callable
 import numpy as np
 
 from nsys_rules.analysis import replay_edits as edits
-from nsys_rules.analysis.replay import CALL_LAUNCH, OP_KERNEL, StepTemplate, critical_gpu_ns, replay
-from nsys_rules.model.activity import gpu_ops
+from nsys_rules.analysis.replay import CALL_LAUNCH, OP_KERNEL, StepTemplate, busy_by_class, critical_gpu_ns, replay
+from nsys_rules.model.activity import BUSY_CLASSES, gpu_ops
 from nsys_rules.analysis.taxonomy import CLASSES
-from nsys_rules.model.budget import Budget
+from nsys_rules.model.budget import LABELS, Budget, part_of_class
 from nsys_rules.model.replay_step import MeasuredStep, measured_step
 from nsys_rules.model.steps import StepModel
 from nsys_rules.model.trace import Trace
@@ -120,13 +120,39 @@ class StepReplay:
             return 0
         return max(0, min(self.baseline_ns - self.after(known), self.baseline_ns - self.critical_ns))
 
+    def what_if(self, rules: tuple[str, ...]) -> dict[str, object]:
+        """``--what-if``: the median step's budget replayed as measured and with the fixes of ``rules`` together."""
+        known = tuple(r for r in rules if r in EDITS)
+        t = self.measured.template
+        for rule in sorted(known):
+            t, _ = EDITS[rule][0](t, self, 1)
+        after = self.after(known) if known else self.baseline_ns
+        before_parts, after_parts = _parts(self.measured.template, self.baseline_ns), _parts(t, after)
+        names = [*before_parts, *(n for n in after_parts if n not in before_parts)]
+        names = [n for n in names if n != "idle"] + ["idle"]
+        return {"rules": list(known), "step_ns": self.baseline_ns, "replayed_step_ns": after,
+                "saving_per_step_ns": max(0, self.baseline_ns - after),
+                "parts": [{"name": n, "label": LABELS.get(n, "idle (GPU waits)"),
+                           "before_ns": before_parts.get(n, 0), "after_ns": after_parts.get(n, 0)} for n in names]}
+
     def to_json(self, shown: tuple[str, ...] = ()) -> dict[str, object]:
-        """``traces[i].replay`` of the JSON envelope."""
+        """``traces[i].budget.replay`` of the JSON envelope."""
         return {"step_index": self.measured.index, "measured_step_ns": self.measured_ns,
                 "replayed_step_ns": self.baseline_ns, "error_pct": round(100 * self.error, 2),
                 "critical_gpu_ns": self.critical_ns, "calls": self.measured.template.calls,
                 "ops": self.measured.template.ops, "all_fixes_rules": sorted(r for r in shown if r in EDITS),
                 "all_fixes_saving_ns": self.together(shown)}
+
+
+def _parts(t: StepTemplate, period_ns: int) -> dict[str, int]:
+    """A replayed step's budget: busy time by budget part, and the idle rest (ns)."""
+    classes, idle = busy_by_class(t, period_ns)
+    out: dict[str, int] = {}
+    for code, ns in sorted(classes.items()):
+        name = part_of_class(BUSY_CLASSES[code]) if 0 <= code < len(BUSY_CLASSES) else "other"
+        out[name] = out.get(name, 0) + int(ns)
+    out["idle"] = int(idle)
+    return out
 
 
 def _graphs(t: StepTemplate, r: StepReplay, end: int) -> tuple[StepTemplate, int]:

@@ -20,7 +20,7 @@ import pytest
 
 from nsys_rules.inputs import open_trace
 from nsys_rules.model.budget import step_budget
-from nsys_rules.model.replay_what_if import step_replay
+from nsys_rules.model.replay_what_if import EDITS, step_replay
 from nsys_rules.model.steps import step_model
 
 FOLDER = Path(__file__).resolve().parents[1] / "data" / "fixpairs"
@@ -36,6 +36,7 @@ PAIRS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("fx_llama_empty_cache", "fx_llama_base", ("alloc-churn",)),
     ("fx_alloc_nocache", "fx_alloc_cached", ("alloc-churn",)),
     ("fx_jax_readback", "fx_jax_noreadback", ("sync-stall",)),
+    ("fx_llama_base", "fx_llama_compile", ("fusion-candidate",)),
 )
 
 
@@ -47,15 +48,19 @@ def _truth() -> dict[str, Any]:
 def measured_change(truth: dict[str, Any], before: str, after: str) -> int | None:
     """The truth's measured median-step change from ``before`` to ``after`` (ns), when it records it.
 
-    Accepted: per-capture medians (``{name: {"median_step_ns": ...}}``, or a ``captures`` list of such
-    entries with ``name``), or per-pair changes (a ``pairs`` list with ``before``, ``after`` and
-    ``change_ns`` / ``measured_change_ns``).
+    ``fixpairs_truth.py`` writes ``{"pairs": {PAIR: {"before", "after", "change_ns", "interval_ns", ...}}}``
+    with ``change_ns`` = median after - median before (negative: saved); returned as the time saved.
+    Also accepted: per-capture medians (``{name: {"median_ns": ...}}``, or a ``captures`` list of such
+    entries with ``name``).
     """
-    for pair in truth.get("pairs", []) if isinstance(truth.get("pairs"), list) else []:
-        if pair.get("before") == before and pair.get("after") == after:
-            for key in ("measured_change_ns", "change_ns", "delta_ns"):
-                if key in pair:
-                    return int(pair[key])
+    pairs = truth.get("pairs")
+    listed = pairs.values() if isinstance(pairs, dict) else pairs if isinstance(pairs, list) else []
+    for pair in listed:
+        if isinstance(pair, dict) and pair.get("before") == before and pair.get("after") == after:
+            if "change_ns" in pair:
+                return -int(pair["change_ns"])
+            if "median_before_ns" in pair and "median_after_ns" in pair:
+                return int(pair["median_before_ns"]) - int(pair["median_after_ns"])
     medians: dict[str, int] = {}
     entries = truth.get("captures", truth)
     items = entries if isinstance(entries, list) else [dict(v, name=k) for k, v in entries.items()
@@ -97,6 +102,9 @@ def _median(path: Path) -> int:
 @pytest.mark.parametrize(("before", "after", "rules"), PAIRS, ids=[f"{b}->{a}" for b, a, _ in PAIRS])
 def test_the_finding_predicts_the_measured_change(unpacked: Path, before: str, after: str,
                                                   rules: tuple[str, ...]) -> None:
+    missing = [r for r in rules if r not in EDITS]
+    if missing:
+        pytest.skip(f"{before} -> {after}: no replay edit for {', '.join(missing)} yet (torch.compile's fusion)")
     first, second = _capture(unpacked, before), _capture(unpacked, after)
     measured = measured_change(_truth(), before, after)
     if measured is None:  # the truth file does not record this pair: our own median steps are the truth

@@ -44,7 +44,7 @@ def promises_kept(base: Sequence[dict[str, Any]], new: Sequence[dict[str, Any]],
     """Each cause BASE promised a saving for and NEW no longer has: promised vs measured, with the verdict."""
     if not base or not all(base) or not all(new):
         return []
-    promised: dict[str, list[float]] = {}
+    promised: dict[str, list[list[float]]] = {}
     for run in base:
         for rule, values in run["rules"].items():
             promised.setdefault(rule, []).append(values)

@@ -221,8 +221,6 @@ def _cap(findings: list[Finding], budget: Budget | None) -> list[Finding]:
         f = out[i]
         if f.estimated_savings_ns is None or f.budget_part is None or f.budget_part == OUTSIDE:
             continue
-        if f.savings_replay is not None:  # replayed: bounded by the replay itself (nsys_rules.replay_savings)
-            continue
         # A finding may draw on several parts ("host_prep+launch_wait"), listed where most of its time
         # went first: its room is their sum, and it takes from each in that order, so a part it names
         # last (a little of its time) keeps what other owners need. An idle-time symptom never claims kernels.
@@ -234,7 +232,8 @@ def _cap(findings: list[Finding], budget: Budget | None) -> list[Finding]:
             share = min(left, remaining.get(p, 0))
             remaining[p] = remaining.get(p, 0) - share
             left -= share
-        out[i] = _with_savings(f, take, room)
+        if f.savings_replay is None:  # a replayed saving is bounded by the replay (nsys_rules.replay_savings)
+            out[i] = _with_savings(f, take, room)
     # A saving without a part comes out of the idle time the parts' owners left.
     pool = max(0, sum(v for name, v in remaining.items() if KINDS.get(name) == "idle"))
     for i in order:

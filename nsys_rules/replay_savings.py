@@ -49,22 +49,38 @@ def shown_rules(findings: Iterable[Finding]) -> tuple[str, ...]:
 
 
 def cap_together(findings: list[Finding], replay: StepReplay | None) -> list[Finding]:
-    """The replayed savings of the shown findings scaled down, when they add up past one replay with every shown fix."""
+    """The replayed savings of the shown findings, kept from adding up past one replay with every shown fix.
+
+    Rules in order of their saving: each keeps its own saving while the fixes so far, replayed together, give
+    back at least the savings shown so far plus it; else it shows what it adds to them (fixes overlap: CUDA
+    graphs also take the allocations out of the step), with a note.
+    """
     if replay is None:
         return findings
-    together = replay.together(shown_rules(findings)) * replay.steps
     rows = [i for i, f in enumerate(findings) if f.savings_replay is not None and not f.folded_into and not f.minor
             and f.estimated_savings_ns]
-    claimed = sum(findings[i].estimated_savings_ns or 0 for i in rows)
-    if claimed <= together or not claimed:
-        return findings
-    scale = together / claimed
-    out = list(findings)
+    by_rule: dict[str, list[int]] = {}
     for i in rows:
-        f = out[i]
-        bounds = None if f.savings_range is None else (int(f.savings_range[0] * scale), int(f.savings_range[1] * scale))
-        out[i] = dataclasses.replace(
-            f, estimated_savings_ns=int((f.estimated_savings_ns or 0) * scale), savings_range=bounds,
-            savings_note=f"{f.savings_note}; scaled by {scale:.2f}: the fixes together give back "
-                         f"{together / max(replay.steps, 1) / 1e6:.3f} ms per step, less than their sum")
+        by_rule.setdefault(findings[i].rule, []).append(i)
+    order = sorted(by_rule, key=lambda r: (-sum(findings[i].estimated_savings_ns or 0 for i in by_rule[r]), r))
+    out = list(findings)
+    shown, done = 0, []
+    for rule in order:
+        done.append(rule)
+        claimed = sum(out[i].estimated_savings_ns or 0 for i in by_rule[rule])
+        room = max(0, replay.together(tuple(done)) * replay.steps - shown)
+        if claimed <= room:
+            shown += claimed
+            continue
+        scale = room / claimed if claimed else 0.0
+        for i in by_rule[rule]:
+            f = out[i]
+            bounds = None if f.savings_range is None else (int(f.savings_range[0] * scale),
+                                                             int(f.savings_range[1] * scale))
+            out[i] = dataclasses.replace(
+                f, estimated_savings_ns=int((f.estimated_savings_ns or 0) * scale), savings_range=bounds,
+                savings_note=f"{f.savings_note}; {room / max(replay.steps, 1) / 1e6:.3f} ms per step beyond the "
+                             f"fixes above it ({claimed / max(replay.steps, 1) / 1e6:.3f} ms on its own): the fixes "
+                             "overlap")
+        shown += room
     return out

@@ -34,10 +34,10 @@ def with_replayed_savings(findings: Iterable[Finding], replay: StepReplay | None
             f = out[i]
             share = (f.estimated_savings_ns or 0) / claimed
             steps = replay.steps
-            low, high = saving.low_ns * steps * share, saving.high_ns * steps * share
+            low, high = replay.over_steps(saving.low_ns * share), replay.over_steps(saving.high_ns * share)
             note = "replayed: the median step with this fix (savings_replay says the assumptions of its range)"
             out[i] = dataclasses.replace(
-                f, estimated_savings_ns=int(saving.per_step_ns * steps * share), savings_range=(int(low), int(high)),
+                f, estimated_savings_ns=replay.over_steps(saving.per_step_ns * share), savings_range=(low, high),
                 savings_note=note, savings_replay={**saving.to_json(), "steps": steps, "share": round(share, 4)})
     return out
 
@@ -68,7 +68,7 @@ def cap_together(findings: list[Finding], replay: StepReplay | None) -> list[Fin
     for rule in order:
         done.append(rule)
         claimed = sum(out[i].estimated_savings_ns or 0 for i in by_rule[rule])
-        room = max(0, replay.together(tuple(done)) * replay.steps - shown)
+        room = max(0, replay.over_steps(replay.together(tuple(done))) - shown)
         if claimed <= room:
             shown += claimed
             continue
@@ -79,8 +79,8 @@ def cap_together(findings: list[Finding], replay: StepReplay | None) -> list[Fin
                                                              int(f.savings_range[1] * scale))
             out[i] = dataclasses.replace(
                 f, estimated_savings_ns=int((f.estimated_savings_ns or 0) * scale), savings_range=bounds,
-                savings_note=f"{f.savings_note}; {room / max(replay.steps, 1) / 1e6:.3f} ms per step beyond the "
-                             f"fixes above it ({claimed / max(replay.steps, 1) / 1e6:.3f} ms on its own): the fixes "
-                             "overlap")
+                savings_note=f"{f.savings_note}; {100 * room / max(replay.total_ns, 1):.1f} % of the steady state "
+                             f"beyond the fixes above it ({100 * claimed / max(replay.total_ns, 1):.1f} % on its own): "
+                             "the fixes overlap")
         shown += room
     return out

@@ -24,7 +24,7 @@ import numpy as np
 COPIES = 4
 
 #: What a call does (``StepTemplate.call_kind``): the edits pick calls by it.
-CALL_OTHER, CALL_LAUNCH, CALL_SYNC, CALL_ALLOC, CALL_COPY = 0, 1, 2, 3, 4
+CALL_OTHER, CALL_LAUNCH, CALL_SYNC, CALL_ALLOC, CALL_COPY, CALL_MODULE = 0, 1, 2, 3, 4, 5
 #: What an operation is (``StepTemplate.op_kind``), as :mod:`nsys_rules.model.activity` numbers them.
 OP_KERNEL, OP_MEMCPY, OP_MEMSET, OP_REPLAY = 0, 1, 2, 3
 

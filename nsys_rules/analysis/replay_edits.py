@@ -57,8 +57,11 @@ def as_graphs(t: StepTemplate, launch_ns: int, graph_gap_ns: int, keep_gap_ns: i
                 graph_call = c
                 dur[c], wait[c] = launch_ns, -1
             continue
-        # Inside a graph: the call is gone, and so is the launching host time before it.
-        if t.call_kind[c] in (CALL_LAUNCH, CALL_OTHER, CALL_ALLOC) or (t.call_kind[c] == CALL_COPY and launches):
+        # Inside a graph: the call is gone, and so is the launching host time before it. A long call that launches
+        # nothing (a module load, a query that blocks) is the host's own work: it stays.
+        quick = t.call_kind[c] != CALL_OTHER or launches or t.call_dur[c] <= keep_gap_ns
+        if quick and (t.call_kind[c] in (CALL_LAUNCH, CALL_OTHER, CALL_ALLOC)
+                      or (t.call_kind[c] == CALL_COPY and launches)):
             if gap[c] <= keep_gap_ns:
                 gap[c] = 0
             dur[c], wait[c] = 0, -1

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nsys_rules.analysis.names import ALLOC_APIS, SYNC_APIS, is_any_launch, is_blocking_transfer
-from nsys_rules.analysis.replay import (CALL_ALLOC, CALL_COPY, CALL_LAUNCH, CALL_OTHER, CALL_SYNC, StepTemplate,
+from nsys_rules.analysis.names import ALLOC_APIS, MODULE_LOAD_APIS, SYNC_APIS, is_any_launch, is_blocking_transfer
+from nsys_rules.analysis.replay import (CALL_ALLOC, CALL_COPY, CALL_LAUNCH, CALL_MODULE, CALL_OTHER, CALL_SYNC,
+                                         StepTemplate,
                                          event_order)
 from nsys_rules.model.activity import COLUMNS, MEMCPY, MEMSET, gpu_ops
 from nsys_rules.model.steps import StepModel
@@ -322,6 +323,8 @@ def _call_kind(name: str) -> int:
         return CALL_SYNC
     if name in ALLOC_APIS or name in FREE_APIS:
         return CALL_ALLOC
+    if name in MODULE_LOAD_APIS:
+        return CALL_MODULE
     if name.startswith(("cudaMemcpy", "cuMemcpy", "cudaMemset", "cuMemset")):
         return CALL_COPY
     if is_any_launch(name):

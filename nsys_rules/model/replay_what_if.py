@@ -69,8 +69,10 @@ class StepReplay:
     """The median step's replay and its what-ifs."""
 
     def __init__(self, measured: MeasuredStep, steps: int, graph_launch_ns: int,
-                 fp32_gemm: np.ndarray | None = None) -> None:
+                 fp32_gemm: np.ndarray | None = None, total_ns: int | None = None) -> None:
         self.measured = measured
+        #: The steady steps' time in all (the budget's total): savings over the steps are shares of it.
+        self.total_ns = total_ns if total_ns is not None else measured.measured_ns * steps
         #: The step's operations that are FP32 GEMMs on CUDA cores (what TF32/bf16 speeds up).
         self.fp32_gemm = fp32_gemm if fp32_gemm is not None else np.zeros(measured.template.ops, bool)
         self.steps = steps
@@ -83,6 +85,13 @@ class StepReplay:
     def measured_ns(self) -> int:
         """The median step as measured on the GPU clock."""
         return self.measured.measured_ns
+
+    def over_steps(self, per_step_ns: float) -> int:
+        """A median step's saving over the steady steps: as much in each step, and never more than the same share of
+        each (shorter steps than the median have less to give back; longer ones hold other causes: a recompile)."""
+        if not self.measured_ns:
+            return 0
+        return int(round(min(per_step_ns * self.steps, per_step_ns * self.total_ns / self.measured_ns)))
 
     @property
     def error(self) -> float:
@@ -141,7 +150,8 @@ class StepReplay:
                 "replayed_step_ns": self.baseline_ns, "error_pct": round(100 * self.error, 2),
                 "critical_gpu_ns": self.critical_ns, "calls": self.measured.template.calls,
                 "ops": self.measured.template.ops, "all_fixes_rules": sorted(r for r in shown if r in EDITS),
-                "all_fixes_saving_ns": self.together(shown)}
+                "all_fixes_saving_per_step_ns": self.together(shown),
+                "all_fixes_saving_ns": self.over_steps(self.together(shown))}
 
 
 def _parts(t: StepTemplate, period_ns: int) -> dict[str, int]:
@@ -220,7 +230,8 @@ def step_replay(trace: Trace, model: StepModel | None, budget: Budget | None) ->
     hit = cache.get(id(model))
     if hit is None or hit[0] is not model:
         measured = measured_step(trace, model, budget.median_step)
-        made = (StepReplay(measured, budget.steps, _graph_launch_ns(trace), _fp32_gemms(trace, measured))
+        made = (StepReplay(measured, budget.steps, _graph_launch_ns(trace), _fp32_gemms(trace, measured),
+                           budget.total_ns)
                 if measured is not None else None)
         hit = (model, made)
         cache[id(model)] = hit

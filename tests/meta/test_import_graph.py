@@ -152,6 +152,7 @@ FLOORS = {
     "nsys_rules.containment": "engine", "nsys_rules.deadline": "engine",
     "nsys_rules.parallel": "engine", "nsys_rules.rule_threads": "engine", "nsys_rules.options": "engine",
     "nsys_rules.settings": "engine", "nsys_rules.answer": "engine", "nsys_rules.inputs": "engine",
+    "nsys_rules.replay_savings": "engine",
     "nsys_rules.job_run": "engine", "nsys_rules.nsys_locate": "engine",
     "nsys_rules.dask_connect": "engine",
     "nsys_rules.rules": "rules", "nsys_rules.api": "rules", "nsys_rules.rule": "rules",

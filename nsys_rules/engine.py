@@ -13,6 +13,7 @@ from nsys_rules.model.budget import Budget, step_budget
 from nsys_rules.model.commands import debug_build
 from nsys_rules.model.steps import StepModel, model_needs, restrict
 from nsys_rules.answer import debug_build_error, finalize, part_owners
+from nsys_rules.model.replay_timeline import step_timeline
 from nsys_rules.model.replay_what_if import step_replay
 from nsys_rules.replay_savings import cap_together, shown_rules, with_replayed_savings
 from nsys_rules.model.compat import missing_table
@@ -116,6 +117,9 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         _add_profile(trace, result, windows)
         if result.profile is not None and budget is not None and budget.metrics is not None and budget.metrics.measured:
             result.profile["gpu_metrics"] = budget.metrics.strip()  # the HTML's per-step strip
+        if result.profile is not None and budget is not None and replayed is not None:  # the HTML's step timeline
+            owned = {part: str(o["rule"]) for part, o in part_owners(result.findings, budget).items() if o.get("rule")}
+            result.profile["replay_timeline"] = step_timeline(replayed, owned, shown_rules(result.findings))
     result.info.window = windows.describe()
     result.info.budget = None
     if budget is not None:  # which finding owns each idle part of the step, or why none does

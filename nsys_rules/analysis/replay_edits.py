@@ -34,6 +34,21 @@ def _replace(t: StepTemplate, **arrays: object) -> StepTemplate:
     return dataclasses.replace(t, **arrays)  # type: ignore[arg-type]
 
 
+def _others_earlier(t: StepTemplate, removed: np.ndarray) -> np.ndarray:
+    """Other threads' offsets when thread 0 loses ``removed`` ns of host time before each of its calls.
+
+    Another thread's work follows the step's progress (an autograd thread runs the backward the
+    main thread's forward set up): it moves earlier by the launching thread's time gone before it.
+    """
+    main = np.flatnonzero(t.call_thread == 0)
+    if not len(main) or not removed.any():
+        return t.call_offset
+    gone_before = np.cumsum(removed[main])  # removed before (and at) each main call, in call order
+    at = np.searchsorted(t.call_offset[main], t.call_offset, side="right") - 1
+    shift = np.where(at >= 0, gone_before[np.maximum(at, 0)], 0)
+    return np.where(t.call_thread == 0, t.call_offset, np.maximum(t.call_offset - shift, 0))
+
+
 def as_graphs(t: StepTemplate, launch_ns: int, graph_gap_ns: int, keep_gap_ns: int, node_ns: int = 0) -> StepTemplate:
     """Thread 0's launches captured as CUDA graphs, one graph per stretch between synchronizations.
 
@@ -75,7 +90,9 @@ def as_graphs(t: StepTemplate, launch_ns: int, graph_gap_ns: int, keep_gap_ns: i
     op_call = np.where(op_call >= 0, moved, op_call)
     lat[regrouped] = 0
     op_gap[regrouped] = graph_gap_ns
-    return _replace(t, call_gap=gap, call_dur=dur, call_wait=wait, op_call=op_call, op_lat=lat, op_gap=op_gap)
+    removed = (t.call_gap - gap) + (t.call_dur - np.maximum(dur, 0)).clip(min=0)
+    return _replace(t, call_gap=gap, call_dur=dur, call_wait=wait, op_call=op_call, op_lat=lat, op_gap=op_gap,
+                    call_offset=_others_earlier(t, removed))
 
 
 def without_syncs(t: StepTemplate, calls: np.ndarray | None = None) -> StepTemplate:
@@ -92,13 +109,22 @@ def prep_to_worker(t: StepTemplate, min_block_ns: int) -> tuple[StepTemplate, in
     """Thread 0's blocks of host work of at least ``min_block_ns`` moved to a worker; and their total (the worker's step)."""
     main = t.call_thread == 0
     block = main & (t.call_gap >= min_block_ns)
+    # A block while another thread launches the step's work is the launching thread waiting for it (the main
+    # thread in backward() while the autograd thread launches): no input to prepare.
+    others = np.sort(t.call_offset[t.call_thread != 0])
+    for c in np.flatnonzero(block).tolist():
+        lo, hi = t.call_offset[c] - t.call_gap[c], t.call_offset[c]
+        inside = others[(others >= lo) & (others < hi)]
+        if len(inside) and inside[-1] - inside[0] >= 0.5 * (hi - lo):
+            block[c] = False
     moved = int(t.call_gap[block].sum())
     gap = np.where(block, 0, t.call_gap)
+    offset = _others_earlier(t, np.where(block, t.call_gap, 0))
     tail = t.tail_ns
     if tail >= min_block_ns:
         moved += tail
         tail = 0
-    return _replace(t, call_gap=gap, tail_ns=tail), moved
+    return _replace(t, call_gap=gap, tail_ns=tail, call_offset=offset), moved
 
 
 def cached_allocations(t: StepTemplate, alloc_ns: int = 1_000) -> StepTemplate:

@@ -40,6 +40,8 @@ RETURN_NS = 50_000
 QUICK_RETURN_NS = 10_000
 #: A start within this long after another stream's operation ends waited for it (an event wait).
 DEPENDENCY_NS = 4_000
+#: Another thread idle this long before a call was waiting for the step's progress, not doing its own work.
+TRIGGER_NS = 50_000
 #: Slack of the clocks: a start this close to a predecessor's end was held by it.
 SLACK_NS = 1_000
 #: Typical latency from a launch call's start to the operation running, when none was measured.
@@ -101,7 +103,16 @@ def _build(trace: Trace, model: StepModel, index: int) -> MeasuredStep | None:
     op_api = ops.api_row[op_rows].astype(np.int64)
     op_tid = a_tid[op_api]
     tids, counts = np.unique(op_tid, return_counts=True)
-    main_tid = int(tids[np.argmax(counts)])
+    # The thread that drives the step: the one its NVTX range is on, else the first of the launching threads to
+    # make a call in the step (the main thread prepares the input and starts the forward; an autograd thread
+    # launches more kernels, but later).
+    main_tid = _step_thread(trace, model, t0, tids) if model.source == "nvtx" else None
+    if main_tid is None:
+        in_step = (a_start >= t0) & (a_start < t1) & np.isin(a_tid, tids)
+        if model.pid is not None:
+            in_step &= a_pid == model.pid
+        first = np.flatnonzero(in_step)
+        main_tid = int(a_tid[first[np.argmin(a_start[first])]]) if len(first) else int(tids[np.argmax(counts)])
     # The process's calls in the step, on every thread.
     in_window = (a_start >= t0) & (a_start < t1)
     if model.pid is not None:
@@ -219,6 +230,10 @@ def _build(trace: Trace, model: StepModel, index: int) -> MeasuredStep | None:
         sel = np.flatnonzero(c_thread == code)
         gap[sel[0]] = c_start[sel[0]] - t0
         gap[sel[1:]] = c_start[sel[1:]] - c_end[sel[:-1]]
+        if code:
+            # Another thread idle for a while waits for the step's progress (an autograd thread for the forward
+            # to end): its start is its offset in the step, which moves with the launching thread's time.
+            gap[sel[gap[sel] >= TRIGGER_NS]] = 0
     waited = np.array([c[7] for c in calls], bool)
     dur = np.where(waited, np.minimum(c_end - c_start, OWN_SYNC_NS), c_end - c_start)
     queued = c_ret < 0  # launches that waited for queue space (marked above)
@@ -315,6 +330,18 @@ def _copy_engines(kind: np.ndarray, copy_kind: np.ndarray, start: np.ndarray, en
         if (start[order[1:]] >= end[order[:-1]]).all():
             engine[sel] = direction
     return engine
+
+
+def _step_thread(trace: Trace, model: StepModel, t0: int, tids: np.ndarray) -> int | None:
+    """The thread of the step's NVTX range (it drives the step: input, forward, optimizer), when it launches work."""
+    if not trace.has("nvtx"):
+        return None
+    nvtx = trace.frame("nvtx", ["start", "tid"])
+    at = np.flatnonzero(nvtx["start"].to_numpy() == t0)
+    for tid in nvtx["tid"].to_numpy()[at].tolist():
+        if tid in set(tids.tolist()):
+            return int(tid)
+    return None
 
 
 def _call_kind(name: str) -> int:

@@ -194,7 +194,7 @@ def _pinned(t: StepTemplate, r: StepReplay, end: int) -> tuple[StepTemplate, int
 
 def _fp32(t: StepTemplate, r: StepReplay, end: int) -> tuple[StepTemplate, int]:
     ratio = (FASTER_GEMM_RATIO[0], sum(FASTER_GEMM_RATIO) / 2, FASTER_GEMM_RATIO[1])[end]
-    return edits.scaled_kernels(t, np.array([CLASSES.index("gemm")]), ratio, only=r.fp32_gemm), 0
+    return edits.scaled_kernels(t, np.arange(len(CLASSES)), ratio, only=r.fp32_gemm), 0
 
 
 def _resident(t: StepTemplate, r: StepReplay, end: int) -> tuple[StepTemplate, int]:
@@ -242,9 +242,12 @@ _CACHE: "weakref.WeakKeyDictionary[Trace, dict[int, tuple[StepModel, StepReplay 
     weakref.WeakKeyDictionary()
 
 
-#: Kernel names of FP32 GEMMs on CUDA cores (cuBLAS SIMT kernels), and of tensor-core ones that never are.
+#: Kernel names of FP32 GEMMs on CUDA cores (cuBLAS SIMT kernels), FP32 cuDNN convolutions (a convolution word and
+#: a float operand), and tensor-core or FP64 ones that never are (the names fp32-gemm judges by).
 FP32_GEMM_NAMES = ("sgemm", "gemm_f32f32_f32f32_f32", "cgemm")
-TENSOR_CORE_NAMES = ("tf32", "tensorop", "hmma", "s1688", "s16816", "bf16", "f16", "half")
+CONV_NAMES = ("fprop", "dgrad", "wgrad", "convolve", "winograd", "fft2d_", "conv2d", "convolution")
+FLOAT_NAMES = ("<float", "f32f32", "cf32")
+TENSOR_CORE_NAMES = ("tf32", "tensorop", "hmma", "s1688", "s16816", "bf16", "f16", "half", "dgemm", "double", "f64")
 
 
 def _fp32_gemms(trace: Trace, measured: MeasuredStep) -> np.ndarray:
@@ -257,7 +260,9 @@ def _fp32_gemms(trace: Trace, measured: MeasuredStep) -> np.ndarray:
     rows = np.asarray(gpu_ops(trace).table_row[measured.op_rows[kernels]], np.int64)
     for k, row in zip(kernels.tolist(), rows.tolist(), strict=True):
         name = str(names.iat[row]).lower()
-        out[k] = any(m in name for m in FP32_GEMM_NAMES) and not any(m in name for m in TENSOR_CORE_NAMES)
+        fp32 = any(m in name for m in FP32_GEMM_NAMES) or (any(m in name for m in CONV_NAMES)
+                                                           and any(m in name for m in FLOAT_NAMES))
+        out[k] = fp32 and not any(m in name for m in TENSOR_CORE_NAMES)
     return out
 
 

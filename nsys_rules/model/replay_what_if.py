@@ -103,14 +103,19 @@ class StepReplay:
         estimate, 2: its high-saving one)."""
         key = (*sorted(rules), str(end))
         if key not in self._memo:
-            t, worker = self.measured.template, 0
-            for rule in sorted(rules):
-                edit = EDITS.get(rule)
-                if edit is not None:
-                    t, moved = edit[0](t, self, end)
-                    worker = max(worker, moved)
+            t, worker = self.edited(rules, end)
             self._memo[key] = edits.floor_ns(worker, replay(t).period_ns)
         return self._memo[key]
+
+    def edited(self, rules: tuple[str, ...], end: int = 1) -> tuple[StepTemplate, int]:
+        """The step's template with the fixes of ``rules``, and the host time a worker takes over per step."""
+        t, worker = self.measured.template, 0
+        for rule in sorted(rules):
+            edit = EDITS.get(rule)
+            if edit is not None:
+                t, moved = edit[0](t, self, end)
+                worker = max(worker, moved)
+        return t, worker
 
     def saving(self, rule: str) -> Saving | None:
         """What the fix ``rule`` recommends gives back in the median step (None: no edit for it)."""
@@ -123,18 +128,18 @@ class StepReplay:
         return Saving(rule, self.baseline_ns, after, min(low, mid), max(high, mid), EDITS[rule][1])
 
     def together(self, rules: tuple[str, ...]) -> int:
-        """The median step's change with every fix of ``rules``: never more than the step minus the GPU's critical work."""
+        """The median step's change with every fix of ``rules``: never more than the step minus the GPU's own critical
+        work (the fixed step's: a fix may take GPU work out, copies gone or kernels faster)."""
         known = tuple(r for r in rules if r in EDITS)
         if not known:
             return 0
-        return max(0, min(self.baseline_ns - self.after(known), self.baseline_ns - self.critical_ns))
+        critical = critical_gpu_ns(self.edited(known)[0])
+        return max(0, min(self.baseline_ns - self.after(known), self.baseline_ns - critical))
 
     def what_if(self, rules: tuple[str, ...]) -> dict[str, object]:
         """``--what-if``: the median step's budget replayed as measured and with the fixes of ``rules`` together."""
         known = tuple(r for r in rules if r in EDITS)
-        t = self.measured.template
-        for rule in sorted(known):
-            t, _ = EDITS[rule][0](t, self, 1)
+        t = self.edited(known)[0]
         after = self.after(known) if known else self.baseline_ns
         before_parts, after_parts = _parts(self.measured.template, self.baseline_ns), _parts(t, after)
         names = [*before_parts, *(n for n in after_parts if n not in before_parts)]

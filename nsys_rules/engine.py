@@ -15,7 +15,7 @@ from nsys_rules.model.steps import StepModel, model_needs, restrict
 from nsys_rules.answer import debug_build_error, finalize, part_owners
 from nsys_rules.model.replay_timeline import step_timeline
 from nsys_rules.model.replay_what_if import step_replay
-from nsys_rules.replay_savings import cap_together, shown_rules, with_replayed_savings
+from nsys_rules.replay_savings import cap_together, in_sequence, shown_rules, with_replayed_savings
 from nsys_rules.model.compat import missing_table
 from nsys_rules.settings import Settings
 from nsys_rules.findings import rank_key
@@ -105,7 +105,7 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         _add_outcome(result, rule, outcome, settings)
     judged = steady.duration_ns(_capture_span(trace)) if budget is None else 0
     replayed = step_replay(trace, steps, budget)
-    result.findings = with_replayed_savings(result.findings, replayed)
+    result.findings = in_sequence(with_replayed_savings(result.findings, replayed), replayed)
     result.findings = finalize(result.findings, budget, steady.bounds, settings.noise_floor_pct, judged,
                                frozenset(settings.severity), frozenset(r.name for r in rules if r.needs_release_build))
     result.findings = cap_together(result.findings, replayed)

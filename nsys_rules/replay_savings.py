@@ -48,17 +48,18 @@ def shown_rules(findings: Iterable[Finding]) -> tuple[str, ...]:
                          and f.estimated_savings_ns}))
 
 
-def cap_together(findings: list[Finding], replay: StepReplay | None) -> list[Finding]:
-    """The replayed savings of the shown findings, kept from adding up past one replay with every shown fix.
+def in_sequence(findings: list[Finding], replay: StepReplay | None) -> list[Finding]:
+    """The replayed savings as a sequence of fixes that adds up to their replay together (before the answer's
+    noise floor and folding, which then judge these savings).
 
-    Rules in order of their saving: each keeps its own saving while the fixes so far, replayed together, give
-    back at least the savings shown so far plus it; else it shows what it adds to them (fixes overlap: CUDA
-    graphs also take the allocations out of the step), with a note.
+    Rules in order of their own saving: the first shows its own; each next one what its fix adds to the fixes
+    above it, replayed together (fixes overlap: CUDA graphs take the allocations out of the step too, so
+    alloc-churn adds little after launch-bound; and they compound: faster kernels shorten a host-bound step only
+    once the launches are graphed). A saving that differs from the fix's own says both, in its note.
     """
     if replay is None:
         return findings
-    rows = [i for i, f in enumerate(findings) if f.savings_replay is not None and not f.folded_into and not f.minor
-            and f.estimated_savings_ns]
+    rows = [i for i, f in enumerate(findings) if f.savings_replay is not None and f.estimated_savings_ns]
     by_rule: dict[str, list[int]] = {}
     for i in rows:
         by_rule.setdefault(findings[i].rule, []).append(i)
@@ -68,19 +69,40 @@ def cap_together(findings: list[Finding], replay: StepReplay | None) -> list[Fin
     for rule in order:
         done.append(rule)
         claimed = sum(out[i].estimated_savings_ns or 0 for i in by_rule[rule])
-        room = max(0, replay.over_steps(replay.together(tuple(done))) - shown)
-        if claimed <= room:
-            shown += claimed
+        adds = max(0, replay.over_steps(replay.together(tuple(done))) - shown)
+        shown += adds
+        if len(done) == 1 or abs(adds - claimed) <= 0.01 * max(claimed, 1):
             continue
-        scale = room / claimed if claimed else 0.0
+        scale = adds / claimed if claimed else 0.0
         for i in by_rule[rule]:
             f = out[i]
             bounds = None if f.savings_range is None else (int(f.savings_range[0] * scale),
                                                              int(f.savings_range[1] * scale))
             out[i] = dataclasses.replace(
                 f, estimated_savings_ns=int((f.estimated_savings_ns or 0) * scale), savings_range=bounds,
-                savings_note=f"{f.savings_note}; {100 * room / max(replay.total_ns, 1):.1f} % of the steady state "
-                             f"beyond the fixes above it ({100 * claimed / max(replay.total_ns, 1):.1f} % on its own): "
-                             "the fixes overlap")
-        shown += room
+                savings_note=f"{f.savings_note}; after the fixes above it ({', '.join(done[:-1])}): "
+                             f"{100 * adds / max(replay.total_ns, 1):.1f} % of the steady state, "
+                             f"{100 * claimed / max(replay.total_ns, 1):.1f} % on its own")
+    return out
+
+
+def cap_together(findings: list[Finding], replay: StepReplay | None) -> list[Finding]:
+    """The shown replayed savings scaled down, should they add up past one replay with every shown fix (a fix in
+    the sequence hidden since, folded or minor, left the others' savings as they were)."""
+    if replay is None:
+        return findings
+    rows = [i for i, f in enumerate(findings) if f.savings_replay is not None and not f.folded_into and not f.minor
+            and f.estimated_savings_ns]
+    together = replay.over_steps(replay.together(shown_rules(findings)))
+    claimed = sum(findings[i].estimated_savings_ns or 0 for i in rows)
+    if claimed <= together or not claimed:
+        return findings
+    scale = together / claimed
+    out = list(findings)
+    for i in rows:
+        f = out[i]
+        bounds = None if f.savings_range is None else (int(f.savings_range[0] * scale), int(f.savings_range[1] * scale))
+        out[i] = dataclasses.replace(f, estimated_savings_ns=int((f.estimated_savings_ns or 0) * scale),
+                                     savings_range=bounds,
+                                     savings_note=f"{f.savings_note}; scaled by {scale:.2f} to the shown fixes together")
     return out

@@ -27,8 +27,8 @@ def with_replayed_savings(findings: Iterable[Finding], replay: StepReplay | None
             by_rule.setdefault(f.rule, []).append(i)
     for rule, rows in by_rule.items():
         saving = replay.saving(rule)
-        if saving is None:
-            continue
+        if saving is None or not replay.touches(rule):
+            continue  # no edit, or its cause is not in the median step (other steps hold it): the rule's own estimate
         claimed = sum(out[i].estimated_savings_ns or 0 for i in rows) or 1
         for i in rows:
             f = out[i]
@@ -49,13 +49,14 @@ def shown_rules(findings: Iterable[Finding]) -> tuple[str, ...]:
 
 
 def in_sequence(findings: list[Finding], replay: StepReplay | None) -> list[Finding]:
-    """The replayed savings as a sequence of fixes that adds up to their replay together (before the answer's
-    noise floor and folding, which then judge these savings).
+    """The replayed savings kept from adding up past their fixes replayed together (before the answer's noise floor
+    and folding).
 
-    Rules in order of their own saving: the first shows its own; each next one what its fix adds to the fixes
-    above it, replayed together (fixes overlap: CUDA graphs take the allocations out of the step too, so
-    alloc-churn adds little after launch-bound; and they compound: faster kernels shorten a host-bound step only
-    once the launches are graphed). A saving that differs from the fix's own says both, in its note.
+    Rules in order of their own saving: each shows its own saving while the fixes so far, replayed together, give
+    it back, else what is left of them (fixes overlap: CUDA graphs take the allocations out of the step too, so
+    alloc-churn adds little after launch-bound). ``savings_replay`` keeps the fix's own saving (``own_ns``) and
+    what it adds to the fixes above it (``after_fixes_above_ns``: faster kernels pay off in a host-bound step only
+    once its launches are graphed); the noise floor judges a finding by the larger of its three figures.
     """
     if replay is None:
         return findings
@@ -65,24 +66,32 @@ def in_sequence(findings: list[Finding], replay: StepReplay | None) -> list[Find
         by_rule.setdefault(findings[i].rule, []).append(i)
     order = sorted(by_rule, key=lambda r: (-sum(findings[i].estimated_savings_ns or 0 for i in by_rule[r]), r))
     out = list(findings)
-    shown, done = 0, []
+    shown, before, done = 0, 0, []
     for rule in order:
         done.append(rule)
         claimed = sum(out[i].estimated_savings_ns or 0 for i in by_rule[rule])
-        adds = max(0, replay.over_steps(replay.together(tuple(done))) - shown)
-        shown += adds
-        if len(done) == 1 or abs(adds - claimed) <= 0.01 * max(claimed, 1):
-            continue
-        scale = adds / claimed if claimed else 0.0
+        together = replay.over_steps(replay.together(tuple(done)))
+        adds, room = max(0, together - before), max(0, together - shown)
+        before = together
+        take = min(claimed, room)
+        shown += take
+        scale = take / claimed if claimed else 0.0
         for i in by_rule[rule]:
             f = out[i]
+            share = (f.estimated_savings_ns or 0) / claimed if claimed else 0.0
+            facts = {**(f.savings_replay or {}), "own_ns": int(f.estimated_savings_ns or 0),
+                     "after_fixes_above_ns": int(adds * share)}
+            if take >= claimed:
+                out[i] = dataclasses.replace(f, savings_replay=facts)
+                continue
             bounds = None if f.savings_range is None else (int(f.savings_range[0] * scale),
                                                              int(f.savings_range[1] * scale))
             out[i] = dataclasses.replace(
                 f, estimated_savings_ns=int((f.estimated_savings_ns or 0) * scale), savings_range=bounds,
-                savings_note=f"{f.savings_note}; after the fixes above it ({', '.join(done[:-1])}): "
-                             f"{100 * adds / max(replay.total_ns, 1):.1f} % of the steady state, "
-                             f"{100 * claimed / max(replay.total_ns, 1):.1f} % on its own")
+                savings_replay=facts,
+                savings_note=f"{f.savings_note}; the fixes above it ({', '.join(done[:-1])}) take the rest: "
+                             f"{100 * claimed / max(replay.total_ns, 1):.1f} % of the steady state on its own, "
+                             f"{100 * adds / max(replay.total_ns, 1):.1f} % after them")
     return out
 
 

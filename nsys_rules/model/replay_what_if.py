@@ -117,6 +117,16 @@ class StepReplay:
                 worker = max(worker, moved)
         return t, worker
 
+    def touches(self, rule: str) -> bool:
+        """Whether the fix ``rule`` changes anything in the median step (its cause is there: not only in other steps)."""
+        if rule not in EDITS:
+            return False
+        before = self.measured.template
+        after, moved = self.edited((rule,))
+        return bool(moved) or after.tail_ns != before.tail_ns or any(
+            not np.array_equal(getattr(after, name), getattr(before, name))
+            for name in ("call_gap", "call_dur", "call_wait", "call_offset", "op_call", "op_dur", "op_lat", "op_gap"))
+
     def saving(self, rule: str) -> Saving | None:
         """What the fix ``rule`` recommends gives back in the median step (None: no edit for it)."""
         if rule not in EDITS:

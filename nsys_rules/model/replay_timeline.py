@@ -86,7 +86,11 @@ def _idle(t: StepTemplate, op_start: np.ndarray, op_end: np.ndarray, call_start:
             continue
         mid = (int(a) + int(b)) // 2
         inside = main[(call_start[main] <= mid) & (call_end[main] > mid)]
-        if len(inside):
+        launched = t.op_call >= 0
+        queued = launched & (op_start > mid) & (call_start[np.maximum(t.op_call, 0)] <= mid)
+        if queued.any():
+            part = "idle_other"  # the next operation was launched already: the GPU's own gap (a dependency, a node)
+        elif len(inside):
             kind = int(t.call_kind[inside[0]])
             part = {CALL_SYNC: "after_sync", CALL_ALLOC: "allocation", CALL_MODULE: "module_loading"}.get(
                 kind, "after_sync" if t.call_wait[inside[0]] >= 0 and kind != CALL_LAUNCH else "launch_wait")

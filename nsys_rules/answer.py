@@ -232,7 +232,8 @@ def _cap(findings: list[Finding], budget: Budget | None) -> list[Finding]:
             share = min(left, remaining.get(p, 0))
             remaining[p] = remaining.get(p, 0) - share
             left -= share
-        out[i] = _with_savings(f, take, room)
+        if f.savings_replay is None:  # a replayed saving is bounded by the replay (nsys_rules.replay_savings)
+            out[i] = _with_savings(f, take, room)
     # A saving without a part comes out of the idle time the parts' owners left.
     pool = max(0, sum(v for name, v in remaining.items() if KINDS.get(name) == "idle"))
     for i in order:
@@ -343,4 +344,7 @@ def _is_minor(f: Finding, floor: float, fixed: frozenset[str] = frozenset()) -> 
     """
     if (f.severity is Severity.ERROR and f.rule not in fixed) or f.folded_into or f.estimated_savings_ns is None:
         return False
-    return f.estimated_savings_ns == 0 or f.estimated_savings_ns < floor
+    saving = f.estimated_savings_ns
+    if f.savings_replay is not None:  # a replayed saving shown after overlapping fixes: its fix's own worth judges it
+        saving = max(saving, int(f.savings_replay.get("own_ns", 0)), int(f.savings_replay.get("after_fixes_above_ns", 0)))
+    return saving == 0 or saving < floor

@@ -13,6 +13,9 @@ from nsys_rules.model.budget import Budget, step_budget
 from nsys_rules.model.commands import debug_build
 from nsys_rules.model.steps import StepModel, model_needs, restrict
 from nsys_rules.answer import debug_build_error, finalize, part_owners
+from nsys_rules.model.replay_timeline import step_timeline
+from nsys_rules.model.replay_what_if import step_replay
+from nsys_rules.replay_savings import cap_together, in_sequence, shown_rules, with_replayed_savings
 from nsys_rules.model.compat import missing_table
 from nsys_rules.settings import Settings
 from nsys_rules.findings import rank_key
@@ -101,8 +104,11 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
     for (rule, _), outcome in zip(runnable, outcomes, strict=True):
         _add_outcome(result, rule, outcome, settings)
     judged = steady.duration_ns(_capture_span(trace)) if budget is None else 0
+    replayed = step_replay(trace, steps, budget)
+    result.findings = in_sequence(with_replayed_savings(result.findings, replayed), replayed)
     result.findings = finalize(result.findings, budget, steady.bounds, settings.noise_floor_pct, judged,
                                frozenset(settings.severity), frozenset(r.name for r in rules if r.needs_release_build))
+    result.findings = cap_together(result.findings, replayed)
     debug = debug_build_error(result.findings)
     if debug is not None:  # every format says so beside the trace, before any number
         evidence = debug_build(trace)
@@ -111,10 +117,17 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         _add_profile(trace, result, windows)
         if result.profile is not None and budget is not None and budget.metrics is not None and budget.metrics.measured:
             result.profile["gpu_metrics"] = budget.metrics.strip()  # the HTML's per-step strip
+        if result.profile is not None and budget is not None and replayed is not None:  # the HTML's step timeline
+            owned = {part: str(o["rule"]) for part, o in part_owners(result.findings, budget).items() if o.get("rule")}
+            result.profile["replay_timeline"] = step_timeline(replayed, owned, shown_rules(result.findings))
     result.info.window = windows.describe()
     result.info.budget = None
     if budget is not None:  # which finding owns each idle part of the step, or why none does
         result.info.budget = budget.to_json()
+        if replayed is not None:  # the median step replayed, and with every shown finding's fix (issue 36)
+            result.info.budget["replay"] = replayed.to_json(shown_rules(result.findings))
+            if settings.what_if:
+                result.info.budget["replay"]["what_if"] = replayed.what_if(settings.what_if)
         owners = part_owners(result.findings, budget)
         for part in result.info.budget["parts"]:
             if part["name"] in owners:

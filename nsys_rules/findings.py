@@ -158,6 +158,9 @@ class Finding:
     #: ``--baseline``: the saving the baseline recorded for this known finding, which grew past the gate since
     #: (the finding is shown as worse); None for a finding the baseline does not hold. Since schema 1.3.
     baseline_savings_ns: int | None = None
+    #: The step replay behind the saving (issue 36): the median step before and after the fix, the range and its
+    #: assumptions; None where the saving is not replayed. Since schema 1.4.
+    savings_replay: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         # Texts are bounded where they are made, so no output lays out a recorded multi-MB command
@@ -203,6 +206,8 @@ class Finding:
             out["folded_into"] = self.folded_into
         if self.baseline_savings_ns is not None:
             out["baseline_savings_ns"] = int(self.baseline_savings_ns)
+        if self.savings_replay is not None:
+            out["savings_replay"] = dict(self.savings_replay)
         return out
 
 

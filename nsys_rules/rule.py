@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Iterable, Mapping, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -15,6 +15,9 @@ from nsys_rules.model.budget import Budget
 from nsys_rules.model.launch_rows import FrameView, frame_launch_times, frame_view, shared_api_rows
 from nsys_rules.model.launches import launch_api_rows
 from nsys_rules.model.steps import StepModel
+
+if TYPE_CHECKING:
+    from nsys_rules.model.replay_what_if import StepReplay
 from nsys_rules.model.workload import looks_like_model
 from nsys_rules.model.compat import missing_table
 from nsys_rules.errors import MissingData
@@ -288,6 +291,15 @@ class RuleContext(TraceFacts):
         if self._llm_like is None:
             self._llm_like = bool(looks_like_model(self._trace, self.budget))
         return self._llm_like
+
+    def replay(self) -> "StepReplay | None":
+        """The median step's what-if replay (issue 36): ``.saving(rule)`` is what a rule's fix gives back per step.
+
+        Built once per trace and step model (:func:`~nsys_rules.model.replay_what_if.step_replay`); None without steps.
+        """
+        from nsys_rules.model.replay_what_if import step_replay  # the replay is built only for the rules that ask
+
+        return step_replay(self._trace, self.steps, self.budget)
 
     @property
     def steady_ns(self) -> int:

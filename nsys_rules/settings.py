@@ -59,6 +59,8 @@ class Settings:
     gpu_metrics: bool = True  # measure the budget's parts from the trace's GPU metrics, when it has them
     #: Findings that are not errors and save less than this percent of the steady state are "minor".
     noise_floor_pct: float = 0.5
+    #: ``--what-if``: rules whose fixes the median step is replayed with (the JSON's ``budget.replay.what_if``).
+    what_if: tuple[str, ...] = ()
 
 
 def suggest(word: str, choices: typing.Iterable[str]) -> str:

@@ -66,6 +66,9 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--export-format", choices=EXPORT_FORMATS, default="sqlite",
                    help="what a .nsys-rep is exported to first with nsys: sqlite (default), parquetdir (faster to "
                         "read) or arrowdir")
+    p.add_argument("--what-if", action="append", metavar="RULES",
+                   help="replay the median step with these rules' fixes (comma-separated, e.g. launch-bound,sync-stall) "
+                        "and show its budget before and after")
     p.add_argument("--no-gpu-metrics", action="store_true",
                    help="leave the trace's GPU metrics samples unread (the budget then carries no measured activity)")
     add_filter_flags(p)

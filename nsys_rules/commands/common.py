@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable
 
 from nsys_rules.config import (find_config, load_config, parse_max_findings, parse_max_memory, parse_percent,
                                parse_seconds, parse_set)
-from nsys_rules.settings import FAIL_ON, Settings, build_options, resolve_rule_name
+from nsys_rules.settings import FAIL_ON, Settings, build_options, resolve_rule_name, suggest
 from nsys_rules.errors import UsageError
 from nsys_rules.textsafe import clip_value
 from nsys_rules.units import plain_float, whole_number
@@ -75,7 +75,23 @@ def settings_for(args: argparse.Namespace, registry: Registry) -> Settings:
     settings.export_format = getattr(args, "export_format", None) or "sqlite"
     if getattr(args, "no_gpu_metrics", False):
         settings.gpu_metrics = False
+    if getattr(args, "what_if", None):
+        settings.what_if = what_if_rules(args.what_if)
     return settings
+
+
+def what_if_rules(values: list[str]) -> tuple[str, ...]:
+    """``--what-if RULE[,RULE]``: the rules whose fixes are replayed, each one with a replay edit (else exit 2)."""
+    from nsys_rules.model.replay_what_if import EDITS
+
+    names = tuple(dict.fromkeys(n.strip() for v in values for n in v.split(",") if n.strip()))
+    for name in names:
+        if name not in EDITS:
+            raise UsageError(f"--what-if: no replayed fix for rule {name!r}{suggest(name, EDITS)}; replayable: "
+                             f"{', '.join(sorted(EDITS))}")
+    if not names:
+        raise UsageError("--what-if needs rule names, e.g. --what-if launch-bound,sync-stall")
+    return names
 
 
 def filter_value(args: argparse.Namespace, key: str, what: str) -> str | None:

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 from nsys_rules.analysis.shift import Shift, verdict
 from nsys_rules.diff.pooled import LEVEL, TOTAL_SERIES, mean_rows, merged, merged_labels, shifts
 from nsys_rules.diff.same import facts, mismatches
+from nsys_rules.diff.promises import promises_kept
 from nsys_rules.diff.sides import Run
 from nsys_rules.errors import UsageError
 from nsys_rules.units import human_ns, plain_number
@@ -123,6 +124,8 @@ class DiffResult:
     host_spread_pct: float = DEFAULT_HOST_SPREAD_PCT
     graph_replays: bool = False
     forced: list[str] = field(default_factory=list)
+    #: BASE's promised savings for the causes NEW no longer has, against the measured change (:mod:`.promises`).
+    promises: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def margin_pct(self) -> float:
@@ -189,6 +192,7 @@ class DiffResult:
             out.append(f"the GPU work did not change: {'the step moved by' if moved else 'the step is uncertain by'} "
                        f"host/idle time on a host-bound loop ({100 * idle.base / step.base:.0f} % of BASE's median "
                        "step is idle), and the run-to-run variation of host-bound loops can exceed the in-run spread")
+        out += [f"promise {p['line']}" for p in self.promises]
         if not step.between_measured:
             out.append(f"one run per side: the between-run variation is not measured; assumed as the in-run spread "
                        f"of the step, or {plain_number(self.host_spread_pct)} % of its host-caused idle time when larger")
@@ -233,7 +237,7 @@ class DiffResult:
                 "verdict": self.verdict, "parts": [c.to_json() for c in self.parts],
                 "classes": [c.to_json() for c in self.classes],
                 "movers": [c.to_json() for c in self.movers[:top]], "kernels": [c.to_json() for c in self.kernels],
-                "forced": self.forced, "notes": self.notes}
+                "forced": self.forced, "notes": self.notes, "promises": self.promises}
 
 
 #: Version of the diff JSON (``nsys_rules/schema/diff.schema.json``).
@@ -279,6 +283,7 @@ def compare(base: Run | Sequence[Run], new: Run | Sequence[Run], gate_pct: float
         notes.append(f"the steps were found differently (BASE: {bs['window']}; NEW: {ns_['window']}): check that a "
                      "step means the same work on both sides")
     result.notes = notes
+    result.promises = promises_kept([r.promises for r in base_runs], [r.promises for r in new_runs], totals["step"])
     return result
 
 

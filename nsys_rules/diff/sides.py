@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 
 from nsys_rules.analysis.names import is_library_range
+from nsys_rules.diff.promises import run_promises
 from nsys_rules.model.budget import step_budget
+from nsys_rules.model.replay_what_if import step_replay
 from nsys_rules.model.overview import gpu_activity, step_index
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.windows import SteadyOptions, Window, steady_state_window
@@ -42,6 +44,8 @@ class Run:
     command: tuple[str, ...] = ()
     #: Opaque CUDA graph replays (graph-level capture) hold part of its GPU time.
     graph_replays: bool = False
+    #: What the run's replay promises per cause (:func:`~nsys_rules.diff.promises.run_promises`).
+    promises: dict[str, Any] = field(default_factory=dict)
 
 
 def side_summary(trace: Trace, steady: SteadyOptions | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -97,7 +101,8 @@ def run_of(trace: Trace, steady: SteadyOptions | None = None) -> Run:
             series[f"part:{p.name}"] = budget.per_step[p.name].astype(float)[full]
     if len(window.steps) == budget.steps:
         series.update({name: values[full] for name, values in by_step.items()})
-    return Run(summary, profile, series, command, graph_replays)
+    promises = run_promises(step_replay(trace, model, budget))
+    return Run(summary, profile, series, command, graph_replays, promises)
 
 
 def _gpu_rows(trace: Trace, window: Window) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

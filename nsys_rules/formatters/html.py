@@ -22,6 +22,7 @@ from nsys_rules.formatters.measured import measured_view, pct_text
 from nsys_rules.formatters.html_charts import CLASS_COLORS, classes_section, distributions_section, timeline_section
 from nsys_rules.formatters.layout import (NO_CUDA, Answer, Entry, answer, budget_view, debug_build_line, draws_profile,
                                           explains_line, gpu_names, ms, savings_note, savings_share, savings_text)
+from nsys_rules.formatters.html_replay import replay_section
 from nsys_rules.formatters.sections import job_summary_lines
 
 SEVERITY_COLORS = {"error": "#dc2626", "warning": "#f59e0b", "info": "#3b82f6"}
@@ -104,6 +105,8 @@ def _trace_section(result: TraceResult, report: Report, many: bool) -> str:
     if not result.has_cuda:
         return "".join(out) + f"<section><p class='empty'>{html_safe(NO_CUDA)}</p></section>"
     out.append(_budget_section(info))
+    if p and p.get("replay_timeline"):
+        out.append(replay_section(p["replay_timeline"]))
     ranked = answer(report).only(result.findings)
     findings = [e.finding for e in ranked.entries]
     out.append(_cards(result, p, ranked))

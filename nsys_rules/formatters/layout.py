@@ -194,6 +194,23 @@ def budget_lines(info: TraceInfo, label_width: int = 40) -> list[str]:
     for row in view.rows:
         label = ("  " * row.depth) + shorten(row.label, label_width - 2 * row.depth)
         out.append(f"  {label:<{label_width}}{ms(row.median_ns):>12}{100 * row.share:>7.1f} %{ms(row.mean_ns):>12}")
+    return out + what_if_lines(info, label_width)
+
+
+def what_if_lines(info: TraceInfo, label_width: int = 40) -> list[str]:
+    """``--what-if``: the median step replayed as measured and with the chosen fixes, part by part."""
+    replay = (info.budget or {}).get("replay") or {}
+    what = replay.get("what_if")
+    if not what:
+        return []
+    step, new = int(what["step_ns"]), int(what["replayed_step_ns"])
+    out = [f"what if {', '.join(what['rules'])} were fixed: the median step replayed {ms(step)} -> {ms(new)} "
+           f"(saves {ms(step - new)}, {100 * (step - new) / max(step, 1):.0f} %; replay of the unchanged step "
+           f"{replay.get('error_pct', 0):+.2f} % off the measured one)",
+           f"{'the replayed median step by part:':<{label_width + 2}}{'before':>12}{'after':>12}"]
+    for part in what["parts"]:
+        label = shorten(str(part["label"]), label_width)
+        out.append(f"  {label:<{label_width}}{ms(int(part['before_ns'])):>12}{ms(int(part['after_ns'])):>12}")
     return out
 
 

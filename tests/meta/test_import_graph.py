@@ -122,6 +122,7 @@ TYPE_ONLY = {
     ("nsys_rules.commands.outputs", "nsys_rules.registry"): "commands parse their flags without importing pandas",
     ("nsys_rules.commands.outputs", "nsys_rules.report"): "commands parse their flags without importing pandas",
     ("nsys_rules.commands.outputs", "nsys_rules.settings"): "commands parse their flags without importing pandas",
+    ("nsys_rules.rule", "nsys_rules.model.replay_what_if"): "the replay is imported only for the rules that ask for it",
     ("nsys_rules.mcp_server.work", "nsys_rules.diff"): "the MCP server starts and lists its tools without pandas",
     ("nsys_rules.mcp_server.work", "nsys_rules.registry"): "the MCP server starts and lists its tools without pandas",
 }
@@ -205,7 +206,7 @@ FLOORS = {
     "nsys_rules.parallel": "engine", "nsys_rules.rule_threads": "engine", "nsys_rules.options": "engine",
     "nsys_rules.settings": "engine", "nsys_rules.answer": "engine", "nsys_rules.inputs": "engine",
     "nsys_rules.job_run": "engine", "nsys_rules.nsys_locate": "engine", "nsys_rules.builtin_loaders": "engine",
-    "nsys_rules.nsys_run": "engine",
+    "nsys_rules.nsys_run": "engine", "nsys_rules.replay_savings": "engine",
     "nsys_rules.dask_connect": "engine",
     "nsys_rules.rules": "rules", "nsys_rules.api": "rules", "nsys_rules.rule": "rules",
     "nsys_rules.job_rule": "rules", "nsys_rules.loop": "rules", "nsys_rules.findings": "rules",

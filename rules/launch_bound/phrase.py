@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nsys_rules.api import plain_number
-from nsys_rules.api import Budget, Framework, Metric, graph_capture_advice, metric, pct
+from nsys_rules.api import Budget, Framework, Metric, graph_capture_advice, metric
 from nsys_rules.rules.launch_bound.judge import LaunchVerdict
 from nsys_rules.rules.launch_bound.measure import DeviceLaunches
 
@@ -66,7 +66,6 @@ def _kernels(found: DeviceLaunches) -> str:
 
 def recommendation(found: DeviceLaunches, verdict: LaunchVerdict, graph_gap_ns: int, fw: Framework) -> str:
     """Replay the step from a CUDA graph (in ``fw``'s terms); in a loop that already replays graphs, move the work in."""
-    share = pct(verdict.savings, verdict.judged)
     if found.graph_loop and fw.name == "jax":
         # XLA runs a scan or fori_loop as a while loop the host steps through, one command buffer per
         # iteration: the host work between replays is the loop itself.
@@ -75,12 +74,11 @@ def recommendation(found: DeviceLaunches, verdict: LaunchVerdict, graph_gap_ns: 
                 "command buffer, and host callbacks (`jax.debug.print`, `jax.pure_callback`) split the step "
                 "further. Unroll the step's loops (`jax.lax.scan(..., unroll=True)`, or an unroll factor) so one "
                 "command buffer runs them, drop callbacks from the step, and keep several steps in one jitted "
-                f"call; at most {verdict.savings / 1e6:.1f} ms ({share:.1f} % of the steady state) is at stake.")
+                "call.")
     if found.graph_loop:
         return ("Move the work between replays into the graph (sampling, stopping checks, input "
                 "updates: capture them with the step, or use static input buffers), or keep it on the "
-                f"device; at most {verdict.savings / 1e6:.1f} ms ({share:.1f} % of the steady state) is at stake.")
+                "device.")
     return ("Replay the steady-state step from a CUDA graph, one launch for all its kernels: "
-            f"{graph_capture_advice(fw)}. Expected gain up to {verdict.savings / 1e6:.1f} ms ({share:.1f} % of the "
-            f"steady state) with {plain_number(graph_gap_ns / 1e3, 6)} us left per kernel; fusing small kernels cuts the count "
-            "further.")
+            f"{graph_capture_advice(fw)}; about {plain_number(graph_gap_ns / 1e3, 6)} us per kernel is left, and fusing small "
+            "kernels cuts the count further.")

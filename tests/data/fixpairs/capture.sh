@@ -9,8 +9,8 @@
 #    events of NVTX-traced JAX runs), and one holding --sample=... gets no --sample=none --cpuctxsw=none;
 #  - ONLY="name name..." runs just those scenarios of the lists;
 #  - each trace is sanitized and compressed (nice'd xz -9, in the background, one file at a time) while
-#    the next scenario runs; at the end the .sqlite.xz files are packed, uncompressed, into
-#    TAG-traces.tar.NN parts of 15 MB (the device gives back files of at most 16 MiB);
+#    the next scenario runs, and added at once to OUTDIR's TAG-traces-N.tar (a new part past 12 MB: the
+#    device gives back files of at most 16 MiB, and a run cut short still gives back what ended);
 #  - the workload scripts (*.py) are taken from the kit folder, then from tests/data/fixpairs and
 #    tests/data/causes beside this script (those replace the kit's copies), so the committed version runs;
 #  - no bench_serving build, no nsys stats/analyze pass (the truths come from our own SQL).
@@ -18,7 +18,8 @@
 # root), SCEN_TIMEOUT (s per scenario, default 240), DEADLINE (s after start past which no scenario starts;
 # timeouts are cut to fit), NSYS (the nsys binary).
 # Outputs in OUTDIR: TAG-summary.txt (environment, then one line per scenario with exit code, seconds,
-# SQLite size and the program's RESULT line, appended as they end), TAG-logs.tar.xz, TAG-traces.tar.NN.
+# SQLite size and the program's RESULT line, appended as they end), TAG-logs.tar.xz, TAG-traces-N.tar (parts of
+# at most ~15 MB holding xz/NAME.sqlite.xz, each trace added as soon as it is compressed).
 set -u
 LISTS=$1; TAG=$2; DEST=$(realpath "${3:-.}"); HERE=$(dirname "$(realpath "$0")")
 ROOT=$(realpath "$HERE/../../..")
@@ -49,10 +50,16 @@ for n in ("torch", "torchvision", "transformers", "jax", "jaxlib", "flax", "opta
     try: v.append(n + " " + m.version(n))
     except Exception as e: v.append(n + " MISSING")
 print(sys.version.split()[0], "; ".join(v))' 2>&1 | tail -1)"
-pack() {  # sanitize + compress one trace, lowest priority, while the next scenario runs
+
+pack() {  # sanitize + compress one trace, lowest priority, while the next scenario runs; then add it to
+  # OUTDIR's current TAG-traces-NN.tar (a new part past 12 MB), so a run cut short still returns what ended
   python3 "$KIT"/sanitize.py "traces/$1.sqlite" && nice -n 19 xz -9 -T2 -c "traces/$1.sqlite" > "xz/$1.sqlite.xz.part" \
-    && mv "xz/$1.sqlite.xz.part" "xz/$1.sqlite.xz"
+    && mv "xz/$1.sqlite.xz.part" "xz/$1.sqlite.xz" \
+    && tar -C $B -rf "$DEST/$TAG-traces-$(cat part).tar" "xz/$1.sqlite.xz" \
+    && [ "$(stat -c %s "$DEST/$TAG-traces-$(cat part).tar")" -gt 12000000 ] && echo $(( $(cat part) + 1 )) > part
+  return 0
 }
+echo 0 > part
 PACKPID=""
 for LIST in "${LL[@]}"; do
 while IFS='|' read -r name xenv flags cmd; do
@@ -81,5 +88,4 @@ done
 [ -n "$PACKPID" ] && wait $PACKPID
 note "compressed at $((SECONDS - START)) s:"; ls -la xz | tee -a "$SUM"
 tar -C $B -cJf $DEST/$TAG-logs.tar.xz logs
-tar -C $B -cf - xz | split -b 15M -d - $DEST/$TAG-traces.tar.
 note "all done at $((SECONDS - START)) s: $(ls $DEST | tr '\n' ' ')"

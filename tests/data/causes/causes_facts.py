@@ -63,6 +63,8 @@ def gpu_ops(db: sqlite3.Connection) -> list[tuple]:
 
 
 def nvtx(db: sqlite3.Connection, like: str) -> list[tuple[int, int, int, str]]:
+    if "NVTX_EVENTS" not in tables(db):
+        return []
     return [tuple(r) for r in db.execute(
         "SELECT n.start, n.end, n.globalTid, COALESCE(n.text, s.value) FROM NVTX_EVENTS n LEFT JOIN StringIds s "
         "ON n.textId = s.id WHERE n.eventType IN (59, 60) AND n.end IS NOT NULL AND COALESCE(n.text, s.value) LIKE ? "
@@ -173,8 +175,8 @@ def facts(name: str, db: sqlite3.Connection) -> dict:
     corr_call = {r[3]: r for r in api}
     ends = [corr_call[o[2]][1] for o in reads if o[2] in corr_call]
     windows = list(zip(ends, ends[1:]))
-    tid = corr_call[reads[0][2]][2] if reads else None
-    steps = per_window(windows, api, ops, os_calls, tid)
+    # Every thread's calls count: JAX launches from its own execution threads, not the one that reads back.
+    steps = per_window(windows, api, ops, os_calls, None)
     return {"marks": "end of one small device-to-host readback call to the end of the next", "count": len(steps),
             "readbacks": len(reads), "steps": steps}
 

@@ -106,7 +106,7 @@ def mode_serve():
 
     def w(*shape):
         return torch.empty(*shape, dtype=bf, device=dev).normal_(0.0, 0.02)
-    emb, lm, nf = w(V, H), w(V, H), torch.ones(H, dtype=bf, device=dev)
+    emb, lm = w(V, H), w(V, H)
     layers = [dict(qkv=w(3 * H, H), o=w(H, H), gate=w(I, H), up=w(I, H), down=w(H, I)) for _ in range(L)]
     ck = [torch.zeros(B, nh, S, hd, dtype=bf, device=dev) for _ in range(L)]
     cv = [torch.zeros(B, nh, S, hd, dtype=bf, device=dev) for _ in range(L)]
@@ -127,7 +127,7 @@ def mode_serve():
         """One token for every slot: GEMVs over the batch, attention over each slot's cache."""
         x = emb[tokens]  # [B, H]
         mask = (span.view(1, S) > lens.view(B, 1)).view(B, 1, 1, S)
-        for ly, k_c, v_c in zip(layers, ck, cv):
+        for ly, k_c, v_c in zip(layers, ck, cv, strict=False):
             q, k, v = F.linear(rms(x), ly["qkv"]).view(B, 3, nh, hd).unbind(1)
             k_c[slots, :, lens] = k
             v_c[slots, :, lens] = v
@@ -142,7 +142,7 @@ def mode_serve():
     def prefill(slot, prompt):
         """A new request: the prompt's forward with causal attention, its K/V written into the slot."""
         x = emb[prompt]  # [P, H]
-        for ly, k_c, v_c in zip(layers, ck, cv):
+        for ly, k_c, v_c in zip(layers, ck, cv, strict=False):
             q, k, v = F.linear(rms(x), ly["qkv"]).view(P, 3, nh, hd).permute(1, 2, 0, 3).unbind(0)
             k_c[slot, :, :P] = k
             v_c[slot, :, :P] = v
@@ -224,7 +224,7 @@ def mode_compile_rotate():
     def graphs():
         return counters["stats"].get("unique_graphs", 0)
 
-    for i in range(warmup):
+    for _ in range(warmup):
         nv.push("warmup")
         one(lengths[0])
         nv.pop()

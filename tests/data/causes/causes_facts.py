@@ -123,7 +123,7 @@ def per_window(windows: list[tuple[int, int]], api: np.ndarray, ops: list[tuple]
 
 def periods(steps: list[dict]) -> list[int]:
     g = [s["gpu_start"] for s in steps]
-    return [b - a for a, b in zip(g, g[1:]) if a is not None and b is not None]
+    return [b - a for a, b in zip(g, g[1:], strict=False) if a is not None and b is not None]
 
 
 def summary(steps: list[dict]) -> dict:
@@ -167,14 +167,14 @@ def facts(name: str, db: sqlite3.Connection) -> dict:
     if ranges:
         tid = ranges[0][2]
         steps = per_window([(s, e) for s, e, _, _ in ranges], api, ops, os_calls, tid)
-        for s, r in zip(steps, ranges):
+        for s, r in zip(steps, ranges, strict=False):
             s["name"] = r[3]
         return {"marks": f"NVTX '{ranges[0][3]}'", "count": len(steps), "steps": steps}
     # No NVTX: the per-token / per-step readback (a small device-to-host copy) marks the iterations.
     reads = sorted((o for o in ops if o[3] == "memcpy" and o[5] == DTOH and o[4] <= 64), key=lambda o: o[0])
     corr_call = {r[3]: r for r in api}
     ends = [corr_call[o[2]][1] for o in reads if o[2] in corr_call]
-    windows = list(zip(ends, ends[1:]))
+    windows = list(zip(ends, ends[1:], strict=False))
     # Every thread's calls count: JAX launches from its own execution threads, not the one that reads back.
     steps = per_window(windows, api, ops, os_calls, None)
     return {"marks": "end of one small device-to-host readback call to the end of the next", "count": len(steps),

@@ -53,11 +53,11 @@ def block(name: str, f: dict, warmup: int) -> dict:
         cut = (k.min() + k.max()) / 2
         kinds = {}
         for kind, sel in (("prefill", k > cut), ("decode", k <= cut)):
-            mine = [s for s, y in zip(steps, sel) if y]
+            mine = [s for s, y in zip(steps, sel, strict=False) if y]
             kinds[kind] = {**cf.summary(mine), "measured_indices": [i for i, y in enumerate(sel) if y][:12]}
             names = set().union(*(s["kernel_names"] for s in mine)) if mine else set()
             kinds[kind]["kernel_names_only_in_this_kind"] = sorted(
-                names - set().union(*(s["kernel_names"] for s, y in zip(steps, sel) if not y)))[:8]
+                names - set().union(*(s["kernel_names"] for s, y in zip(steps, sel, strict=False) if not y)))[:8]
         out["kinds"] = kinds
         out["kind_split"] = f"kernels per step above {cut:.0f} = prefill"
     if name == "cx_compile_rotate":

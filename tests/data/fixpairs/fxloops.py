@@ -140,7 +140,7 @@ class TinyLlama:
         x = self.emb.index_select(0, self.tok)  # [1, H]
         c, s = self.cos.index_select(0, self.pos), self.sin.index_select(0, self.pos)  # [1, hd/2]
         masked = (self.span > self.pos).view(1, 1, -1)
-        for ly, ck, cv in zip(self.layers, self.ck, self.cv):
+        for ly, ck, cv in zip(self.layers, self.ck, self.cv, strict=False):
             h = self.rms(x, ly["n1"])
             q, k, v = F.linear(h, ly["qkv"]).view(3, self.nh, self.hd).unbind(0)
             q, k = self.rope(q, c, s), self.rope(k, c, s)
@@ -180,7 +180,7 @@ def mode_decode():
     sync(torch)
     m.pos.fill_(16)
     host_ms, toks = [], []
-    for i in range(warmup + steps):
+    for _i in range(warmup + steps):
         t0 = time.perf_counter()
         nv.push("decode_step")
         run()
@@ -218,7 +218,7 @@ def mode_mlp_train():
     y = torch.randint(0, 16, (B,), device=dev)
     nv = Ranges(torch, not a.no_nvtx)
     host_ms, losses = [], []
-    for i in range(warmup + steps):
+    for _i in range(warmup + steps):
         t0 = time.perf_counter()
         nv.push("train_step")
         loss = nn.functional.cross_entropy(model(x), y)
@@ -240,7 +240,6 @@ def mode_jax_train():
     if not CUDA:
         os.environ["JAX_PLATFORMS"] = "cpu"
     import jax
-    import jax.numpy as jnp
     import flax
     import flax.linen as fnn
     import optax

@@ -9,7 +9,7 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.api import (Finding, Framework, Location, Rule, RuleContext, Severity, StepFacts, StepModel,
-                            library_of, metric, pct)
+                            compiles_only, library_of, metric, pct)
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class Recompile(Rule):
         if model is None or not model.count:
             return
         opts = ctx.options
-        durations = model.gpu_durations
+        durations = step_lengths(model)
         median = float(np.median(durations))
         facts = ctx.step_facts(model.host, model.pid)
         events = _steady_events(facts, durations, median, model.count, opts.max_step_pct / 100)
@@ -108,6 +108,19 @@ class Recompile(Rule):
                 key=f"{event.what}:{'steady' if event.in_steady else 'regime'}")
 
 
+def step_lengths(model: StepModel) -> np.ndarray:
+    """Each steady step's GPU length, the first one's host length when longer.
+
+    The steps tile the GPU clock from the first step's first GPU operation, so host time the first
+    step spends before it (a recompile of the loop's first measured step, seconds long) is in no
+    step's GPU length; later steps' tiles start where their host work did and hold it.
+    """
+    lengths = model.gpu_durations.copy()
+    if len(lengths):
+        lengths[0] = max(int(lengths[0]), int(model.host[0, 1] - model.host[0, 0]))
+    return lengths
+
+
 def _steady_events(facts: StepFacts, durations: np.ndarray, median: float, count: int,
                    max_share: float) -> list[Event]:
     """One event per kind (capture, compile) among the steady steps: the steps holding it and their extra time."""
@@ -116,7 +129,8 @@ def _steady_events(facts: StepFacts, durations: np.ndarray, median: float, count
     loads = (facts.module_loads > 0) & ~captures
     for what, held in (("capture", captures), ("compile", loads)):
         steps = np.flatnonzero(held)
-        if not len(steps) or (what == "compile" and len(steps) > max_share * count):
+        if not len(steps) or (what == "compile" and len(steps) > max_share * count
+                              and not compiles_only(durations[steps], median, count)):
             continue  # loads in many steps are the loop's pattern: module-loading reports it
         extra = int(np.maximum(durations[steps] - median, 0).sum())
         if what == "compile" and int(facts.module_load_ns[steps].sum()) >= 0.5 * extra:
@@ -185,8 +199,9 @@ def _message(event: Event, median: float, count: int, share: float, fw: Framewor
         what = f"GPU code was compiled and loaded ({event.loads} module loads)" if event.in_steady \
             else "new GPU code was built in every step"
     scope = f"of the {count} steady steps" if event.in_steady else "before the steady state (an earlier regime)"
-    return (f"In {where} {scope} {what}: {event.extra_ns / 1e6:.2f} ms over the median step of {median / 1e6:.2f} ms, "
-            f"{share:.1f} % of the loop's time. Program: {fw.label}.")
+    each = f" ({event.extra_ns / len(steps) / 1e6:.2f} ms per step)" if len(steps) > 1 else ""
+    return (f"In {where} {scope} {what}: {event.extra_ns / 1e6:.2f} ms over the median step of {median / 1e6:.2f} ms"
+            f"{each}, {share:.1f} % of the loop's time. Program: {fw.label}.")
 
 
 def _advice(event: Event, fw: Framework) -> str:

@@ -29,6 +29,19 @@ _ALLOCATING = frozenset(name for name in ALLOC_APIS if "Free" not in name and "D
                         and "Release" not in name and "Unregister" not in name and "Unmap" not in name)
 
 
+#: A step holding module loads that lasts this many median steps is a compile, never the loop's pattern.
+COMPILE_STEPS = 10.0
+
+
+def compiles_only(durations: np.ndarray, median: float, count: int) -> bool:
+    """Whether steps that load code (``durations``) are a few compiles: each one many median steps long.
+
+    A torch.compile loop over rotating shapes recompiles in its first few measured steps, seconds
+    each; loads spread over many usual-length steps are the loop's pattern (module-loading's).
+    """
+    return bool(len(durations)) and 2 * len(durations) <= count and bool(np.all(durations > COMPILE_STEPS * median))
+
+
 @dataclass(frozen=True)
 class StepFacts:
     """Per-step counts and times inside each step's host interval (arrays of one value per step)."""

@@ -49,7 +49,10 @@ class Recompile(Rule):
     loading when the load calls themselves are the step's extra time) or graph capture calls
     (`cudaStreamBeginCapture`, `cudaGraphInstantiate`), one-off (a recompile for a new shape in
     step 10 of 20) or in every step of an earlier regime (a new shape each step until the loop
-    settles); loads in more than `max_step_pct` percent of the steady steps are module-loading's.
+    settles); loads in more than `max_step_pct` percent of the steady steps are module-loading's,
+    unless each of those steps takes over ten median steps (a few recompiles, named one by one with
+    their cost per step). After the program's own NVTX `warmup` range every step is measured, so a
+    compile in the first measured steps is named here, not absorbed as warm-up.
     Why it hurts: each such step waits for a compiler (Triton, XLA, cuDNN's runtime fusion, NVRTC)
     or a graph capture, milliseconds to seconds that a warm-up before the loop would have paid once.
     Evidence: the steps, their extra time over the median step, the load and capture calls, the

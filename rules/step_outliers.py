@@ -80,7 +80,10 @@ class StepOutliers(Rule):
     steady median (and at least `min_excess_pct` above it). For the slow steps it compares every budget part with its median and
     looks at what overlapped them: other streams' or processes' GPU work (contention: which stream,
     which operation, how many bytes), module loading, allocation, synchronization, host time, and
-    kernels seen for the first time in the loop.
+    kernels seen for the first time in the loop. Steps of another kind (a kernel count well apart from
+    the usual step's, the same in each, recurring: a prefill among decode steps, an optimizer step
+    after gradient-accumulation micro-steps) are never outliers: each kind is named with its count,
+    kernels, median and share of the steady state, and outliers are judged within the usual kind.
     Why it hurts: latency-sensitive serving pays for the slowest steps (p99 time per output token);
     a periodic side job or a lazy load in the loop hides in averages.
     Evidence: step time p50/p99/max, the slow steps (count, which, how slow), their excess over

@@ -59,7 +59,7 @@ from nsys_rules.model.launches import launch_api_rows, launch_times, launching_r
 from nsys_rules.model.python_sites import (PythonFrame, PythonSite, PythonStacks, call_site, call_site_rows,
                                            host_sites, is_library_file, python_stacks)
 from nsys_rules.model.regime_causes import (GRAPH_CAPTURE_APIS, StepFacts, compiles_only, kernels_after, library_of,
-                                           step_facts)
+                                           step_facts, step_lengths)
 from nsys_rules.model.step_kinds import StepKind, step_kinds
 from nsys_rules.model.steps import Regime, StepModel
 from nsys_rules.model.trace import Trace
@@ -77,7 +77,7 @@ __all__ = [
     "MissingData", "InputError", "UsageError",
     # the program's framework (advice in its own terms); what each step holds
     "Framework", "framework", "looks_like_training", "StepFacts", "step_facts", "GRAPH_CAPTURE_APIS", "kernels_after",
-    "library_of", "compiles_only", "StepKind", "step_kinds",
+    "library_of", "compiles_only", "step_lengths", "StepKind", "step_kinds",
     # the fixes several rules share, in the program's framework's own terms (nsys_rules.advice)
     "graph_capture_advice", "fusion_advice", "pinned_memory_advice", "profiler_range_advice", "nvtx_range_advice",
     "scalar_readback_names", "running_value_advice", "resident_data_advice",

@@ -8,7 +8,7 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.api import (Finding, Framework, Location, MODULE_LOADS, MissingData, Renamed, Rule, RuleContext, Severity,
-                            compiles_only, in_set, library_of, metric, pct, point_in)
+                            compiles_only, in_set, step_lengths, library_of, metric, pct, point_in)
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,7 @@ class ModuleLoading(Rule):
         starts = api["start"].to_numpy(np.int64)[loading]
         ends = api["end"].to_numpy(np.int64)[loading]
         per_step = loads_per_step(starts, model.host)
-        durations = model.gpu_durations.copy()
-        durations[0] = max(int(durations[0]), int(model.host[0, 1] - model.host[0, 0]))  # as recompile counts them
+        durations = step_lengths(model.gpu_durations, model.host)  # as recompile counts them
         if compiles_only(durations[per_step > 0], float(np.median(durations)), model.count):
             return  # a few steps that each compile for many steps' time: recompile names them one by one
         steps_loading = int((per_step > 0).sum())

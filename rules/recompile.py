@@ -9,7 +9,7 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.api import (Finding, Framework, Location, Rule, RuleContext, Severity, StepFacts, StepModel,
-                            compiles_only, library_of, metric, pct)
+                            compiles_only, library_of, metric, pct, step_lengths)
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class Recompile(Rule):
         if model is None or not model.count:
             return
         opts = ctx.options
-        durations = step_lengths(model)
+        durations = step_lengths(model.gpu_durations, model.host)
         median = float(np.median(durations))
         facts = ctx.step_facts(model.host, model.pid)
         events = _steady_events(facts, durations, median, model.count, opts.max_step_pct / 100)
@@ -109,19 +109,6 @@ class Recompile(Rule):
                 # Regime steps count from the end of warm-up, not among the steady steps: only steady ones are named.
                 location=Location(pid=model.pid, steps=event.steps if event.in_steady else None),
                 key=f"{event.what}:{'steady' if event.in_steady else 'regime'}")
-
-
-def step_lengths(model: StepModel) -> np.ndarray:
-    """Each steady step's GPU length, the first one's host length when longer.
-
-    The steps tile the GPU clock from the first step's first GPU operation, so host time the first
-    step spends before it (a recompile of the loop's first measured step, seconds long) is in no
-    step's GPU length; later steps' tiles start where their host work did and hold it.
-    """
-    lengths = model.gpu_durations.copy()
-    if len(lengths):
-        lengths[0] = max(int(lengths[0]), int(model.host[0, 1] - model.host[0, 0]))
-    return lengths
 
 
 def _steady_events(facts: StepFacts, durations: np.ndarray, median: float, count: int,

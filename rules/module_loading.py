@@ -7,8 +7,8 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import (Finding, Framework, library_of, Location, metric, MissingData, pct, Renamed, Rule,
-                            RuleContext, Severity)
+from nsys_rules.api import (compiles_only, Finding, Framework, library_of, Location, metric, MissingData, pct,
+                            Renamed, Rule, RuleContext, Severity, step_lengths)
 from nsys_rules.api.analysis import in_set, MODULE_LOADS, point_in
 
 
@@ -78,6 +78,9 @@ class ModuleLoading(Rule):
         starts = api["start"].to_numpy(np.int64)[loading]
         ends = api["end"].to_numpy(np.int64)[loading]
         per_step = loads_per_step(starts, model.host)
+        durations = step_lengths(model.gpu_durations, model.host)  # as recompile counts them
+        if compiles_only(durations[per_step > 0], float(np.median(durations)), model.count):
+            return  # a few steps that each compile for many steps' time: recompile names them one by one
         steps_loading = int((per_step > 0).sum())
         if steps_loading < max(2, opts.min_step_pct / 100 * model.count):
             return

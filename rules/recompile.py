@@ -9,7 +9,7 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.api import (Finding, Framework, Location, Rule, RuleContext, Severity, StepFacts, StepModel,
-                            library_of, metric, pct)
+                            compiles_only, library_of, metric, pct, step_lengths)
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,10 @@ class Recompile(Rule):
     loading when the load calls themselves are the step's extra time) or graph capture calls
     (`cudaStreamBeginCapture`, `cudaGraphInstantiate`), one-off (a recompile for a new shape in
     step 10 of 20) or in every step of an earlier regime (a new shape each step until the loop
-    settles); loads in more than `max_step_pct` percent of the steady steps are module-loading's.
+    settles); loads in more than `max_step_pct` percent of the steady steps are module-loading's,
+    unless each of those steps takes over ten median steps (a few recompiles, named one by one with
+    their cost per step). After the program's own NVTX `warmup` range every step is measured, so a
+    compile in the first measured steps is named here, not absorbed as warm-up.
     Why it hurts: each such step waits for a compiler (Triton, XLA, cuDNN's runtime fusion, NVRTC)
     or a graph capture, milliseconds to seconds that a warm-up before the loop would have paid once.
     Evidence: the steps, their extra time over the median step, the load and capture calls, the
@@ -78,7 +81,7 @@ class Recompile(Rule):
         if model is None or not model.count:
             return
         opts = ctx.options
-        durations = model.gpu_durations
+        durations = step_lengths(model.gpu_durations, model.host)
         median = float(np.median(durations))
         facts = ctx.step_facts(model.host, model.pid)
         events = _steady_events(facts, durations, median, model.count, opts.max_step_pct / 100)
@@ -116,7 +119,8 @@ def _steady_events(facts: StepFacts, durations: np.ndarray, median: float, count
     loads = (facts.module_loads > 0) & ~captures
     for what, held in (("capture", captures), ("compile", loads)):
         steps = np.flatnonzero(held)
-        if not len(steps) or (what == "compile" and len(steps) > max_share * count):
+        if not len(steps) or (what == "compile" and len(steps) > max_share * count
+                              and not compiles_only(durations[steps], median, count)):
             continue  # loads in many steps are the loop's pattern: module-loading reports it
         extra = int(np.maximum(durations[steps] - median, 0).sum())
         if what == "compile" and int(facts.module_load_ns[steps].sum()) >= 0.5 * extra:
@@ -185,8 +189,9 @@ def _message(event: Event, median: float, count: int, share: float, fw: Framewor
         what = f"GPU code was compiled and loaded ({event.loads} module loads)" if event.in_steady \
             else "new GPU code was built in every step"
     scope = f"of the {count} steady steps" if event.in_steady else "before the steady state (an earlier regime)"
-    return (f"In {where} {scope} {what}: {event.extra_ns / 1e6:.2f} ms over the median step of {median / 1e6:.2f} ms, "
-            f"{share:.1f} % of the loop's time. Program: {fw.label}.")
+    each = f" ({event.extra_ns / len(steps) / 1e6:.2f} ms per step)" if len(steps) > 1 else ""
+    return (f"In {where} {scope} {what}: {event.extra_ns / 1e6:.2f} ms over the median step of {median / 1e6:.2f} ms"
+            f"{each}, {share:.1f} % of the loop's time. Program: {fw.label}.")
 
 
 def _advice(event: Event, fw: Framework) -> str:

@@ -8,7 +8,7 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.api import (Budget, Finding, Framework, KERNEL, LABELS, Location, MEMCPY, MEMSET, metric,
-                            MissingData, pct, Renamed, REPLAY, Rule, RuleContext, Severity)
+                            MissingData, pct, Renamed, REPLAY, Rule, RuleContext, Severity, step_kinds, StepKind)
 from nsys_rules.api.analysis import (ALLOC_APIS, base_name, category_codes, MODULE_LOADS, point_in, rows_with_codes,
                                      SYNC_APIS)
 
@@ -81,7 +81,10 @@ class StepOutliers(Rule):
     steady median (and at least `min_excess_pct` above it). For the slow steps it compares every budget part with its median and
     looks at what overlapped them: other streams' or processes' GPU work (contention: which stream,
     which operation, how many bytes), module loading, allocation, synchronization, host time, and
-    kernels seen for the first time in the loop.
+    kernels seen for the first time in the loop. Steps of another kind (a kernel count well apart from
+    the usual step's, the same in each, recurring: a prefill among decode steps, an optimizer step
+    after gradient-accumulation micro-steps) are never outliers: each kind is named with its count,
+    kernels, median and share of the steady state, and outliers are judged within the usual kind.
     Why it hurts: latency-sensitive serving pays for the slowest steps (p99 time per output token);
     a periodic side job or a lazy load in the loop hides in averages.
     Evidence: step time p50/p99/max, the slow steps (count, which, how slow), their excess over
@@ -121,10 +124,19 @@ class StepOutliers(Rule):
         if budget.steps < opts.min_steps:
             return
         durations = budget.step_ns
-        slow, limit = slow_steps(durations, opts.slow_ratio, opts.tail_ratio, opts.outlier_mads, opts.min_excess_pct)
+        judged = np.arange(len(durations))
+        kinds = _kinds(ctx, durations)
+        if kinds:
+            # Steps of another kind are the loop's design, never outliers: each kind is named with its numbers,
+            # and outliers are judged among the usual kind's steps only.
+            yield _kinds_finding(ctx, kinds, budget.total_ns)
+            judged = kinds[0].steps
+        found, limit = slow_steps(durations[judged], opts.slow_ratio, opts.tail_ratio, opts.outlier_mads,
+                                  opts.min_excess_pct)
+        slow = judged[found]
         if not len(slow):
             return
-        p50 = float(np.median(durations))
+        p50 = float(np.median(durations[judged]))
         excess = int((durations[slow] - p50).clip(min=0).sum())
         growth = part_growth(budget, slow)
         cause = self._cause(ctx, slow, growth)
@@ -135,7 +147,8 @@ class StepOutliers(Rule):
         period = _period(slow)
         rhythm = f" (every {period} steps)" if period else ""
         grew = ", ".join(f"{LABELS.get(k, k)} +{v / 1e6:.2f} ms" for k, v in list(growth.items())[:3])
-        message = (f"{len(slow)} of {budget.steps} steady steps{rhythm} took over {limit / p50:.2f}x the median "
+        of = f"{budget.steps} steady steps" if not kinds else f"{len(judged)} steady steps of the usual kind"
+        message = (f"{len(slow)} of {of}{rhythm} took over {limit / p50:.2f}x the median "
                    f"step ({p50 / 1e6:.3f} ms): {listed}. Together they run {excess / 1e6:.2f} ms over the median "
                    f"({share:.1f} % of the {budget.total_ns / 1e6:.1f} ms steady state); what grew: {grew}. "
                    f"{cause.text}")
@@ -179,6 +192,35 @@ class StepOutliers(Rule):
             return Cause("host", "The GPU waited for the host in those steps (host code between launches took "
                                  "longer).", parts)
         return Cause("kernels", "Their kernels ran longer (more work in those steps, or slower kernels).", parts)
+
+
+def _kinds(ctx: RuleContext, durations: np.ndarray) -> list[StepKind]:
+    """The steady steps' kinds by kernel count (:func:`~nsys_rules.api.step_kinds`); empty when one kind."""
+    model = ctx.steps
+    if model is None or model.count != len(durations):
+        return []
+    facts = ctx.step_facts(model.host, model.pid)
+    return step_kinds(facts.kernels, durations, (facts.module_loads > 0) | (facts.graph_captures > 0))
+
+
+def _kinds_finding(ctx: RuleContext, kinds: list[StepKind], total_ns: int) -> Finding:
+    """An information finding naming each kind of step with its count, median and share of the steady state."""
+    usual, other = kinds[0], kinds[1]
+    more = "more" if other.kernels > usual.kernels else "fewer"
+    message = (f"The loop runs steps of two kinds, told apart by their kernel count: {usual.describe(total_ns)}; and "
+               f"{other.describe(total_ns)} ({more} kernels: a prefill among decode steps, an optimizer step after "
+               "gradient-accumulation micro-steps, an evaluation step). Each kind is judged on its own; steps of the "
+               "second kind are not outliers.")
+    metrics = {"kinds": metric(len(kinds), "count"),
+               "usual_steps": metric(len(usual.steps), "count"), "usual_median": metric(usual.median_ns, "ns"),
+               "usual_kernels": metric(usual.kernels, "count"), "other_steps": metric(len(other.steps), "count"),
+               "other_median": metric(other.median_ns, "ns"), "other_kernels": metric(other.kernels, "count"),
+               "other_time": metric(other.total_ns, "ns")}
+    return ctx.finding(message, "Compare each kind with its own median: time per step of the usual kind is the "
+                       "loop's pace, the other kind's steps are extra work the loop does by design (for a serving "
+                       "loop, chunked prefill spreads it over decode steps).", severity=Severity.INFO,
+                       metrics=metrics, location=Location(steps=tuple(int(i) + 1 for i in other.steps[:8])),
+                       key="kinds")
 
 
 def _period(slow: np.ndarray) -> int:

@@ -43,7 +43,8 @@ from nsys_rules.model.gpu_metrics import BudgetMetrics, PartActivity, measure_ke
 from nsys_rules.model.job.model import Job
 from nsys_rules.model.launches import launch_api_rows, launch_times, launching_rows
 from nsys_rules.model.python_sites import PythonSite, call_site, host_sites, python_stacks
-from nsys_rules.model.regime_causes import StepFacts, kernels_after, library_of, step_facts
+from nsys_rules.model.regime_causes import StepFacts, compiles_only, kernels_after, library_of, step_facts, step_lengths
+from nsys_rules.model.step_kinds import StepKind, step_kinds
 from nsys_rules.model.steps import Regime, StepModel
 from nsys_rules.model.windows import Window, steady_state_window
 from nsys_rules.model.workload import looks_like_training
@@ -60,6 +61,7 @@ __all__ = [
     "hookimpl", "Report", "JobRule", "JobContext", "Job", "step_list",
     # -- the context: the window a rule judges, the steps of the loop, where a step's time goes --------------
     "Window", "steady_state_window", "StepModel", "Regime", "StepFacts", "step_facts", "kernels_after", "library_of",
+    "compiles_only", "step_lengths", "StepKind", "step_kinds",
     "Budget", "LABELS", "part_of_class", "require_visible_kernels", "BudgetMetrics", "PartActivity",
     "measure_kernels", "looks_like_training",
     # -- GPU work and the calls that launched it ------------------------------------------------------------

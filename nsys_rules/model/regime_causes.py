@@ -29,6 +29,35 @@ _ALLOCATING = frozenset(name for name in ALLOC_APIS if "Free" not in name and "D
                         and "Release" not in name and "Unregister" not in name and "Unmap" not in name)
 
 
+#: A step holding module loads that lasts this many median steps is a compile, never the loop's pattern.
+COMPILE_STEPS = 10.0
+
+
+def compiles_only(durations: np.ndarray, median: float, count: int) -> bool:
+    """Whether steps that load code (``durations``) are a few compiles: each one many median steps long.
+
+    A torch.compile loop over rotating shapes recompiles in its first few measured steps, seconds
+    each; loads spread over many usual-length steps are the loop's pattern (module-loading's).
+    """
+    return bool(len(durations)) and 2 * len(durations) <= count and bool(np.all(durations > COMPILE_STEPS * median))
+
+
+def step_lengths(gpu_durations: np.ndarray, host: np.ndarray) -> np.ndarray:
+    """Each steady step's GPU length, the first one's host length when that is a compile (over
+    :data:`COMPILE_STEPS` median steps).
+
+    The steps tile the GPU clock from the first step's first GPU operation, so host time the first
+    step spends before it (a recompile of the loop's first measured step, seconds long) is in no
+    step's GPU length; later steps' tiles start where their host work did and hold it.
+    """
+    lengths = np.array(gpu_durations, dtype=np.int64, copy=True)
+    if len(lengths) and len(host):
+        first = int(host[0, 1] - host[0, 0])
+        if first > COMPILE_STEPS * float(np.median(lengths)):
+            lengths[0] = max(int(lengths[0]), first)
+    return lengths
+
+
 @dataclass(frozen=True)
 class StepFacts:
     """Per-step counts and times inside each step's host interval (arrays of one value per step)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from nsys_rules.model.trace import Trace
-from nsys_rules.model.activity import KERNEL, GpuOps, graph_replays
+from nsys_rules.model.activity import KERNEL, MEMCPY, GpuOps, graph_replays
 from nsys_rules.analysis.grouped import key_int
 from nsys_rules.analysis.host import blocking_calls, copy_directions
 from nsys_rules.model.step_runs import Bound, Found, per_step, periodic_run
@@ -35,9 +35,51 @@ def graph_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
         return "CUDA graph launches do not repeat in a regular order"
     period, first, count = run
     starts = mine["launch"].to_numpy(np.int64)[first:first + (count + 1) * period:period]
+    if period == 1:
+        # One graph launched over and over: several launches may make one token, each token ended by a readback.
+        grouped = _readback_groups(trace, ops, starts, int(thread[0]), bound.min_repeats)
+        if grouped is not None:
+            starts, period = grouped
     host = _tile(starts, bound.hi)
     note = "" if period == 1 else f" ({period} graph launches per step)"
     return Found("graph", "CUDA graph replay", host, int(thread[0]), note)
+
+
+#: A pause between two launches of one graph this many times the usual one may end a token.
+TOKEN_GAP = 4.0
+
+
+def _readback_groups(trace: Trace, ops: GpuOps, launches: np.ndarray, pid: int,
+                     min_repeats: int) -> tuple[np.ndarray, int] | None:
+    """The first launch of each token and the launches per token, when one graph is launched several times a token.
+
+    A JAX token loop replays one command buffer per jitted call, several calls a token, and reads
+    the token back: the launches come in groups of the same size, and every long pause between two
+    groups (over :data:`TOKEN_GAP` usual pauses) holds a device-to-host copy of the process (the
+    readback), pauses inside a group none. Without that evidence: None (a step per launch).
+    """
+    gaps = np.diff(launches)
+    if len(gaps) < 2 * min_repeats or not trace.has("memcpy"):
+        return None
+    long = np.flatnonzero(gaps > TOKEN_GAP * max(float(np.median(gaps)), 1.0))
+    cuts = long + 1  # the first launch of each token after the first
+    sizes = np.diff(cuts)
+    if len(sizes) < min_repeats:
+        return None
+    size = int(np.median(sizes))
+    if size < 2 or np.mean(sizes == size) < 0.75:
+        return None
+    copies = (ops.kind == MEMCPY) & (ops.pid == pid)
+    kinds = trace.frame("memcpy", ["copy_kind"])["copy_kind"].to_numpy()
+    readbacks = np.sort(ops.launch[copies][kinds[ops.table_row[copies]] == 2])
+    if not len(readbacks):
+        return None
+    # Readbacks launched inside each pause: every long pause has one, pauses inside a token mostly none.
+    held = np.searchsorted(readbacks, launches[1:], side="left") > np.searchsorted(readbacks, launches[:-1], side="right")
+    if np.mean(held[long]) < 0.75 or np.mean(np.delete(held, long)) > 0.1:
+        return None
+    first = int(cuts[0]) - size if cuts[0] >= size else int(cuts[0])
+    return np.append(launches[first:cuts[0]:size][:1], launches[cuts]), size
 
 
 # -- c1. a host readback or synchronization once per step -----------------------------------

@@ -8,6 +8,8 @@ of the loop (a warm-up call). See :mod:`.steps` for the model these feed.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from nsys_rules.analysis.intervals import point_in
@@ -58,7 +60,14 @@ def warmup_steps(trace: Trace, found: Found, host: np.ndarray, min_repeats: int)
     """
     n = len(host)
     limit = max(0, min(n // 2, n - max(min_repeats, 1)))
-    if not limit or not trace.has("api"):
+    if not limit:
+        return 0, ""
+    declared = declared_warmup(trace, found, host)
+    if declared is not None:
+        # The program marks its own warm-up: the steps after that range are its measured ones, whatever
+        # they cost (a compile there is a recompile inside the loop, recompile's to name, not warm-up).
+        return min(declared[0], limit), declared[1]
+    if not trace.has("api"):
         return 0, ""
     api = trace.frame("api", ["start", "end", "name", "pid", "tid"])
     names = trace.api_names()
@@ -83,6 +92,38 @@ def warmup_steps(trace: Trace, found: Found, host: np.ndarray, min_repeats: int)
         votes.append((barrier, "a synchronization between warm-up and measured steps"))
     dropped, why = max(votes)
     return min(dropped, limit), why
+
+
+#: A user's NVTX range that says it is warm-up: ``warmup``, ``warm_up``, ``Warm-up 3``.
+_WARMUP_NAME = re.compile(r"(?i)(?<![a-z])warm[-_ ]?up(?![a-z_])")
+
+
+def declared_warmup(trace: Trace, found: Found, host: np.ndarray) -> tuple[int, str] | None:
+    """Steps the program itself marks as warm-up with an NVTX range named so, or None without such a range.
+
+    A ``warmup`` range of the loop's process that starts before the first step and ends before the
+    middle step is the program's own word: the steps that start before it ends are warm-up
+    (0 when the range ends before the first step: every step is measured). Ranges named per step
+    (``warmup_step``) are not the warm-up's bound and are passed over.
+    """
+    if not trace.has("nvtx") or not len(host):
+        return None
+    nvtx = trace.frame("nvtx", ["start", "end", "name", "pid"])
+    if not len(nvtx):
+        return None
+    names = nvtx["name"]
+    warm = names.notna().to_numpy() & names.astype(str).str.contains(_WARMUP_NAME).to_numpy()
+    if found.pid is not None:
+        warm &= nvtx["pid"].to_numpy() == found.pid
+    starts, ends = nvtx["start"].to_numpy(np.int64)[warm], nvtx["end"].to_numpy(np.int64)[warm]
+    middle = int(host[len(host) // 2, 0])  # by steps, not time: a long compiling step does not move it
+    held = (ends > starts) & (starts <= host[0, 0]) & (ends <= middle)
+    if not held.any():
+        return None
+    end = int(ends[held].max())
+    count = int(np.count_nonzero(host[:, 0] < end))
+    label = str(names[warm].to_numpy()[held][int(np.argmax(ends[held]))])
+    return count, f"the program's own NVTX range '{label}'"
 
 
 def _time_per_step(starts: np.ndarray, ends: np.ndarray, host: np.ndarray) -> np.ndarray:

@@ -55,7 +55,7 @@ from nsys_rules.model.commands import (CommandEvidence, command_evidence, debug_
 from nsys_rules.model.framework import Framework, framework
 from nsys_rules.model.gpu_metrics import BudgetMetrics, PartActivity, measure_kernels
 from nsys_rules.model.job.model import Job
-from nsys_rules.model.host_evidence import LOADER_FRAME, BlockEvidence, block_evidence
+from nsys_rules.model.host_evidence import LOADER_FRAME, BlockEvidence, block_evidence, readback_waits
 from nsys_rules.model.launches import launch_api_rows, launch_times, launching_rows
 from nsys_rules.model.python_sites import (PythonFrame, PythonSite, PythonStacks, call_site, call_site_rows,
                                            host_sites, is_library_file, python_stacks)
@@ -111,7 +111,7 @@ __all__ = [
     "python_stacks", "PythonStacks", "host_sites", "call_site", "call_site_rows", "PythonSite", "PythonFrame",
     "is_library_file",
     # what the host threads did while the GPU waited through blocks of host time (the evidence of a cause)
-    "BlockEvidence", "block_evidence", "LOADER_FRAME",
+    "BlockEvidence", "block_evidence", "LOADER_FRAME", "readback_waits",
     # the recorded command (a debug build, the release command), and words safe to paste into a shell
     "CommandEvidence", "command_evidence", "debug_build", "program_command", "recapture_command", "shell_word",
     "shell_join",

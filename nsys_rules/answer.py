@@ -216,7 +216,9 @@ def _cap(findings: list[Finding], budget: Budget | None) -> list[Finding]:
         return findings
     remaining = {p.name: p.ns for p in budget.parts}
     out = list(findings)
-    order = sorted(range(len(out)), key=lambda i: _claim_order(out[i]))
+    # Replayed savings first: the replay may give back more than its own parts (graphs also shorten the idle
+    # after a sync), and what it takes from other idle parts is then no longer there for their owners.
+    order = sorted(range(len(out)), key=lambda i: (out[i].savings_replay is None, _claim_order(out[i])))
     for i in order:
         f = out[i]
         if f.estimated_savings_ns is None or f.budget_part is None or f.budget_part == OUTSIDE:
@@ -234,6 +236,15 @@ def _cap(findings: list[Finding], budget: Budget | None) -> list[Finding]:
             left -= share
         if f.savings_replay is None:  # a replayed saving is bounded by the replay (nsys_rules.replay_savings)
             out[i] = _with_savings(f, take, room)
+            continue
+        excess = f.estimated_savings_ns - take
+        for p in remaining:
+            if excess <= 0:
+                break
+            if p not in parts and KINDS.get(p) == "idle":
+                share = min(excess, remaining[p])
+                remaining[p] -= share
+                excess -= share
     # A saving without a part comes out of the idle time the parts' owners left.
     pool = max(0, sum(v for name, v in remaining.items() if KINDS.get(name) == "idle"))
     for i in order:

@@ -28,7 +28,8 @@ GROUP_FILE_OFFSET = (4, 5)
 GROUP_COMPRESSED = (4, 6)
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
+    """A Thrift compact-protocol unsigned varint."""
     out = bytearray()
     while True:
         byte, value = value & 0x7F, value >> 7
@@ -59,7 +60,7 @@ def rewrite(footer: bytes, values: dict[tuple[int, ...], list[int] | int]) -> by
     out = bytearray()
     at = 0
     for lo, hi, value in sorted(edits):
-        out += footer[at:lo] + _varint(_zigzag(value))
+        out += footer[at:lo] + varint(_zigzag(value))
         at = hi
     return bytes(out + footer[at:])
 
@@ -149,7 +150,7 @@ def tiny_pages(path: Path, size: int = 2 * MB) -> Path:
     The other chunks keep their bytes."""
     kernel_groups(path, 1)
     body, footer = split(path)
-    page = bytes([0x15]) + _varint(_zigzag(1)) + bytes([0x15, 0x00, 0x15, 0x00, 0x00])  # INDEX_PAGE, 0, 0
+    page = bytes([0x15]) + varint(_zigzag(1)) + bytes([0x15, 0x00, 0x15, 0x00, 0x00])  # INDEX_PAGE, 0, 0
     region = page * (size // len(page))
     spots = thrift_spots(footer, 0)
     offsets = [_read_zigzag(footer, lo) for lo, _ in spots[DATA_PAGE_OFFSET]]

@@ -99,18 +99,9 @@ def test_a_walk_of_tiny_pages_reads_each_byte_about_once(bases, tmp_path):
     check_run(run)
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
 @pytest.mark.parametrize("data", [
-    bytes([0x19, 0xF2]) + _varint(2**62) + bytes(64),  # field 1: a list of 2^62 booleans (type 2): 0 bytes each before
-    bytes([0x1B]) + _varint(2**62) + bytes([0x22]) + bytes(64),  # field 1: a map of 2^62 boolean pairs
+    bytes([0x19, 0xF2]) + forge.varint(2**62) + bytes(64),  # field 1: a list of 2^62 booleans (type 2): 0 bytes each before
+    bytes([0x1B]) + forge.varint(2**62) + bytes([0x22]) + bytes(64),  # field 1: a map of 2^62 boolean pairs
 ])
 def test_thrift_counts_beyond_the_bytes_end_the_walk(data):
     """A list or map of booleans took no bytes per element: a count of 2^62 looped for ever. Now each element

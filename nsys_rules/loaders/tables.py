@@ -215,6 +215,20 @@ TABLES: dict[str, Table] = {
             "capture with `nsys profile --cuda-memory-usage=true`",
         ),
         Table(
+            "osrt",
+            ("OSRT_API",),
+            (
+                _c("start", required=True),
+                _c("end", required=True),
+                _c("pid", "globalTid", kind="pid"),
+                _c("tid", "globalTid", kind="tid"),
+                _c("name", "nameId", kind="string", required=True),
+            ),
+            # What a host thread did outside CUDA: waiting on another thread (futex, pthread_cond_wait),
+            # on a file or a socket (read, poll). Read only when a rule asks why the host was busy.
+            "capture with `nsys profile --trace=cuda,nvtx,osrt` (OS runtime calls were not traced)",
+        ),
+        Table(
             "overhead",
             ("PROFILER_OVERHEAD",),
             (

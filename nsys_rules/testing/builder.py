@@ -257,6 +257,10 @@ class TraceBuilder:
         self._add("CUDA_GPU_MEMORY_USAGE_EVENTS", (start, self.global_pid(pid), device, 1, address, 0, nbytes, 2,
                                                    0 if allocate else 1, None, 0, None))
 
+    def osrt(self, name: str, start: int, duration: int, *, tid: int = MAIN_TID, pid: int = PID) -> None:
+        """An OS runtime call (``--trace=osrt``): ``futex``, ``pthread_cond_wait``, ``poll``, ``read``, ..."""
+        self._add("OSRT_API", (start, start + duration, 27, self.global_tid(tid, pid), self.string(name), 0, 0, 0))
+
     def overhead(self, name: str, start: int, duration: int, *, tid: int = MAIN_TID) -> None:
         """A profiler-overhead interval (``name`` as nsys writes it, e.g. ``CUDA profiling data flush``)."""
         if not isinstance(name, str):

@@ -61,6 +61,9 @@ EXPORT_DDL = {
         "start INTEGER NOT NULL, globalPid INTEGER NOT NULL, deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
         "address INTEGER NOT NULL, pc INTEGER NOT NULL, bytes INTEGER NOT NULL, memKind INTEGER NOT NULL, "
         "memoryOperationType INTEGER NOT NULL, name TEXT, correlationId INTEGER, streamId INTEGER"),
+    "OSRT_API": (
+        "start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL, globalTid INTEGER, "
+        "nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL, nestingLevel INTEGER, callchainId INTEGER NOT NULL"),
     "PROFILER_OVERHEAD": (
         "start INTEGER NOT NULL, end INTEGER NOT NULL, globalTid INTEGER, nameId INTEGER NOT NULL, "
         "returnValue INTEGER NOT NULL"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -161,6 +162,10 @@ def _grown_parts(ctx: RuleContext, event: Event) -> str:
     return "+".join(name for _, name in sorted(grown, reverse=True)) or _IDLE_PARTS
 
 
+#: The module loads a step of an earlier regime holds, as its cause says them (nsys_rules.model.regime_causes).
+_REGIME_LOADS = re.compile(r"\((\d+(?:\.\d+)?) module load\(s\) a step")
+
+
 def _regime_events(regimes: Iterable, median: float) -> list[Event]:
     """Earlier regimes whose cause is code built or graphs captured in every step."""
     out = []
@@ -169,7 +174,11 @@ def _regime_events(regimes: Iterable, median: float) -> list[Event]:
             continue
         what = "capture" if "captured again" in r.cause else "compile"
         extra = int(max(r.median_ns - median, 0) * r.count)
-        out.append(Event(what, tuple(range(r.first + 1, r.first + r.count + 1)), extra, 0, 0, False))
+        # The regime's evidence, carried into the finding's metrics (module loads, or a capture a step).
+        per_step = _REGIME_LOADS.search(r.cause)
+        loads = round(float(per_step.group(1)) * r.count) if per_step else 0
+        captures = r.count if what == "capture" else 0
+        out.append(Event(what, tuple(range(r.first + 1, r.first + r.count + 1)), extra, loads, captures, False))
     return out
 
 
@@ -187,7 +196,7 @@ def _message(event: Event, median: float, count: int, share: float, fw: Framewor
         what = f"GPU code was loaded at its first use ({event.loads} module loads, lazy loading)"
     else:
         what = f"GPU code was compiled and loaded ({event.loads} module loads)" if event.in_steady \
-            else "new GPU code was built in every step"
+            else f"new GPU code was built in every step ({event.loads} module loads)"
     scope = f"of the {count} steady steps" if event.in_steady else "before the steady state (an earlier regime)"
     each = f" ({event.extra_ns / len(steps) / 1e6:.2f} ms per step)" if len(steps) > 1 else ""
     return (f"In {where} {scope} {what}: {event.extra_ns / 1e6:.2f} ms over the median step of {median / 1e6:.2f} ms"

@@ -98,3 +98,77 @@ def test_python_samples_name_the_function_of_the_block(tmp_path):
                             [("tokenize", "/src/train.py", 41), ("main", "/src/train.py", 90)])
     f = only_finding(run_rule("input-prep", b.write(tmp_path / "t.sqlite")))
     assert "`tokenize` (/src/train.py:41)" in f.message and "100 %" in f.message
+
+
+def _bare_loop(b: TraceBuilder, *, prep_ns: int, steps: int = 12, kernels: int = 20, upload: int = 0,
+               prep_calls: tuple[str, ...] = (), osrt: tuple[str, ...] = ()) -> int:
+    """A loop whose block of host time is followed by no batch copy (``upload`` bytes: a copy of that size instead);
+    ``prep_calls``: CUDA calls that fill the block (each a quarter of it), ``osrt``: OS calls that fill it."""
+    t = T0
+    for i in range(steps):
+        start = t
+        for k, name in enumerate(prep_calls):
+            b.api(name, t + k * prep_ns // 4, prep_ns // 4 - 1_000)
+        for name in osrt:
+            b.osrt(name, t + 1_000, prep_ns - 2_000)
+        t += prep_ns
+        if upload:
+            b.memcpy(t + 20_000, 10_000, upload, kind="HtoD", src="pinned", launch_at=t)
+        t += 30_000
+        for _ in range(kernels):
+            b.kernel("void at::native::vectorized_elementwise_kernel<4>()", start=t + 10_000, duration=100_000,
+                     launch_at=t)
+            t += 105_000
+        b.nvtx(f"train_step {i}", start, t)
+    return t
+
+
+def test_a_block_no_batch_copy_follows_is_host_work_of_unknown_cause_with_the_capture_flags(tmp_path):
+    b = TraceBuilder()
+    _bare_loop(b, prep_ns=8_000_000, upload=4)  # a 4-byte upload (a scalar) is no batch
+    f = only_finding(run_rule("input-prep", b.write(tmp_path / "t.sqlite")))
+    m = metric_values(f)
+    assert m["input_evidence"] == 0 and m["blocks"] == 11 and m["blocks_ending_in_htod_copy"] == 11
+    assert f.title == "Host work between steps keeps the GPU waiting"
+    assert "not in this capture" in f.message and "input prepared" not in f.message
+    assert "--trace=cuda,nvtx,osrt" in f.recommendation and "--sample=process-tree" in f.recommendation
+    assert "DataLoader" not in f.recommendation and m["launch_thread_own_code_share"] == pytest.approx(100, abs=1)
+
+
+def test_the_os_calls_say_the_launching_thread_waited_on_another_thread(tmp_path):
+    b = TraceBuilder()
+    _bare_loop(b, prep_ns=8_000_000, osrt=("pthread_cond_wait",))
+    f = only_finding(run_rule("input-prep", b.write(tmp_path / "t.sqlite")))
+    m = metric_values(f)
+    assert m["launch_thread_waiting_share"] == pytest.approx(100, abs=1) and m["input_evidence"] == 0
+    assert "waiting on another thread" in f.message and "--trace=cuda,nvtx,osrt" not in f.recommendation
+    assert "that thread's work" in f.recommendation
+
+
+def test_a_batch_copy_after_the_block_names_input_preparation_with_its_evidence(tmp_path):
+    b = TraceBuilder()
+    _bare_loop(b, prep_ns=8_000_000, upload=2 << 20)
+    f = only_finding(run_rule("input-prep", b.write(tmp_path / "t.sqlite")))
+    m = metric_values(f)
+    assert m["input_evidence"] == 1 and m["blocks_ending_in_htod_copy"] == 11
+    assert "a host-to-device copy of 2.10 MB ends 11 of the 11 blocks" in f.message and "DataLoader" in f.recommendation
+
+
+def test_an_allocation_burst_between_steps_is_left_to_alloc_churn(tmp_path):
+    # empty_cache() every step: the block is cudaFree/cudaMalloc calls, counted once, by alloc-churn.
+    b = TraceBuilder()
+    _bare_loop(b, prep_ns=8_000_000, upload=2 << 20, prep_calls=("cudaFree", "cudaFree", "cudaMalloc", "cudaFree"))
+    assert run_rule("input-prep", b.write(tmp_path / "t.sqlite")) == []
+
+
+def test_python_samples_outside_loader_code_name_the_work_not_input(tmp_path):
+    b = TraceBuilder()
+    step = _bare_loop(b, prep_ns=8_000_000, upload=2 << 20, steps=12)
+    per = (step - T0) // 12
+    for i in range(12):
+        for k in range(8):
+            b.python_sample(T0 + i * per + k * 1_000_000 + 500_000,
+                            [("log_metrics", "/src/train.py", 77), ("main", "/src/train.py", 90)])
+    f = only_finding(run_rule("input-prep", b.write(tmp_path / "t.sqlite")))
+    assert metric_values(f)["input_evidence"] == 0 and "running `log_metrics`" in f.message
+    assert f.location.source is not None and f.location.source.function == "log_metrics"

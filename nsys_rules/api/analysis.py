@@ -28,7 +28,7 @@ from nsys_rules.analysis.names import (ALLOC_APIS, ANY_KERNEL_LAUNCH_APIS, DEVIC
 from nsys_rules.analysis.taxonomy import CLASSES, base_name, category_classes, classify
 from nsys_rules.analysis.taxonomy import DEFAULT as DEFAULT_TAXONOMY
 from nsys_rules.model.commands import CommandEvidence
-from nsys_rules.model.host_evidence import LOADER_FRAME
+from nsys_rules.model.host_evidence import LOADER_FRAME, BlockEvidence
 from nsys_rules.model.python_sites import PythonFrame, PythonStacks, call_site_rows, is_library_file
 from nsys_rules.model.regime_causes import GRAPH_CAPTURE_APIS
 
@@ -54,6 +54,6 @@ __all__ = [
     "GPU_OP_TABLES", "device_intervals", "chunk_utilization", "merge_low_chunks",
     # Python call sites, row by row; the recorded command's evidence (what ``command_evidence`` returns)
     "PythonStacks", "PythonFrame", "call_site_rows", "is_library_file", "CommandEvidence",
-    # the regular expression that names loader code in a Python frame (function and file)
-    "LOADER_FRAME",
+    # host evidence: the regular expression that names loader code, what blocks of host time held
+    "LOADER_FRAME", "BlockEvidence",
 ]

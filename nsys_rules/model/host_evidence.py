@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from nsys_rules.analysis.intervals import Coverage, merge_intervals
 from nsys_rules.analysis.names import ALLOC_APIS, MODULE_LOADS, SYNC_APIS
@@ -222,3 +223,78 @@ def _copies_around(trace: Trace, ops: GpuOps, bs: np.ndarray, be: np.ndarray) ->
     ok[ok] = bs[at[ok]] <= done[ok] + AFTER_NS
     before = len(np.unique(at[ok]))
     return after, int(np.median(per_block[per_block > 0])) if after else 0, before
+
+
+#: A device-to-host copy of at most this size is a readback of a value (a loss, a token, a flag), not a result.
+READBACK_BYTES = 65_536
+#: A host wait that ends this soon after a readback completes was waiting for it (a callback or an event woke it).
+WAKE_NS = 1_000_000
+
+
+def readback_waits(trace: Trace, lo: int, hi: int, known: int = 0) -> pd.DataFrame:
+    """Host waits for device data that are no CUDA sync call: a small device-to-host copy, then a thread blocked in
+    an OS wait (``futex``, ``pthread_cond_wait``: JAX's ``float(loss)``, a ``cuLaunchHostFunc`` callback) that
+    returns as the copy completes.
+
+    One row per readback whose GPU end lies in [lo, hi], in :func:`~nsys_rules.analysis.host.blocking_calls`'s
+    columns (``kind`` ``readback``; ``api`` the OS call and the copy call, ``start`` the wait's start, but not before
+    the copy was issued). Empty without OS runtime calls or such copies, and when there are no more such copies
+    than ``known`` (readbacks the CUDA sync calls already wait on): then the OS calls are not read at all.
+    """
+    empty = pd.DataFrame({"start": np.zeros(0, np.int64), "end": np.zeros(0, np.int64), "pid": np.zeros(0, np.int64),
+                          "tid": np.zeros(0, np.int64), "correlation_id": np.zeros(0, np.int64),
+                          "api": np.zeros(0, object), "bytes": np.zeros(0, np.int64),
+                          "after_readback": np.zeros(0, bool), "kind": np.zeros(0, object)})
+    if not (trace.has("osrt") and trace.has("memcpy") and trace.has("api")):
+        return empty
+    ops = gpu_ops(trace)
+    copies = np.flatnonzero((ops.kind == MEMCPY) & (ops.end >= lo) & (ops.end <= hi) & (ops.api_row >= 0))
+    if not len(copies):
+        return empty
+    memcpy = trace.frame("memcpy", ["copy_kind", "bytes"])
+    table_row = np.asarray(ops.table_row[copies], np.int64)
+    small = (memcpy["copy_kind"].to_numpy()[table_row] == DTOH) & (memcpy["bytes"].to_numpy()[table_row] <= READBACK_BYTES)
+    copies, nbytes = copies[small], memcpy["bytes"].to_numpy(np.int64)[table_row[small]]
+    if len(copies) <= known:
+        return empty
+    osrt = trace.frame("osrt", ["start", "end", "pid", "tid", "name"])
+    waiting = np.array([str(n) in OSRT_KINDS["thread_wait"] for n in osrt["name"].cat.categories] + [False])
+    rows = np.flatnonzero(waiting[osrt["name"].cat.codes.to_numpy()])
+    w_start, w_end = osrt["start"].to_numpy(np.int64)[rows], osrt["end"].to_numpy(np.int64)[rows]
+    order = np.argsort(w_end, kind="stable")
+    rows, w_start, w_end = rows[order], w_start[order], w_end[order]
+    done = ops.end[copies]
+    w_tid, w_pid = osrt["tid"].to_numpy()[rows], osrt["pid"].to_numpy()[rows]
+    # Per readback, the waits that return within WAKE_NS of its end, begun before the copy ran, in its process.
+    first = np.searchsorted(w_end, done, side="left")
+    last = np.searchsorted(w_end, done + WAKE_NS, side="right")
+    candidates: list[np.ndarray] = []
+    votes: dict[int, int] = {}
+    for i, (a, b) in enumerate(zip(first.tolist(), last.tolist(), strict=True)):
+        j = np.arange(a, b)
+        j = j[(w_start[j] < ops.start[copies[i]]) & (w_pid[j] == ops.pid[copies[i]])]
+        candidates.append(j)
+        for t in set(w_tid[j].tolist()):
+            votes[t] = votes.get(t, 0) + 1
+    if not votes:
+        return empty
+    # The consumer is the thread woken after most readbacks (helper threads that happen to wake there vary).
+    consumer = max(votes, key=lambda t: (votes[t], -t))
+    main = int(ops.pid[copies[0]])  # a process's main thread has the process's id: a Python program's own thread
+    if 2 * votes.get(main, 0) >= len(copies):
+        consumer = main
+    pick = np.array([int(j[w_tid[j] == consumer][0]) if (w_tid[j] == consumer).any() else -1 for j in candidates])
+    found = pick >= 0
+    at, copies, nbytes = pick[found], copies[found], nbytes[found]
+    api = trace.frame("api", ["start", "name"])
+    issued = api["start"].to_numpy(np.int64)[ops.api_row[copies]]
+    call = api["name"].to_numpy()[ops.api_row[copies]].astype(object)
+    wait_name = osrt["name"].to_numpy()[rows[at]].astype(object)
+    out = pd.DataFrame({
+        "start": np.maximum(w_start[at], issued), "end": w_end[at], "pid": osrt["pid"].to_numpy()[rows[at]].astype(np.int64),
+        "tid": osrt["tid"].to_numpy()[rows[at]].astype(np.int64), "correlation_id": np.asarray(ops.corr[copies], np.int64),
+        "api": np.array([f"{w} on {base_api_name(str(c))}" for w, c in zip(wait_name, call, strict=True)], dtype=object),
+        "bytes": nbytes, "after_readback": np.zeros(len(at), bool), "kind": np.full(len(at), "readback", dtype=object)})
+    # One wait answers one readback (two copies completing together wake it once).
+    out = out.drop_duplicates(["pid", "tid", "end"]).sort_values("start", kind="stable")
+    return out.reset_index(drop=True)

@@ -32,7 +32,9 @@ def judge(evidence: SyncEvidence, warn_share_pct: float, structural_block_pct: f
     # needs that time, so only its blocked time goes; a GPU-bound loop loses the bubble instead.
     # In total no more than the bubbles' union and the budget's after-sync idle (which also
     # counts the wake-up before the return).
-    savings = min(ev.recoverable, ev.bubble_total, ev.after_sync)
+    # A host's OS wait on a readback (no CUDA sync call) is valued like a sync; the budget's after-sync part,
+    # which knows only CUDA syncs, does not hold its bubble, so its recoverable time adds to that bound.
+    savings = min(ev.recoverable, ev.bubble_total, ev.after_sync + ev.host_wait_recoverable)
     # Severity follows the GPU time at stake (the bubbles). One exception, said in the message: a
     # round trip every step that parks the launching thread for most of the step puts all host work
     # of the loop (scheduling, sampling, detokenizing) in series with the GPU, however small the
@@ -43,4 +45,4 @@ def judge(evidence: SyncEvidence, warn_share_pct: float, structural_block_pct: f
         savings=savings, severity=Severity.WARNING if by_savings or structural else Severity.INFO,
         structural=structural, by_structure_only=structural and not by_savings,
         # Most of each bubble is the host's own work before its next launch, which it needs anyway.
-        host_bound=ev.recoverable < min(ev.bubble_total, ev.after_sync) * 0.5)
+        host_bound=ev.recoverable < min(ev.bubble_total, ev.after_sync + ev.host_wait_recoverable) * 0.5)

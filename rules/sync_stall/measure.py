@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import gpu_launches, loop_span, metric, Metric, pct, RuleContext, step_count
+from nsys_rules.api import gpu_launches, loop_span, metric, Metric, pct, readback_waits, RuleContext, step_count
 from nsys_rules.api.analysis import (blocking_calls, busiest_thread, busy_within, copy_directions, GRAPH_LAUNCH_APIS,
                                      in_set, merge_intervals)
 
@@ -102,6 +102,8 @@ class SyncEvidence:
     bubbles: np.ndarray  # per call: the GPU's idle stretch after it returned
     bubble_total: int  # their union inside the loop
     recoverable: int  # per call, no more of the bubble than the host waited in the call; summed
+    #: Of it, what the host's OS waits on a readback give back (no CUDA sync: the budget's after-sync part lacks it).
+    host_wait_recoverable: int
     after_sync: int  # the budget's after-sync idle part (the GPU's idle time without a budget)
     gpu_idle: int
     steps: int
@@ -148,6 +150,7 @@ class SyncEvidence:
             "gpu_idle_time": metric(self.gpu_idle, "ns"),
             "steady_time": metric(self.steady_ns, "ns"),
             "readback_waits": metric(self.readbacks, "count"),
+            "host_waits_on_readbacks": metric(int(_host_waits(self.calls).sum()), "count"),
             "excluded_calls": metric(self.dropped, "count"),
         }
         if self.per_step is not None:
@@ -159,6 +162,10 @@ class SyncEvidence:
         return out
 
 
+def _host_waits(calls: pd.DataFrame) -> np.ndarray:
+    return calls["host_wait"].to_numpy(bool) if "host_wait" in calls else np.zeros(len(calls), bool)
+
+
 # -- reading the window ----------------------------------------------------------------------
 def loop_calls(ctx: RuleContext) -> tuple[pd.DataFrame, tuple[int, int] | None, int]:
     """The window's blocking calls inside the loop, the loop's span, and how many calls fell outside it."""
@@ -168,11 +175,40 @@ def loop_calls(ctx: RuleContext) -> tuple[pd.DataFrame, tuple[int, int] | None, 
     copies = copy_directions(api, memcpy) if memcpy is not None and len(memcpy) else None
     calls = blocking_calls(api, ctx.api_base_names(), copies)
     del copies
-    if calls.empty:
+    if calls.empty and not ctx.trace.has("osrt"):
         return calls, None, 0
     span = loop_span(ctx.window.steps, gpu_launches(ctx))
     keep = in_loop(calls, span)
-    return calls.loc[keep].reset_index(drop=True), span, int((~keep).sum())
+    calls, dropped = calls.loc[keep].reset_index(drop=True), int((~keep).sum())
+    if span is not None:
+        calls = with_host_waits(calls, readback_waits(ctx.trace, span[0], span[1], known=int(
+            calls["after_readback"].sum() + (calls["kind"] == "readback").sum())))
+    return calls, span, dropped
+
+
+def with_host_waits(calls: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
+    """The blocking calls plus the host's OS waits on a readback (JAX's ``float(loss)``: a futex, no sync call),
+    less the waits that overlap a blocking call of their thread (a sync already counted)."""
+    if waits.empty:
+        return calls
+    if not calls.empty:
+        keep = np.ones(len(waits), bool)
+        for (pid, tid), mine in calls.groupby(["pid", "tid"], sort=False):
+            rows = np.flatnonzero((waits["pid"].to_numpy() == pid) & (waits["tid"].to_numpy() == tid))
+            if not len(rows):
+                continue
+            s, e = mine["start"].to_numpy(np.int64), mine["end"].to_numpy(np.int64)
+            at = np.searchsorted(s, waits["end"].to_numpy()[rows], side="left") - 1
+            overlap = (at >= 0) & (e[np.maximum(at, 0)] > waits["start"].to_numpy()[rows])
+            keep[rows[overlap]] = False
+        waits = waits.loc[keep]
+    if waits.empty:
+        return calls
+    waits = waits.assign(host_wait=True)
+    if calls.empty:
+        return waits.reset_index(drop=True)
+    both = pd.concat([calls.assign(host_wait=False), waits.astype(calls.dtypes.to_dict())], ignore_index=True)
+    return both.sort_values("start", kind="stable").reset_index(drop=True)
 
 
 def measure(ctx: RuleContext, calls: pd.DataFrame, span: tuple[int, int], dropped: int) -> SyncEvidence:
@@ -205,6 +241,7 @@ def measure(ctx: RuleContext, calls: pd.DataFrame, span: tuple[int, int], droppe
         share=pct(thread_blocked, steady_ns), p50=p50, longest=longest, bubbles=bubbles,
         bubble_total=bubble_time(ends, bubbles, lo, hi),
         recoverable=int(np.minimum(durations, bubbles).sum()),
+        host_wait_recoverable=int(np.minimum(durations, bubbles)[_host_waits(calls)].sum()),
         after_sync=budget.ns("after_sync") if budget is not None else gpu_idle, gpu_idle=gpu_idle,
         steps=step_count(ctx), by_api=per_api(calls, durations),
         readbacks=queued_readbacks + int((calls["kind"] == "readback").sum()), queued_readbacks=queued_readbacks,

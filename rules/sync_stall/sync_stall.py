@@ -110,7 +110,8 @@ class SyncStall(Rule):
         top = sites[0] if sites and sites[0].user_code else None
         yield ctx.finding(message(evidence, verdict, ctx.llm_like, fw, training) + site_words(sites), advice,
                           severity=verdict.severity, metrics=evidence.metrics(), estimated_savings_ns=verdict.savings,
-                          budget_part="after_sync", savings_range=(verdict.savings, evidence.after_sync),
+                          budget_part="after_sync+host_prep" if evidence.host_wait_recoverable else "after_sync",
+                          savings_range=(verdict.savings, max(evidence.after_sync, verdict.savings)),
                           location=Location(pid=evidence.pid, tid=evidence.tid, api=evidence.top_api, nvtx=(
                               (ctx.window.step_name,) if ctx.window.step_name else None), source=None if top is None
                               else SourceLine(top.frame.file, top.frame.line, top.frame.function)))

@@ -344,3 +344,35 @@ def test_per_step_syncs_warn_on_real_traces(h200, name):
 def test_benign_syncs_stay_quiet_on_real_traces(h200, name):
     # decode_graph_node syncs only while loading; decode_graph_profilerapi has one final sync after the loop.
     assert all(f.severity.value == "info" for f in _by_rule(h200 / name))
+
+
+def _futex_readback_loop(b: TraceBuilder, *, wake_ns: int = 150_000, steps: int = 10) -> None:
+    """JAX's ``float(loss)``: a 4-byte cuMemcpyDtoHAsync, no CUDA sync; the main thread (tid = pid) sleeps in a futex
+    from just after its launch until ``wake_ns`` after the copy lands, then works 2 ms before the next step."""
+    from nsys_rules.testing.builder import PID
+    for i in range(steps):
+        s = T0 + i * 3 * PERIOD
+        b.nvtx("step", s, s + 3 * PERIOD - 10_000, tid=PID)
+        b.kernel("loop_add_fusion", start=s + 20_000, duration=GPU, launch_at=s + 1_000, tid=PID)
+        landed = s + 20_000 + GPU + 2_000
+        b.memcpy(landed - 2_000, 2_000, 4, kind="DtoH", src="device", dst="pinned", api="cuMemcpyDtoHAsync_v2",
+                 launch_at=s + 5_000, tid=PID)
+        b.osrt("futex", s + 12_000, landed + wake_ns - (s + 12_000), tid=PID)
+        b.osrt("futex", s + 30_000, 50_000, tid=77)  # a helper thread's short wait: no readback's
+
+
+def test_an_os_wait_woken_by_a_readback_is_a_sync_without_a_sync_call(tmp_path):
+    b = TraceBuilder()
+    _futex_readback_loop(b)
+    [f] = run_rule("sync-stall", b.write(tmp_path / "t.sqlite"))
+    m = values(f)
+    assert m["host_waits_on_readbacks"] == 10 and m["readback_waits"] == 10
+    assert m["per_call_p50"] == pytest.approx(GPU + 22_000 + 150_000 - 12_000, abs=1_000)  # the whole wait
+    assert "futex on cuMemcpyDtoHAsync" in f.message and "device-to-host readback of 4 B" in f.message
+    assert f.estimated_savings_ns > 0 and f.budget_part == "after_sync+host_prep"
+
+
+def test_an_os_wait_that_outlives_the_readback_by_far_is_not_one(tmp_path):
+    b = TraceBuilder()
+    _futex_readback_loop(b, wake_ns=5_000_000)  # woke 5 ms after the copy: something else woke it
+    assert run_rule("sync-stall", b.write(tmp_path / "t.sqlite")) == []

@@ -1,11 +1,11 @@
-"""fusion-candidate: GEMM-heavy steps that spend much of their GPU time in elementwise and reduction kernels."""
+"""fusion-candidate: steps that spend a real share of their GPU time in elementwise and reduction kernels."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from nsys_rules.api import (Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, fusion_advice,
+from nsys_rules.api import (LABELS, Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, fusion_advice,
                             metric, pct)
 
 
@@ -22,11 +22,12 @@ class Options:
 
 
 class FusionCandidate(Rule):
-    """Matrix-product steps whose elementwise and reduction kernels could be fused away.
+    """Steps whose elementwise and reduction kernels could be fused away.
 
-    What it detects: steady steps whose largest busy part is GEMM (prefill, training, batched
-    inference) and where elementwise and reduction kernels (activations, residual adds, casts,
-    softmax, norms' reductions) take at least `min_share_pct` percent of the busy GPU time.
+    What it detects: steady steps where elementwise and reduction kernels (activations, residual
+    adds, casts, softmax, norms' reductions) take at least `min_share_pct` percent of the busy GPU
+    time, whatever part is largest (GEMM in prefill, training and batched inference, GEMV in
+    decode, or the elementwise kernels themselves in an eager training loop).
     Why it hurts: each of these kernels reads and writes whole activations from memory; fused into
     the GEMM's epilogue or into one generated kernel, the round trips disappear.
     Evidence: the share and time of elementwise and reduction kernels against the steps' busy time.
@@ -42,7 +43,7 @@ class FusionCandidate(Rule):
     """
 
     name = "fusion-candidate"
-    title = "Elementwise and reduction kernels in GEMM-heavy steps: a fusion candidate"
+    title = "Elementwise and reduction kernels are a real share of GPU time: a fusion candidate"
     default_severity = Severity.INFO
     requires = ()
     optional = ()
@@ -57,20 +58,26 @@ class FusionCandidate(Rule):
         if budget is None:
             raise MissingData("no steady steps to judge", "mark the loop's steps with an NVTX range")
         kernels = {p.name: p.ns for p in budget.parts if p.kind == "busy" and p.name not in ("contention", "copy")}
-        if not kernels or max(kernels, key=kernels.__getitem__) != "gemm":
+        if not kernels:
             return
+        # Whatever part is largest (GEMM in prefill and training, GEMV in decode, attention): elementwise and
+        # reduction kernels that are a real share of the GPU's time are memory round trips fusion removes.
         small = budget.ns("elementwise", "reduce")
         busy = budget.busy_ns
         share = pct(small, busy)
         if share < opts.min_share_pct:
             return
+        largest = max(kernels, key=kernels.__getitem__)
         saving = opts.kept_pct / 100 * small
         fw = ctx.framework
         advice = fusion_advice(fw)
+        lead = ("they are the largest part of the steady steps' GPU time" if largest in ("elementwise", "reduce")
+                else f"beside {LABELS.get(largest, largest)} ({pct(kernels[largest], busy):.0f} %), the largest part")
         yield ctx.finding(
-            f"GEMM kernels take the largest part of the steady steps, and elementwise and reduction kernels take "
-            f"{small / 1e6:.2f} ms ({share:.1f} % of the {busy / 1e6:.1f} ms busy GPU time, "
-            f"{small / budget.steps / 1e3:.0f} us per step): memory round trips a fused kernel would not make. "
+            f"Elementwise and reduction kernels take {small / 1e6:.2f} ms of the steady steps' GPU time "
+            f"({share:.1f} % of the {busy / 1e6:.1f} ms busy time, "
+            f"{small / budget.steps / 1e3:.0f} us per step; {lead}): memory round trips a fused kernel would not "
+            "make. "
             f"Program: {fw.label}.",
             f"Fuse them: {advice}.",
             severity=Severity.INFO, budget_part="elementwise+reduce", estimated_savings_ns=saving,

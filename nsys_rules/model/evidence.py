@@ -3,8 +3,8 @@
 - ``host``: per steady step, the launching thread's time outside any CUDA call (Python, the
   framework, the scheduler) next to its time inside CUDA calls: where eager frameworks spend
   most of a decode step;
-- ``fusion``: for GEMM-heavy steps (prefill), the share of elementwise and reduction kernels,
-  the memory round trips a compiler (torch.compile, a fused kernel) would remove;
+- ``fusion``: the share of elementwise and reduction kernels, whatever part is largest, the
+  memory round trips a compiler (torch.compile, XLA, a fused kernel) would remove;
 - ``phases``: where the steps hold prefill and decode NVTX ranges, time to first token (the
   prefill on the GPU) against time per output token (a decode range over its tokens).
 """
@@ -89,10 +89,10 @@ def host_overhead(trace: Trace, model: StepModel,
 
 
 def fusion_share(parts: dict[str, int], busy_ns: int) -> dict[str, Any] | None:
-    """Elementwise and reduction time in GEMM-heavy steps, when it is a fusion candidate."""
+    """Elementwise and reduction time in the steps, when it is a fusion candidate (whatever part is largest)."""
     kernel_parts = {k: v for k, v in parts.items() if k in ("gemv", "gemm", "attention", "norm", "elementwise",
                                                             "reduce", "memory", "communication", "other")}
-    if not busy_ns or not kernel_parts or max(kernel_parts, key=kernel_parts.__getitem__) != "gemm":
+    if not busy_ns or not kernel_parts:
         return None
     small = parts.get("elementwise", 0) + parts.get("reduce", 0)
     share = small / busy_ns

@@ -1,4 +1,4 @@
-"""fusion-candidate: elementwise and reduction kernels in GEMM-heavy steps."""
+"""fusion-candidate: elementwise and reduction kernels a real share of the steps' GPU time."""
 
 from __future__ import annotations
 
@@ -57,11 +57,24 @@ def test_min_share_boundary(tmp_path, share, fires):
     assert bool(found) is fires
 
 
-def test_gemv_steps_are_not_judged(tmp_path):
+def test_gemv_steps_with_a_real_elementwise_share_are_a_candidate_too(tmp_path):
+    # Issue 37: not only when GEMM is the largest part (a decode step's GEMVs, an eager loop's pointwise kernels).
     b = TraceBuilder()
     for i in range(6):
         s = T0 + i * 1_000_000
         b.nvtx("decode_step", s, s + 990_000)
         b.kernel("gemv_bf16_kernel", start=s + 10_000, duration=600_000, launch_at=s + 1_000)
         b.kernel("vectorized_elementwise_kernel", start=s + 610_000, duration=300_000, launch_at=s + 2_000)
+    [f] = run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite"))
+    assert values(f)["share_of_busy_time"] == pytest.approx(100 / 3, abs=0.1)
+    assert "beside GEMV kernels (67 %)" in f.message
+
+
+def test_a_small_elementwise_share_beside_gemvs_is_not(tmp_path):
+    b = TraceBuilder()
+    for i in range(6):
+        s = T0 + i * 1_000_000
+        b.nvtx("decode_step", s, s + 990_000)
+        b.kernel("gemv_bf16_kernel", start=s + 10_000, duration=850_000, launch_at=s + 1_000)
+        b.kernel("vectorized_elementwise_kernel", start=s + 860_000, duration=100_000, launch_at=s + 2_000)
     assert run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite")) == []

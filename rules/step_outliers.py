@@ -41,6 +41,7 @@ class Cause:
     kind: str  # contention, module loading, allocation, synchronization, host, kernels
     text: str
     parts: tuple[str, ...]
+    other_process: bool = False  # contention from another process's GPU work (not this program's other streams)
 
 
 def slow_steps(step_ns: np.ndarray, slow_ratio: float, tail_ratio: float, outlier_mads: float = 6.0,
@@ -90,7 +91,9 @@ class StepOutliers(Rule):
     Evidence: step time p50/p99/max, the slow steps (count, which, how slow), their excess over
     the median, the budget parts that grew, and the overlapping work.
     Next optimizations: contention: run side copies on a low-priority stream, in smaller chunks,
-    or where the loop idles; module loading and new kernels: warm up every shape before measuring,
+    or where the loop idles; another process's work on the GPU: a GPU of its own, scheduling it
+    outside this run, or MPS with limits (stream priorities do not reach another process); module
+    loading and new kernels: warm up every shape before measuring,
     `CUDA_MODULE_LOADING=EAGER`; allocation: allocate before the loop; host stalls: find the host
     code at those steps (garbage collection, logging, scheduling).
     Options: `slow_ratio`, `tail_ratio`, `outlier_mads`, `min_excess_pct`, `min_steps`, `warn_share_pct`, `listed`.
@@ -156,7 +159,8 @@ class StepOutliers(Rule):
                    "step_p50": metric(p50, "ns"), "step_p99": metric(float(np.quantile(durations, 0.99)), "ns"),
                    "step_max": metric(int(durations.max()), "ns"), "excess_time": metric(excess, "ns")}
         first = int(slow[0])
-        yield ctx.finding(message, _advice(cause.kind, ctx.framework), severity=severity, metrics=metrics,
+        advice = _advice(cause.kind, ctx.framework, cause.other_process)
+        yield ctx.finding(message, advice, severity=severity, metrics=metrics,
                           location=Location(device=budget.device, start_ns=int(model.gpu[first, 0]),
                                             end_ns=int(model.gpu[int(slow[-1]), 1]),
                                             steps=tuple(int(i) + 1 for i in shown)),
@@ -169,7 +173,8 @@ class StepOutliers(Rule):
         other = _other_work(ctx, slow)
         excess = sum(growth.values())
         if other is not None and other[0] >= 0.25 * max(excess, 1):
-            return Cause("contention", f"Other work ran on the GPU during those steps: {other[1]}.", parts)
+            return Cause("contention", f"Other work ran on the GPU during those steps: {other[1]}.", parts,
+                         other_process=" of process " in other[1])
         host = _host_calls(ctx, slow)
         new = _first_seen(ctx, slow)
         if host.get("module", (0, 0))[0] or new:
@@ -346,7 +351,14 @@ def _first_seen(ctx: RuleContext, slow: np.ndarray, limit: int = 3) -> str:
     return ", ".join(names[:limit]) + more
 
 
-def _advice(kind: str, fw: Framework) -> str:
+def _advice(kind: str, fw: Framework, other_process: bool = False) -> str:
+    if kind == "contention" and other_process:
+        # Stream priorities and chunked copies act inside one program: another process's work is not theirs to order.
+        return ("Another process's work shares this GPU during those steps: give the latency-critical job the GPU "
+                "alone (another GPU for the other job, `CUDA_VISIBLE_DEVICES`), schedule the other job outside this "
+                "one's run, or run both under MPS with limits for the other (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, "
+                "`CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`); stream priorities inside this program do not reach another "
+                "process's work.")
     # Stream priorities in the program's own API (in CUDA and PyTorch alike a lower number is a higher priority).
     low_priority = ("`torch.cuda.Stream(priority=0)` for the side work, `priority=-1` (high) for the loop" if fw.is_torch
                     else "`cudaStreamCreateWithPriority` with the lowest priority (the greatest number)")

@@ -106,3 +106,16 @@ def test_ratio_threshold_catches_a_noisy_loop():
     steps[7] = 1_600_000  # 1.6x: slow by ratio even where the spread is wide
     found, _ = slow_steps(steps, 1.5, 1.3)
     assert 7 in found
+
+
+def test_another_processs_work_gets_advice_about_that_process_not_stream_priorities(tmp_path):
+    # Every 8th step is 400 us slower while another process (pid 9999) runs a kernel on the same GPU.
+    b = program("pytorch")
+    slower = {i: 400_000 for i in range(24) if i % 8 == 4}
+    sync_loop(b, slower=slower)
+    step = 800_000 + 5_000 + 2_000 + 100_000  # roughly; the foreign kernel overlaps each slow step's kernel
+    for i in slower:
+        b.kernel("other_job_gemm", start=T0 + i * step + 200_000, duration=500_000, pid=9999, tid=9999, stream=3)
+    [f] = run_rule("step-outliers", b.write(tmp_path / "t.sqlite"))
+    assert f.key == "contention" and "of process 9999" in f.message
+    assert "MPS" in f.recommendation and "priority" not in f.recommendation.replace("stream priorities inside", "")

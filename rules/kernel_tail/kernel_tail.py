@@ -18,8 +18,8 @@ from nsys_rules.api import (Finding, Location, part_of_class, Renamed, require_v
                             Severity)
 from nsys_rules.api.analysis import base_name, DEFAULT_TAXONOMY, is_any_launch
 from nsys_rules.rules.kernel_tail.judge import has_tail, judge_kernel
-from nsys_rules.rules.kernel_tail.measure import api_groups, kernel_groups, slowest
-from nsys_rules.rules.kernel_tail.phrase import (API_TITLE, SHAPE_TITLE, advice, api_message, api_metrics,
+from nsys_rules.rules.kernel_tail.measure import api_groups, copy_call_sizes, kernel_groups, slowest
+from nsys_rules.rules.kernel_tail.phrase import (API_TITLE, SHAPE_TITLE, advice, api_message, api_metrics, copy_size_words,
                                                  api_recommendation, instance_text, kernel_message, kernel_metrics,
                                                  shape_recommendation)
 from nsys_rules.rules.kernel_tail.tails import periodic_tail
@@ -152,7 +152,15 @@ class KernelTail(Rule):
         chosen = has_tail(table, opts.outlier_ratio, opts.tail_ratio, opts.min_count, opts.api_min_share_pct)
         for _, row in table[chosen].sort_values("tail_cost", ascending=False, kind="stable").head(opts.max_findings).iterrows():
             name = row["api"]
-            yield ctx.finding(api_message(row, window_ns), api_recommendation(name), severity=Severity.INFO,
+            text, fix = api_message(row, window_ns), api_recommendation(name)
+            sized = copy_call_sizes(ctx, name)
+            by_size = copy_size_words(*sized, opts.tail_ratio) if sized is not None else None
+            if by_size:
+                text += by_size
+                fix = ("Treat the copies by size, not as a tail: the large ones are the cost (see pageable-memcpy and "
+                       "step-uploads for them: pinned buffers, fewer or overlapped large copies); the small ones are "
+                       "not slow.")
+            yield ctx.finding(text, fix, severity=Severity.INFO,
                               metrics=api_metrics(row), title=API_TITLE, location=Location(api=name), key="api",
                               # A launch call waiting on a full queue is the GPU being the bottleneck: nothing to gain here.
                               estimated_savings_ns=0 if is_any_launch(name) else None)

@@ -174,3 +174,26 @@ def api_groups(ctx: RuleContext, min_share_pct: float, min_count: int) -> tuple[
     table["api"] = [str(uniques[c]) for c in first.tolist()]
     table["share"] = table["tail_cost"] / window_ns
     return table, window_ns
+
+
+def copy_call_sizes(ctx: RuleContext, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """Durations and bytes of the window's calls of copy API ``name`` (base name), matched to their memcpy rows by
+    process and correlation id; None when the trace has no copy rows for them."""
+    if "Memcpy" not in name or not ctx.trace.has("memcpy"):
+        return None
+    api = ctx.frame("api")
+    if "correlation_id" not in api.columns:
+        return None
+    mine = (ctx.api_base_names() == name).to_numpy()
+    calls = api.loc[mine, ["start", "end", "pid", "correlation_id"]]
+    copies = ctx.frame("memcpy", ["pid", "correlation_id", "bytes"])
+    if calls.empty or copies.empty:
+        return None
+    sizes = copies.groupby(["pid", "correlation_id"], sort=False)["bytes"].sum()
+    key = pd.MultiIndex.from_arrays([calls["pid"].to_numpy(), calls["correlation_id"].to_numpy()])
+    nbytes = sizes.reindex(key).to_numpy()
+    known = ~np.isnan(nbytes.astype(float))
+    if known.sum() < 2:
+        return None
+    durations = (calls["end"] - calls["start"]).to_numpy(np.int64)[known]
+    return durations, nbytes[known].astype(np.int64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from nsys_rules.api import plain_number
@@ -12,6 +13,10 @@ from nsys_rules.rules.kernel_tail.measure import Instance
 from nsys_rules.rules.kernel_tail.tails import clean_range_name
 
 SHAPE_TITLE = "Kernel duration spread is shape variation, not a tail"
+#: Slow copy calls that move this many times the bytes of the others, at no less than RATE_KEPT of their rate per
+#: byte, are explained by their size.
+SIZE_RATIO = 2.0
+RATE_KEPT = 0.67
 API_TITLE = "Host API tail"
 
 
@@ -142,3 +147,27 @@ def api_recommendation(name: str) -> str:
     return ("Check the slow calls in the timeline: a tail in allocation/free calls points to "
             "the allocator (use a caching or stream-ordered pool allocator, `cudaMallocAsync`), "
             "one in other calls to host contention (locks, another thread, page faults).")
+
+
+def copy_size_words(durations: np.ndarray, nbytes: np.ndarray, ratio: float) -> str | None:
+    """When the slow copy calls (over ``ratio`` x the median) move far more bytes than the median call, say so:
+    their time follows the copy size, no allocator or host contention (None when the sizes do not explain it)."""
+    p50 = float(np.median(durations))
+    slow = durations > ratio * p50
+    if not slow.any() or slow.all():
+        return None
+    slow_bytes, usual_bytes = float(np.median(nbytes[slow])), float(np.median(nbytes[~slow]))
+    rate = nbytes / np.maximum(durations, 1)
+    # Larger copies, moved at least about as fast per byte as the others: the size is the whole story.
+    if slow_bytes < SIZE_RATIO * max(usual_bytes, 1.0) or np.median(rate[slow]) < RATE_KEPT * np.median(rate[~slow]):
+        return None
+    return (f" The slow calls move {_bytes(slow_bytes)} per call (median) against {_bytes(usual_bytes)} for the "
+            f"others: their time follows the copy size (large copies among small ones), not allocator or host "
+            "contention.")
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"

@@ -254,3 +254,22 @@ def test_real_bimodal_gemv_is_shape_variation(h200):
     [f] = kernel_findings(run_rule("kernel-tail", h200 / "rust_release_build.sqlite"))
     assert f.severity.value == "info" and "shape variation" in f.title
     assert "grid (512, 1, 1)" in f.message
+
+
+@pytest.mark.parametrize("big_bytes,by_size", [(8 << 20, True), (8 << 10, False)])
+def test_a_copy_call_tail_of_larger_copies_is_their_size_not_contention(tmp_path, big_bytes, by_size):
+    # Every 5th step copies 8 MB (400 us) where the others copy 8 KB (5 us): the slow calls are the big copies.
+    # With the same 8 KB in every call, the slow ones have no size to explain them: contention advice stays.
+    b = TraceBuilder()
+    loop(b, [[20_000] * 4 for _ in range(20)])
+    for i in range(20):
+        s = T0 + i * PERIOD + 1_000_000
+        slow = i % 5 == 4
+        b.launch_duration = 400_000 if slow else 5_000  # a pageable copy: the call lasts as long as the copy
+        b.memcpy(s + 10_000, 380_000 if slow else 4_000, big_bytes if slow else 8 << 10, kind="HtoD", src="pageable",
+                 stream=9, launch_at=s)
+    path = b.write(tmp_path / "t.sqlite")
+    found = [f for f in run_rule("kernel-tail", path, options={"api_min_share_pct": 3.0}) if f.title == "Host API tail"]
+    [f] = [f for f in found if f.location.api == "cudaMemcpyAsync"]
+    assert ("their time follows the copy size" in f.message) is by_size
+    assert ("allocator" in f.recommendation) is not by_size

@@ -49,25 +49,38 @@ class Uploads:
 
 
 class InputPrep(Rule):
-    """The GPU waits while the host prepares the next step's input in one block of work.
+    """The GPU waits while the host works between steps: the next step's input, when the trace shows it.
 
     What it detects: the step budget's `host_prep` part: blocks of host work (at least a tenth of
-    the median step) that the loop's GPU waits through, usually between two steps: the next
-    batch tokenized, augmented, collated or built in numpy on the training thread, then copied
-    to the GPU. Time a synchronization released into the block that the step's GPU work could
-    hide stays sync-stall's.
+    the median step) that the loop's GPU waits through, usually between two steps. The cause is
+    named only from what the trace shows the host doing in the blocks
+    (`nsys_rules.model.host_evidence`): input preparation (the next batch tokenized, augmented,
+    collated or built in numpy, then copied to the GPU) needs input-shaped evidence: the batch's
+    host-to-device copy right after the blocks, another thread staging copies in them (a loader),
+    Python samples in loader code, or other threads reading files. Without it the finding says
+    "host work between steps", names the Python function the samples saw when captured, says what
+    the launching thread did (its own code, waiting on another thread, file I/O, CUDA calls) and
+    which capture flags would show the cause (`--trace=cuda,nvtx,osrt`, `--python-sampling=true`,
+    `--sample=process-tree`). Blocks spent in allocation calls (`cudaFree` after `empty_cache()`)
+    are alloc-churn's, not reported here. Time a synchronization (or an OS wait on a readback,
+    JAX's `float(loss)`) released into the block that the step's GPU work could hide stays
+    sync-stall's.
     Why it hurts: nothing runs on the GPU while the block lasts, and neither CUDA graphs nor
-    torch.compile touch it: it is the input pipeline, on the critical path.
-    Evidence: the block per step and its share of the step, the host-to-device copies per step
-    (bytes, pageable or pinned), the program's framework.
-    Next optimizations: move the preparation off the step's thread and ahead of it, in the
-    program's framework: PyTorch `DataLoader(num_workers=..., pin_memory=True,
+    torch.compile touch it: it is on the critical path.
+    Evidence: the block per step and its share of the step, the blocks and how many end in a
+    host-to-device copy, loader threads, the share of the Python samples in loader code, how many
+    kinds of input evidence were found (`input_evidence`), the launching thread's share in its own
+    code and waiting on other threads, the host-to-device copies per step (bytes, pageable or
+    pinned), the program's framework.
+    Next optimizations: for input preparation, move it off the step's thread and ahead of it, in
+    the program's framework: PyTorch `DataLoader(num_workers=..., pin_memory=True,
     persistent_workers=True)` with `.to(device, non_blocking=True)`, preprocessing on the GPU;
     JAX: a background data pipeline and `flax.jax_utils.prefetch_to_device`; TensorFlow
     `tf.data` with `prefetch`; a CUDA program: prepare step N+1 on another thread into pinned
-    buffers while step N runs.
-    Options: `min_share_pct`, `warn_share_pct`.
-    Requires: a step model and its budget.
+    buffers while step N runs. For host work of no named cause: capture again with the flags
+    named, then move that work off the step's thread or run it every N steps.
+    Options: `min_share_pct`, `warn_share_pct`, `alloc_share_pct`.
+    Requires: a step model and its budget; OS runtime calls and Python samples when captured.
     False positives: work the step really needs first (a request that arrives only then): the
     block is then the arrival rate, not a pipeline to overlap.
     """

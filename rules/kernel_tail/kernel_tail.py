@@ -61,7 +61,8 @@ class KernelTail(Rule):
     of the group's own launches: durations that follow the position are shape variation,
     reported as such (info). Slow invocations that come in one or a few consecutive runs are
     named a phase (other sizes, clock throttling, competing work).
-    With `api`, host API calls get the same statistics (info only).
+    With `api`, host API calls get the same statistics (info only); a copy call's tail whose slow
+    calls move far more bytes at about the same rate is said to be the copy size, not a tail.
     Why it hurts: a tail is time spent above what the kernel usually takes: MoE route
     imbalance (hot experts), rank skew, stream contention, allocator stalls or variable work.
     One name often covers several shapes or template instances, which is why groups are

@@ -41,7 +41,11 @@ class SyncStall(Rule):
     `cuStreamSynchronize`, `cuCtxSynchronize`, `cuEventSynchronize` (runtime and driver alike,
     `_v<digits>` suffixes removed, which `nsys analyze` misses), and blocking device-to-host
     readbacks: synchronous `cudaMemcpy*`/`cuMemcpyDtoH` copies to the host, and an asynchronous
-    device-to-host copy followed at once by a sync (PyTorch's `.item()`, JAX's `float(loss)`).
+    device-to-host copy followed at once by a sync (PyTorch's `.item()`, JAX's `float(loss)`), and
+    host waits for device data that are no CUDA call: a small device-to-host copy whose completion
+    wakes a thread from an OS wait (`futex`, `pthread_cond_wait`; JAX reads a value back through a
+    host callback, `cuLaunchHostFunc`), found in the OS runtime calls (`--trace=osrt`) and valued
+    like a sync.
     Why it hurts: while blocked, the host cannot enqueue the next step, so host work (sampling,
     scheduling, launching) runs in series with GPU work instead of under it; after each sync the
     GPU sits idle until the host has launched again (the bubble).

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from nsys_rules.api import hookimpl
 
-from nsys_rules.rules import (capture_scope, fp32_gemm, fusion_candidate, graph_trace_hidden, input_prep, launch_blocking,
-                              module_loading, recompile, step_outliers, step_uploads)
+from nsys_rules.rules import (capture_scope, device_copies, fp32_gemm, fusion_candidate, graph_trace_hidden, input_prep,
+                              launch_blocking, module_loading, recompile, step_outliers, step_uploads)
 from nsys_rules.rules.alloc_churn import alloc_churn
 from nsys_rules.rules.copies import pageable_memcpy, sync_memcpy, sync_memset  # nsys analyze parity
 from nsys_rules.rules.gaps import gpu_idle_gaps, gpu_low_utilization  # nsys analyze parity
@@ -24,7 +24,7 @@ from nsys_rules.rules.sync_stall import sync_stall
 MODULES = [graph_trace_hidden, gemv_dominance, kernel_tail, debug_build, input_prep, sync_stall, alloc_churn]
 MODULES += [pageable_memcpy, sync_memcpy, sync_memset, gpu_idle_gaps, gpu_low_utilization, launch_bound,
             launch_blocking, queue_delay, capture_scope, step_outliers, module_loading, recompile, fusion_candidate,
-            fp32_gemm, step_uploads]
+            fp32_gemm, step_uploads, device_copies]
 
 
 #: Built-in job rule modules (over all ranks of a job), in ``nsys-rules rules`` order after the others.

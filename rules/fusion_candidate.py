@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
+import numpy as np
+import pandas as pd
+
 from nsys_rules.api import (LABELS, Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, fusion_advice,
                             metric, pct)
+from nsys_rules.api.analysis import CLASSES, category_classes
 
 
 @dataclass(frozen=True)
@@ -16,9 +21,41 @@ class Options:
     min_share_pct: float = field(default=15.0, metadata={
         "help": "percent of the steps' busy GPU time in elementwise and reduction kernels that makes them a fusion "
                 "candidate (the budget's evidence uses the same threshold)"})
+    min_kernels_per_step: float = field(default=2.0, metadata={
+        "help": "elementwise and reduction kernel launches per step needed for a chain to fuse (one kernel a step "
+                "fuses with nothing)"})
     kept_pct: float = field(default=50.0, metadata={
         "help": "percent of that time a fused epilogue or a compiled graph typically removes (the point estimate; "
                 "the range runs from half to one and a half times it)"})
+
+
+#: Share of the elementwise and reduction time in kernels a fuser generated from which they are fused already.
+GENERATED_SHARE = 0.8
+_GENERATED = re.compile(r"triton_|nvfuser|^kernel\d+$|_fused_|fused_|CudaCodeGen", re.IGNORECASE)
+_SMALL = ("elementwise", "reduce")
+
+
+def small_kernels(ctx: RuleContext) -> tuple[int, float] | None:
+    """The window's elementwise and reduction kernels: launches, and the share of their time in kernels a fuser
+    generated (None without a kernel table)."""
+    if not ctx.trace.has("kernels"):
+        return None
+    kernels = ctx.frame("kernels", ["start", "end", "name"])
+    if kernels.empty:
+        return None
+    names = kernels["name"]
+    classes = category_classes(names.cat.categories)
+    small = np.isin(np.asarray(CLASSES, dtype=object)[classes], _SMALL)  # per category, + trailing "other"
+    codes = names.cat.codes.to_numpy()
+    rows = small[codes]
+    if not rows.any():
+        return 0, 0.0
+    used = np.unique(codes[rows])
+    generated = np.array([bool(_GENERATED.search(str(names.cat.categories[c]))) for c in used])
+    durations = (kernels["end"] - kernels["start"]).to_numpy(np.int64)[rows]
+    time_by = pd.Series(durations).groupby(codes[rows]).sum()
+    total = float(time_by.sum()) or 1.0
+    return int(rows.sum()), float(time_by.reindex(used[generated]).sum()) / total
 
 
 class FusionCandidate(Rule):
@@ -36,7 +73,10 @@ class FusionCandidate(Rule):
     TensorRT-LLM their own fusion options; JAX one `jax.jit` over the whole step (XLA fuses inside
     it) and Pallas for what remains; TensorFlow `jit_compile=True`; a CUDA program GEMM epilogues
     (cuBLASLt, CUTLASS) and fused kernels for the common pairs (bias + activation, residual + norm).
-    Options: `min_share_pct`, `kept_pct`.
+    Not reported where there is no chain to fuse: fewer than `min_kernels_per_step` such launches
+    per step, or kernels a fuser already generated (Triton, nvFuser) outside
+    torch.compile and XLA.
+    Options: `min_share_pct`, `min_kernels_per_step`, `kept_pct`.
     Requires: a step model with its budget (steady steps).
     False positives: elementwise work that is the algorithm itself (sampling, a scan) fuses little;
     the range of the saving says how uncertain the estimate is.
@@ -46,7 +86,8 @@ class FusionCandidate(Rule):
     title = "Elementwise and reduction kernels are a real share of GPU time: a fusion candidate"
     default_severity = Severity.INFO
     requires = ()
-    optional = ()
+    optional = ("kernels",)
+    columns = {"kernels": ("start", "end", "name")}
     window = "steady"
     Options = Options
     needs_release_build = True  # tunes measured kernel/host times: a debug build's are not the program's
@@ -68,8 +109,17 @@ class FusionCandidate(Rule):
         if share < opts.min_share_pct:
             return
         largest = max(kernels, key=kernels.__getitem__)
-        saving = opts.kept_pct / 100 * small
         fw = ctx.framework
+        chain = small_kernels(ctx)
+        if chain is not None:
+            launches, generated = chain
+            # One elementwise kernel a step (a softmax benchmark) is no chain to fuse; kernels a fuser already
+            # generated (Triton, nvFuser) outside XLA or torch.compile's own (judged by its advice) are fused already.
+            if launches < opts.min_kernels_per_step * budget.steps:
+                return
+            if generated >= GENERATED_SHARE and fw.name not in ("jax", "tensorflow") and not fw.compiled:
+                return
+        saving = opts.kept_pct / 100 * small
         advice = fusion_advice(fw)
         lead = ("they are the largest part of the steady steps' GPU time" if largest in ("elementwise", "reduce")
                 else f"beside {LABELS.get(largest, largest)} ({pct(kernels[largest], busy):.0f} %), the largest part")

@@ -64,7 +64,8 @@ def test_gemv_steps_with_a_real_elementwise_share_are_a_candidate_too(tmp_path):
         s = T0 + i * 1_000_000
         b.nvtx("decode_step", s, s + 990_000)
         b.kernel("gemv_bf16_kernel", start=s + 10_000, duration=600_000, launch_at=s + 1_000)
-        b.kernel("vectorized_elementwise_kernel", start=s + 610_000, duration=300_000, launch_at=s + 2_000)
+        b.kernel("vectorized_elementwise_kernel", start=s + 610_000, duration=150_000, launch_at=s + 2_000)
+        b.kernel("vectorized_elementwise_kernel", start=s + 760_000, duration=150_000, launch_at=s + 3_000)
     [f] = run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite"))
     assert values(f)["share_of_busy_time"] == pytest.approx(100 / 3, abs=0.1)
     assert "beside GEMV kernels (67 %)" in f.message
@@ -78,3 +79,18 @@ def test_a_small_elementwise_share_beside_gemvs_is_not(tmp_path):
         b.kernel("gemv_bf16_kernel", start=s + 10_000, duration=850_000, launch_at=s + 1_000)
         b.kernel("vectorized_elementwise_kernel", start=s + 860_000, duration=100_000, launch_at=s + 2_000)
     assert run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite")) == []
+
+
+@pytest.mark.parametrize("name,per_step,fires", [("vectorized_elementwise_kernel", 1, False),
+                                                 ("nvfuser_pointwise_f0_c1_r0_g0", 3, False),
+                                                 ("vectorized_elementwise_kernel", 3, True)])
+def test_no_chain_to_fuse_is_no_candidate(tmp_path, name, per_step, fires):
+    # One elementwise kernel a step (a softmax benchmark) fuses with nothing; nvFuser's kernels are fused already.
+    b = TraceBuilder()
+    for i in range(6):
+        s = T0 + i * 1_000_000
+        b.nvtx("step", s, s + 990_000)
+        b.kernel("cutlass_80_tensorop_gemm_kernel", start=s + 10_000, duration=300_000, launch_at=s + 1_000)
+        for j in range(per_step):
+            b.kernel(name, start=s + 310_000 + j * 100_000, duration=90_000, launch_at=s + 2_000 + j)
+    assert bool(run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite"))) is fires

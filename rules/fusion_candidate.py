@@ -24,6 +24,9 @@ class Options:
     min_kernels_per_step: float = field(default=2.0, metadata={
         "help": "elementwise and reduction kernel launches per step needed for a chain to fuse (one kernel a step "
                 "fuses with nothing)"})
+    gpu_bound_pct: float = field(default=50.0, metadata={
+        "help": "percent of the steady steps the GPU must be busy for the fused time to shorten them; below it the "
+                "steps are host-bound and no saving is claimed"})
     kept_pct: float = field(default=50.0, metadata={
         "help": "percent of that time a fused epilogue or a compiled graph typically removes (the point estimate; "
                 "the range runs from half to one and a half times it)"})
@@ -76,7 +79,9 @@ class FusionCandidate(Rule):
     Not reported where there is no chain to fuse: fewer than `min_kernels_per_step` such launches
     per step, or kernels a fuser already generated (Triton, nvFuser) outside
     torch.compile and XLA.
-    Options: `min_share_pct`, `min_kernels_per_step`, `kept_pct`.
+    Where the GPU is busy less than `gpu_bound_pct` percent of the steps (a host-bound, launch-bound
+    loop) the finding claims no saving: the GPU time it removes is not on the critical path yet.
+    Options: `min_share_pct`, `min_kernels_per_step`, `gpu_bound_pct`, `kept_pct`.
     Requires: a step model with its budget (steady steps).
     False positives: elementwise work that is the algorithm itself (sampling, a scan) fuses little;
     the range of the saving says how uncertain the estimate is.
@@ -123,17 +128,25 @@ class FusionCandidate(Rule):
         advice = fusion_advice(fw)
         lead = ("they are the largest part of the steady steps' GPU time" if largest in ("elementwise", "reduce")
                 else f"beside {LABELS.get(largest, largest)} ({pct(kernels[largest], busy):.0f} %), the largest part")
+        busy_share = pct(busy, budget.total_ns)
+        host_bound = ""
+        if busy_share < opts.gpu_bound_pct:
+            # The host sets the pace: GPU time saved by fusion does not shorten the step until the launch overhead
+            # is gone, so nothing is claimed now (the fewer launches are launch-bound's to count).
+            saving = 0.0
+            host_bound = (f" The steps are host-bound (the GPU is busy {busy_share:.0f} % of them): fused kernels "
+                          "shorten GPU time off the critical path until the launch overhead is gone (launch-bound), "
+                          "though fusing also removes launches.")
         yield ctx.finding(
             f"Elementwise and reduction kernels take {small / 1e6:.2f} ms of the steady steps' GPU time "
             f"({share:.1f} % of the {busy / 1e6:.1f} ms busy time, "
             f"{small / budget.steps / 1e3:.0f} us per step; {lead}): memory round trips a fused kernel would not "
-            "make. "
-            f"Program: {fw.label}.",
+            f"make.{host_bound} Program: {fw.label}.",
             f"Fuse them: {advice}.",
             severity=Severity.INFO, budget_part="elementwise+reduce", estimated_savings_ns=saving,
-            savings_range=(0.5 * saving, min(1.5 * saving, small)),
+            savings_range=(0.5 * saving, min(1.5 * saving, small)) if saving else None,
             metrics={"elementwise_reduce_time": metric(small, "ns"), "share_of_busy_time": metric(share, "%"),
-                     "busy_time": metric(busy, "ns")},
+                     "busy_time": metric(busy, "ns"), "gpu_busy_share_of_steps": metric(busy_share, "%")},
             location=Location(device=budget.device))
 
 

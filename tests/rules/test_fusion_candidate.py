@@ -94,3 +94,18 @@ def test_no_chain_to_fuse_is_no_candidate(tmp_path, name, per_step, fires):
         for j in range(per_step):
             b.kernel(name, start=s + 310_000 + j * 100_000, duration=90_000, launch_at=s + 2_000 + j)
     assert bool(run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite"))) is fires
+
+
+def test_a_host_bound_loop_is_told_but_claims_no_saving(tmp_path):
+    # The same kernels in 4 ms steps: the GPU is busy 20 % of them, so fused time would not shorten the step.
+    b = TraceBuilder()
+    for i in range(6):
+        s = T0 + i * 4_000_000
+        b.nvtx("step", s, s + 3_990_000)
+        b.kernel("cutlass_80_tensorop_gemm_kernel", start=s + 10_000, duration=600_000, launch_at=s + 1_000)
+        for j in range(4):
+            b.kernel("vectorized_elementwise_kernel", start=s + 2_000_000 + j * 50_000, duration=50_000,
+                     launch_at=s + 1_990_000 + j)
+    [f] = run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite"))
+    assert f.estimated_savings_ns == 0 and "host-bound" in f.message
+    assert values(f)["gpu_busy_share_of_steps"] == pytest.approx(20.0, abs=2)  # of the steps on the GPU clock

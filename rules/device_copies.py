@@ -132,7 +132,9 @@ def _advice(fw: Framework) -> str:
     if fw.name == "jax":
         return ("Donate the buffers the step overwrites: `jax.jit(step, donate_argnums=(...))` (the cache or state "
                 "arguments), so `x.at[i].set(v)` updates them in place instead of copying them; keep the carried "
-                "state inside one jitted call (`jax.lax.scan` over the tokens or steps) so it never leaves XLA.")
+                "state inside one jitted call (`jax.lax.scan` over the tokens or steps) so it never leaves XLA. Copies "
+                "of the same sizes many times a step are often a layer loop's weight slices: `lax.scan` over stacked "
+                "weights may copy each layer's slice; pass the layers as a list (a pytree) or try `unroll=True`.")
     if fw.is_torch:
         return ("Update preallocated buffers in place instead of building new ones each step: a static KV cache "
                 "written with `index_copy_`/`copy_` (not `torch.cat`), no `.clone()`/`.contiguous()` of large tensors "

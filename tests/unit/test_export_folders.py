@@ -37,6 +37,7 @@ def _scenario(tmp_path: Path) -> Path:
     b.graph_launch(T0 + 6_000_000, 50_000)
     b.memory_event(T0 + 6_100_000, 1 << 20)
     b.overhead("CUDA profiling data flush", T0 + 7_000_000, 100_000)
+    b.osrt("futex", T0 + 7_200_000, 50_000)
     b.kernel("gemv<float>(int)", T0 + 8_000_000, 9_000, api=None)  # no launching call: NULL-free but unmatched
     return b.write(tmp_path / "scenario.sqlite")
 

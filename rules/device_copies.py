@@ -8,8 +8,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, Framework, Location, MissingData, Rule, RuleContext, Severity, framework, metric,
-                            pct, point_in)
+from nsys_rules.api import Finding, Framework, Location, MissingData, Rule, RuleContext, Severity, metric, pct
+from nsys_rules.api.analysis import point_in
 
 DTOD = 8  # CUPTI copyKind of a device-to-device copy
 
@@ -109,7 +109,7 @@ class DeviceCopies(Rule):
         if (not found.copies or share < opts.min_share_pct
                 or found.steps_copying < opts.min_steps_pct / 100 * found.steps):
             return
-        fw = framework(ctx.trace)
+        fw = ctx.framework
         per_step = found.bytes_total / max(found.steps_copying, 1)
         message = (f"{found.steps_copying} of {found.steps} steady steps copy device to device: "
                    f"{per_step / 2**20:.1f} MiB per step in {found.copies / max(found.steps_copying, 1):.1f} copies "

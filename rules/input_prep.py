@@ -8,7 +8,7 @@ from typing import Iterable
 import numpy as np
 
 from nsys_rules.api import (Finding, Framework, Location, PythonSite, Rule, RuleContext, Severity,
-                            SourceLine, StepModel, block_evidence, metric, pct, readback_waits)
+                            SourceLine, StepModel, metric, pct)
 from nsys_rules.api.analysis import LOADER_FRAME, BlockEvidence, merge_intervals
 
 HTOD = 1  # CUPTI copyKind of a host-to-device copy
@@ -106,7 +106,7 @@ class InputPrep(Rule):
         if not part.ns or share < ctx.options.min_share_pct:
             return
         blocks = _blocks(ctx, model, median_step)
-        evidence = block_evidence(ctx.trace, blocks, model.pid, model.device)
+        evidence = ctx.block_evidence(blocks, model.pid, model.device)
         if evidence.block_ns and evidence.cuda_ns.get("alloc", 0) >= ctx.options.alloc_share_pct / 100 * evidence.block_ns:
             return  # a cudaFree/cudaMalloc burst (empty_cache() every step): alloc-churn counts that time, once
         uploads = _uploads(ctx, model.count)
@@ -229,7 +229,7 @@ def _unknown_advice(ctx: RuleContext, fw: Framework, evidence: BlockEvidence, sy
         flags.append("`--trace=cuda,nvtx,osrt` (waits on other threads, files and sockets)")
     if ctx.trace.capture.runs_python and not evidence.python_sampled:
         flags.append("`--python-sampling=true` (the Python function and line)")
-    if "SAMPLING_CALLCHAINS" not in ctx.trace.export.table_names:
+    if not ctx.native_samples:
         flags.append("`--sample=process-tree` (the native call stacks)")
     if named:
         text = ("The Python samples name the code the host runs between steps: move it off the step's thread or run "
@@ -254,7 +254,7 @@ def _hidden_by_readbacks(ctx: RuleContext, model: StepModel, busy_per_step: floa
     """The host's OS waits on readbacks in the loop, each up to a step's GPU time: sync-stall's share of the blocks."""
     if model.gpu_span is None:
         return 0
-    waits = readback_waits(ctx.trace, *model.gpu_span)
+    waits = ctx.readback_waits(*model.gpu_span)
     if waits.empty:
         return 0
     return int(np.minimum((waits["end"] - waits["start"]).to_numpy(np.int64), int(busy_per_step)).sum())

@@ -40,7 +40,6 @@ from nsys_rules.model.trace_view import TraceView
 from nsys_rules.model.commands import command_evidence, debug_build, program_command, recapture_command
 from nsys_rules.model.framework import Framework, framework
 from nsys_rules.model.gpu_metrics import BudgetMetrics, PartActivity, measure_kernels
-from nsys_rules.model.host_evidence import block_evidence, readback_waits
 from nsys_rules.model.job.model import Job
 from nsys_rules.model.launches import launch_api_rows, launch_times, launching_rows
 from nsys_rules.model.python_sites import PythonSite, call_site, host_sites, python_stacks
@@ -71,8 +70,6 @@ __all__ = [
     # -- the program: its framework, its command, its Python call sites -------------------------------------
     "Framework", "framework", "command_evidence", "debug_build", "program_command",
     "recapture_command", "python_stacks", "host_sites", "call_site", "PythonSite",
-    # what the host threads did while the GPU waited through blocks of host time (the evidence of a cause)
-    "block_evidence", "readback_waits",
     # -- advice in the program's own terms, units and phrasing ----------------------------------------------
     "graph_capture_advice", "fusion_advice", "pinned_memory_advice", "profiler_range_advice", "nvtx_range_advice",
     "scalar_readback_names", "running_value_advice", "resident_data_advice",

@@ -16,7 +16,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.model import activity, commands, gpu_metrics, launches, python_sites, regime_causes, windows, workload
+from nsys_rules.model import (activity, commands, gpu_metrics, host_evidence, launches, python_sites, regime_causes, windows,
+                              workload)
 from nsys_rules.model.budget import Budget
 from nsys_rules.model.framework import Framework, framework as framework_of
 from nsys_rules.model.trace import Trace
@@ -89,6 +90,20 @@ class TraceFacts:
     def step_facts(self, host: np.ndarray, pid: int | None) -> regime_causes.StepFacts:
         """:func:`~nsys_rules.model.regime_causes.step_facts` of the steps ``host`` of process ``pid``."""
         return regime_causes.step_facts(self._trace, self.gpu_ops, host, pid)
+
+    @property
+    def native_samples(self) -> bool:
+        """Whether the capture sampled native call stacks (``--sample=process-tree``: a SAMPLING_CALLCHAINS table)."""
+        return "SAMPLING_CALLCHAINS" in self._trace.export.table_names
+
+    def block_evidence(self, blocks: tuple[np.ndarray, np.ndarray], pid: int | None,
+                       device: int | None) -> host_evidence.BlockEvidence:
+        """:func:`~nsys_rules.model.host_evidence.block_evidence`: what the host threads did during ``blocks``."""
+        return host_evidence.block_evidence(self._trace, blocks, pid, device)
+
+    def readback_waits(self, lo: int, hi: int, known: int = 0) -> pd.DataFrame:
+        """:func:`~nsys_rules.model.host_evidence.readback_waits`: host waits on readbacks that no CUDA sync shows."""
+        return host_evidence.readback_waits(self._trace, lo, hi, known)
 
     def launch_times(self, gpu: pd.DataFrame) -> np.ndarray:
         """For each row of a GPU frame, the start of the API call that launched it (its own start without one)."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import gpu_launches, loop_span, metric, Metric, pct, readback_waits, RuleContext, step_count
+from nsys_rules.api import gpu_launches, loop_span, metric, Metric, pct, RuleContext, step_count
 from nsys_rules.api.analysis import (blocking_calls, busiest_thread, busy_within, copy_directions, GRAPH_LAUNCH_APIS,
                                      in_set, merge_intervals)
 
@@ -181,7 +181,7 @@ def loop_calls(ctx: RuleContext) -> tuple[pd.DataFrame, tuple[int, int] | None, 
     keep = in_loop(calls, span)
     calls, dropped = calls.loc[keep].reset_index(drop=True), int((~keep).sum())
     if span is not None:
-        calls = with_host_waits(calls, readback_waits(ctx.trace, span[0], span[1], known=int(
+        calls = with_host_waits(calls, ctx.readback_waits(span[0], span[1], known=int(
             calls["after_readback"].sum() + (calls["kind"] == "readback").sum())))
     return calls, span, dropped
 

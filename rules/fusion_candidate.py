@@ -28,8 +28,8 @@ class Options:
         "help": "percent of the steady steps the GPU must be busy for the fused time to shorten them; below it the "
                 "steps are host-bound and no saving is claimed"})
     kept_pct: float = field(default=50.0, metadata={
-        "help": "percent of that time a fused epilogue or a compiled graph typically removes (the point estimate; "
-                "the range runs from half to one and a half times it)"})
+        "help": "percent of that time fusion removes when the kernel rows are not there to measure the chains (the "
+                "point estimate; the range runs from half to one and a half times it)"})
 
 
 #: Share of the elementwise and reduction time in kernels a fuser generated from which they are fused already.
@@ -38,12 +38,28 @@ _GENERATED = re.compile(r"triton_|nvfuser|^kernel\d+$|_fused_|fused_|CudaCodeGen
 _SMALL = ("elementwise", "reduce")
 
 
-def small_kernels(ctx: RuleContext) -> tuple[int, float] | None:
-    """The window's elementwise and reduction kernels: launches, and the share of their time in kernels a fuser
-    generated (None without a kernel table)."""
+@dataclass(frozen=True)
+class SmallKernels:
+    """The window's elementwise and reduction kernels on the loop's GPU, and what fusing their chains removes."""
+
+    launches: int
+    generated_share: float  # of their time, in kernels a fuser generated (Triton, nvFuser)
+    time_ns: int
+    #: Their time beyond the longest kernel of each chain: a chain of adjacent elementwise and reduction kernels
+    #: on one stream fused into one kernel reads its inputs and writes its output once, so it costs about its
+    #: longest member (memory-bound kernels take time by the bytes they move); the rest is what fusion removes.
+    fusible_ns: int
+    chains: int
+
+
+def small_kernels(ctx: RuleContext, device: int | None) -> SmallKernels | None:
+    """The window's elementwise and reduction kernels on ``device`` (None: every GPU), or None without a kernel
+    table."""
     if not ctx.trace.has("kernels"):
         return None
-    kernels = ctx.frame("kernels", ["start", "end", "name"])
+    kernels = ctx.frame("kernels", ["start", "end", "name", "device_id", "stream_id"])
+    if device is not None:
+        kernels = kernels[kernels["device_id"].to_numpy() == device]
     if kernels.empty:
         return None
     names = kernels["name"]
@@ -52,13 +68,37 @@ def small_kernels(ctx: RuleContext) -> tuple[int, float] | None:
     codes = names.cat.codes.to_numpy()
     rows = small[codes]
     if not rows.any():
-        return 0, 0.0
+        return SmallKernels(0, 0.0, 0, 0, 0)
     used = np.unique(codes[rows])
     generated = np.array([bool(_GENERATED.search(str(names.cat.categories[c]))) for c in used])
-    durations = (kernels["end"] - kernels["start"]).to_numpy(np.int64)[rows]
+    all_durations = (kernels["end"] - kernels["start"]).to_numpy(np.int64)
+    durations = all_durations[rows]
     time_by = pd.Series(durations).groupby(codes[rows]).sum()
     total = float(time_by.sum()) or 1.0
-    return int(rows.sum()), float(time_by.reindex(used[generated]).sum()) / total
+    fusible, chains = _chain_excess(kernels["stream_id"].to_numpy(), kernels["start"].to_numpy(), rows, all_durations)
+    return SmallKernels(int(rows.sum()), float(time_by.reindex(used[generated]).sum()) / total, int(durations.sum()),
+                        fusible, chains)
+
+
+def _chain_excess(stream: np.ndarray, start: np.ndarray, small: np.ndarray, durations: np.ndarray) -> tuple[int, int]:
+    """Over runs of at least two adjacent small kernels on one stream (in start order): the time beyond each
+    run's longest kernel, and the number of runs."""
+    order = np.lexsort((start, stream))
+    s, d, st = small[order], durations[order], stream[order]
+    # A run breaks at a kernel of another class or at a stream change.
+    new_run = np.ones(len(s), bool)
+    new_run[1:] = (~s[:-1]) | (st[1:] != st[:-1])
+    run_id = np.cumsum(new_run) - 1
+    keep = s
+    if not keep.any():
+        return 0, 0
+    ids, d_small = run_id[keep], d[keep]
+    sums = np.bincount(ids, weights=d_small)
+    counts = np.bincount(ids)
+    longest = np.zeros(len(sums))
+    np.maximum.at(longest, ids, d_small)
+    multi = counts >= 2
+    return int((sums[multi] - longest[multi]).sum()), int(multi.sum())
 
 
 class FusionCandidate(Rule):
@@ -70,7 +110,11 @@ class FusionCandidate(Rule):
     decode, or the elementwise kernels themselves in an eager training loop).
     Why it hurts: each of these kernels reads and writes whole activations from memory; fused into
     the GEMM's epilogue or into one generated kernel, the round trips disappear.
-    Evidence: the share and time of elementwise and reduction kernels against the steps' busy time.
+    Evidence: the share and time of elementwise and reduction kernels against the steps' busy time, and
+    their chains: runs of adjacent such kernels on one stream. The saving is what fusing each chain
+    into one kernel removes, with the fused kernel costing about the chain's longest member (these
+    kernels are memory-bound: a fused one reads and writes once); `kept_pct` is used only when the
+    kernel rows are not there to measure it.
     Next optimizations: in the program's framework, PyTorch `torch.compile` (Inductor fuses
     pointwise chains and GEMM epilogues; already compiled: its graph breaks); vLLM, SGLang and
     TensorRT-LLM their own fusion options; JAX one `jax.jit` over the whole step (XLA fuses inside
@@ -115,16 +159,24 @@ class FusionCandidate(Rule):
             return
         largest = max(kernels, key=kernels.__getitem__)
         fw = ctx.framework
-        chain = small_kernels(ctx)
+        chain = small_kernels(ctx, budget.device)
+        fusible_share = opts.kept_pct / 100  # without the kernel rows, the typical share a fuser removes
+        chain_words = ""
         if chain is not None:
-            launches, generated = chain
             # One elementwise kernel a step (a softmax benchmark) is no chain to fuse; kernels a fuser already
             # generated (Triton, nvFuser) outside XLA or torch.compile's own (judged by its advice) are fused already.
-            if launches < opts.min_kernels_per_step * budget.steps:
+            if chain.launches < opts.min_kernels_per_step * budget.steps:
                 return
-            if generated >= GENERATED_SHARE and fw.name not in ("jax", "tensorflow") and not fw.compiled:
+            if chain.generated_share >= GENERATED_SHARE and fw.name not in ("jax", "tensorflow") and not fw.compiled:
                 return
-        saving = opts.kept_pct / 100 * small
+            if not chain.fusible_ns:
+                return  # no two of them run back to back: nothing to fuse into one kernel
+            # The measured chains, not a typical share: what fusing each chain into its longest member removes.
+            fusible_share = chain.fusible_ns / max(chain.time_ns, 1)
+            chain_words = (f" {chain.chains} chain{'s' if chain.chains != 1 else ''} of adjacent elementwise and "
+                           f"reduction kernels run in the window; fused, each costs about its longest kernel, "
+                           f"which removes {100 * fusible_share:.0f} % of their time.")
+        saving = fusible_share * small
         advice = fusion_advice(fw)
         lead = ("they are the largest part of the steady steps' GPU time" if largest in ("elementwise", "reduce")
                 else f"beside {LABELS.get(largest, largest)} ({pct(kernels[largest], busy):.0f} %), the largest part")
@@ -141,12 +193,14 @@ class FusionCandidate(Rule):
             f"Elementwise and reduction kernels take {small / 1e6:.2f} ms of the steady steps' GPU time "
             f"({share:.1f} % of the {busy / 1e6:.1f} ms busy time, "
             f"{small / budget.steps / 1e3:.0f} us per step; {lead}): memory round trips a fused kernel would not "
-            f"make.{host_bound} Program: {fw.label}.",
+            f"make.{chain_words}{host_bound} Program: {fw.label}.",
             f"Fuse them: {advice}.",
             severity=Severity.INFO, budget_part="elementwise+reduce", estimated_savings_ns=saving,
             savings_range=(0.5 * saving, min(1.5 * saving, small)) if saving else None,
             metrics={"elementwise_reduce_time": metric(small, "ns"), "share_of_busy_time": metric(share, "%"),
-                     "busy_time": metric(busy, "ns"), "gpu_busy_share_of_steps": metric(busy_share, "%")},
+                     "busy_time": metric(busy, "ns"), "gpu_busy_share_of_steps": metric(busy_share, "%"),
+                     "fusible_share": metric(100 * fusible_share, "%"),
+                     "chains": metric(chain.chains if chain is not None else 0, "count")},
             location=Location(device=budget.device))
 
 

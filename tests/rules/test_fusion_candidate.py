@@ -29,7 +29,9 @@ def test_pointwise_chain_after_gemms_is_a_candidate(tmp_path):
     m = values(f)
     assert f.severity.value == "info" and f.budget_part == "elementwise+reduce"
     assert m["elementwise_reduce_time"] == 6 * 200_000 and m["share_of_busy_time"] == pytest.approx(25.0)
-    assert f.estimated_savings_ns == 600_000 and f.savings_range == (300_000, 900_000)
+    # Each step's chain of four 50 us kernels fused into one costs about its longest member: 150 of 200 us removed.
+    assert m["chains"] == 6 and m["fusible_share"] == pytest.approx(75.0)
+    assert f.estimated_savings_ns == 900_000 and f.savings_range == (450_000, 1_200_000)
     assert "epilogue" in f.recommendation and "torch" not in f.recommendation  # a CUDA program: its own kernels
 
 
@@ -69,6 +71,19 @@ def test_gemv_steps_with_a_real_elementwise_share_are_a_candidate_too(tmp_path):
     [f] = run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite"))
     assert values(f)["share_of_busy_time"] == pytest.approx(100 / 3, abs=0.1)
     assert "beside GEMV kernels (67 %)" in f.message
+
+
+def test_elementwise_kernels_with_a_gemm_between_each_are_no_chain(tmp_path):
+    # A kernel between each pair breaks every chain: nothing runs back to back to fuse into one kernel.
+    b = TraceBuilder()
+    for i in range(6):
+        s = T0 + i * 1_000_000
+        b.nvtx("decode_step", s, s + 990_000)
+        for j in range(3):
+            t = s + 10_000 + j * 300_000
+            b.kernel("gemv_bf16_kernel", start=t, duration=200_000, launch_at=s + 1_000 + 2 * j)
+            b.kernel("vectorized_elementwise_kernel", start=t + 200_000, duration=90_000, launch_at=s + 2_000 + 2 * j)
+    assert run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite")) == []
 
 
 def test_a_small_elementwise_share_beside_gemvs_is_not(tmp_path):

@@ -17,6 +17,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
+import pytest
+
 from nsys_rules.cli import main
 from tests.conftest import validate_report
 
@@ -88,5 +90,8 @@ def _run_check(trace: Path) -> dict[str, Any]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(["check", "--format", "json", "--fail-on", "never", str(trace)])
+    if code == 3 and "nothing to judge" in err.getvalue():
+        # A capture with no CUDA activity is refused with one line (exit 3): no report to judge causes in.
+        pytest.skip(err.getvalue().strip())
     assert code == 0, err.getvalue()
     return validate_report(out.getvalue())

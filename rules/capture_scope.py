@@ -173,7 +173,7 @@ class CaptureScope(Rule):
                       "keep this trace and judge the steady part with `nsys-rules check --filter-time "
                       f"{filter_time_bounds(steady_start, steady_end)} {shell_word(trace.label)}`.")
         yield ctx.finding(
-            f"The steady state ({window.source}) runs {steady_start / 1e9:.3f}-{steady_end / 1e9:.3f} s, "
+            f"The steady state ({window.name}) runs {steady_start / 1e9:.3f}-{steady_end / 1e9:.3f} s, "
             f"{(steady_end - steady_start) / 1e6:.1f} ms of {whole}: {scope.before / 1e9:.3f} s "
             f"before it and {scope.after / 1e9:.3f} s after it ({100 * scope.outside_share:.0f} % of the capture) "
             f"are start-up, warm-up and shutdown{first}{loads}. No cudaProfilerStart/cuProfilerStart call limits "

@@ -194,6 +194,8 @@ def budget_lines(info: TraceInfo, label_width: int = 40) -> list[str]:
     view = budget_view(info)
     if view is None:
         reason = info.budget_reason
+        if reason and reason in str(info.window.get("steady", {}).get("source", "")):
+            return ["step budget: none (no steps: why is in the steady state's line above)"]
         return [f"step budget: none ({one_line(reason)})"] if reason else []
     out = [f"step time: {view.headline()}",
            f"{'the median step by part:':<{label_width + 2}}{'median step':>12}{'share':>9}{'mean/step':>12}"]
@@ -325,9 +327,18 @@ def savings_text(f: Finding) -> str:
 
 
 def savings_share(entry: Entry) -> str:
-    """``65 % of steady time`` for a finding with savings in a trace with steps; empty otherwise."""
+    """``65 % of steady time`` for a finding with savings in a trace with steps; empty otherwise.
+
+    A saving outside the steady steps (an earlier regime: ``budget_part="outside"``) is no share of
+    them, and says so; no share is ever shown above 100 %: a saving larger than the steady state is
+    not one of its parts (the answer caps those that are).
+    """
     saves = entry.finding.estimated_savings_ns
     if not saves or not entry.steady_ns:
+        return ""
+    if entry.finding.budget_part == "outside":
+        return "outside the steady state"
+    if saves > entry.steady_ns:
         return ""
     return f"{100.0 * saves / entry.steady_ns:.0f} % of steady time"
 

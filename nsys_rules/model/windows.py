@@ -45,6 +45,12 @@ class Window:
     model: StepModel | None = field(default=None, compare=False, hash=False, repr=False)
 
     @property
+    def name(self) -> str:
+        """The window in a few words, for a finding's text: ``source`` up to its first "; " (what the
+        window is, without why no step model fits, which the report's header says once)."""
+        return self.source.split("; ", 1)[0]
+
+    @property
     def start(self) -> int | None:
         """First instant in the window, or None for the whole capture."""
         return self.intervals[0][0] if self.intervals else None

@@ -43,6 +43,8 @@ class Token:
     text: str
     command: bool = False
     whole: bool = False
+    #: The white space before it in the text, kept between it and the word before on one line (``NEW  path``).
+    gap: str = " "
 
 
 def tokens(text: str) -> list[Token]:
@@ -52,9 +54,10 @@ def tokens(text: str) -> list[Token]:
     for m in CODE.finditer(text):
         if m.start() < pos:  # already taken, glued to the span before it (``(`a`/`b`)``)
             continue
-        out += [Token(w) for w in _words(text[pos:m.start()])]
+        out += _words(text[pos:m.start()])
         glued = _GLUED.match(text, m.end())
         tail = glued.group(0) if glued else ""
+        gap = _gap_before(text, m.start())
         if is_command(m.group(1)):
             out.append(Token(m.group(1), command=True))
             # What follows a command on its line would be pasted with it: a sentence's end is left out,
@@ -63,23 +66,36 @@ def tokens(text: str) -> list[Token]:
                 out.append(Token(tail))
         else:
             head = ""
-            if out and not out[-1].command and m.start() > 0 and not text[m.start() - 1].isspace():
-                head = out.pop().text  # punctuation glued before the span (``(`x`),``) travels with it
-            out.append(Token(head + m.group(0) + tail, whole=True))
+            if out and not out[-1].command and not gap:
+                head, gap = out[-1].text, out[-1].gap  # punctuation glued before the span (``(`x`),``)
+                out.pop()
+            out.append(Token(head + m.group(0) + tail, whole=True, gap=gap or " "))
         pos = m.end() + len(tail)
-    out += [Token(w) for w in _words(text[pos:])]
+    out += _words(text[pos:])
     return out
 
 
+def _gap_before(text: str, at: int) -> str:
+    """The spaces right before ``at`` (empty when a word is glued to it)."""
+    start = at
+    while start > 0 and text[start - 1] == " ":
+        start -= 1
+    return text[start:at]
+
+
+def _words(text: str) -> list[Token]:
+    # ASCII white space only, as textwrap: a no-break space (U+00A0) keeps two words on one line.
+    out = []
+    for m in _WORD.finditer(text):
+        gap = m.group(1)
+        out.append(Token(m.group(2), gap=gap if gap and set(gap) == {" "} else " "))
+    return out
+
+
+_WORD = re.compile(r"([ \t\n\r\f\v]*)([^ \t\n\r\f\v]+)")
 _GLUED = re.compile(r"[^ \t\n\r\f\v]*")
 
 
-def _words(text: str) -> list[str]:
-    # ASCII white space only, as textwrap: a no-break space (U+00A0) keeps two words on one line.
-    return [w for w in _SPACE.split(text) if w]
-
-
-_SPACE = re.compile(r"[ \t\n\r\f\v]+")
 
 
 def wrap_text(text: str, width: int, first: str = "", rest: str | None = None, command_indent: str = "  ") -> list[str]:
@@ -106,8 +122,8 @@ def wrap_text(text: str, width: int, first: str = "", rest: str | None = None, c
             lines.append(rest + command_indent + token.text)
             continue
         word = token.text
-        if not fresh and len(line) + 1 + len(word) <= width:
-            line += " " + word
+        if not fresh and len(line) + len(token.gap) + len(word) <= width:
+            line += token.gap + word
             continue
         if not fresh:
             flush()

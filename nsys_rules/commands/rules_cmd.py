@@ -6,9 +6,9 @@ import argparse
 import json
 import sys
 
+from tabulate import tabulate
+
 from nsys_rules.commands.common import add_plugin_flags, registry_for
-from nsys_rules.formatters.fitted import fitted_table
-from nsys_rules.formatters.layout import output_width
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,10 +26,8 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     else:
-        # Laid out for the terminal or the pipe (80 columns): the titles cut to fit, or a block per rule.
-        table = fitted_table(["rule", "severity", "plugin", "title"],
-                             [[r["name"], r["severity"], r["plugin"], r["title"]] for r in rows], output_width(), name=3)
-        sys.stdout.write("\n".join(table) + "\n")
+        sys.stdout.write(tabulate([[r["name"], r["severity"], r["plugin"], r["title"]] for r in rows],
+                                  headers=["rule", "severity", "plugin", "title"]) + "\n")
         for e in registry.errors:
             sys.stderr.write(f"plugin error: {e.plugin}: {e.error}\n")
     return 4 if registry.errors else 0

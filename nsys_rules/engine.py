@@ -29,7 +29,8 @@ from nsys_rules.rule import Rule, RuleContext
 from nsys_rules.rule_threads import run_all, thread_count
 from nsys_rules.textsafe import clip
 from nsys_rules.model.trace import Trace
-from nsys_rules.model.windows import FULL, SteadyOptions, Window, require_activity, steady_state_window, user_window
+from nsys_rules.model.windows import (FULL, SteadyOptions, Window, covers_activity, intersect, require_activity,
+                                     steady_state_window, user_window)
 
 def describe_trace(trace: Trace) -> TraceInfo:
     """What the trace is (its windows and budget are added once the rules ran)."""
@@ -227,31 +228,49 @@ class TraceWindows:
         self._cache: dict[str, Window] = {}
 
     def get(self, kind: str) -> Window:
-        """The window of ``kind`` (``steady`` or ``full``); with --filter-time/--filter-nvtx, the user's window."""
-        if self.settings.filter_time or self.settings.filter_nvtx:
-            kind = "filter"  # a user window replaces both the steady and the full window
+        """The window of ``kind`` (``steady`` or ``full``), cut by --filter-time/--filter-nvtx when given.
+
+        One window per run: with a filter, the full-capture rules judge the user's window and the steady
+        rules the steady steps inside it (their counts and the budget's split come from the same steps).
+        A filter that holds all of the trace's activity cuts nothing: the report is the one without it.
+        Where no steady step lies inside the filter, the steady rules judge the user's window as it is.
+        """
         if kind not in self._cache:
             self._cache[kind] = self._compute(kind)
         return self._cache[kind]
 
     def _compute(self, kind: str) -> Window:
-        if kind == "full":
-            return FULL
-        if kind == "steady":
-            return steady_state_window(self.trace, SteadyOptions(tuple(self.settings.steady_ranges)))
-        window = user_window(self.trace, self.settings.filter_time, self.settings.filter_nvtx)
-        assert window is not None
-        require_activity(self.trace, window, " and ".join(
-            f"--filter-{kind} {spec}" for kind, spec in (("time", self.settings.filter_time),
-                                                         ("nvtx", self.settings.filter_nvtx)) if spec))
         steady = steady_state_window(self.trace, SteadyOptions(tuple(self.settings.steady_ranges)))
+        user = self._user()
+        if kind == "filter":
+            assert user is not None
+            return user
+        if user is None or covers_activity(self.trace, user):
+            return FULL if kind == "full" else steady
         model = steady.model
         if model is None or not model.count:
-            return dataclasses.replace(window, kind="filter", model=model)
-        keep = window.mask(model.host[:, 0])
+            return dataclasses.replace(user, kind="filter", model=model)
+        keep = user.mask(model.host[:, 0])
         sub = restrict(model, keep)
-        return dataclasses.replace(window, steps=tuple(map(tuple, sub.host.tolist())),
-                                   step_name=model.name if sub.count else None, kind="filter", model=sub)
+        if kind == "full" or not sub.count:
+            return dataclasses.replace(user, steps=tuple(map(tuple, sub.host.tolist())),
+                                       step_name=model.name if sub.count else None, kind="filter", model=sub)
+        cut = intersect(Window(((int(sub.host[0, 0]), int(sub.host[-1, 1])),), ""), user)
+        return Window(cut.intervals, f"{steady.name}, {sub.count} inside {user.source}",
+                      tuple(map(tuple, sub.host.tolist())), model.name, kind="filter", model=sub, cut=user.bounds)
+
+    def _user(self) -> Window | None:
+        """The user's window (checked to hold some activity), None without filters."""
+        if not (self.settings.filter_time or self.settings.filter_nvtx):
+            return None
+        if "filter" not in self._cache:
+            window = user_window(self.trace, self.settings.filter_time, self.settings.filter_nvtx)
+            assert window is not None
+            require_activity(self.trace, window, " and ".join(
+                f"--filter-{kind} {spec}" for kind, spec in (("time", self.settings.filter_time),
+                                                             ("nvtx", self.settings.filter_nvtx)) if spec))
+            self._cache["filter"] = window
+        return self._cache["filter"]
 
     def model(self) -> StepModel | None:
         """The step model of the steady window, cut to the user's filter when one is given."""

@@ -56,6 +56,27 @@ def human_ns(ns: float | int | None, signed: bool = False) -> str:
     return f"{sign}{size:.0f} ns"
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 time``, ``2 times``, ``0 copies`` (``plural`` when adding "s" is not the plural)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+#: The units of :func:`human_bytes`, largest first (binary, as the GPU tools count memory).
+_BYTE_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def human_bytes(size: float | int) -> str:
+    """``1073741824`` -> ``1.00 GiB``, ``4096`` -> ``4.00 KiB``, ``12`` -> ``12 B``: the largest unit in which the
+    value is at least 1, three significant digits (never ``0.00 GiB`` for a small copy)."""
+    size = float(size)
+    for unit, scale in _BYTE_UNITS:
+        value = abs(size) / scale
+        if round(value, 2) >= 1:
+            digits = 2 if value < 9.995 else 1 if value < 99.95 else 0
+            return f"{size / scale:.{digits}f} {unit}"
+    return f"{size:.0f} B"
+
+
 _SIZE = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3,
          "t": 1024**4, "tb": 1024**4}
 

@@ -125,9 +125,10 @@ class CaptureScope(Rule):
         if window.kind == "filter":
             # The user already cut the capture (perhaps with the command this rule suggested): judge their
             # window, so the suggestion is not made again once taken, and is made again when it was not.
-            if not window.steps or window.bounds is None:
+            cut = window.cut or window.bounds  # the user's filter (the window is the steady steps inside it)
+            if not window.steps or cut is None:
                 return  # no steady steps inside the filter: nothing to say where it should begin
-            capture_start, hi = max(lo, int(window.bounds[0])), min(hi, int(window.bounds[1]))
+            capture_start, hi = max(lo, int(cut[0])), min(hi, int(cut[1]))
             bounds: tuple[int, int] | None = (int(window.steps[0][0]), int(window.steps[-1][1]))
         else:
             bounds = window.bounds
@@ -173,7 +174,7 @@ class CaptureScope(Rule):
                       "keep this trace and judge the steady part with `nsys-rules check --filter-time "
                       f"{filter_time_bounds(steady_start, steady_end)} {shell_word(trace.label)}`.")
         yield ctx.finding(
-            f"The steady state ({window.source}) runs {steady_start / 1e9:.3f}-{steady_end / 1e9:.3f} s, "
+            f"The steady state ({window.name}) runs {steady_start / 1e9:.3f}-{steady_end / 1e9:.3f} s, "
             f"{(steady_end - steady_start) / 1e6:.1f} ms of {whole}: {scope.before / 1e9:.3f} s "
             f"before it and {scope.after / 1e9:.3f} s after it ({100 * scope.outside_share:.0f} % of the capture) "
             f"are start-up, warm-up and shutdown{first}{loads}. No cudaProfilerStart/cuProfilerStart call limits "

@@ -7,7 +7,7 @@ from typing import Iterable
 
 import numpy as np
 
-from nsys_rules.api import (Budget, Finding, Framework, KERNEL, LABELS, Location, MEMCPY, MEMSET, metric,
+from nsys_rules.api import (Budget, Finding, Framework, human_bytes, KERNEL, LABELS, Location, MEMCPY, MEMSET, metric,
                             MissingData, pct, Renamed, REPLAY, Rule, RuleContext, Severity, step_kinds, StepKind)
 from nsys_rules.api.analysis import (ALLOC_APIS, base_name, category_codes, MODULE_LOADS, point_in, rows_with_codes,
                                      SYNC_APIS)
@@ -167,36 +167,45 @@ class StepOutliers(Rule):
                           estimated_savings_ns=excess, budget_part="+".join(cause.parts) or None, key=cause.kind)
 
     def _cause(self, ctx: RuleContext, slow: np.ndarray, growth: dict[str, int]) -> Cause:
-        model, budget = ctx.steps, ctx.budget
-        assert model is not None and budget is not None
+        """The cause whose budget parts grew most in the slow steps (sizes decide, evidence words it)."""
         parts = tuple(growth)
-        other = _other_work(ctx, slow)
-        excess = sum(growth.values())
-        if other is not None and other[0] >= 0.25 * max(excess, 1):
-            return Cause("contention", f"Other work ran on the GPU during those steps: {other[1]}.", parts,
-                         other_process=" of process " in other[1])
-        host = _host_calls(ctx, slow)
-        new = _first_seen(ctx, slow)
-        if host.get("module", (0, 0))[0] or new:
-            loads = host.get("module", (0, 0))
-            bits = []
-            if loads[0]:
-                bits.append(f"{loads[0]} module load call(s) ({loads[1] / 1e6:.2f} ms)")
-            if new:
-                bits.append(f"kernels never launched before in the loop: {new}")
-            return Cause("module loading", "Module loading in those steps: " + "; ".join(bits) +
-                         " (lazy loading and first-use setup of new kernels or shapes).", parts)
-        top = parts[0] if parts else ""
-        if top == "allocation" and host.get("alloc", (0, 0))[0]:
-            n, ns = host["alloc"]
-            return Cause("allocation", f"Allocation in those steps: {n} call(s), {ns / 1e6:.2f} ms.", parts)
-        if top == "after_sync" and host.get("sync", (0, 0))[0]:
-            n, ns = host["sync"]
-            return Cause("synchronization", f"Synchronization in those steps: {n} call(s), {ns / 1e6:.2f} ms.", parts)
-        if top == "launch_wait":
-            return Cause("host", "The GPU waited for the host in those steps (host code between launches took "
-                                 "longer).", parts)
-        return Cause("kernels", "Their kernels ran longer (more work in those steps, or slower kernels).", parts)
+        sized: dict[str, int] = {}
+        for part, ns in growth.items():
+            kind = _PART_CAUSE.get(part, "" if part in _NO_CAUSE else "kernels")
+            if kind:
+                sized[kind] = sized.get(kind, 0) + ns
+        kind = max(sized, key=lambda k: (sized[k], -_CAUSE_ORDER.index(k))) if sized else "kernels"
+        grew = f" (+{sized.get(kind, 0) / 1e6:.2f} ms)"
+        host = _host_calls(ctx, slow) if kind in ("module loading", "allocation", "synchronization") else {}
+        other = _other_work(ctx, slow) if kind in ("kernels", "contention") else None
+        if kind == "kernels" and other is not None and other[0] >= 0.25 * max(sum(growth.values()), 1):
+            kind, grew = "contention", f" (+{sum(growth.values()) / 1e6:.2f} ms)"  # time-sliced by the other work
+        if kind == "contention":
+            what = other[1] if other is not None else "other streams or processes used the GPU while the loop idled"
+            return Cause(kind, f"Other work ran on the GPU during those steps{grew}: {what}.", parts, " of process " in what)
+        if kind == "module loading":
+            loads, new = host.get("module", (0, 0)), _first_seen(ctx, slow)
+            bits = ([f"{loads[0]} module load call(s) ({loads[1] / 1e6:.2f} ms)"] if loads[0] else []) + \
+                ([f"kernels never launched before in the loop: {new}"] if new else [])
+            return Cause(kind, f"Module loading in those steps{grew}: " + ("; ".join(bits) or "the GPU waited on it")
+                         + " (lazy loading and first-use setup of new kernels or shapes).", parts)
+        if kind in ("allocation", "synchronization"):
+            n, ns = host.get("alloc" if kind == "allocation" else "sync", (0, 0))
+            calls = f": {n} call{'' if n == 1 else 's'}, {ns / 1e6:.2f} ms" if n else ""
+            return Cause(kind, f"{kind.capitalize()} in those steps{grew}{calls}.", parts)
+        if kind == "host":
+            return Cause(kind, f"The GPU waited for the host in those steps{grew}: host code between launches "
+                               "and between steps took longer.", parts)
+        return Cause("kernels", f"Their kernels ran longer in those steps{grew}: more work, or slower kernels.", parts)
+
+
+#: The cause each idle budget part points to (busy parts other than ``contention``: kernels).
+_PART_CAUSE = {"contention": "contention", "module_loading": "module loading", "allocation": "allocation",
+               "after_sync": "synchronization", "launch_wait": "host", "host_prep": "host"}
+#: Idle parts that name no cause of their own (dependencies, the inside of graph replays).
+_NO_CAUSE = ("graph_internal", "idle_other")
+#: Which cause is named when two grew by the same amount.
+_CAUSE_ORDER = ("contention", "module loading", "allocation", "synchronization", "host", "kernels")
 
 
 def _kinds(ctx: RuleContext, durations: np.ndarray) -> list[StepKind]:
@@ -265,7 +274,7 @@ def _other_work(ctx: RuleContext, slow: np.ndarray) -> tuple[int, str] | None:
         size = int(table["bytes"].to_numpy()[rows].sum())
         kind = _COPY_KINDS.get(int(table["copy_kind"].to_numpy()[rows[0]]), "memory")
         what = (f"{who} ran {len(copies)} {kind} cop{'y' if len(copies) == 1 else 'ies'} of "
-                f"{size / len(copies) / 2**30:.2f} GiB each ({ops.duration[copies].sum() / 1e6:.2f} ms of copy time)")
+                f"{human_bytes(size / len(copies))} each ({ops.duration[copies].sum() / 1e6:.2f} ms of copy time)")
     elif (kinds == KERNEL).any() or (kinds == REPLAY).any():
         what = f"{who} ran {len(pick)} kernel(s) or graph replay(s) ({ops.duration[pick].sum() / 1e6:.2f} ms)"
     elif (kinds == MEMSET).any():

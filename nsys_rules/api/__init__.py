@@ -51,7 +51,7 @@ from nsys_rules.model.workload import looks_like_training
 from nsys_rules.report import Report
 from nsys_rules.rule import Renamed, Rule, RuleContext
 from nsys_rules.textsafe import shell_join, shell_word
-from nsys_rules.units import human_ns, parse_size, pct, plain_number
+from nsys_rules.units import counted, human_bytes, human_ns, parse_size, pct, plain_number
 from nsys_rules.userfiles import read_small_text
 
 __all__ = [
@@ -73,7 +73,7 @@ __all__ = [
     # -- advice in the program's own terms, units and phrasing ----------------------------------------------
     "graph_capture_advice", "fusion_advice", "pinned_memory_advice", "profiler_range_advice", "nvtx_range_advice",
     "scalar_readback_names", "running_value_advice", "resident_data_advice",
-    "pct", "human_ns", "plain_number", "parse_size", "shell_word", "shell_join", "read_small_text",
+    "pct", "counted", "human_ns", "human_bytes", "plain_number", "parse_size", "shell_word", "shell_join", "read_small_text",
     # -- the read-only trace view rules see (branch wt-memo adds it here: one name) -------------------------
 ]
 

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
 
 from nsys_rules.analysis.shift import Shift
 from nsys_rules.diff import DEFAULT_GATE_PCT, DEFAULT_HOST_SPREAD_PCT, Change, DiffResult, Run, compare, run_of
 from nsys_rules.errors import ExitCode, UsageError
-from nsys_rules.formatters.layout import FILE_WIDTH, fit, one_line, shorten, terminal_width
+from nsys_rules.formatters.fitted import fitted_table
+from nsys_rules.formatters.layout import FILE_WIDTH, fit, one_line, output_width
 from nsys_rules.formatters.markdown import cell, code_cell
 from nsys_rules.formatters.short_names import distinct_names
 from nsys_rules.inputs import open_trace
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "markdown":
         text = render_markdown(result, args.top)
     else:
-        text = render_table(result, args.top, terminal_width() or FILE_WIDTH)
+        text = render_table(result, args.top, output_width())
     if args.format != "json":
         text = terminal_safe(text)  # names from the files must not drive the terminal (json escapes itself)
     sys.stdout.write(text)
@@ -162,21 +162,23 @@ def _shown(rows: list[Change]) -> list[Change]:
 
 
 def render_table(result: DiffResult, top: int = 10, width: int = FILE_WIDTH) -> str:
-    """Plain-text report, ``width`` columns wide (kernel names are cut to fit, and kept apart)."""
+    """Plain-text report, ``width`` columns wide: kernel names cut to fit (and kept apart), and a table
+    whose numbers alone are too wide as one block per row (:func:`fitted_table`)."""
     name_w = max(20, min(90, width - 80))
     out = fit([_side("BASE", result.base), _side("NEW ", result.new)], width) + [""]
-    out.append(tabulate(_totals(result), headers=TOTAL_HEADERS, tablefmt="simple"))
-    out += ["", "the step by part (median per step, ranked by the size of the change):"]
-    out.append(tabulate([[shorten(c.kernel_class, name_w), *_change(c)] for c in _shown(result.parts)],
-                        headers=["part", *CHANGE_HEADERS], tablefmt="simple"))
+    out += fitted_table(TOTAL_HEADERS, _totals(result), width)
+    out += ["", *fit(["the step by part (median per step, ranked by the size of the change):"], width)]
+    out += fitted_table(["part", *CHANGE_HEADERS], [[one_line(c.kernel_class), *_change(c)] for c in _shown(result.parts)],
+                        width)
     out += ["", "GPU time by kernel class:"]
-    out.append(tabulate([[one_line(c.name), *_change(c)] for c in _shown(result.classes)],
-                        headers=["class", *CHANGE_HEADERS], tablefmt="simple"))
+    out += fitted_table(["class", *CHANGE_HEADERS], [[one_line(c.name), *_change(c)] for c in _shown(result.classes)],
+                        width)
     movers = result.movers[:top]
-    names = distinct_names([c.name for c in movers], name_w)
+    names = distinct_names([c.name for c in movers], name_w) if width >= 120 else {c.name: one_line(c.name)
+                                                                                   for c in movers}
     out += ["", f"biggest movers (top {top}):"]
-    out.append(tabulate([[names[c.name], one_line(c.kernel_class), *_change(c)] for c in movers],
-                        headers=["kernel", "class", *CHANGE_HEADERS], tablefmt="simple"))
+    out += fitted_table(["kernel", "class", *CHANGE_HEADERS],
+                        [[names[c.name], one_line(c.kernel_class), *_change(c)] for c in movers], width)
     out += [""] + fit([f"verdict: {result.line}"] + [f"  - {one_line(s)}" for s in _sentences(result)]
                       + [f"note: {one_line(note)}" for note in result.notes], width)
     return "\n".join(out) + "\n"

@@ -26,6 +26,7 @@ from nsys_rules.stats.filters import stats_window
 from nsys_rules.stats.output import EXTENSIONS, FORMATS, TIME_UNITS, in_time_unit, render
 from nsys_rules.textsafe import terminal_safe
 from nsys_rules.commands.common import add_filter_flags, filter_value
+from nsys_rules.formatters.layout import fit, output_width
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -86,14 +87,16 @@ def run(args: argparse.Namespace) -> int:
         if not result.rows:
             line = f"nsys-rules: {spec}: no data: {result.reason or 'the report is empty'}"
             sys.stderr.write(terminal_safe(line, newlines=False) + "\n")  # the reason names the trace's path
-        text = render(result, fmt)
+        # A file (-o) keeps nsys's layout; stdout is laid out for the terminal or pipe (80 columns unless COLUMNS).
+        text = render(result, fmt, None if files is not None else output_width())
         if files is not None:
             write_atomic(files[spec], text, f"the {spec} report")
         elif len(results) == 1:
             texts.append(text)
         elif result.rows:
             name = spec.split(":", 1)[0]
-            texts.append(f"\n ** {TITLES.get(name, name)} ({spec}):\n\n{text}")
+            heading = fit([f" ** {TITLES.get(name, name)} ({spec}):"], output_width(), indent="   ")
+            texts.append("\n" + "\n".join(heading) + f"\n\n{text}")
     if files is not None:
         sys.stderr.write("".join(terminal_safe(f"nsys-rules: wrote {files[spec]}", newlines=False) + "\n"
                                  for spec, _ in results))

@@ -3,7 +3,9 @@
 One block per finding, the way ruff and pytest print theirs: a header line (number, severity,
 rule, savings), then the message and the next optimization wrapped to the width, then the
 symptoms the finding explains. Every line fits the width (``COLUMNS``, the terminal's, or
-:data:`~nsys_rules.formatters.layout.COMPACT_FILE_WIDTH` for a file).
+:data:`~nsys_rules.formatters.layout.COMPACT_FILE_WIDTH`, 80, for a file or a pipe), except a suggested
+command: it has a line of its own, whole, however long (:mod:`.wrapping`). With several traces the
+ranked findings come first and each trace's budget after them.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ INDENT = "    "
 def format_compact(report: Report, width: int | None = None) -> str:
     """The report in the compact layout, ``width`` columns wide (default: the terminal's)."""
     width = width or terminal_width() or COMPACT_FILE_WIDTH
-    lines = header_lines(report, width)
     ranked = answer(report)
-    lines.append("")
-    lines += finding_blocks(ranked, width, several=len(report.results) > 1)
-    lines += tail_lines(report, ranked, width)
+    blocks = finding_blocks(ranked, width, several=len(report.results) > 1)
+    if len(report.results) > 1:  # several traces: the ranked findings first, each trace's budget after them
+        lines = [*blocks, *header_lines(report, width), "", *tail_lines(report, ranked, width)]
+    else:
+        lines = [*header_lines(report, width), "", *blocks, *tail_lines(report, ranked, width)]
     return "\n".join(fit(lines, width)) + "\n"
 
 
@@ -50,8 +53,7 @@ def block(entry: Entry, width: int, several: bool = False) -> list[str]:
     if saves:
         share = savings_share(entry)
         head.append(f"saves {saves}" + (f" ({share})" if share else ""))
-    # Each piece of the header stays whole on a line (no-break spaces inside it while wrapping).
-    out = [line.replace("\xa0", " ") for line in wrap("  ".join(p.replace(" ", "\xa0") for p in head), width, "", INDENT)]
+    out = header_pieces(head, width)
     out += wrap(one_line(clip(f.message)), width, INDENT)
     note = savings_note(f)
     if note:
@@ -59,4 +61,16 @@ def block(entry: Entry, width: int, several: bool = False) -> list[str]:
     out += wrap(f"next: {one_line(clip(f.recommendation))}", width, INDENT, INDENT + "  ")
     for symptom in entry.explains:
         out += wrap(explains_line(symptom, width - len(INDENT)), width, INDENT, INDENT + "  ")
+    return out
+
+
+def header_pieces(pieces: list[str], width: int) -> list[str]:
+    """A finding's header: ``pieces`` two spaces apart, each whole on a line; a new line (under
+    :data:`INDENT`) where the next piece would pass ``width``, and a piece longer than a line wrapped."""
+    out = [pieces[0]]
+    for piece in pieces[1:]:
+        if len(out[-1]) + 2 + len(piece) <= width:
+            out[-1] += "  " + piece
+        else:
+            out += wrap(piece, width, INDENT)
     return out

@@ -17,6 +17,7 @@ from nsys_rules.records import TraceInfo
 from nsys_rules.report import Report, TraceResult
 from nsys_rules.textsafe import NAME_CHARS as LONG_NAME
 from nsys_rules.textsafe import clip, html_safe
+from nsys_rules.formatters.wrapping import CODE
 from nsys_rules.units import human_ns, plain_number
 from nsys_rules.formatters.measured import measured_view, pct_text
 from nsys_rules.formatters.html_charts import CLASS_COLORS, classes_section, distributions_section, timeline_section
@@ -48,7 +49,9 @@ h2{font-size:17px;margin:0 0 12px}h3{font-size:14px;margin:14px 0 6px;color:#334
 .rule{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px;background:#f1f5f9;border-radius:6px;padding:1px 6px}
 .save{margin-left:auto;font-weight:650}.title{font-weight:600}
 .msg{margin:8px 0 4px}.next{background:#f0fdf4;border:1px solid #bbf7d0;border-radius:8px;padding:8px 10px;margin-top:8px}
-.next b{color:#15803d}.where{color:var(--mute);font-size:12px;word-break:break-all;margin-top:4px}
+.next b{color:#15803d}code{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12.5px;
+background:#f1f5f9;border-radius:4px;padding:0 3px;overflow-wrap:anywhere}
+.where{color:var(--mute);font-size:12px;word-break:break-all;margin-top:4px}
 table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:5px 8px;border-bottom:1px solid var(--line);
 vertical-align:top}th{color:var(--mute);font-weight:600;font-size:12px}td.n,th.n{text-align:right;white-space:nowrap}td.c{white-space:nowrap}
 .ev td{font-size:12.5px;padding:3px 8px}.mono{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px;
@@ -273,10 +276,16 @@ def _finding(i: int, f: Finding, top_savings: int, entry: Entry | None = None) -
     return (f"<div class='finding' style='--sev:{color}'><div class='top'><b>#{i}</b>"
             f"<span class='badge'>{html_safe(f.severity.value)}</span><span class='rule'>{html_safe(f.rule)}</span>"
             f"<span class='title'>{html_safe(f.title)}</span>{save}</div>"
-            f"<div class='msg'>{html_safe(f.message)}</div>"
-            + (f"<div class='where'>savings: {html_safe(savings_note(f) or '')}</div>" if savings_note(f) else "")
+            f"<div class='msg'>{with_code(f.message)}</div>"
+            + (f"<div class='where'>savings: {with_code(savings_note(f) or '')}</div>" if savings_note(f) else "")
             + "".join(f"<div class='where'>{html_safe(explains_line(s))}</div>" for s in (entry.explains if entry else ()))
             + (f"<div class='where'>{html_safe(' · '.join(where))}</div>" if where else "")
             + (f"<details><summary>evidence ({len(f.metrics)} numbers)</summary><table class='ev'>{evidence}</table>"
                "</details>" if evidence else "")
-            + f"<div class='next'><b>Next:</b> {html_safe(f.recommendation)}</div></div>")
+            + f"<div class='next'><b>Next:</b> {with_code(f.recommendation)}</div></div>")
+
+
+def with_code(text: str) -> str:
+    """``text`` escaped for HTML, its Markdown code spans (`` `nsys profile ...` ``) as ``<code>``: the
+    rules write commands and code in backticks, which a page shows as code, not as backticks."""
+    return CODE.sub(lambda m: f"<code>{m.group(1)}</code>", html_safe(text))

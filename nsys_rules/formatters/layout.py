@@ -14,12 +14,12 @@ import os
 import re
 import shutil
 import sys
-import textwrap
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, TypeVar
 
 from nsys_rules.findings import Finding
+from nsys_rules.formatters.wrapping import is_command_line, wrap_text
 from nsys_rules.records import TraceInfo
 from nsys_rules.report import Report, TraceResult
 from nsys_rules.textsafe import terminal_safe
@@ -29,10 +29,11 @@ FormatT = TypeVar("FormatT", bound=Callable[..., str])
 
 #: Below this many columns the table does not fit: the compact layout is used instead.
 COMPACT_BELOW = 120
-#: The table's width when the output is not a terminal (a file, a pipe) and COLUMNS is unset.
-FILE_WIDTH = 200
+#: The width when the output is not a terminal (a file, a pipe: ``check T | less``) and COLUMNS is unset: 80
+#: columns, as ruff, git and pytest lay out theirs (shells do not export COLUMNS), so the compact layout.
+FILE_WIDTH = 80
 #: The compact layout's width when the output is not a terminal and COLUMNS is unset.
-COMPACT_FILE_WIDTH = 100
+COMPACT_FILE_WIDTH = FILE_WIDTH
 #: Narrowest layout this module makes; a smaller COLUMNS is taken as this.
 MIN_WIDTH = 40
 
@@ -62,23 +63,28 @@ def terminal_width() -> int | None:
     return None
 
 
+def output_width() -> int:
+    """Columns to lay out for: :func:`terminal_width`, else :data:`FILE_WIDTH` (a file or a pipe)."""
+    return terminal_width() or FILE_WIDTH
+
+
 def one_line(text: object) -> str:
     """A value from the trace as one visible line: control characters and newlines shown escaped."""
     return terminal_safe(str(text), newlines=False)
 
 
 def wrap(text: str, width: int, first: str = "", rest: str | None = None) -> list[str]:
-    """``text`` wrapped to ``width`` columns; words longer than a line are broken (the width is a promise)."""
-    rest = first if rest is None else rest
-    return textwrap.wrap(text, width=max(width, len(rest) + 10), initial_indent=first, subsequent_indent=rest,
-                         break_on_hyphens=False) or [first.rstrip()]
+    """``text`` wrapped to ``width`` columns; words longer than a line are broken (the width is a promise),
+    a command in backticks gets its own line, whole (:mod:`.wrapping`: the one exception to the width)."""
+    return wrap_text(text, width, first, rest)
 
 
 def fit(lines: Iterable[str], width: int | None, indent: str = "  ") -> list[str]:
-    """Every line that is wider than ``width`` wrapped, continuation lines indented."""
+    """Every line that is wider than ``width`` wrapped, continuation lines indented; a line of several
+    (a table) is taken line by line, and a command on its own line is left whole."""
     out: list[str] = []
-    for line in lines:
-        if width is None or len(line) <= width:
+    for line in (part for text in lines for part in text.split("\n")):
+        if width is None or len(line) <= width or is_command_line(line):
             out.append(line)
             continue
         lead = line[: len(line) - len(line.lstrip())]
@@ -188,6 +194,8 @@ def budget_lines(info: TraceInfo, label_width: int = 40) -> list[str]:
     view = budget_view(info)
     if view is None:
         reason = info.budget_reason
+        if reason and reason in str(info.window.get("steady", {}).get("source", "")):
+            return ["step budget: none (no steps: why is in the steady state's line above)"]
         return [f"step budget: none ({one_line(reason)})"] if reason else []
     out = [f"step time: {view.headline()}",
            f"{'the median step by part:':<{label_width + 2}}{'median step':>12}{'share':>9}{'mean/step':>12}"]
@@ -319,9 +327,18 @@ def savings_text(f: Finding) -> str:
 
 
 def savings_share(entry: Entry) -> str:
-    """``65 % of steady time`` for a finding with savings in a trace with steps; empty otherwise."""
+    """``65 % of steady time`` for a finding with savings in a trace with steps; empty otherwise.
+
+    A saving outside the steady steps (an earlier regime: ``budget_part="outside"``) is no share of
+    them, and says so; no share is ever shown above 100 %: a saving larger than the steady state is
+    not one of its parts (the answer caps those that are).
+    """
     saves = entry.finding.estimated_savings_ns
     if not saves or not entry.steady_ns:
+        return ""
+    if entry.finding.budget_part == "outside":
+        return "outside the steady state"
+    if saves > entry.steady_ns:
         return ""
     return f"{100.0 * saves / entry.steady_ns:.0f} % of steady time"
 

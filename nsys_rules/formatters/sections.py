@@ -38,6 +38,9 @@ def header_lines(report: Report, width: int) -> list[str]:
         if not result.has_cuda:
             lines.append(NO_CUDA)
             continue
+        user = info.window.get("filter", {}).get("source")
+        if user:
+            lines.append(f"window: {one_line(user)} (every finding judges this window)")
         steady = info.window.get("steady", {}).get("source")
         if steady:
             lines.append(f"steady state: {one_line(steady)}")

@@ -1,22 +1,25 @@
 """The human report: each trace's step budget, then the findings ranked, as a table.
 
 The table is laid out for the width it is read at: ``COLUMNS`` or the terminal's width, and
-:data:`~nsys_rules.formatters.layout.FILE_WIDTH` when the output is a file or a pipe. Below
+:data:`~nsys_rules.formatters.layout.FILE_WIDTH` (80) when the output is a file or a pipe. Below
 :data:`~nsys_rules.formatters.layout.COMPACT_BELOW` columns a table's text columns get too narrow
 to read, so the report switches to the compact layout (:mod:`.compact`); ``--format compact``
-asks for that layout at any width.
+asks for that layout at any width. A suggested command never wraps inside its cell: one that fits
+the cell has a line of its own there, a longer one is printed whole under the table, named from
+the cell (``command 2a, below``).
 """
 
 from __future__ import annotations
 
-import textwrap
+import re
 
 from tabulate import tabulate
 
 from nsys_rules.report import Report
 from nsys_rules.textsafe import clip
-from nsys_rules.formatters.layout import (COMPACT_BELOW, FILE_WIDTH, Answer, answer, explains_line, fit, one_line,
-                                          savings_note, savings_share, savings_text, terminal_width, trace_name)
+from nsys_rules.formatters.layout import (COMPACT_BELOW, Answer, answer, explains_line, fit, one_line, output_width,
+                                          savings_note, savings_share, savings_text, trace_name)
+from nsys_rules.formatters.wrapping import CODE, fill_cell, is_command, is_command_line
 from nsys_rules.formatters.sections import header_lines, tail_lines
 
 __all__ = ["format_table", "findings_table"]
@@ -27,20 +30,23 @@ MESSAGE_MAX, NEXT_MAX = 90, 70
 
 def format_table(report: Report, width: int | None = None) -> str:
     """The report as a table ``width`` columns wide (default: see the module docstring)."""
-    width = width or terminal_width()
-    if width is not None and width < COMPACT_BELOW:
-        from nsys_rules.formatters.compact import format_compact
+    from nsys_rules.formatters.compact import format_compact
 
+    width = width or output_width()
+    if width < COMPACT_BELOW:
         return format_compact(report, width)
-    width = width or FILE_WIDTH
     ranked = answer(report)
     table = findings_table(ranked, width, several=len(report.results) > 1) if ranked.entries else "no findings"
-    lines = [*fit(header_lines(report, width), width), table, *fit(tail_lines(report, ranked, width), width)]
-    return "\n".join(lines) + "\n"
+    if any(len(line) > width and not is_command_line(line) for line in table.split("\n")):
+        return format_compact(report, width)  # columns too narrow for what they hold (trace names, long words)
+    head, tail = fit(header_lines(report, width), width), fit(tail_lines(report, ranked, width), width)
+    if len(report.results) > 1:  # several traces: the ranked findings first, each trace's budget after them
+        return "\n".join([table, *head, *tail]) + "\n"
+    return "\n".join([*head, table, *tail]) + "\n"
 
 
 def findings_table(ranked: Answer, width: int, several: bool = False) -> str:
-    """The ranked findings as a grid whose lines fit ``width``."""
+    """The ranked findings as a grid whose lines fit ``width``, then the commands too long for their cell."""
     headers = ["#", "severity", "rule", "saves", "finding", "next optimization"]
     rows = []
     for entry in ranked.entries:
@@ -55,18 +61,37 @@ def findings_table(ranked: Answer, width: int, several: bool = False) -> str:
     room = max(20, width - sum(fixed) - 3 * 5 - 4)
     text_w = min(MESSAGE_MAX, max(10, room * 11 // 20))
     next_w = min(NEXT_MAX, max(len(headers[5]) + 2, room - text_w))
+    below: list[str] = []
     for row, entry in zip(rows, ranked.entries, strict=True):
         f = entry.finding
-        text = _fill(one_line(clip(f.message)), text_w)
+        text = _fill(_commands_below(one_line(clip(f.message)), text_w, entry.number, below), text_w)
         note = savings_note(f)
         if note:
             text += _fill(f"savings: {note}", text_w)
         for symptom in entry.explains:
             text += _fill(explains_line(symptom, 2 * text_w), text_w)  # at most two lines
-        row += ["\n".join(text), "\n".join(_fill(one_line(clip(f.recommendation)), next_w))]
-    return tabulate(rows, headers=headers, tablefmt="simple_grid", disable_numparse=True)
+        advice = _commands_below(one_line(clip(f.recommendation)), next_w, entry.number, below)
+        row += ["\n".join(text), "\n".join(_fill(advice, next_w))]
+    table = tabulate(rows, headers=headers, tablefmt="simple_grid", disable_numparse=True)
+    return "\n".join([table, *below])
+
+
+def _commands_below(text: str, width: int, number: int, below: list[str]) -> str:
+    """``text`` with each command wider than its cell replaced by ``(command 2a, below)``; the command
+    itself appended to ``below``, a line naming it, then the command alone on its line."""
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+
+    def swap(m: re.Match[str]) -> str:
+        code = m.group(1)
+        if not is_command(code) or len(code) <= width:
+            return m.group(0)
+        name = f"{number}{next(letters, '')}"
+        below.extend([f"command {name} (finding {number}):", f"  {code}"])
+        return f"(command {name}, below)"
+
+    return CODE.sub(swap, text)
 
 
 def _fill(text: str, width: int) -> list[str]:
     # Finding texts are bounded (findings.Finding), so wrapping them stays cheap whatever the trace recorded.
-    return textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+    return fill_cell(text, width)

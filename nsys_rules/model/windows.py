@@ -43,6 +43,14 @@ class Window:
     #: ``filter`` for a user window; empty for a plain window.
     kind: str = ""
     model: StepModel | None = field(default=None, compare=False, hash=False, repr=False)
+    #: The user's filter (first, last instant) when this is the steady state cut by it (``kind`` ``filter``).
+    cut: tuple[int, int] | None = None
+
+    @property
+    def name(self) -> str:
+        """The window in a few words, for a finding's text: ``source`` up to its first "; " (what the
+        window is, without why no step model fits, which the report's header says once)."""
+        return self.source.split("; ", 1)[0]
 
     @property
     def start(self) -> int | None:
@@ -227,6 +235,19 @@ def require_activity(trace: Trace, window: Window, what: str) -> None:
     raise UsageError(f"{what} selects nothing: the trace's activity runs from {max(lo, 0) / 1e9:.3f} s to "
                      f"{max(hi, 0) / 1e9:.3f} s after the session start (the origin of --filter-time); --filter-time "
                      f"{first}/{max(-(-hi // 1_000_000), 1)}ms covers all of it")
+
+
+def covers_activity(trace: Trace, window: Window) -> bool:
+    """Whether ``window`` holds every CUDA API call, GPU launch and NVTX range start of the trace (it cuts
+    nothing: the window :func:`require_activity` suggests as covering all of it)."""
+    from nsys_rules.model.activity import gpu_ops
+
+    ops = gpu_ops(trace)
+    starts = [np.where(ops.launch >= 0, ops.launch, ops.start)]  # work without its launch call: by its start
+    for table in ("api", "nvtx"):
+        if trace.has(table):
+            starts.append(np.asarray(trace.frame(table, ["start"])["start"].to_numpy(), np.int64))
+    return all(bool(window.mask(t).all()) for t in starts if len(t))
 
 
 #: nsys exports store times relative to the session start, so ``--filter-time 5s/7s`` starts at 5e9.

@@ -7,6 +7,7 @@ import io
 import json
 from typing import Any
 
+from nsys_rules.formatters.fitted import fitted_table
 from nsys_rules.textsafe import csv_cell, terminal_safe
 from nsys_rules.stats.common import StatsResult
 
@@ -41,13 +42,32 @@ def in_time_unit(result: StatsResult, unit: str) -> StatsResult:
 TABLE_NAME_WIDTH = 100
 
 
-def render(result: StatsResult, fmt: str) -> str:
-    """The report as text in ``fmt``; an empty report is ``[]`` in json and nothing elsewhere."""
+def render(result: StatsResult, fmt: str, width: int | None = None) -> str:
+    """The report as text in ``fmt``; an empty report is ``[]`` in json and nothing elsewhere.
+
+    ``width``: the table's columns on a terminal or a pipe (None: nsys's layout, as ``-o`` files keep
+    it). A table wider than that has its widest name column cut to fit; when the numbers alone do
+    not fit, each row is a block (its name, then ``column value`` pairs), so no line passes ``width``.
+    """
     if fmt == "json":
         return json.dumps(result.rows, indent=2, ensure_ascii=False) + "\n"
     if fmt == "csv":
         return _csv(result)
-    return _table(result)
+    text = _table(result)
+    if width is None or all(len(line) <= width for line in text.splitlines()):
+        return text
+    return _narrow(result, width)
+
+
+def _narrow(result: StatsResult, width: int) -> str:
+    cells = [[_cell(row[c], c) for c in result.columns] for row in result.rows]
+    texts = [i for i, c in enumerate(result.columns) if c in result.text_columns]
+    name = max(texts, key=lambda i: max(len(r[i]) for r in cells)) if texts else len(result.columns) - 1
+    # The full name in a block (nsys's 100-character cut is for its one-line rows).
+    full = [[terminal_safe(str(row[c]), newlines=False) if i == name else cell
+             for i, (c, cell) in enumerate(zip(result.columns, cells_row, strict=True))]
+            for row, cells_row in zip(result.rows, cells, strict=True)]
+    return "\n".join(fitted_table(result.columns, full, width, name)) + "\n"
 
 
 def _csv(result: StatsResult) -> str:

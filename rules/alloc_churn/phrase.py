@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nsys_rules.api import pct
+from nsys_rules.api import counted, human_bytes, pct
 from nsys_rules.rules.alloc_churn.measure import CACHING_OFF, XLA_ALLOCATOR, ChurnEvidence
 
 
@@ -13,7 +13,9 @@ def message(ev: ChurnEvidence) -> str:
     rate = f" ({ev.per_step:.1f} per step over {ev.steps} steps)" if ev.per_step is not None else ""
     volume = ""
     if ev.usage is not None and ev.usage[0]:
-        volume = f" Memory-usage events show {ev.usage[0]} allocations of {ev.usage[1] / 2**20:.1f} MiB in the window."
+        n = ev.usage[0]
+        volume = (f" Memory-usage events show {n} allocation{'' if n == 1 else 's'} of {human_bytes(ev.usage[1])} "
+                  "in the window.")
     cause = _cause_words(ev)
     text = (f"{len(ev.calls)} allocation/free calls in the steady state{rate}: {detail}. They take "
             f"{ev.total / 1e6:.2f} ms, {ev.share:.1f} % of the {ev.steady_ns / 1e6:.1f} ms steady state on the busiest "
@@ -35,7 +37,7 @@ def _cause_words(ev: ChurnEvidence) -> str:
     if ev.cause == "empty-cache":
         where = (f"in {ev.free_steps} of the {ev.steps} steps" if ev.steps else "again and again")
         return (f" PyTorch's caching allocator is on ({CACHING_OFF} is not set), and it returns memory to the "
-                f"driver only when emptied, yet the loop calls cudaFree {ev.device_frees} times, {where}: "
+                f"driver only when emptied, yet the loop calls cudaFree {counted(ev.device_frees, 'time')}, {where}: "
                 "`torch.cuda.empty_cache()` runs in the loop (or an allocation failed and the allocator released "
                 "its cache to retry), and every cudaFree synchronizes the device.")
     if ev.cause == "growth":

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import Framework, Renamed, Severity, pinned_memory_advice
+from nsys_rules.api import human_bytes, Framework, Renamed, Severity, pinned_memory_advice
 from nsys_rules.rules.copies.common import CopyGroup, FlaggedCallRule, FlaggedCalls, copy_groups
 
 PAGEABLE = 0
@@ -99,7 +99,7 @@ class PageableMemcpy(FlaggedCallRule):
 
     def message(self, group: CopyGroup, opts: Any) -> str:
         cg, single = group, group.group.single
-        what = (f"A {cg.direction} copy ({cg.src} -> {cg.dst}, {cg.nbytes} B)" if single else
+        what = (f"A {cg.direction} copy ({cg.src} -> {cg.dst}, {human_bytes(cg.nbytes)})" if single else
                 f"{cg.count} {cg.direction} copies ({cg.src} -> {cg.dst}, {cg.nbytes / 1e6:.3f} MB in all)")
         return (f"{what} launched with {cg.api} on stream {cg.stream} "
                 f"{'uses' if single else 'use'} pageable host memory, so the driver stages it and the call "

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import Framework, Renamed, Severity, pinned_memory_advice, scalar_readback_names
+from nsys_rules.api import human_bytes, Framework, Renamed, Severity, pinned_memory_advice, scalar_readback_names
 from nsys_rules.rules.copies.common import CopyGroup, FlaggedCallRule, copy_groups
 
 HTOD, DTOD = 1, 8
@@ -94,7 +94,7 @@ class SyncMemcpy(FlaggedCallRule):
 
     def message(self, group: CopyGroup, opts: Any) -> str:
         cg = group
-        what = (f"A synchronous {cg.direction} copy ({cg.src} -> {cg.dst}, {cg.nbytes} B)" if cg.group.single else
+        what = (f"A synchronous {cg.direction} copy ({cg.src} -> {cg.dst}, {human_bytes(cg.nbytes)})" if cg.group.single else
                 f"{cg.count} synchronous {cg.direction} copies ({cg.src} -> {cg.dst}, {cg.nbytes / 1e6:.3f} MB in all)")
         return (f"{what} with {cg.api} on stream {cg.stream} blocked the host {cg.host_ns / 1e6:.3f} ms "
                 f"({cg.share:.2f} % of the judged {cg.judged_ns / 1e6:.1f} ms) for {cg.gpu_ns / 1e6:.3f} ms of copying.")

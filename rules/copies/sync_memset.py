@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import Framework, Renamed, Severity
+from nsys_rules.api import human_bytes, Framework, Renamed, Severity
 from nsys_rules.rules.copies.common import FlaggedCallRule, MemsetGroup, memset_groups
 
 #: Runtime `cudaMemset*` and driver `cuMemsetD*` calls; the async ones are excluded separately.
@@ -81,7 +81,7 @@ class SyncMemset(FlaggedCallRule):
 
     def message(self, group: MemsetGroup, opts: Any) -> str:
         g = group
-        what = (f"A synchronous memset of {g.nbytes} B of {g.kind} memory" if g.group.single else
+        what = (f"A synchronous memset of {human_bytes(g.nbytes)} of {g.kind} memory" if g.group.single else
                 f"{g.count} synchronous memsets of {g.kind} memory ({g.nbytes / 1e6:.3f} MB in all)")
         return (f"{what} with {g.api} on stream {g.stream} blocked the host {g.host_ns / 1e6:.3f} ms "
                 f"({g.share:.2f} % of the judged {g.judged_ns / 1e6:.1f} ms); GPU time {g.gpu_ns / 1e6:.3f} ms.")

@@ -8,7 +8,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import plain_number
+from nsys_rules.api import counted, plain_number
 from nsys_rules.api import Finding, Location, Renamed, Rule, RuleContext, Severity, gpu_op_frames, metric, pct
 from nsys_rules.api.analysis import gaps_at_least, merge_intervals, split_flagged
 from nsys_rules.rules.gaps.common import GPU_TIME_COLUMNS, per_device, steady_start
@@ -145,7 +145,7 @@ class GpuIdleGaps(Rule):
             longest = ", ".join(f"{d / 1e6:.3f} ms at {s / 1e9:.6f} s" for s, d in
                                 zip(worst["start"].to_numpy(), worst["duration"].to_numpy(), strict=True))
             what = (f"GPU {dev} idled {total / 1e6:.3f} ms starting at {group.start / 1e9:.6f} s" if group.single else
-                    f"GPU {dev} idled {len(g)} times for at least {plain_number(opts.min_gap_ns / 1e3, 6)} us, "
+                    f"GPU {dev} idled {counted(len(g), 'time')} for at least {plain_number(opts.min_gap_ns / 1e3, 6)} us, "
                     f"{total / 1e6:.3f} ms "
                     f"in all (longest: {longest})")
             where = "before the steady state (loading or warm-up)" if not run_phase else "while the program ran"

@@ -10,7 +10,7 @@ import pandas as pd
 from nsys_rules.api import plain_number
 from nsys_rules.api import Finding, Location, Renamed, Rule, RuleContext, Severity, gpu_op_frames, metric, pct
 from nsys_rules.api.analysis import chunk_utilization, merge_low_chunks, split_flagged
-from nsys_rules.rules.gaps.common import GPU_TIME_COLUMNS, per_device, steady_gpu_span
+from nsys_rules.rules.gaps.common import GPU_TIME_COLUMNS, UNBOUNDED, per_device, steady_gpu_span
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,8 @@ class GpuLowUtilization(Rule):
             length = int((g["end"] - g["start"]).sum())
             in_use = float((g["in_use_pct"] * (g["end"] - g["start"])).sum() / max(length, 1))
             idle = int(g["idle"].sum())
-            # Chunks do not align with the steady state: a start-up region that grazes it is still start-up.
-            inside = (g["end"].clip(upper=steady_hi) - g["start"].clip(lower=steady_lo)).clip(lower=0).sum()
+            # Chunks do not align with the steady state: a start-up region that grazes it is still judged as start-up.
+            before, inside, after = _placed(g, steady_lo, steady_hi)
             reaches_steady = bool(inside >= 0.25 * max(1, steady_hi - steady_lo))
             severity = (Severity.WARNING if reaches_steady and idle >= opts.warn_share_pct / 100 * span else Severity.INFO)
             what = (f"GPU {dev} was {in_use:.1f} % in use over {length / 1e6:.1f} ms from {group.start / 1e9:.6f} s"
@@ -102,12 +102,17 @@ class GpuLowUtilization(Rule):
                     f"GPU {dev} was under {plain_number(opts.max_in_use_pct, 6)} % in use in {len(g)} regions, "
                     f"{length / 1e6:.1f} ms "
                     f"in all ({in_use:.1f} % in use on average)")
-            phase = "reaching into the steady state" if reaches_steady else "before the steady state (start-up)"
-            rec = ("The steady state leaves the GPU idle: see launch-bound, sync-stall and gpu-idle-gaps for the "
-                   "cause (CUDA graphs for a launch-bound loop, removing host syncs, launching ahead)."
-                   if reaches_steady else
-                   "This is start-up time: leave it out of the capture (see capture-scope) or judge with "
-                   "`--set gpu-low-utilization.window=steady`.")
+            known = (steady_lo, steady_hi) != UNBOUNDED
+            phase = phase_words(before, inside, after) if known else "in a capture where no steady loop was found"
+            if reaches_steady or (known and inside >= before + after):
+                rec = ("The steady state leaves the GPU idle: see launch-bound, sync-stall and gpu-idle-gaps for the "
+                       "cause (CUDA graphs for a launch-bound loop, removing host syncs, launching ahead).")
+            elif opts.window == "steady" or not known:
+                rec = ("This is not steady-state time: leave it out of the capture (see capture-scope) or judge a "
+                       "window of the steady loop with `--filter-time` or `--filter-nvtx`.")
+            else:
+                rec = ("This is start-up or shutdown time: leave it out of the capture (see capture-scope) or judge "
+                       "with `--set gpu-low-utilization.window=steady`.")
             yield ctx.finding(
                 f"{what}, {phase}; {pct(length, span):.0f} % of the {span / 1e6:.1f} ms GPU span, "
                 f"{idle / 1e6:.1f} ms idle.",
@@ -117,6 +122,28 @@ class GpuLowUtilization(Rule):
                          "gpu_span": metric(span, "ns")},
                 location=Location(pid=int(pid), device=int(dev), start_ns=group.start, end_ns=group.end),
                 key=("steady" if reaches_steady else "start-up") + group.key_suffix)
+
+
+def _placed(regions: pd.DataFrame, lo: int, hi: int) -> tuple[int, int, int]:
+    """How much of ``regions``' time lies before ``lo``, between ``lo`` and ``hi``, and after ``hi``."""
+    start, end = regions["start"], regions["end"]
+    before = int((end.clip(upper=lo) - start).clip(lower=0).sum())
+    after = int((end - start.clip(lower=hi)).clip(lower=0).sum())
+    return before, int((end - start).sum()) - before - after, after
+
+
+#: Where a part of a region lies, as a message names it.
+PHASES = ("before the steady state (start-up)", "inside the steady state", "after the steady state (shutdown)")
+
+
+def phase_words(before: int, inside: int, after: int) -> str:
+    """Where regions lie relative to the steady state: ``inside the steady state``, or for regions in
+    several phases how much is in each (``441.8 ms before the steady state (start-up), 2.3 ms inside it``)."""
+    parts = [(name, ns) for name, ns in zip(PHASES, (before, inside, after), strict=True) if ns > 0]
+    if len(parts) <= 1:
+        return parts[0][0] if parts else PHASES[1]
+    words = [f"{ns / 1e6:.1f} ms {name}" for name, ns in parts]
+    return ", ".join([words[0]] + [w.replace("the steady state", "it", 1) if "inside" in w else w for w in words[1:]])
 
 
 RULE = GpuLowUtilization

@@ -14,7 +14,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from nsys_rules.api import (Finding, Location, part_of_class, Renamed, require_visible_kernels, Rule, RuleContext,
+from nsys_rules.api import (Finding, Window, Location, part_of_class, Renamed, require_visible_kernels, Rule, RuleContext,
                             Severity)
 from nsys_rules.api.analysis import base_name, DEFAULT_TAXONOMY, is_any_launch
 from nsys_rules.rules.kernel_tail.judge import has_tail, judge_kernel
@@ -130,7 +130,7 @@ class KernelTail(Rule):
         worst = slowest(ctx, kernels, rows, durations, opts.worst_instances)
         text = kernel_message(f"{base_name(full_name)} grid {grid} block {block}", row, verdict,
                               "; ".join(instance_text(i, len(ctx.window.steps)) for i in worst.instances), more,
-                              opts.tail_ratio)
+                              opts.tail_ratio, _judged_time(ctx.window))
         named = tuple(i.step + 1 for i in worst.instances if i.step >= 0)
         location = Location(device=int(row["device"]), kernel=full_name, stream=worst.stream, start_ns=worst.start,
                             end_ns=worst.end, steps=named or None)
@@ -165,6 +165,12 @@ class KernelTail(Rule):
                               metrics=api_metrics(row), title=API_TITLE, location=Location(api=name), key="api",
                               # A launch call waiting on a full queue is the GPU being the bottleneck: nothing to gain here.
                               estimated_savings_ns=0 if is_any_launch(name) else None)
+
+
+
+def _judged_time(window: Window) -> str:
+    """What the GPU time a tail is a share of is: the steady state's, or a user's window holding no steady step."""
+    return "GPU time in the filter window" if window.kind == "filter" and window.cut is None else "steady-state GPU time"
 
 
 RULE = KernelTail

@@ -44,16 +44,18 @@ def instance_text(instance: Instance, n_steps: int) -> str:
     return f"{instance.duration / 1e3:.1f} us at {instance.start / 1e6:.3f} ms{where}{ranges}"
 
 
-def kernel_message(label: str, row: pd.Series, verdict: KernelVerdict, slowest: str, more: int, tail_ratio: float) -> str:
+def kernel_message(label: str, row: pd.Series, verdict: KernelVerdict, slowest: str, more: int, tail_ratio: float,
+                   judged: str = "steady-state GPU time") -> str:
     """The statistics, then either why the spread is shape variation or what kind of tail it is.
 
-    ``slowest``: the slowest invocations as text; ``more``: reportable groups left out.
+    ``slowest``: the slowest invocations as text; ``more``: reportable groups left out; ``judged``: what
+    the GPU time the tail is a share of is (the window's words).
     """
     plain_cost, gpu_time, positional = float(row["tail_cost"]), float(row["gpu_time"]), verdict.positional_cost
     stats = (f"{label}: {int(row['count'])} invocations, p50 {row['p50'] / 1e3:.1f} us, p95 {row['p95'] / 1e3:.1f} us, "
              f"p99 {row['p99'] / 1e3:.1f} us, max {row['max'] / 1e3:.1f} us (max/p50 {row['max_p50']:.2f}, "
              f"p99/p50 {row['p99_p50']:.2f}, tail score {row['tail_score']:.0f}); time above p50 "
-             f"{plain_cost / 1e6:.2f} ms = {pct(plain_cost, gpu_time):.1f} % of steady-state GPU time "
+             f"{plain_cost / 1e6:.2f} ms = {pct(plain_cost, gpu_time):.1f} % of {judged} "
              f"({gpu_time / 1e6:.1f} ms).")
     explained_by = (f"each position in a repeating sequence of {verdict.period} launches" if verdict.period else
                     f"each position in the step ({int(row['steps_seen'])} steps)")

@@ -83,7 +83,7 @@ class LaunchBound(Rule):
             if verdict is None:
                 continue
             yield ctx.finding(
-                message(found, verdict, step_count(ctx), ctx.window.source, ctx.budget if verdict.on_loop else None, fw),
+                message(found, verdict, step_count(ctx), ctx.window.name, ctx.budget if verdict.on_loop else None, fw),
                 recommendation(found, verdict, opts.graph_gap_ns, fw), severity=verdict.severity,
                 metrics=metrics(found, verdict), location=Location(device=found.device, start_ns=found.lo, end_ns=found.hi),
                 estimated_savings_ns=verdict.savings, budget_part="launch_wait")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nsys_rules.api import plain_number
+from nsys_rules.api import counted, plain_number
 from nsys_rules.api import Budget, Framework, Metric, graph_capture_advice, metric
 from nsys_rules.rules.launch_bound.judge import LaunchVerdict
 from nsys_rules.rules.launch_bound.measure import DeviceLaunches
@@ -44,7 +44,8 @@ def message(found: DeviceLaunches, verdict: LaunchVerdict, steps: int, window_so
             f"({verdict.judged / 1e6:.1f} ms, {window_source}): {_kernels(found)}"
             f"{per_step}, median {prof.median_kernel_ns / 1e3:.1f} us, launch API time "
             f"{prof.launch_api_per_kernel / 1e3:.1f} us per kernel. The GPU ran dry before the next launch "
-            f"{prof.starved_gaps} times, idling {prof.starved_ns / 1e6:.1f} ms.{host_split(budget, fw) if budget else ''}")
+            f"{counted(prof.starved_gaps, 'time')}, idling {prof.starved_ns / 1e6:.1f} ms."
+            f"{host_split(budget, fw) if budget else ''}")
     if found.graph_loop and found.replayed:
         text += (f" The loop already replays CUDA graphs ({found.graph_launches} launches): the GPU waits for the host "
                  "between the replays.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nsys_rules.api import plain_number
+from nsys_rules.api import human_bytes, plain_number
 from nsys_rules.api import Framework, PythonSite, running_value_advice, scalar_readback_names
 from nsys_rules.api.analysis import DEVICE_SYNC_APIS
 from nsys_rules.rules.sync_stall.judge import SyncVerdict
@@ -21,7 +21,7 @@ def message(ev: SyncEvidence, verdict: SyncVerdict, llm: bool, fw: Framework, tr
     readback = ""
     if ev.readbacks:
         pattern = f" ({scalar_readback_names(fw)})" if fw.name != "cuda" else ""
-        size = f" of {ev.readback_bytes} B" if ev.readback_bytes else ""
+        size = f" of {human_bytes(ev.readback_bytes)}" if ev.readback_bytes else ""
         every = (" once per step: the loss (or a metric) read back in every training step"
                  if ev.scalar_every_step() and training and not llm else "")
         readback = (f" {ev.readbacks} of them wait on a device-to-host readback{size}"

@@ -44,7 +44,8 @@ def test_the_same_runs_on_both_sides_pass_and_say_no_change(tmp_path):
     base = _runs(tmp_path, "b", (1.0, 1.002, 0.998))
     again = _runs(tmp_path, "a", (1.001, 0.999, 1.0))
     for fmt in ("table", "markdown"):
-        proc = run_cli("diff", *base, "--new", *again, "--format", fmt)
+        # 200 columns: the verdict on one line (piped, the table is laid out for 80 and wraps it).
+        proc = run_cli("diff", *base, "--new", *again, "--format", fmt, env={"COLUMNS": "200"})
         assert proc.returncode == 0, proc.stderr
         line = proc.stdout.splitlines()[0] if fmt == "markdown" else \
             next(x for x in proc.stdout.splitlines() if x.startswith("verdict: "))

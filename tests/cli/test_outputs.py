@@ -181,7 +181,8 @@ def test_diff_release_vs_debug_fails_the_gate(h200):
 
 def test_diff_trace_against_itself_passes(h200):
     for fmt in ("table", "markdown"):
-        proc = run_cli("diff", str(h200 / "decode_eager.sqlite"), str(h200 / "decode_eager.sqlite"), "--format", fmt)
+        proc = run_cli("diff", str(h200 / "decode_eager.sqlite"), str(h200 / "decode_eager.sqlite"), "--format", fmt,
+                       env={"COLUMNS": "200"})  # the verdict on one line
         assert proc.returncode == 0, proc.stderr
         # One run per side of a host-bound loop: +0.0 %, but the host time may move between runs, so no verdict.
         first = proc.stdout.splitlines()[0] if fmt == "markdown" else \
@@ -194,7 +195,8 @@ def test_diff_trace_against_itself_passes(h200):
 def test_diff_eager_to_graphs_passes_on_the_step_time_drop(h200):
     # CUDA graphs: GPU time per step grows a little (+6.8 %: graph-replay time, the capture hides the kernels), the
     # step shrinks by two thirds (the gaps go).
-    proc = run_cli("diff", str(h200 / "decode_eager.sqlite"), str(h200 / "decode_graph_default.sqlite"))
+    proc = run_cli("diff", str(h200 / "decode_eager.sqlite"), str(h200 / "decode_graph_default.sqlite"),
+                   env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     assert "verdict: faster: time per step -68.9 % (95 % interval -89.7 % to -47.1 %; median 4.56 ms -> 1.42 ms; " \
            "runs 1 vs 1); gate 5 %: pass" in proc.stdout

@@ -57,6 +57,7 @@ def test_the_readme_config_leaves_a_tail_that_saves_nothing_minor(tmp_path, monk
     assert report["summary"]["by_severity"]["error"] == 0
     # fail-on = "warning" (the example's): the exit code is the warning's, shown in the table.
     assert rc == 1 and report["summary"]["by_severity"]["warning"] >= 1
+    monkeypatch.setenv("COLUMNS", "200")  # the table layout (piped, 80 columns: the compact one)
     main(["check", str(EXAMPLE)])
     table = capsys.readouterr().out
     assert "minor: " in table and "kernel-tail" in table.split("minor: ", 1)[1].splitlines()[0]

@@ -95,7 +95,8 @@ def test_csv_format(capsys, worker_trace):
     assert (gemv["Total Time (ns)"], gemv["Instances"], gemv["Med (ns)"]) == ("11000", "3", "3000.0")
 
 
-def test_table_format(capsys, worker_trace):
+def test_table_format(capsys, worker_trace, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # nsys's one-line rows (piped without COLUMNS: 80 columns, one block per row)
     code, text, _ = run_stats(capsys, worker_trace, "cuda_gpu_kern_sum", fmt="table")
     assert code == 0
     header, rule, first = text.splitlines()[:3]
@@ -105,7 +106,8 @@ def test_table_format(capsys, worker_trace):
     assert "11,000" in first and first.rstrip().endswith("gemv")
 
 
-def test_table_shortens_long_names_like_nsys(capsys, tmp_path):
+def test_table_shortens_long_names_like_nsys(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
     b = TraceBuilder()
     b.kernel("k" * 150, 10_000, 100)
     b.kernel("add(int, float)", 20_000, 50)

@@ -44,7 +44,7 @@ def suggestions(data: dict) -> list[tuple[str, list[str]]]:
 def steady_of(data: dict, trace: str) -> tuple[int, int | None]:
     """(steps, kernels launch-bound counted) of ``trace`` in a report, whichever window it judged."""
     [entry] = [t for t in data["traces"] if t["path"] == trace]
-    window = entry["window"].get("filter") or entry["window"]["steady"]
+    window = entry["window"]["steady"]  # with a filter: the steady steps inside it
     kernels = [f["metrics"]["kernels"]["value"] for f in data["findings"]
                if f["rule"] == "launch-bound" and f["location"].get("trace") == trace]
     return window["steps"], (kernels[0] if kernels else None)

@@ -28,7 +28,10 @@ def _need(path: Path) -> None:
 def _outputs(path: Path, tmp_path: Path, capsys) -> dict:
     """Exit code under --fail-on warning and the text of table, markdown, HTML and JSON."""
     page = tmp_path / "r.html"
-    rc = main(["check", "--fail-on", "warning", "--html", str(page), str(path)])
+    # The table layout: 200 columns (piped without COLUMNS the report is laid out for 80, the compact layout).
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COLUMNS", "200")
+        rc = main(["check", "--fail-on", "warning", "--html", str(page), str(path)])
     table = capsys.readouterr().out
     assert main(["check", "--fail-on", "warning", "--format", "markdown", str(path)]) == rc
     markdown = capsys.readouterr().out

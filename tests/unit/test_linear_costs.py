@@ -60,7 +60,10 @@ def test_filter_nvtx_over_thousands_of_ranges_keeps_every_step_inside(tmp_path):
     result = run_rules(["gpu-idle-gaps"], b.write(tmp_path / "t.sqlite"), filter_nvtx="step")
     window = result.info.window["filter"]
     assert window["start_ns"] == t0 and window["end_ns"] == t0 + 2_999 * 60_000 + 50_000
-    assert window["steps"] == 3_000 and window["step_range"] == "step"
+    # gpu-idle-gaps judges the whole capture, cut by the filter: the user's window with every step inside it.
+    judged = result.info.window["full"]
+    assert judged["start_ns"] == window["start_ns"] and judged["end_ns"] == window["end_ns"]
+    assert judged["steps"] == 3_000 and judged["step_range"] == "step"
 
 
 def test_vectorized_classes_match_the_rules_one_name_at_a_time():

@@ -47,7 +47,8 @@ class StepBudget:
 
     ``typical_step_ns`` is the typical step every format prints: the median step's own duration (the lower of
     the two middle steps for an even count, so it is a step that ran). ``p90_step_ns`` and ``max_step_ns`` are
-    labelled as such everywhere; ``mean_step_ns`` is ``total_ns / steps``.
+    labelled as such everywhere; ``mean_step_ns`` is the mean over the inner steps (the loop's edges cut the first
+    and the last), as the parts' ``per_step_ns`` and diff's ``step_time_ns`` are.
     """
 
     trace: str
@@ -63,8 +64,9 @@ class StepBudget:
 
     @property
     def mean_step_ns(self) -> float:
-        """The mean step: steady time over steps (not the typical step)."""
-        return self.total_ns / self.steps if self.steps else 0.0
+        """The mean step over the inner steps (not the typical step): the parts' means add up to it, as each step's
+        parts add up to the step."""
+        return round(sum(p.per_step_ns for p in self.parts), 1)
 
     @property
     def busy_ns(self) -> int:

@@ -145,7 +145,7 @@ def _cards(result: TraceResult, p: dict[str, Any] | None, ranked: Answer) -> str
     if view is not None:  # the typical step and its busy/idle split: the budget's numbers, as every format prints
         idle = sum(r.median_ns for r in view.rows if r.kind == "idle" and not r.depth)
         cards.append(_card("Typical step", human_ns(view.median_step_ns),
-                           f"median of {view.steps} steps · mean {human_ns(view.total_ns / view.steps)}"))
+                           f"median of {view.steps} steps · p90 {human_ns(view.p90_ns)}"))
         cards.append(_card("GPU busy", f"{100.0 * (view.median_step_ns - idle) / view.median_step_ns:.0f} %",
                            f"busy {human_ns(view.median_step_ns - idle)}, idle {human_ns(idle)} in the typical step"
                            " on the loop's GPU"))

@@ -68,3 +68,14 @@ def test_launch_bound_says_why_its_host_time_differs_from_the_budget(eager):
     assert ("Per step the launching thread spends 3291 us outside any CUDA call (72 % of the step, p50), against "
             "2191 us of host code in the budget's median step, which counts only the host time that left the GPU "
             "idle; the rest ran while the GPU was busy.") in finding["message"]
+
+
+def test_sync_stall_says_why_its_bubbles_differ_from_the_budget():
+    from tests.conftest import EXAMPLE
+
+    report = check_json(EXAMPLE)
+    [finding] = [f for f in report["findings"] if f["rule"] == "sync-stall"]
+    assert finding["metrics"]["bubble_time"]["value"] == 810834 and finding["metrics"]["after_sync_idle"]["value"] == 1042296
+    assert ("After each sync the GPU idles 11.7 us (p50; 0.81 ms in total) before new work arrives, counted from each "
+            "call's return (the budget's after-sync idle, 1.04 ms, also counts the wait from the GPU's last work to "
+            "that return): ") in finding["message"]

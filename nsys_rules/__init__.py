@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 #: The Python API (nsys_rules.notebook, the commands' floor), imported by name on first use: every floor imports
 #: ``__version__`` from this package, so it cannot import the API at load time, and ``import nsys_rules``
 #: stays cheap, as the command line needs it to be.
-_LAZY = frozenset({"check", "CheckReport", "StepBudget", "BudgetPart", "TraceSummary"})
+_LAZY = ("check", "CheckReport", "StepBudget", "BudgetPart", "TraceSummary")  # a literal: no call to interrupt
 
 __all__ = ["__version__", "check", "CheckReport", "StepBudget", "BudgetPart", "TraceSummary"]
 

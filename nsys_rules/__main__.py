@@ -31,12 +31,13 @@ def _interrupted_at_start(signum: int, frame: object) -> None:
     os._exit(130)
 
 
-# Only in the program itself: a worker that multiprocessing spawns (Dask's local cluster) runs the console
-# script's wrapper again, from multiprocessing's own start-up; its Ctrl-C is its parent's to handle, not one
-# more "interrupted" line.
+# Set before anything else runs (each statement before it is a moment where Ctrl-C is still Python's own), then
+# taken back in a worker that multiprocessing spawns (Dask's local cluster): it runs the console script's wrapper
+# again, from multiprocessing's own start-up, and its Ctrl-C is its parent's to handle, not one more line.
+_PREVIOUS = _signal.signal(_signal.SIGINT, _interrupted_at_start)
 _PROGRAM = not {"multiprocessing.spawn", "multiprocessing.forkserver"} & sys.modules.keys()
-if _PROGRAM:
-    _signal.signal(_signal.SIGINT, _interrupted_at_start)
+if not _PROGRAM:
+    _signal.signal(_signal.SIGINT, _PREVIOUS)
 
 
 def _end_a_swallowed_interrupt() -> None:

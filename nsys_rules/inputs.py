@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -24,7 +25,7 @@ from nsys_rules.loaders.export import Export
 from nsys_rules.loaders.read_guard import install_meter
 from nsys_rules.nsys_locate import locate_nsys, missing_message
 from nsys_rules.nsys_run import export_time_limit, sigterm_unwinds
-from nsys_rules.textsafe import shell_word
+from nsys_rules.textsafe import clip_value, shell_word
 from nsys_rules.model.trace import Trace
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
@@ -44,14 +45,51 @@ def expand_inputs(paths: list[str], loaders: Mapping[str, Callable[..., Any]] | 
         if folder_kind(path) is not None or (path.is_dir() and _claimant(table, path) is not None):
             out.append(path)  # a parquetdir/arrowdir export (or a folder a plugin's loader claims) is one trace
         elif path.is_dir():
-            found = sorted(p for p in path.iterdir() if (p.is_file() and p.suffix.lower() in suffixes)
-                           or (p.is_dir() and (folder_kind(p) is not None or _claimant(table, p) is not None)))
+            found = sorted(p for p in path.iterdir() if _is_trace(p, suffixes, table))
+            below = _traces_below(path, found, suffixes, table)
             if not found:
-                raise InputError(f"{path}: folder holds no traces (*.sqlite, *.nsys-rep, *.parquetdir, *.arrowdir)")
+                raise InputError(f"{path}: folder holds no traces (*.sqlite, *.nsys-rep, *.parquetdir, *.arrowdir)"
+                                 + (f"; only its top level is searched, and {below}" if below else ""))
+            if below:
+                # Only the top level is read: say what was left, so a run over runs/ does not silently judge half.
+                sys.stderr.write(f"nsys-rules: {clip_value(path, 200)}: only its top level is searched; {below}\n")
             out.extend(found)
         else:
             out.append(path)
     return out
+
+
+def _is_trace(path: Path, suffixes: tuple[str, ...], table: Mapping[str, Callable[..., Any]]) -> bool:
+    """A trace file of a loader's suffix, or an export folder (built-in or a plugin loader's)."""
+    if path.is_file():
+        return path.suffix.lower() in suffixes
+    return path.is_dir() and (folder_kind(path) is not None or _claimant(table, path) is not None)
+
+
+#: Subfolders looked into (one level down) for traces a folder's run leaves out; beyond it, "more" is said.
+_BELOW_LIMIT = 200
+
+
+def _traces_below(path: Path, found: list[Path], suffixes: tuple[str, ...],
+                  table: Mapping[str, Callable[..., Any]]) -> str | None:
+    """What a folder's subfolders hold that the run leaves out (one level down, bounded), in words; None when none."""
+    kept = set(found)
+    folders = sorted(p for p in path.iterdir() if p.is_dir() and p not in kept)[:_BELOW_LIMIT]
+    counts: dict[str, int] = {}
+    for folder in folders:
+        try:
+            n = sum(1 for p in folder.iterdir() if _is_trace(p, suffixes, table))
+        except OSError:
+            continue
+        if n:
+            counts[folder.name] = n
+    if not counts:
+        return None
+    names = ", ".join(f"{shell_word(name)}/ ({n})" for name, n in list(counts.items())[:3])
+    more = f" and {len(counts) - 3} more" if len(counts) > 3 else ""
+    first = shell_word(str(path / next(iter(counts))))
+    return (f"{sum(counts.values())} trace(s) in its subfolders {names}{more} are not checked; name them to check "
+            f"them (e.g. `nsys-rules check {first}`)")
 
 
 #: Reports nsys exports first (to ``--export-format``); no loader takes these suffixes.

@@ -41,8 +41,8 @@ STANDARD_PLACES: tuple[str, ...] = (
     "/usr/lib/nsight-systems/bin/nsys",
 )
 
-INSTALL_HINT = ("install Nsight Systems (https://developer.nvidia.com/nsight-systems; it also comes with the "
-                "CUDA toolkit) and put its bin folder on PATH")
+INSTALL_HINT = ("install Nsight Systems (https://developer.nvidia.com/nsight-systems, or with the CUDA toolkit) and "
+                "put its bin folder on PATH")
 
 
 @dataclass(frozen=True)
@@ -130,11 +130,20 @@ def _version_key(path: str) -> tuple[int, ...]:
 
 def missing_message(location: NsysLocation) -> str:
     """One line: where nsys was looked for and how to get it."""
+    where, fix = missing_parts(location)
+    return f"{where}; {fix}"
+
+
+def missing_parts(location: NsysLocation) -> tuple[str, str]:
+    """(where nsys was looked for, how to get it): ``profile`` shows them as a stop and its fix line."""
     if location.searched and location.searched[0].startswith(("--nsys", "$")):
-        return f"nsys not found: {location.searched[0]} is not an executable file"
+        return f"nsys not found: {location.searched[0]} is not an executable file", f"{INSTALL_HINT}: {location.path_fix()}"
     places = _folders(location.searched[1:])
-    where = "on PATH and in " + ", ".join(places) if places else "on PATH"
-    return f"nsys not found (looked {where}); {INSTALL_HINT}: {location.path_fix()}"
+    # Two places and a count, not all ten: the whole list made a 600-character line (issue 42); doctor lists them.
+    shown = ", ".join(places[:2]) + (f" and {len(places) - 2} more places (`nsys-rules doctor` lists them)"
+                                     if len(places) > 2 else "")
+    where = "on PATH and in " + shown if places else "on PATH"
+    return f"nsys not found (looked {where})", f"{INSTALL_HINT}: {location.path_fix()}"
 
 
 def _folders(patterns: Sequence[str]) -> list[str]:

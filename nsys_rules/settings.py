@@ -175,6 +175,15 @@ def coerce_option(rule: type[Rule], option: str, raw: Any, where: str) -> Any:
         # Every `*_pct` option is a share or a threshold on one (docs/plugins.md): below 0 it silently
         # means "always" (or "never"), whatever the rule's own checks say.
         raise UsageError(f"{where}: {rule.name}.{option} is a percent and cannot be negative, not {clip_value(raw, 60)!r}")
+    ceiling = f.metadata.get("max_pct", 100.0)
+    if (key.endswith("_pct") and ceiling is not None and isinstance(value, (int, float)) and not isinstance(value, bool)
+            and value > ceiling):
+        # A share of a whole (busy time, the steady state) above 100 % silently means "never" (issue 42:
+        # launch-bound.max_busy_pct=500 was taken); an option over a reference (an excess) sets max_pct=None.
+        raise UsageError(f"{where}: {rule.name}.{option} is a percent of a whole, from 0 to {plain_number(ceiling)}, "
+                         f"not {clip_value(raw, 60)!r}" if ceiling == 100 else
+                         f"{where}: {rule.name}.{option} is a percent from 0 to {plain_number(ceiling)}, "
+                         f"not {clip_value(raw, 60)!r}")
     return value
 
 

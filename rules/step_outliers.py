@@ -27,7 +27,8 @@ class Options:
                 "slow too, when it is also min_excess_pct slower: in a steady loop a periodic side job stands out "
                 "long before 1.5x"})
     min_excess_pct: float = field(default=10.0, metadata={
-        "help": "the least excess over the median, in percent, for a step to count as slow by deviation"})
+        "help": "the least excess over the median, in percent, for a step to count as slow by deviation",
+        "max_pct": None})  # an excess over the median, not a share: 150 % is a step 2.5 times the median
     min_steps: int = field(default=8, metadata={"help": "fewest steady steps to judge outliers against a median"})
     warn_share_pct: float = field(default=5.0, metadata={
         "help": "percent of the steady state that the slow steps' excess over the median must reach for a warning"})

@@ -47,11 +47,14 @@ def corpus() -> Path:
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
             timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    """Run ``nsys-rules`` as a subprocess, the way users do."""
+    """Run ``nsys-rules`` as a subprocess, the way users do; past ``timeout`` it is killed with what it started
+    and the test fails saying so (:mod:`tests.bounded`)."""
+    from tests import bounded
+
     full_env = dict(os.environ)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "nsys_rules", *args], capture_output=True, text=True,
-                          cwd=cwd or ROOT, env=full_env, timeout=timeout)
+    return bounded.run([sys.executable, "-m", "nsys_rules", *args], capture_output=True, text=True,
+                       cwd=cwd or ROOT, env=full_env, timeout=timeout)
 
 
 def validate_report(text: str) -> dict:

@@ -140,11 +140,18 @@ def median_shifts(base_runs: Sequence[np.ndarray], new_runs: Sequence[np.ndarray
     return out
 
 
+def step_median(values: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The median as every report prints the typical step: the lower of the two middle values for an even count,
+    so it is a step that ran (``np.median`` would average two steps: decode_eager's 24 steps gave 4.56 ms where the
+    check's budget, its table and its JSON said 4.54 ms)."""
+    return np.quantile(values, 0.5, axis=axis, method="lower")
+
+
 def _side(runs: list[np.ndarray], rows: int, resamples: int,
           rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per run medians (runs, series); the side's resampled estimate (series, resamples); each run's
     variance of its resampled median (runs, series); the pooled in-run spread (series,)."""
-    medians = np.stack([np.median(r, axis=1) if r.shape[1] else np.zeros(rows) for r in runs])
+    medians = np.stack([step_median(r, axis=1) if r.shape[1] else np.zeros(rows) for r in runs])
     boot = np.zeros((rows, resamples))
     variance = np.zeros((len(runs), rows))
     spread = np.zeros(rows)
@@ -177,7 +184,7 @@ def _resampled_medians(run: np.ndarray, resamples: int, rng: np.random.Generator
         size = min(chunk, resamples - start)
         idx = rng.integers(0, steps, size=(size, steps))
         for i in range(rows):
-            out[i, start:start + size] = np.median(run[i][idx], axis=1)
+            out[i, start:start + size] = step_median(run[i][idx], axis=1)
     return out
 
 

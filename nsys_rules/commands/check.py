@@ -126,12 +126,31 @@ def check_setup(args: argparse.Namespace) -> tuple[Registry, Settings]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from nsys_rules.engine import run_check
-    from nsys_rules.inputs import expand_inputs, open_trace
     from nsys_rules.isolation import call_plugin
-    from nsys_rules.parallel import default_jobs, run_many
 
     registry, settings = check_setup(args)
+    report = build_report(args, registry, settings)
+    text = call_plugin(registry.formatters[args.format], f"the {args.format!r} format", report)
+    if not isinstance(text, str):
+        raise PluginError(f"the {args.format!r} format returned {type(text).__name__}, not text")
+    if args.format in TERMINAL_FORMATS:
+        text = terminal_safe(text)  # names from the file must not drive the terminal
+    # Written in one call so that output is complete or absent.
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    for line in failure_lines(report):
+        sys.stderr.write(line + "\n")
+    return int(report.exit_code)
+
+
+def build_report(args: argparse.Namespace, registry: Registry, settings: Settings) -> Report:
+    """The pipeline of ``check`` after its setup: inputs expanded, outputs guarded, traces analyzed (in turn, in
+    workers or on Dask), the baseline applied and the side files written. The command formats what this returns;
+    :func:`nsys_rules.check` (the Python API) returns it to the caller."""
+    from nsys_rules.engine import run_check
+    from nsys_rules.inputs import expand_inputs, open_trace
+    from nsys_rules.parallel import default_jobs, run_many
+
     if args.dask is not None and not args.dask.strip():
         raise UsageError("--dask needs a scheduler address (tcp://host:8786) or 'local'")
     dask_timeout = _dask_timeout(args)
@@ -159,17 +178,7 @@ def _run(args: argparse.Namespace) -> int:
                          "call, kernel, copy or memset was recorded), so there is nothing to judge; capture with "
                          "`nsys profile --trace=cuda` and check that the program uses the GPU")
     finish(args, report, registry, baseline)
-    text = call_plugin(registry.formatters[args.format], f"the {args.format!r} format", report)
-    if not isinstance(text, str):
-        raise PluginError(f"the {args.format!r} format returned {type(text).__name__}, not text")
-    if args.format in TERMINAL_FORMATS:
-        text = terminal_safe(text)  # names from the file must not drive the terminal
-    # Written in one call so that output is complete or absent.
-    sys.stdout.write(text)
-    sys.stdout.flush()
-    for line in failure_lines(report):
-        sys.stderr.write(line + "\n")
-    return int(report.exit_code)
+    return report
 
 
 def _write_known(args: argparse.Namespace, registry: Registry, error: RunError) -> None:

@@ -14,7 +14,7 @@ from nsys_rules.analysis.shift import Shift
 from nsys_rules.diff import DEFAULT_GATE_PCT, DEFAULT_HOST_SPREAD_PCT, Change, DiffResult, Run, compare, run_of
 from nsys_rules.errors import ExitCode, UsageError
 from nsys_rules.formatters.fitted import fitted_table
-from nsys_rules.formatters.layout import FILE_WIDTH, fit, one_line, output_width
+from nsys_rules.formatters.layout import COMPACT_FILE_WIDTH, FILE_WIDTH, fit, one_line, output_width
 from nsys_rules.formatters.markdown import cell, code_cell
 from nsys_rules.formatters.short_names import distinct_names
 from nsys_rules.inputs import open_trace
@@ -23,7 +23,7 @@ from nsys_rules.units import human_ns, plain_number
 from nsys_rules.model.windows import SteadyOptions
 from nsys_rules.commands.common import add_plugin_flags, number_arg, registry_for, settings_for, whole_number_arg
 
-FORMATS = ("table", "json", "markdown")
+FORMATS = ("table", "compact", "json", "markdown")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,7 +42,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "exactly two traces: BASE then NEW")
     p.add_argument("--new", metavar="NEW", nargs="+", dest="new",
                    help="the run(s) to judge; the positional traces are then all BASE's runs")
-    p.add_argument("--format", default="table", choices=FORMATS, help="table (default), json or markdown")
+    p.add_argument("--format", default="table", choices=FORMATS,
+                   help="table (default), compact (the table at most as wide as the compact check), json or markdown")
     p.add_argument("--gate", type=number_arg, default=DEFAULT_GATE_PCT, metavar="PCT",
                    help=f"fail (exit 1) when the time per step grew by more than PCT percent with 95 %% confidence "
                         f"(the interval's lower end above PCT; default {plain_number(DEFAULT_GATE_PCT)})")
@@ -91,7 +92,9 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "markdown":
         text = render_markdown(result, args.top)
     else:
-        text = render_table(result, args.top, output_width())
+        width = output_width()
+        # compact, as check takes it (issue 42: refused): the same table, laid out no wider than the compact layout.
+        text = render_table(result, args.top, min(width, COMPACT_FILE_WIDTH) if args.format == "compact" else width)
     if args.format != "json":
         text = terminal_safe(text)  # names from the files must not drive the terminal (json escapes itself)
     sys.stdout.write(text)

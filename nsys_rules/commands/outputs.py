@@ -78,6 +78,7 @@ def finish(args: argparse.Namespace, report: Report, registry: Registry, baselin
 
     if getattr(args, "write_baseline", None):
         write_baseline(report, Path(args.write_baseline))
+        _wrote(f"the baseline ({len(report.findings)} finding(s))", args.write_baseline)
     if baseline is not None:
         gate = getattr(args, "baseline_gate", None)
         dropped, worse = apply_baseline(report, baseline, args.baseline, DEFAULT_GATE_PCT if gate is None else gate)
@@ -85,9 +86,22 @@ def finish(args: argparse.Namespace, report: Report, registry: Registry, baselin
         sys.stderr.write(f"nsys-rules: {dropped} finding(s) already in the baseline {args.baseline} not shown{grown}\n")
     if getattr(args, "html", None):
         _write(Path(args.html), _render(registry, "html", report), "HTML report")
+        _wrote("the HTML report", args.html)
     summary = _summary_path(args)
     if summary:
         append_atomic(Path(summary), _render(registry, "markdown", report) + "\n", "$GITHUB_STEP_SUMMARY")
+        _wrote("the markdown summary (appended)", f"{summary} ($GITHUB_STEP_SUMMARY)")
+    elif getattr(args, "github_summary", False):
+        # Outside GitHub Actions the flag has nowhere to write: say so rather than end silently (issue 42).
+        sys.stderr.write("nsys-rules: --github-summary: $GITHUB_STEP_SUMMARY is not set (GitHub Actions sets it in "
+                         "a job), so no summary was written\n")
+
+
+def _wrote(what: str, where: str) -> None:
+    """One stderr line per side file, so a run that wrote one says where (stdout holds the report)."""
+    from nsys_rules.textsafe import clip_value, terminal_safe
+
+    sys.stderr.write(f"nsys-rules: wrote {what} to {terminal_safe(clip_value(where, 300))}\n")
 
 
 def _summary_path(args: argparse.Namespace) -> str | None:

@@ -24,7 +24,7 @@ from nsys_rules import capture
 from nsys_rules.capture import CaptureOptions, Problem
 from nsys_rules.options import effective_options, select_rules
 from nsys_rules.errors import ExitCode, InputError, UsageError
-from nsys_rules.nsys_locate import NsysLocation, importer_problem, locate_nsys, missing_message, off_path_note
+from nsys_rules.nsys_locate import NsysLocation, importer_problem, locate_nsys, missing_parts, off_path_note
 from nsys_rules.nsys_run import export_time_limit
 from nsys_rules.textsafe import shell_join, shell_word, terminal_safe
 from nsys_rules.commands.common import whole_number_arg
@@ -139,7 +139,7 @@ def preflight(command: list[str], options: CaptureOptions, location: NsysLocatio
     elif debug:
         problems.append(debug)
     if location.path is None:
-        problems.append(Problem(missing_message(location), "", ExitCode.BAD_INPUT))
+        problems.append(Problem(*missing_parts(location), ExitCode.BAD_INPUT))
     else:
         note = off_path_note(location)
         if note:

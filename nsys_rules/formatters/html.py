@@ -144,14 +144,25 @@ def _trace_section(result: TraceResult, report: Report, many: bool) -> str:
 
 def _cards(result: TraceResult, p: dict[str, Any] | None, ranked: Answer) -> str:
     cards = []
-    if p:
+    view = budget_view(result.info)
+    if view is not None:  # the typical step and its busy/idle split: the budget's numbers, as every format prints
+        idle = sum(r.median_ns for r in view.rows if r.kind == "idle" and not r.depth)
+        cards.append(_card("Typical step", human_ns(view.median_step_ns),
+                           f"median of {view.steps} steps · p90 {human_ns(view.p90_ns)}"))
+        cards.append(_card("GPU busy", f"{100.0 * (view.median_step_ns - idle) / view.median_step_ns:.0f} %",
+                           f"busy {human_ns(view.median_step_ns - idle)}, idle {human_ns(idle)} in the typical step"
+                           " on the loop's GPU"))
+    elif p:
         steps = f"{p['steps']} × {p['step_range']}" if p.get("steps") else "whole steady window"
-        cards.append(_card("Step time", human_ns(p["step_time_ns"]), steps))
+        cards.append(_card("Mean step", human_ns(p["step_time_ns"]), steps))
         cards.append(_card("GPU busy", f"{100.0 * p['busy_share']:.0f} %",
-                           f"busy {human_ns(p['busy_per_step_ns'])}, idle {human_ns(p['idle_per_step_ns'])} per step"))
+                           f"busy {human_ns(p['busy_per_step_ns'])}, idle {human_ns(p['idle_per_step_ns'])} per step "
+                           "(mean, all GPUs)"))
+    if p:
+        lead = (f"; {p['classes'][0]['class']} leads ({100.0 * p['classes'][0]['share']:.0f} %)"
+                if p["classes"] else "; no GPU work")
         cards.append(_card("GPU time / step", human_ns(p["gpu_time_per_step_ns"]),
-                           f"{p['classes'][0]['class']} leads ({100.0 * p['classes'][0]['share']:.0f} %)"
-                           if p["classes"] else "no GPU work"))
+                           "mean, summed over all GPUs and streams" + lead))
     # The same counts as the header and the text's last line: shown, then folded and minor.
     counts = ranked.shown_counts()
     more = "".join(f" · {n} {what}" for n, what in ((ranked.folded, "folded"), (len(ranked.minor), "minor")) if n)

@@ -25,10 +25,35 @@ import tempfile
 from pathlib import Path
 
 from nsys_rules.errors import InputError
+from nsys_rules.textsafe import shell_word
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _EXPORT_HINT = "give an nsys SQLite export (`nsys export --type=sqlite REPORT.nsys-rep`)"
+
+
+#: Leading bytes of the compressed formats traces travel in -> (name with its article, the suffix its tool
+#: expects, the command that unpacks a copy beside the file, the one that writes it to stdout).
+_PACKED = ((b"\xfd7zXZ\x00", ("an xz", ".xz", "xz -dk", "xz -dc")),
+           (b"\x1f\x8b", ("a gzip", ".gz", "gzip -dk", "gzip -dc")),
+           (b"\x28\xb5\x2f\xfd", ("a zstd", ".zst", "zstd -d", "zstd -dc")),
+           (b"BZh", ("a bzip2", ".bz2", "bzip2 -dk", "bzip2 -dc")),
+           (b"PK\x03\x04", ("a zip", "", "unzip", "unzip -p")))
+
+
+def packed_hint(path: Path, header: bytes) -> str | None:
+    """What to do with a compressed trace (issue 42: an ``.xz`` trace got "not a SQLite file" with no hint), or
+    None when ``header`` starts no compressed format: the command that unpacks it (its tool keeps the original)."""
+    found = next((known for magic, known in _PACKED if header.startswith(magic)), None)
+    if found is None:
+        return None
+    name, suffix, keep, to_stdout = found
+    word = shell_word(str(path))
+    if not suffix or path.suffix.lower() == suffix:
+        command = f"{keep} {word}"
+    else:  # the tool refuses a name without its suffix: unpack to a new file instead
+        command = f"{to_stdout} {word} > {shell_word(path.name + '.unpacked.sqlite')}"
+    return f"{name}-compressed file, not a SQLite file; decompress it first (`{command}`) and check what it gives"
 
 
 def check_file(path: Path) -> None:
@@ -56,6 +81,9 @@ def check_file(path: Path) -> None:
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror}); {_EXPORT_HINT}") from None
     if header[:len(SQLITE_MAGIC)] != SQLITE_MAGIC:
+        packed = packed_hint(path, header)
+        if packed is not None:
+            raise InputError(f"{path}: {packed}")
         raise InputError(f"{path}: not a SQLite file; {_EXPORT_HINT}")
     declared = declared_size(header)
     if info.st_size < 512 or (declared is not None and info.st_size < declared):

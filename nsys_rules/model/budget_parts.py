@@ -40,7 +40,8 @@ def part_of_class(kernel_class: str) -> str:
 
 @dataclass(frozen=True)
 class Part:
-    """One part of the budget: total over the steady steps, mean per step, and in the median step."""
+    """One part of the budget: total over the steady steps, mean per step (over the inner steps: the first and
+    the last are cut by the loop's edges), and in the median step."""
 
     name: str
     kind: str

@@ -34,11 +34,14 @@ class Options:
     min_load_bytes: int = field(default=16 * 1024**2, metadata={
         "help": "host-to-device bytes before the steady state needed to count them as the model load"})
     roofline_pct: float = field(default=80.0, metadata={
-        "help": "above this percent of peak bandwidth the GEMVs are at the memory roofline: quantize or batch"})
+        "help": "above this percent of peak bandwidth the GEMVs are at the memory roofline: quantize or batch",
+        "max_pct": None})  # a percent of peak bandwidth, which caches can pass: __post_init__ takes 0-150
     room_pct: float = field(default=70.0, metadata={
-        "help": "below this percent of peak bandwidth custom GEMV kernels have room"})
+        "help": "below this percent of peak bandwidth custom GEMV kernels have room",
+        "max_pct": None})  # a percent of peak bandwidth, which caches can pass: __post_init__ takes 0-150
     target_pct: float = field(default=85.0, metadata={
-        "help": "percent of peak bandwidth a good large GEMV reaches, used to estimate savings below room_pct"})
+        "help": "percent of peak bandwidth a good large GEMV reaches, used to estimate savings below room_pct",
+        "max_pct": None})  # a percent of peak bandwidth, which caches can pass: __post_init__ takes 0-150
     min_savings_pct: float = field(default=5.0, metadata={
         "help": "estimated savings, as a percent of the steady state's GPU time (kernels, and the copies of the "
                 "steps), that make low bandwidth a warning"})

@@ -17,8 +17,9 @@ class Options:
 
     min_excess_pct: float = field(default=5.0, metadata={
         "help": "report when the busiest rank's GPU time (or step time) per step exceeds the other ranks' median by this "
-                "percent"})
-    warn_excess_pct: float = field(default=15.0, metadata={"help": "that excess (percent) from which the finding is a warning"})
+                "percent", "max_pct": None})  # an excess over the median, not a share: it may pass 100 %
+    warn_excess_pct: float = field(default=15.0, metadata={"help": "that excess (percent) from which the finding is a warning",
+                                                            "max_pct": None})
     significance: float = field(default=3.0, metadata={
         "help": "the per-step excess must be this many standard errors above zero (noise guard)"})
     min_steps: int = field(default=3, metadata={"help": "steps needed before per-step times are compared"})

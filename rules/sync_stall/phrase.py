@@ -39,7 +39,8 @@ def message(ev: SyncEvidence, verdict: SyncVerdict, llm: bool, fw: Framework, tr
         f"{len(ev.calls)} blocking calls in the steady state{rate}: {apis}. The host waits {ev.blocked / 1e6:.2f} ms "
         f"in total ({ev.share:.1f} % of the {ev.steady_ns / 1e6:.1f} ms steady state on the busiest thread), "
         f"p50 {ev.p50 / 1e3:.1f} us and max {ev.longest / 1e3:.1f} us per call.{readback} After each sync the GPU idles "
-        f"{np.median(ev.bubbles) / 1e3:.1f} us (p50; {ev.bubble_total / 1e6:.2f} ms in total) before new work arrives: "
+        f"{np.median(ev.bubbles) / 1e3:.1f} us (p50; {ev.bubble_total / 1e6:.2f} ms in total) before new work arrives"
+        f"{_beside_budget(ev)}: "
         f"removing the round trip saves about {savings / 1e6:.2f} ms ({verdict.savings_pct(ev):.1f} % of the "
         f"steady state).{host_bound}{why}{check}"
         + (f" {ev.dropped} set-up or final sync call(s) outside the loop were left out." if ev.dropped else ""))
@@ -49,6 +50,18 @@ def message(ev: SyncEvidence, verdict: SyncVerdict, llm: bool, fw: Framework, tr
         text += (f" Each graph launch takes {ev.graph_launch_p50 / 1e3:.0f} us on the host in this node-traced capture, "
                  "inflating the bubble; an untraced run has a shorter one.")
     return text
+
+
+def _beside_budget(ev: SyncEvidence) -> str:
+    """Why the bubbles' total differs from the budget's after-sync part, said beside it (issue 42: every host-time
+    figure that differs from the budget's says why in the same sentence)."""
+    if not ev.after_sync or ev.after_sync == ev.gpu_idle or abs(ev.after_sync - ev.bubble_total) < 0.05 * ev.after_sync:
+        return ""  # equal to the GPU's whole idle time: no budget (then after_sync is that idle time), nothing to say
+    if ev.after_sync > ev.bubble_total:
+        return (f", counted from each call's return (the budget's after-sync idle, {ev.after_sync / 1e6:.2f} ms, "
+                "also counts the wait from the GPU's last work to that return)")
+    return (f", counted over every call (the budget's after-sync idle, {ev.after_sync / 1e6:.2f} ms, counts only the "
+            "gaps of the loop's GPU that a sync opened)")
 
 
 def site_words(sites: list[PythonSite]) -> str:

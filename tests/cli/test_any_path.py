@@ -68,7 +68,7 @@ def test_text_from_a_non_utf8_path_shows_the_byte():
     word = shell_word(path)
     assert word == f"$'/data/{SHOWN}/t.sqlite'"
     # bash gives back the path's own bytes from the word: it can be pasted.
-    shown = subprocess.run([BASH, "-c", f"printf %s {word}"], capture_output=True, check=True).stdout
+    shown = subprocess.run([BASH, "-c", f"printf %s {word}"], capture_output=True, check=True, timeout=60).stdout
     assert shown == os.fsencode(path)
 
 
@@ -133,7 +133,7 @@ def test_profile_and_doctor_in_a_non_utf8_folder(tmp_path, monkeypatch, capsys):
     rc = main(["profile", "--dry-run", "-o", str(home / "out"), "--", str(program), "--x"])
     out, _ = capsys.readouterr()
     assert rc == 0
-    words = subprocess.run([BASH, "-c", f"printf '%s\\n' {out.strip()}"], capture_output=True, check=True).stdout
+    words = subprocess.run([BASH, "-c", f"printf '%s\\n' {out.strip()}"], capture_output=True, check=True, timeout=60).stdout
     assert words.split(b"\n")[-4:-1] == [os.fsencode(home / "out"), os.fsencode(program), b"--x"]
     # The capture: run from the odd folder, by the nsys in it, the export written under it. (The program
     # itself lies in a plain folder: the fake nsys records the command as text, which SQLite keeps in UTF-8.)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from nsys_rules.testing import TraceBuilder
+from tests import bounded
 from tests.conftest import ROOT, validate_report
 from tests.unit.test_plugin_failures import _env, install_plugin
 
@@ -235,8 +236,8 @@ yield ctx.finding("never", "nothing")
     indented = "\n".join("        " + line for line in body.strip("\n").splitlines())
     root = install_plugin(tmp_path / "plugin", "hostile-plugin", "hostile_plugin", RULE.format(body=indented))
     env = {**os.environ, **_env(root), "PYTHONPATH": os.pathsep.join([str(root), str(ROOT)])}
-    proc = subprocess.Popen([sys.executable, "-m", "nsys_rules", "check", "--format", "json", str(trace)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    proc = bounded.popen([sys.executable, "-m", "nsys_rules", "check", "--format", "json", str(trace)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     try:
         deadline = time.monotonic() + 60
         while not marker.exists() and time.monotonic() < deadline:
@@ -244,7 +245,7 @@ yield ctx.finding("never", "nothing")
         assert marker.exists()
         proc.send_signal(signal.SIGINT)
         started = time.monotonic()
-        out, err = proc.communicate(timeout=30)
+        out, err = bounded.finish(proc, 30)
         assert time.monotonic() - started < 15
     finally:
         proc.kill()

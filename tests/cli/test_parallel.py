@@ -19,6 +19,7 @@ from nsys_rules.inputs import open_trace
 from nsys_rules.parallel import Progress, cross_trace_summary, kernel_profile, run_many
 from nsys_rules.plugin_manager import build_registry
 from nsys_rules.testing import TraceBuilder
+from tests import bounded
 from tests.conftest import ROOT, run_cli, validate_report
 
 #: Four traces of different kinds (eager, MoE, contention, request): enough to catch order bugs.
@@ -154,9 +155,9 @@ def test_progress_bar_on_a_terminal(tmp_path):
     for i in range(2):
         _rank(tmp_path, f"r{i}.sqlite", 40)
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "nsys_rules", "check", str(tmp_path), "--jobs", "2", "--no-plugins",
-                             "--fail-on", "never"], stdout=subprocess.DEVNULL, stderr=slave, cwd=ROOT,
-                            env=dict(os.environ))
+    proc = bounded.popen([sys.executable, "-m", "nsys_rules", "check", str(tmp_path), "--jobs", "2", "--no-plugins",
+                          "--fail-on", "never"], stdout=subprocess.DEVNULL, stderr=slave, cwd=ROOT,
+                         env=dict(os.environ))
     os.close(slave)
     seen = b""
     while True:
@@ -171,7 +172,8 @@ def test_progress_bar_on_a_terminal(tmp_path):
             break
         seen += chunk
     os.close(master)
-    assert proc.wait(timeout=60) == 0
+    bounded.finish(proc, 60)
+    assert proc.returncode == 0
     text = seen.decode(errors="replace")
     assert "1/2 traces" in text and "2/2 traces" in text
     assert text.endswith("\r\x1b[K")  # the bar is cleared at the end

@@ -18,6 +18,7 @@ import time
 import pytest
 
 from nsys_rules.cli import main
+from tests import bounded
 from tests.conftest import EXAMPLE, ROOT
 from tests.fuzz.harness import CliRun, run_cli_inprocess, strict_json
 
@@ -269,11 +270,11 @@ def test_interrupt_while_the_commands_load_is_one_line(monkeypatch):
 
 @pytest.mark.parametrize("delay", [0.15, 0.3, 0.4, 0.5, 0.6, 0.8])
 def test_interrupt_at_start_up_prints_no_traceback(delay):
-    proc = subprocess.Popen([sys.executable, "-m", "nsys_rules", "check", "--no-plugins", E], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = bounded.popen([sys.executable, "-m", "nsys_rules", "check", "--no-plugins", E], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = bounded.finish(proc, 60)
     assert "Traceback" not in err, err
     assert proc.returncode in (0, 130) and (proc.returncode == 0 or err == "nsys-rules: interrupted\n"), (proc.returncode, err)
 
@@ -294,11 +295,11 @@ def test_interrupt_in_the_first_moments_is_never_our_traceback(entry):
     head = [sys.executable, "-m", "nsys_rules"] if entry == "-m" else [sys.executable, "-c", CONSOLE]
     codes = []
     for delay in EARLY:
-        proc = subprocess.Popen([*head, "check", "--no-plugins", E], cwd=ROOT, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
+        proc = bounded.popen([*head, "check", "--no-plugins", E], cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, err = bounded.finish(proc, 60)
         frames = [line for line in err.splitlines() if line.strip().startswith('File "')]
         assert not any(f"{os.sep}nsys_rules{os.sep}" in line for line in frames), (delay, err)
         assert proc.returncode in (0, 1, 130, -signal.SIGINT), (delay, proc.returncode, err)
@@ -306,6 +307,16 @@ def test_interrupt_in_the_first_moments_is_never_our_traceback(entry):
             assert err == "nsys-rules: interrupted\n", (delay, err)
         codes.append(proc.returncode)
     assert codes.count(130) >= 3, codes
+
+
+def test_an_interrupt_the_import_system_swallowed_ends_the_run():
+    """A Ctrl-C before nsys_rules.__main__ that CPython dropped in a module lock's weakref callback, leaving the import
+    lock taken (issue 42: the run went on and hung 60 s): the entry module sees the held lock and ends by SIGINT, as
+    Python's own start-up does, instead of running into a thread that waits for the lock for ever."""
+    code = "import _imp; _imp.acquire_lock(); import nsys_rules.__main__; print('ran on')"
+    proc = bounded.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (-signal.SIGINT, "")
+    assert "Traceback" not in proc.stderr
 
 
 def test_interrupt_once_the_entry_module_ran_is_the_one_line():
@@ -350,8 +361,8 @@ def test_interrupt_during_nsys_rep_export_leaves_no_temporary_folder(tmp_path):
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ.get('PATH', '')}", TMPDIR=str(tmpdir))
-    proc = subprocess.Popen([sys.executable, "-m", "nsys_rules", "check", "--no-plugins", str(report)], cwd=ROOT,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = bounded.popen([sys.executable, "-m", "nsys_rules", "check", "--no-plugins", str(report)], cwd=ROOT,
+                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     # The export has begun when its folder is there. Not any entry: tempfile.gettempdir() first probes TMPDIR
     # with a file of a random name (jtbvh682) that it removes at once; a Ctrl-C sent when that file shows can
@@ -360,6 +371,6 @@ def test_interrupt_during_nsys_rep_export_leaves_no_temporary_folder(tmp_path):
         time.sleep(0.05)
     assert any(n.startswith("nsys-rules-") for n in os.listdir(tmpdir)), "the export never started"
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = bounded.finish(proc, 60)
     assert proc.returncode == 130 and err == "nsys-rules: interrupted\n", (proc.returncode, err)
     assert os.listdir(tmpdir) == []

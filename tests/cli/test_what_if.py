@@ -34,7 +34,7 @@ def test_what_if_json_carries_the_replayed_budget() -> None:
 def test_what_if_table_shows_before_and_after() -> None:
     done = run_cli("check", str(EAGER), "--what-if", "launch-bound,sync-stall", env={"COLUMNS": "200"})
     assert done.returncode in (0, 1), done.stderr
-    assert "what if launch-bound, sync-stall were fixed: the median step replayed 4.577 ms -> " in done.stdout
+    assert "what if launch-bound, sync-stall were fixed: the median step replayed 4.536 ms -> " in done.stdout
     assert "the replayed median step by part:" in done.stdout
 
 

@@ -21,8 +21,8 @@ def _diff(before: str, after: str) -> dict:
     return data
 
 
-@pytest.mark.parametrize(("before", "rule", "promised_ms"), [("decode_eager", "launch-bound", 3.156),
-                                                             ("decode_graph_hostsync", "sync-stall", 0.340)])
+@pytest.mark.parametrize(("before", "rule", "promised_ms"), [("decode_eager", "launch-bound", 3.107),
+                                                             ("decode_graph_hostsync", "sync-stall", 0.345)])
 def test_a_fixed_cause_says_promised_and_measured(before: str, rule: str, promised_ms: float) -> None:
     data = _diff(before, "decode_graph_node")
     (promise,) = data["promises"]

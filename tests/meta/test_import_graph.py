@@ -201,6 +201,7 @@ FLOORS = {
     "nsys_rules.docs": "face", "nsys_rules.baseline": "face", "nsys_rules.outpaths": "face",
     "nsys_rules.capture": "face", "nsys_rules.nsys_status": "face", "nsys_rules.diff": "face",
     "nsys_rules.config": "face", "nsys_rules.mcp_server": "face",
+    "nsys_rules.notebook": "face", "nsys_rules.notebook_types": "face",
     "nsys_rules.engine": "engine", "nsys_rules.plugin_manager": "engine", "nsys_rules.isolation": "engine",
     "nsys_rules.containment": "engine", "nsys_rules.deadline": "engine",
     "nsys_rules.parallel": "engine", "nsys_rules.rule_threads": "engine", "nsys_rules.options": "engine",

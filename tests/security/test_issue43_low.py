@@ -17,6 +17,7 @@ import pytest
 from nsys_rules import nsys_run
 from nsys_rules.nsys_locate import nsys_version
 from nsys_rules.testing import TraceBuilder
+from tests import bounded
 from tests.fuzz.harness import check_run, run_cli_inprocess
 
 #: A fake nsys whose ``export`` writes its pid beside itself and then hangs (a damaged report, a broken
@@ -91,17 +92,17 @@ def test_sigterm_during_a_report_export_leaves_no_folder(tmp_path):
     report = tmp_path / "run.nsys-rep"
     report.write_bytes(b"report")
     env = {**os.environ, "TMPDIR": str(temp), "NSYS_RULES_NSYS": str(nsys)}
-    proc = subprocess.Popen([sys.executable, "-m", "nsys_rules", "check", "--no-plugins", str(report)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = bounded.popen([sys.executable, "-m", "nsys_rules", "check", "--no-plugins", str(report)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     pid_file = nsys.parent / "export.pid"
     deadline = time.monotonic() + 60
     while not pid_file.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert pid_file.exists(), proc.communicate(timeout=10)
+    assert pid_file.exists(), bounded.finish(proc, 10)
     time.sleep(0.2)  # the pid is written first thing: let the export's folder exist a moment
     assert [p.name[:11] for p in temp.iterdir()] == ["nsys-rules-"]
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=30)
+    bounded.finish(proc, 30)
     assert proc.returncode == -signal.SIGTERM  # ended by the signal, as the sender expects
     assert list(temp.iterdir()) == []  # the export's folder is gone
     assert not _running(int(pid_file.read_text()))  # and so is the export

@@ -16,7 +16,8 @@ def test_tuned_and_released_without_a_library_search() -> None:
             "ok = tune_malloc(); release_free_memory(); release_free_memory(); "
             "assert 'subprocess' not in sys.modules and 'ctypes.util' not in sys.modules, 'library search'; "
             "print(ok)")
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         timeout=120).stdout
     assert out.strip() == "True"
 
 

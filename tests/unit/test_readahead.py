@@ -95,7 +95,7 @@ def test_same_frames_and_damage_as_a_plain_read(name: str) -> None:
 
 def test_same_frames_from_an_export_folder(tmp_path: Path) -> None:
     folder = need_shared(H200.parent / "formats") / "pq_small.tar.xz"
-    subprocess.run(["tar", "-xJf", str(folder), "-C", str(tmp_path)], check=True)
+    subprocess.run(["tar", "-xJf", str(folder), "-C", str(tmp_path)], check=True, timeout=600)
     for export in sorted(tmp_path.rglob("*.parquetdir")) + sorted(tmp_path.rglob("*.arrowdir")):
         plain, plain_damage = _frames(export, early=False)
         early, early_damage = _frames(export, early=True)
@@ -269,7 +269,7 @@ def test_check_parses_its_flags_without_pandas() -> None:
             "args = build_parser(command_of(['check', 'x.sqlite'])).parse_args(['check', 'x.sqlite']); "
             "heavy = [m for m in ('pandas', 'numpy', 'pyarrow', 'nsys_rules.engine') if m in sys.modules]; "
             "assert not heavy, heavy")
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 @pytest.mark.parametrize("kind", ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"])
@@ -311,7 +311,7 @@ def test_an_early_read_imports_no_pandas(tmp_path: Path) -> None:
             "assert out['a'].tolist() == [1, 2, -1] and out['b'].tolist() == [4, 5, 6], out; "
             "assert out['t'].tolist() == ['x', None, 'é'] and out['t'].dtype == object, out; "
             "assert 'pandas' not in sys.modules and 'pyarrow.compute' not in sys.modules, sorted(sys.modules)")
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_text_batches_convert_as_arrow_does() -> None:

@@ -28,7 +28,7 @@ class Options:
                 "long before 1.5x"})
     min_excess_pct: float = field(default=10.0, metadata={
         "help": "the least excess over the median, in percent, for a step to count as slow by deviation",
-        "max_pct": None})  # an excess over the median, not a share: 150 % is a step 2.5 times the median
+        "max_pct": None})  # an excess, not a share: 150 % is a step 2.5 times the median
     min_steps: int = field(default=8, metadata={"help": "fewest steady steps to judge outliers against a median"})
     warn_share_pct: float = field(default=5.0, metadata={
         "help": "percent of the steady state that the slow steps' excess over the median must reach for a warning"})
@@ -40,7 +40,7 @@ class Cause:
     """Why the slow steps are slow, with the words and the budget parts that grew."""
 
     kind: str  # contention, module loading, allocation, synchronization, host, kernels
-    text: str
+    text: str  # the words, then the budget parts that grew
     parts: tuple[str, ...]
     other_process: bool = False  # contention from another process's GPU work (not this program's other streams)
 
@@ -159,10 +159,9 @@ class StepOutliers(Rule):
         metrics = {"slow_steps": metric(len(slow), "count"), "steps": metric(budget.steps, "count"),
                    "step_p50": metric(p50, "ns"), "step_p99": metric(float(np.quantile(durations, 0.99)), "ns"),
                    "step_max": metric(int(durations.max()), "ns"), "excess_time": metric(excess, "ns")}
-        first = int(slow[0])
         advice = _advice(cause.kind, ctx.framework, cause.other_process)
         yield ctx.finding(message, advice, severity=severity, metrics=metrics,
-                          location=Location(device=budget.device, start_ns=int(model.gpu[first, 0]),
+                          location=Location(device=budget.device, start_ns=int(model.gpu[int(slow[0]), 0]),
                                             end_ns=int(model.gpu[int(slow[-1]), 1]),
                                             steps=tuple(int(i) + 1 for i in shown)),
                           estimated_savings_ns=excess, budget_part="+".join(cause.parts) or None, key=cause.kind)

@@ -21,6 +21,10 @@ otherwise compile ~110 modules in every run (~0.16 s), which no installed copy p
 ``--growth`` builds 2x, 4x, 8x traces of both formats with ``benchmarks/replicate.py`` and shows
 how ``check`` time and memory grow with size (linear is the target).
 
+``--long 5M,10M`` builds long traces from the big SQLite trace with ``benchmarks/make_long.py`` (its
+steady steps repeated after one warm-up, kept in ``--long-dir``) and shows ``check`` time and peak RSS
+per size against the 1M case: issue 39's targets are within 1.2x of linear time and a peak of 1 GB.
+
 ``--metrics [TRACE]`` times ``check`` on a trace with GPU metrics (default: the 346 MB
 ``g_decode_static_metrics.sqlite`` of ``../shared/traces/metrics/gm.tar.xz.part*``, unpacked into the
 work folder) with the metrics read and measured, against the same check with ``--no-gpu-metrics``:
@@ -317,6 +321,55 @@ def growth(traces: dict[str, Path], formats: list[str], factors: list[int], work
                  "MB/floor MB"], rows)
 
 
+#: Issue 39: a long trace checked within this many times linear time from the 1M case, within this peak RSS.
+LONG_TIME_TARGET = 1.2
+LONG_RSS_TARGET_MB = 1024.0
+
+
+def _kernel_count(trace: Path) -> int:
+    import sqlite3  # noqa: PLC0415 - only the long case counts rows
+
+    db = sqlite3.connect(f"file:{trace}?mode=ro&immutable=1", uri=True)
+    try:
+        return int(db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0])
+    finally:
+        db.close()
+
+
+def _long_trace(trace: Path, size: str, folder: Path) -> Path:
+    """``trace`` made long (``make_long.py --kernels size``), built once in ``folder``."""
+    sys.path.insert(0, str(HERE))
+    from make_long import _count, make_long  # noqa: PLC0415 - a sibling script, not a package
+
+    path = folder / f"{trace.name.split('.')[0]}_{size}.sqlite"
+    if not path.exists():
+        make_long(trace, path, kernels=_count(size))
+    return path
+
+
+def long_case(trace: Path, sizes: list[str], folder: Path, repeat: int, extra: list[str]) -> None:
+    """``check`` time and peak RSS on the trace and on long traces made from it, against linear time."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    base: tuple[float, int] | None = None
+    for size in ["1M", *sizes]:
+        path = trace if size == "1M" else _long_trace(trace, size, folder)
+        kernels = _kernel_count(path)
+        run = _median([measure(_argv(_CHECK + extra, path)) for _ in range(repeat)])
+        base = base or (run.seconds, kernels)
+        linear = run.seconds / (base[0] * kernels / base[1])
+        ok_t = "ok" if linear <= LONG_TIME_TARGET else "OVER"
+        ok_m = "ok" if run.rss_mb <= LONG_RSS_TARGET_MB else "OVER"
+        if run.status not in (0, 1):
+            ok_t = ok_m = f"exit {run.status}"
+        rows.append([size, f"{kernels / 1e6:.2f}", f"{_size_mb(path):.0f}", f"{run.seconds:.1f}", f"{run.cpu:.1f}",
+                     f"{linear:.2f} {ok_t}", f"{run.rss_mb:.0f} {ok_m}", f"{run.rss_mb / (kernels / 1e6):.0f}"])
+    print(f"long traces: check{' ' + ' '.join(extra) if extra else ''} with all built-in rules, median of {repeat}; "
+          f"time/linear = seconds / (1M seconds x kernels / 1M kernels), target <= {LONG_TIME_TARGET}; "
+          f"peak RSS target <= {LONG_RSS_TARGET_MB:.0f} MB")
+    print_table(["size", "M kernels", "MB", "check s", "CPU s", "time/linear", "peak RSS MB", "MB per M kernels"], rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line."""
     parser = argparse.ArgumentParser(description="nsys-rules speed and memory against the bare Arrow read")
@@ -327,7 +380,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--growth", default="", help="size factors to show growth for, e.g. 1,2,4,8")
     parser.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "nsys-rules-bench",
                         help="where unpacked and replicated traces go")
-    parser.add_argument("--no-main", action="store_true", help="only the growth table (and --metrics)")
+    parser.add_argument("--no-main", action="store_true", help="only the growth table (and --long, --metrics)")
+    parser.add_argument("--long", default="", help="long trace sizes in kernels made from the big trace, e.g. 5M,10M")
+    parser.add_argument("--long-dir", type=Path, default=Path("/tmp/long"), help="where the long traces are kept")
+    parser.add_argument("--long-args", default="", help="extra check arguments for the long case, e.g. "
+                                                        "'--max-memory 500M'")
     parser.add_argument("--metrics", nargs="?", const="", metavar="TRACE",
                         help="also time check on a GPU metrics trace with and without the metrics read (default: the "
                              "346 MB shared capture, unpacked into the work folder)")
@@ -352,6 +409,11 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_main:
             print()
         growth(traces, formats, [int(x) for x in args.growth.split(",")], args.workdir, max(1, args.repeat))
+    if args.long:
+        if not args.no_main or args.growth:
+            print()
+        long_case(traces["sqlite"], [x.strip() for x in args.long.split(",") if x.strip()], args.long_dir,
+                  max(1, args.repeat), args.long_args.split())
     if args.metrics is not None:
         print()
         metrics_benchmark(Path(args.metrics) if args.metrics else unpack_metrics(args.workdir), max(1, args.repeat))

@@ -3,6 +3,7 @@
 Usage:
     python benchmarks/make_long.py SOURCE.sqlite OUT.sqlite --kernels 5M
     python benchmarks/make_long.py SOURCE.sqlite OUT.sqlite --copies 4 [--window START:END]
+    python benchmarks/make_long.py SOURCE.parquetdir OUT.parquetdir --kernels 5M
 
 A long capture is a warm-up followed by many more steps of the same loop, so that is what this
 writes: the source's rows before the window (warm-up) as they are, the window ``[START, END)``
@@ -27,7 +28,9 @@ description are copied as they are.
 All the work is SQL over the attached source (``INSERT ... SELECT`` with offsets, rows written in
 time order: before and window, copy 1 ... copy N, after), read-only on the source: the 1M-kernel
 trace becomes a 5M-kernel one in about a minute on one core. The output is written to
-``OUT.part`` and renamed when complete.
+``OUT.part`` and renamed when complete. A ``parquetdir`` folder (``nsys export --type=parquetdir``)
+is made the same way with pyarrow (``make_long_parquet.py``), table file by table file and one row group at a time (the same
+rows, shifts and order; the other files copied as they are).
 """
 
 from __future__ import annotations
@@ -249,11 +252,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     window = tuple(int(x) for x in args.window.split(":")) if args.window else None
     began = time.perf_counter()
-    counts = make_long(args.source, args.out, window, args.copies, args.kernels)  # type: ignore[arg-type]
+    if args.source.is_dir():
+        from make_long_parquet import make_long_folder  # noqa: PLC0415 - a sibling script, not a package
+
+        build = make_long_folder
+    else:
+        build = make_long
+    counts = build(args.source, args.out, window, args.copies, args.kernels)  # type: ignore[arg-type]
     for table, n in counts.items():
         if n and table.startswith(("CUPTI", "NVTX", "OSRT", "GPU_METRICS", "copies")):
             print(f"{table}: {n}")
-    print(f"{args.out} ({args.out.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - began:.0f} s")
+    size = sum(p.stat().st_size for p in args.out.iterdir()) if args.out.is_dir() else args.out.stat().st_size
+    print(f"{args.out} ({size / 1e6:.0f} MB) in {time.perf_counter() - began:.0f} s")
     return 0
 
 

@@ -62,6 +62,11 @@ def fill_columns(batches: Iterable[Any], names: Sequence[str], expected_rows: in
     caller's converters can judge each value. An unsigned value beyond int64 (no nsys id or
     time comes near) reads as NULL_INT, with a note in ``damage``.
 
+    An id source of :data:`ONE_VALUE_SOURCES` that holds one value in every row of a read of at least
+    :data:`ONE_VALUE_FROM` rows comes back as a read-only one-value view (as ``loaders.columns.one_value``
+    makes it), and is no array at all while the read runs: its array is made, the rows so far filled,
+    at the first batch that differs.
+
     ``spend``, when given, is told after each batch the bytes the read holds so far (the arrays,
     the Python objects made, the batch itself); it raises to stop a read that outgrew its price.
     """
@@ -77,15 +82,14 @@ def fill_columns(batches: Iterable[Any], names: Sequence[str], expected_rows: in
                                      for i, name in enumerate(names)]
     objs: list[np.ndarray | None] = [None for _ in names]
 
-    def materialize(i: int, upto: int) -> np.ndarray:
-        """Column ``i`` as an array of ``size`` rows, its first ``upto`` rows the one value seen so far."""
+    def materialize(i: int, upto: int) -> None:
+        """Column ``i`` made an array of ``size`` rows, its first ``upto`` rows the one value seen so far."""
         lazy[i] = False
         value = single[i]
         fits = value is None or -(2**31) <= value < 2**31
         out = ints[i] = np.empty(size, np.int32 if names[i] in narrow and fits else np.int64)
         if upto:
             out[:upto] = value
-        return out
     huge = [0 for _ in names]
     pos = 0
     made = 0  # bytes of the Python objects made so far

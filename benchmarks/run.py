@@ -21,6 +21,10 @@ otherwise compile ~110 modules in every run (~0.16 s), which no installed copy p
 ``--growth`` builds 2x, 4x, 8x traces of both formats with ``benchmarks/replicate.py`` and shows
 how ``check`` time and memory grow with size (linear is the target).
 
+``--long 5M,10M`` builds long traces from the big SQLite trace with ``benchmarks/make_long.py`` (its
+steady steps repeated after one warm-up, kept in ``--long-dir``) and shows ``check`` time and peak RSS
+per size against the 1M case: issue 39's targets are within 1.2x of linear time and a peak of 1 GB.
+
 ``--metrics [TRACE]`` times ``check`` on a trace with GPU metrics (default: the 346 MB
 ``g_decode_static_metrics.sqlite`` of ``../shared/traces/metrics/gm.tar.xz.part*``, unpacked into the
 work folder) with the metrics read and measured, against the same check with ``--no-gpu-metrics``:
@@ -327,7 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--growth", default="", help="size factors to show growth for, e.g. 1,2,4,8")
     parser.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "nsys-rules-bench",
                         help="where unpacked and replicated traces go")
-    parser.add_argument("--no-main", action="store_true", help="only the growth table (and --metrics)")
+    parser.add_argument("--no-main", action="store_true", help="only the growth table (and --long, --metrics)")
+    parser.add_argument("--long", default="", help="long trace sizes in kernels made from the big trace, e.g. 5M,10M")
+    parser.add_argument("--long-dir", type=Path, default=Path("/tmp/long"), help="where the long traces are kept")
+    parser.add_argument("--long-args", default="", help="extra check arguments for the long case, e.g. "
+                                                        "'--max-memory 500M'")
     parser.add_argument("--metrics", nargs="?", const="", metavar="TRACE",
                         help="also time check on a GPU metrics trace with and without the metrics read (default: the "
                              "346 MB shared capture, unpacked into the work folder)")
@@ -352,6 +360,14 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_main:
             print()
         growth(traces, formats, [int(x) for x in args.growth.split(",")], args.workdir, max(1, args.repeat))
+    if args.long:
+        if not args.no_main or args.growth:
+            print()
+        sys.path.insert(0, str(HERE))
+        from long_case import long_case  # noqa: PLC0415 - a sibling script, not a package
+
+        long_case(traces["sqlite"], [x.strip() for x in args.long.split(",") if x.strip()], args.long_dir,
+                  max(1, args.repeat), args.long_args.split())
     if args.metrics is not None:
         print()
         metrics_benchmark(Path(args.metrics) if args.metrics else unpack_metrics(args.workdir), max(1, args.repeat))

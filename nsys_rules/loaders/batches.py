@@ -15,6 +15,13 @@ from nsys_rules.loaders.export import NULL_INT
 from nsys_rules.loaders.tables import BLOB_SOURCES
 
 _INT64_LIMIT = 2**63
+#: Id sources that usually hold one value in every row (one process, one thread, one device, one stream, no
+#: graph node): read as that one value until a row differs (issue 39: 8 bytes a row of a serialized global id and
+#: 4 of each narrow id, for every kernel and API row, while both big tables are read side by side).
+ONE_VALUE_SOURCES = frozenset({"globalPid", "globalTid", "deviceId", "streamId", "contextId", "graphNodeId"})
+#: Rows from which a column that holds one value is kept as that value (``loaders.columns.ONE_VALUE_ROWS``:
+#: the canonical frames hold such columns as one-value views from that size on anyway).
+ONE_VALUE_FROM = 4096
 
 
 #: Python bytes of one str/bytes object beyond its characters (header, hash, the array slot).
@@ -55,6 +62,11 @@ def fill_columns(batches: Iterable[Any], names: Sequence[str], expected_rows: in
     caller's converters can judge each value. An unsigned value beyond int64 (no nsys id or
     time comes near) reads as NULL_INT, with a note in ``damage``.
 
+    An id source of :data:`ONE_VALUE_SOURCES` that holds one value in every row of a read of at least
+    :data:`ONE_VALUE_FROM` rows comes back as a read-only one-value view (as ``loaders.columns.one_value``
+    makes it), and is no array at all while the read runs: its array is made, the rows so far filled,
+    at the first batch that differs.
+
     ``spend``, when given, is told after each batch the bytes the read holds so far (the arrays,
     the Python objects made, the batch itself); it raises to stop a read that outgrew its price.
     """
@@ -62,8 +74,22 @@ def fill_columns(batches: Iterable[Any], names: Sequence[str], expected_rows: in
 
     size = max(int(expected_rows), 0)
     where = list(positions) if positions is not None else list(range(len(names)))
-    ints: list[np.ndarray | None] = [np.empty(size, np.int32 if name in narrow else np.int64) for name in names]
+    # A column that may hold one value in every row is no array until a row differs (``single``: the value
+    # so far, None: no row yet); an id of one process or device costs nothing per row during the read.
+    lazy = [size >= ONE_VALUE_FROM and name in ONE_VALUE_SOURCES for name in names]
+    single: list[int | None] = [None for _ in names]
+    ints: list[np.ndarray | None] = [None if lazy[i] else np.empty(size, np.int32 if name in narrow else np.int64)
+                                     for i, name in enumerate(names)]
     objs: list[np.ndarray | None] = [None for _ in names]
+
+    def materialize(i: int, upto: int) -> None:
+        """Column ``i`` made an array of ``size`` rows, its first ``upto`` rows the one value seen so far."""
+        lazy[i] = False
+        value = single[i]
+        fits = value is None or -(2**31) <= value < 2**31
+        out = ints[i] = np.empty(size, np.int32 if names[i] in narrow and fits else np.int64)
+        if upto:
+            out[:upto] = value
     huge = [0 for _ in names]
     pos = 0
     made = 0  # bytes of the Python objects made so far
@@ -76,6 +102,24 @@ def fill_columns(batches: Iterable[Any], names: Sequence[str], expected_rows: in
         for i, at in enumerate(where):
             column = batch.column(at)
             obj = objs[i]
+            if lazy[i]:
+                if not rows:
+                    continue
+                if pa.types.is_null(column.type):
+                    seen: tuple[np.ndarray, int] | None = (np.full(1, NULL_INT, np.int64), 0)
+                elif pa.types.is_integer(column.type):
+                    seen = _integers(column)
+                else:
+                    seen = None
+                if seen is not None and not seen[1]:
+                    values = seen[0]
+                    if not len(values):
+                        continue
+                    low, high = int(values.min()), int(values.max())
+                    if low == high and single[i] in (None, low):
+                        single[i] = low  # still one value: nothing stored per row
+                        continue
+                materialize(i, pos)
             if obj is None:
                 target = ints[i]
                 assert target is not None  # a column is integers until it turns to objects
@@ -104,6 +148,11 @@ def fill_columns(batches: Iterable[Any], names: Sequence[str], expected_rows: in
             held = sum(a.nbytes for a in ints if a is not None) + sum(a.nbytes for a in objs if a is not None)
             spend(held + made + _arrow_bytes(batch))
     out: dict[str, np.ndarray] = {}
+    for i, name in enumerate(names):
+        if lazy[i]:  # one value in every row (or no row): a read-only view of it, as loaders.columns.one_value
+            value = NULL_INT if single[i] is None else int(single[i])  # type: ignore[arg-type]
+            fits = -(2**31) <= value < 2**31
+            ints[i] = np.broadcast_to(np.array([value], np.int32 if name in narrow and fits else np.int64), (pos,))
     for name, as_int, as_obj, beyond in zip(names, ints, objs, huge, strict=True):
         arr = as_obj if as_obj is not None else as_int
         assert arr is not None

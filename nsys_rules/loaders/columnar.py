@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 
 from nsys_rules.loaders import damage as damage_fix
-from nsys_rules.loaders.columns import ONE_VALUE_ROWS, all_equal, isnull, one_value
+from nsys_rules.loaders.columns import ONE_VALUE_ROWS, all_equal, int16_if_fits, isnull, one_value
 from nsys_rules.loaders.export import DEVICE_COLUMNS, MAX_DEVICE_ID, NULL_INT, ReadMeter
 from nsys_rules.loaders.strings import StringLookups
 from nsys_rules.loaders.tables import Column, Table
@@ -35,6 +35,10 @@ NARROW_COLUMNS = frozenset({"device_id", "context_id", "stream_id", "grid_x", "g
                             "block_z", "registers_per_thread", "launch_type", "copy_kind", "src_kind", "dst_kind",
                             "mem_kind", "sync_type", "event_type", "src_device_id", "dst_device_id",
                             "correlation_id", "graph_node_id"})
+#: Launch dimensions, held as int16 when every value fits (blocks are at most 1024 threads a side, grids of
+#: most kernels far below 32768): 2 bytes per kernel and dimension instead of 4, 8 bytes per kernel over the
+#: four that vary (issue 39: what a long capture holds). Readers fold them into int64 keys or read single values.
+SHORT_COLUMNS = frozenset({"grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"})
 
 
 class ColumnarExport(StringLookups, ABC):
@@ -179,6 +183,8 @@ class ColumnarExport(StringLookups, ABC):
             data[col.name] = self._convert(col, kept, n if all_kept else int(keep.sum()), f"{table.name}.{col.name}")
             if col.kind in ("pid", "tid") or col.name in NARROW_COLUMNS:
                 data[col.name] = one_value(data[col.name])
+            if col.name in SHORT_COLUMNS:
+                data[col.name] = int16_if_fits(data[col.name])
         frame = pd.DataFrame(data, copy=False)
         frame = damage_fix.drop_invalid_required(table.name, frame, [c.name for c in wanted if c.required],
                                                  NULL_INT, self.damage)

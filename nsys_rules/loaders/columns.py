@@ -25,6 +25,16 @@ def one_value(values: Any) -> Any:
     return np.broadcast_to(values[:1].copy(), values.shape)
 
 
+def int16_if_fits(values: Any) -> Any:
+    """An integer column as int16 when every value fits (a one-value view or another type: as it is)."""
+    if (not isinstance(values, np.ndarray) or values.dtype.kind not in "iu" or values.dtype.itemsize <= 2
+            or not len(values) or values.strides == (0,)):
+        return values
+    if int(values.min()) < -(2**15) or int(values.max()) >= 2**15:
+        return values
+    return values.astype(np.int16)
+
+
 def all_equal(values: np.ndarray) -> bool:
     """Whether every value of an integer or boolean array is the same, without a row-length mask: a
     sample first (most columns that vary do so in it), then the minimum and maximum."""

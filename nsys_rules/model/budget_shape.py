@@ -51,7 +51,7 @@ def move_host_prep(per_step: dict[str, np.ndarray], gaps: tuple[np.ndarray, np.n
     if not n or not len(gap_s):
         return
     typical = float(np.median(tiles[:, 1] - tiles[:, 0]))
-    blocks = np.flatnonzero(gap_e - gap_s >= max(MIN_BLOCK_SHARE * typical, MIN_BLOCK_NS))
+    blocks = _long_gaps(gap_s, gap_e, max(MIN_BLOCK_SHARE * typical, MIN_BLOCK_NS))
     if not len(blocks):
         return
     bs, be = gap_s[blocks], gap_e[blocks]
@@ -79,6 +79,18 @@ def move_host_prep(per_step: dict[str, np.ndarray], gaps: tuple[np.ndarray, np.n
         # The hidden share stays after_sync (launching before the readback recovers it).
         keep = (pieces * hidden // total).astype(np.int64)
         _take(per_step, prep, steps, (pieces * amount // total).astype(np.int64), keep_sync=keep)
+
+
+#: Gaps measured this many at a time: a long capture has millions of GPU gaps (one between most kernels), and
+#: their lengths as one array would be 8 bytes per gap beside the budget's other arrays at its peak.
+GAP_CHUNK = 1 << 18
+
+
+def _long_gaps(gap_s: np.ndarray, gap_e: np.ndarray, threshold: float) -> np.ndarray:
+    """Indices of the gaps lasting at least ``threshold`` ns, found a chunk of gaps at a time."""
+    found = [np.flatnonzero(gap_e[lo:lo + GAP_CHUNK] - gap_s[lo:lo + GAP_CHUNK] >= threshold) + lo
+             for lo in range(0, len(gap_s), GAP_CHUNK)]
+    return np.concatenate(found) if found else np.zeros(0, np.int64)
 
 
 def _take(per_step: dict[str, np.ndarray], prep: np.ndarray, steps: np.ndarray, amounts: np.ndarray,

@@ -84,14 +84,37 @@ def step_facts(trace: Trace, ops: GpuOps, host: np.ndarray, pid: int | None) -> 
         loads, load_ns = _per_step(starts, ends, in_set(names, MODULE_LOADS) & mine, host)
         captures, _ = _per_step(starts, ends, in_set(names, GRAPH_CAPTURE_APIS) & mine, host)
         allocs, alloc_ns = _per_step(starts, ends, in_set(names, _ALLOCATING) & mine, host)
-    kernel = (ops.kind == KERNEL) & (ops.launch >= 0)
-    if pid is not None:
-        kernel &= ops.pid == pid
-    index = point_in(ops.launch[kernel], host[:, 0], host[:, 1]) if n else np.zeros(0, np.int64)
-    held = index >= 0
-    kernels = np.bincount(index[held], minlength=n)
-    kernel_ns = np.bincount(index[held], weights=ops.duration[kernel][held], minlength=n).astype(np.int64)
+    kernels, kernel_ns = _kernels_per_step(ops, host, pid)
     return StepFacts(loads, load_ns, captures, allocs, alloc_ns, kernels, kernel_ns)
+
+
+#: Operations counted into steps this many at a time: the launch times, step indices and durations of a
+#: chunk, not of every kernel of a long capture at once (issue 39: ~40 bytes per kernel at this rule's peak).
+OPS_CHUNK = 1 << 20
+
+
+def _kernels_per_step(ops: GpuOps, host: np.ndarray, pid: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Kernels launched inside each step's host interval (of process ``pid``), and their summed GPU time.
+
+    The sums are float64 per chunk, added up: whole nanoseconds below 2**53, so exactly what one
+    ``bincount`` over every kernel gives.
+    """
+    n = len(host)
+    kernels = np.zeros(n, np.int64)
+    kernel_ns = np.zeros(n, np.float64)
+    if not n:
+        return kernels, kernel_ns.astype(np.int64)
+    for lo in range(0, len(ops), OPS_CHUNK):
+        part = slice(lo, lo + OPS_CHUNK)
+        launch = ops.launch[part]
+        kernel = (ops.kind[part] == KERNEL) & (launch >= 0)
+        if pid is not None:
+            kernel &= ops.pid[part] == pid
+        index = point_in(launch[kernel], host[:, 0], host[:, 1])
+        held = index >= 0
+        kernels += np.bincount(index[held], minlength=n)
+        kernel_ns += np.bincount(index[held], weights=(ops.end[part] - ops.start[part])[kernel][held], minlength=n)
+    return kernels, kernel_ns.astype(np.int64)
 
 
 def _per_step(starts: np.ndarray, ends: np.ndarray, mask: np.ndarray, host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -241,3 +241,18 @@ def test_short_host_work_after_a_sync_stays_the_syncs(tmp_path):
     _, budget = budget_of(b.write(tmp_path / "t.sqlite"))
     assert "host_prep" not in parts(budget) and parts(budget)["after_sync"] > 0
     assert_adds_up(budget)
+
+
+def test_long_gaps_chunked_find_the_same_gaps_as_one_pass(monkeypatch):
+    # Issue 39: the gaps' lengths are measured a chunk at a time (no 8-byte array per gap at the budget's peak);
+    # chunk edges must neither lose nor repeat a gap.
+    from nsys_rules.model import budget_shape
+
+    rng = np.random.default_rng(7)
+    starts = np.cumsum(rng.integers(10, 5_000, 10_001))
+    ends = starts + rng.integers(0, 3_000, len(starts))
+    expected = np.flatnonzero(ends - starts >= 2_000)
+    monkeypatch.setattr(budget_shape, "GAP_CHUNK", 1_000)
+    found = budget_shape._long_gaps(starts, ends, 2_000)
+    assert found.tolist() == expected.tolist() and 2_000 < len(found) < 5_000
+    assert budget_shape._long_gaps(starts[:0], ends[:0], 2_000).tolist() == []

@@ -117,7 +117,8 @@ def test_narrow_columns_are_int32_and_widen_when_a_value_does_not_fit(tmp_path):
     trace = open_trace(path)
     try:
         frame = trace.frame("kernels", ["start", "grid_x", "device_id", "pid"])
-        assert frame["grid_x"].dtype == np.int32 and frame["pid"].dtype == np.int32
+        assert frame["grid_x"].dtype == np.int16 and frame["pid"].dtype == np.int32  # a launch dimension: int16
+        assert frame["device_id"].dtype == np.int32
         assert frame["start"].dtype == np.int64 and int(frame["grid_x"].iloc[0]) == 7
     finally:
         trace.close()
@@ -137,3 +138,20 @@ def test_packed_lexsort_matches_numpy():
                      (rng.random(n), rng.integers(0, 3, n)),  # fractions: numpy
                      (rng.integers(-5, 5, n), rng.integers(0, 3, n))):  # negative: numpy
             assert packed_lexsort(keys).tolist() == np.lexsort(keys).tolist()
+
+
+def test_launch_dimensions_are_int16_only_where_every_value_fits(tmp_path):
+    # Issue 39: the four launch dimensions that vary are most of a kernel row's ids; int16 halves them, but a
+    # grid of 40000 blocks (legal: grids reach 2**31 - 1 in x) keeps the column int32 with its values whole.
+    b = TraceBuilder()
+    b.kernel("k", start=1_000, duration=10, grid=(40_000, 3, 1), block=(128, 1, 1))
+    b.kernel("k", start=2_000, duration=10, grid=(7, 5, 1), block=(256, 1, 1))
+    path = b.write(tmp_path / "s.sqlite")
+    trace = open_trace(path)
+    try:
+        frame = trace.frame("kernels", ["grid_x", "grid_y", "block_x"])
+        assert frame["grid_x"].dtype == np.int32 and frame["grid_x"].tolist() == [40_000, 7]
+        assert frame["grid_y"].dtype == np.int16 and frame["grid_y"].tolist() == [3, 5]
+        assert frame["block_x"].dtype == np.int16 and frame["block_x"].tolist() == [128, 256]
+    finally:
+        trace.close()

@@ -37,7 +37,9 @@ OVERLAP_UNTRUSTWORTHY_PCT = 25.0
 #: NVTX event types that are ranges (push/pop and start/end, both NVTX generations).
 RANGE_TYPES = (59, 60, 70, 71)
 
-_API_COLUMNS = ("start", "end", "correlation_id", "pid", "tid", "name", "return_value")
+#: The API columns the step model reads anyway (a column more would read the 2.2M-row table again on the big trace;
+#: failed launches, `returnValue`, are rare enough to be counted as lost).
+_API_COLUMNS = ("start", "end", "correlation_id", "pid", "tid", "name")
 
 
 @dataclass(frozen=True)
@@ -96,12 +98,16 @@ def _level(code: str, m: Measured) -> str:
         "graph-replays-partial", "outside-capture") else "note"
 
 
+def check_needs(trace: Trace) -> dict[str, tuple[str, ...]]:
+    """Tables and columns the checks read (for the engine's one preload)."""
+    wanted = {"api": _API_COLUMNS, "nvtx": ("start", "raw_end", "event_type")}
+    return {table: cols for table, cols in wanted.items() if trace.has(table)}
+
+
 def _api(trace: Trace) -> pd.DataFrame | None:
     if not trace.has("api"):
         return None
-    cols = [c for c in _API_COLUMNS if c in trace.export.columns_of("CUPTI_ACTIVITY_KIND_RUNTIME") or c in (
-        "start", "end", "name")]
-    frame = trace.frame("api", tuple(dict.fromkeys([*cols, "correlation_id", "pid", "tid"])))
+    frame = trace.frame("api", _API_COLUMNS)
     return frame if len(frame) else None
 
 
@@ -116,8 +122,6 @@ def _launches(api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
     is_launch = calls(lambda n: base_api_name(n) in KERNEL_LAUNCH_APIS | GRAPH_LAUNCH_APIS)
     is_graph = calls(lambda n: base_api_name(n) in GRAPH_LAUNCH_APIS)
-    if "return_value" in api:
-        is_launch &= api["return_value"].fillna(0).to_numpy() == 0
     begin = calls(lambda n: "BeginCapture" in n)
     if begin.any():
         is_launch &= ~_in_capture(api, begin, calls(lambda n: "EndCapture" in n))

@@ -296,7 +296,8 @@ def _read_capture(export: Export) -> CaptureInfo:
     command = tuple([options["PROCESS_0:COMMAND"]] if options.get("PROCESS_0:COMMAND") else []) + tuple(
         args[i] for i in sorted(args))
     mode = options.get("PROCESS_0:CUDA_GRAPH_TRACE_OPTIONS:MODE") or None
-    return CaptureInfo(mode, tuple(traced), command, options.get("PROCESS_0:WORKING_DIR"), env, options)
+    # Sorted: exports from nsys 2025.6 on may store the rows in any order, and the report must not follow it.
+    return CaptureInfo(mode, tuple(sorted(traced)), command, options.get("PROCESS_0:WORKING_DIR"), env, options)
 
 
 def _read_export_info(export: Export) -> ExportInfo:

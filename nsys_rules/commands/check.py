@@ -172,10 +172,27 @@ def _run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     for line in failure_lines(report):
         sys.stderr.write(line + "\n")
+    if getattr(args, "announce_validity", False):  # profile: what it just captured, judged before the findings
+        for line in validity_lines(report):
+            sys.stderr.write(line + "\n")
     untrusted = untrusted_lines(report) if getattr(args, "require_trusted", False) else []
     for line in untrusted:
         sys.stderr.write(line + "\n")
     return int(ExitCode.BAD_INPUT) if untrusted else int(report.exit_code)
+
+
+def validity_lines(report: Report) -> list[str]:
+    """Per trace: its validity verdict, and for each reason worse than a note what it touches and its fix."""
+    out = []
+    for result in report.results:
+        validity = result.info.validity or {}
+        verdict = validity.get("verdict")
+        if verdict is None:
+            continue
+        out.append(f"nsys-rules: capture {clip_value(result.info.path, 200)}: {verdict}")
+        out += [f"nsys-rules:   {r['level']}: {clip_value(r['message'], 300)}; fix: {clip_value(r['fix'], 300)}"
+                for r in validity.get("reasons", [])]
+    return out
 
 
 def untrusted_lines(report: Report) -> list[str]:

@@ -24,6 +24,7 @@ from nsys_rules.model.diagnostics import CUDA_TABLES, Reason
 from nsys_rules.model.trace import Trace, base_api_name
 from nsys_rules.model.windows import Window
 
+#: Same-stream overlaps are a note below UNTRUSTWORTHY_PCT (PDL kernels overlap: triton-pdl-tutorial 3.1 %).
 #: Overlap of two operations on one stream that is timestamp granularity, not damage.
 OVERLAP_SLACK_NS = 1_000
 #: A GPU operation may start this much before its launch call by clock granularity.
@@ -32,8 +33,6 @@ LAUNCH_SLACK_NS = 1_000
 CAPTURE_SLACK_NS = 1_000_000
 #: Shares (percent) above which a check is a caveat and above which the trace is untrustworthy.
 CAVEAT_PCT, UNTRUSTWORTHY_PCT = 0.5, 5.0
-#: Same-stream overlaps are a note below 5 % (PDL kernels overlap: triton-pdl-tutorial 3.1 %), untrustworthy from:
-OVERLAP_UNTRUSTWORTHY_PCT = 25.0
 #: NVTX event types that are ranges (push/pop and start/end, both NVTX generations).
 RANGE_TYPES = (59, 60, 70, 71)
 
@@ -89,13 +88,16 @@ def self_checks(trace: Trace, steady: Window) -> tuple[list[Reason], dict[str, d
 
 
 def _level(code: str, m: Measured) -> str:
-    if code in ("capture-end-cut", "nvtx-unclosed", "untraced-process"):
-        return "caveat"
+    """Only lost GPU records make a trace untrustworthy (the GPU's time is what the rules judge); the rest is at
+    most a caveat: a GPU operation without its call is still measured, only the call's time and thread are missing."""
     pct = m.worst_pct
+    if code in ("capture-end-cut", "nvtx-unclosed", "untraced-process", "outside-capture", "graph-replays-partial"):
+        return "untrustworthy" if code == "graph-replays-partial" and pct >= UNTRUSTWORTHY_PCT else "caveat"
     if code == "stream-overlap":  # programmatic dependent launch overlaps kernels of one stream by design
-        return "untrustworthy" if pct >= OVERLAP_UNTRUSTWORTHY_PCT else "caveat" if pct >= UNTRUSTWORTHY_PCT else "note"
-    return "untrustworthy" if pct >= UNTRUSTWORTHY_PCT else "caveat" if pct >= CAVEAT_PCT or code in (
-        "graph-replays-partial", "outside-capture") else "note"
+        return "caveat" if pct >= UNTRUSTWORTHY_PCT else "note"
+    if code == "launches-without-gpu" and pct >= UNTRUSTWORTHY_PCT:
+        return "untrustworthy"
+    return "caveat" if pct >= CAVEAT_PCT else "note"
 
 
 def check_needs(trace: Trace) -> dict[str, tuple[str, ...]]:

@@ -13,15 +13,27 @@ under ``validity.doubtful`` with the reason: its confidence is lower.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Protocol, TypeVar
 
 from nsys_rules.analysis.names import PROFILER_START_APIS, in_set
-from nsys_rules.findings import Finding
 from nsys_rules.loaders.diagnostics import read_diagnostics
 from nsys_rules.model.diagnostics import LEVELS, Reason, explain
 from nsys_rules.model.selfcheck import self_checks
 from nsys_rules.model.trace import Trace
 from nsys_rules.model.windows import Window
+
+class FindingLike(Protocol):
+    """What :func:`apply` reads of a finding (``nsys_rules.findings.Finding``; the model floor does not import it)."""
+
+    rule: str
+    title: str
+    location: Any
+
+    @property
+    def fingerprint(self) -> str: ...
+
+
+F = TypeVar("F", bound=FindingLike)
 
 #: Verdicts, best first.
 VERDICTS = ("trusted", "caveats", "untrustworthy")
@@ -67,13 +79,13 @@ def _profiler_range(trace: Trace) -> bool:
     return trace.has("api") and bool(in_set(trace.api_names(), PROFILER_START_APIS).any())
 
 
-def apply(findings: Iterable[Finding], validity: Validity, tables: Mapping[str, frozenset[str]],
-          full_window: frozenset[str] = frozenset()) -> list[Finding]:
+def apply(findings: Iterable[F], validity: Validity, tables: Mapping[str, frozenset[str]],
+          full_window: frozenset[str] = frozenset()) -> list[F]:
     """The findings that stand: those resting on untrustworthy data abstain (listed in ``validity.abstained``);
     those resting on a caveat stay and are listed in ``validity.doubtful``. ``tables``: each rule's tables;
     ``full_window``: the rules that judge the whole capture (a check that found nothing inside the steady state,
     a cut end, touches only them)."""
-    kept: list[Finding] = []
+    kept: list[F] = []
     for finding in findings:
         steady_only = finding.rule not in full_window
         touching = [r for r in validity.reasons if _touches(r, finding, tables.get(finding.rule, frozenset()))
@@ -91,7 +103,7 @@ def apply(findings: Iterable[Finding], validity: Validity, tables: Mapping[str, 
     return kept
 
 
-def _touches(reason: Reason, finding: Finding, tables: frozenset[str]) -> bool:
+def _touches(reason: Reason, finding: FindingLike, tables: frozenset[str]) -> bool:
     if not set(reason.tables) & tables:
         return False
     device = finding.location.device

@@ -124,3 +124,18 @@ def test_require_trusted_exits_3_on_an_untrustworthy_trace(tmp_path: Path) -> No
     assert "trace untrustworthy: " in table.stdout.splitlines()[1]
     good = run_cli("check", "--require-trusted", str(H200 / "rust_release_build.sqlite"))
     assert good.returncode in (0, 1) and "trace " not in good.stdout.splitlines()[1]
+
+
+def test_doctor_checks_a_capture(tmp_path: Path) -> None:
+    if not H200.is_dir():
+        pytest.skip("../shared/traces/h200 is not here")
+    from nsys_rules.commands.doctor import capture_items
+
+    source, statements = VARIANTS["graph_partial"]
+    damaged = edited_copy(H200 / f"{source}.sqlite", tmp_path / "partial.sqlite", statements)
+    items = capture_items(damaged)
+    assert [(i.level, i.topic) for i in items[:2]] == [("FAIL", "capture"), ("FAIL", "capture")]
+    assert "16 of 67 CUDA graph replays" in items[1].text and "--cuda-graph-trace=graph" in items[1].fix
+    intact = capture_items(H200 / f"{source}.sqlite")
+    assert intact[0].level == "ok" and intact[0].text.endswith(": trusted")
+    assert [i.level for i in intact[1:]] == ["info"]  # scheduling information absent: nothing read from it

@@ -25,9 +25,14 @@ from nsys_rules.model.windows import Window
 class FindingLike(Protocol):
     """What :func:`apply` reads of a finding (``nsys_rules.findings.Finding``; the model floor does not import it)."""
 
-    rule: str
-    title: str
-    location: Any
+    @property
+    def rule(self) -> str: ...
+
+    @property
+    def title(self) -> str: ...
+
+    @property
+    def location(self) -> Any: ...
 
     @property
     def fingerprint(self) -> str: ...

@@ -84,6 +84,7 @@ def self_checks(trace: Trace, steady: Window) -> tuple[list[Reason], dict[str, d
             reasons.append(Reason(code, level, "check", _MESSAGES[code].format(
                 n=measured.count, of=measured.of, pct=measured.size()["pct"]), _FIXES[code], _TABLES[code],
                 tuple(sorted(devices)), measured.size()))
+    _LOSS_CACHE.clear()  # keyed by object ids, which a later trace may reuse
     return reasons, sizes
 
 
@@ -147,40 +148,59 @@ def _in_capture(api: pd.DataFrame, begin: np.ndarray, end: np.ndarray) -> np.nda
     return inside
 
 
-def _keys(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
-    return (np.asarray(pid, np.int64) << 32) ^ (np.asarray(corr, np.int64) & 0xFFFFFFFF)
-
-
 def _lost_launches(trace: Trace, ops: GpuOps, api: pd.DataFrame | None, steady: Window, tail: bool
                    ) -> tuple[Measured, set[int]] | None:
     """Launch calls whose GPU work is not in the trace: before the last GPU operation of their process (lost) or
     after it (``tail``: the capture ended before the work was recorded)."""
-    if api is None or "correlation_id" not in api:
+    if api is None:
         return None
-    rows, graph = _launches(api)
-    if not len(rows):
+    key = (id(ops), id(api), id(steady))
+    if _LOSS_CACHE.get("key") != key:  # the lost and the cut check share one pass over the launches
+        _LOSS_CACHE.clear()
+        _LOSS_CACHE.update(key=key, value=_launch_loss(trace, ops, api))
+    loss = _LOSS_CACHE["value"]
+    if loss is None:
         return None
-    if graph.any() and not (np.asarray(ops.by_graph).any() or trace.has("graph_trace")):
-        rows = rows[~graph]  # graph work hidden by the capture mode: graph-trace-hidden says so
-    pid = api["pid"].to_numpy(np.int64)[rows]
-    start = api["start"].to_numpy(np.int64)[rows]
-    have = np.unique(_keys(ops.pid, np.asarray(ops.corr)))
-    missing = ~np.isin(_keys(pid, api["correlation_id"].to_numpy(np.int64)[rows]), have)
-    last = _last_start_by_pid(ops)
-    # A process with no GPU record at all lost its GPU activity (or never had it traced): no cut end, all lost.
-    last_start = np.array([last.get(int(p), np.iinfo(np.int64).max) for p in pid], np.int64)
-    after = start > last_start
+    rows, pid, start, missing, after = loss
     hit = missing & (after if tail else ~after)
     in_steady = steady.mask(start)
     devices = {int(d) for p in np.unique(pid[hit]) for d in np.unique(ops.device[ops.pid == p])}
     return Measured(int(hit.sum()), len(rows), int((hit & in_steady).sum()), int(in_steady.sum())), devices
 
 
-def _last_start_by_pid(ops: GpuOps) -> dict[int, int]:
-    if not len(ops):
-        return {}
-    frame = pd.DataFrame({"pid": np.asarray(ops.pid, np.int64), "start": ops.start})
-    return {int(k): int(v) for k, v in frame.groupby("pid")["start"].max().items()}
+_LOSS_CACHE: dict[str, Any] = {}
+
+
+def _launch_loss(trace: Trace, ops: GpuOps, api: pd.DataFrame) -> Any:
+    """The launch rows, their process and start, which have no GPU record, and which come after their process's
+    last GPU operation. A GPU operation knows its launching row (``GpuOps.api_row``, the launch join): marking
+    those rows costs one pass, no hashing of a million keys."""
+    rows, graph = _launches(api)
+    if not len(rows):
+        return None
+    if graph.any() and not (np.asarray(ops.by_graph).any() or trace.has("graph_trace")):
+        rows = rows[~graph]  # graph work hidden by the capture mode: graph-trace-hidden says so
+    launched = np.zeros(len(api), bool)
+    known = ops.api_row[ops.api_row >= 0]
+    launched[known[known < len(api)]] = True
+    pid = api["pid"].to_numpy(np.int64)[rows]
+    start = api["start"].to_numpy(np.int64)[rows]
+    # A process with no GPU record at all lost its GPU activity (or never had it traced): no cut end, all lost.
+    return rows, pid, start, ~launched[rows], start > _last_start_of(ops, pid)
+
+
+def _last_start_of(ops: GpuOps, pid: np.ndarray) -> np.ndarray:
+    """For each of ``pid``: the start of its process's last GPU operation (int64 max when it has none)."""
+    out = np.full(len(pid), np.iinfo(np.int64).max, np.int64)
+    if not len(ops) or not len(pid):
+        return out
+    pids = np.asarray(ops.pid, np.int64)
+    distinct = np.sort(pd.unique(pids))
+    last = np.array([int(ops.start[pids == p].max()) for p in distinct], np.int64)  # a few processes at most
+    at = np.clip(np.searchsorted(distinct, pid), 0, len(distinct) - 1)
+    found = distinct[at] == pid
+    out[found] = last[at[found]]
+    return out
 
 
 def _check_lost(trace: Trace, ops: GpuOps, api: pd.DataFrame | None, steady: Window) -> Any:
@@ -197,7 +217,7 @@ def _check_orphans(trace: Trace, ops: GpuOps, api: pd.DataFrame | None, steady: 
     if api is None or not len(ops):
         return None
     corr = np.asarray(ops.corr, np.int64)
-    traced = np.isin(ops.pid, np.unique(api["pid"].to_numpy(np.int64)))
+    traced = np.isin(ops.pid, pd.unique(api["pid"].to_numpy(np.int64)))
     candidates = traced & (corr > 0)
     hit = candidates & (ops.api_row < 0)
     in_steady = steady.mask(ops.start) & candidates
@@ -209,7 +229,7 @@ def _check_untraced(trace: Trace, ops: GpuOps, api: pd.DataFrame | None, steady:
     """GPU work of processes whose calls the capture did not record (their launches, syncs and gaps unseen)."""
     if api is None or not len(ops):
         return None
-    hit = ~np.isin(ops.pid, np.unique(api["pid"].to_numpy(np.int64)))
+    hit = ~np.isin(ops.pid, pd.unique(api["pid"].to_numpy(np.int64)))
     in_steady = steady.mask(ops.start)
     return (Measured(int(hit.sum()), len(ops), int((hit & in_steady).sum()), int(in_steady.sum())),
             {int(d) for d in np.unique(ops.device[hit])})

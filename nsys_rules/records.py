@@ -98,7 +98,7 @@ class TraceInfo:
     baseline: dict[str, Any] | None = None
     #: Why the trace is a debug build, when the debug-build error fired: every number describes the debug build.
     debug_build: str | None = None
-    #: Whether the trace can be trusted (``nsys_rules.model.validity``): verdict, reasons, checks (since 1.4).
+    #: Whether the trace can be trusted (``nsys_rules.model.validity``): verdict, reasons, checks (since 1.5).
     validity: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:

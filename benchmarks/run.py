@@ -18,6 +18,10 @@ Before measuring, the package's modules are byte-compiled (``compileall``), as `
 does: with ``PYTHONDONTWRITEBYTECODE`` set (or a read-only checkout) an editable install would
 otherwise compile ~110 modules in every run (~0.16 s), which no installed copy pays.
 
+``--shuffled`` writes a copy of the SQLite trace with every table's rows in random order (as nsys 2025.6 on
+may export them; ``tests/trace_edit.py``) and times ``check`` on it against the ordered trace: at most 1.25x
+the time, within the same 300 MB of peak RSS.
+
 ``--growth`` builds 2x, 4x, 8x traces of both formats with ``benchmarks/replicate.py`` and shows
 how ``check`` time and memory grow with size (linear is the target).
 
@@ -85,6 +89,8 @@ METRICS_TRACE = "g_decode_static_metrics.sqlite"
 #: With GPU metrics: check at most this many times the check that leaves them unread, within this peak RSS.
 METRICS_TIME_TARGET = 2.0
 METRICS_RSS_TARGET_MB = 600.0
+#: Rows in random order: check at most this many times the ordered trace's check, within RSS_TARGET_MB.
+SHUFFLED_TIME_TARGET = 1.25
 
 
 @dataclass
@@ -215,6 +221,32 @@ def metrics_benchmark(trace: Path, repeat: int) -> None:
     ])
 
 
+def shuffled_benchmark(trace: Path, workdir: Path, repeat: int) -> None:
+    """``check`` on a copy of ``trace`` whose rows are stored in random order, against the ordered trace."""
+    sys.path.insert(0, str(ROOT))
+    from tests.trace_edit import shuffled_copy
+
+    shuffled = workdir / f"shuffled_{trace.name}"
+    if not shuffled.exists():
+        shuffled_copy(trace, shuffled.with_suffix(".part"), seed=38).rename(shuffled)
+    command = _CHECK + ["--format", "json"]
+    ordered: list[Run] = []
+    unordered: list[Run] = []
+    for _ in range(repeat):
+        ordered.append(measure(_argv(command, trace)))
+        unordered.append(measure(_argv(command, shuffled)))
+    base, run = _median(ordered), _median(unordered)
+    ratio = run.seconds / base.seconds
+    print(f"Rows in random order: {shuffled} ({_size_mb(shuffled):.0f} MB); median of {repeat} interleaved runs")
+    print_table(["figure", "seconds", "ratio", "target", "RSS MB", "RSS target", "CPU s"], [
+        ["check --format json, ordered rows", f"{base.seconds:.2f}", "1.00", "-", f"{base.rss_mb:.0f}",
+         f"<= {RSS_TARGET_MB:.0f}", f"{base.cpu:.2f}"],
+        ["check --format json, rows shuffled", f"{run.seconds:.2f}", f"{ratio:.2f}",
+         f"<= {SHUFFLED_TIME_TARGET:.2f} {'ok' if ratio <= SHUFFLED_TIME_TARGET else 'OVER'}", f"{run.rss_mb:.0f}",
+         f"<= {RSS_TARGET_MB:.0f} {'ok' if run.rss_mb <= RSS_TARGET_MB else 'OVER'}", f"{run.cpu:.2f}"],
+    ])
+
+
 def byte_compile() -> None:
     """Write the bytecode caches of the code a check imports (the package, its rule folder and plugins), as an
     installed copy has them."""
@@ -331,11 +363,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--growth", default="", help="size factors to show growth for, e.g. 1,2,4,8")
     parser.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "nsys-rules-bench",
                         help="where unpacked and replicated traces go")
-    parser.add_argument("--no-main", action="store_true", help="only the growth table (and --long, --metrics)")
+    parser.add_argument("--no-main", action="store_true", help="only the growth table (and --long, --shuffled, --metrics)")
     parser.add_argument("--long", default="", help="long trace sizes in kernels made from the big trace, e.g. 5M,10M")
     parser.add_argument("--long-dir", type=Path, default=Path("/tmp/long"), help="where the long traces are kept")
     parser.add_argument("--long-args", default="", help="extra check arguments for the long case, e.g. "
                                                         "'--max-memory 500M'")
+    parser.add_argument("--shuffled", action="store_true",
+                        help="also time check on a copy of the SQLite trace with its rows in random order")
     parser.add_argument("--metrics", nargs="?", const="", metavar="TRACE",
                         help="also time check on a GPU metrics trace with and without the metrics read (default: the "
                              "346 MB shared capture, unpacked into the work folder)")
@@ -368,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
 
         long_case(traces["sqlite"], [x.strip() for x in args.long.split(",") if x.strip()], args.long_dir,
                   max(1, args.repeat), args.long_args.split())
+    if args.shuffled:
+        print()
+        shuffled_benchmark(traces["sqlite"], args.workdir, max(1, args.repeat))
     if args.metrics is not None:
         print()
         metrics_benchmark(Path(args.metrics) if args.metrics else unpack_metrics(args.workdir), max(1, args.repeat))

@@ -70,8 +70,10 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         for table, cols in rule.needs().items():
             if trace.has(table):
                 needs.setdefault(table, []).extend(c for c in cols if c not in needs.get(table, []))
-    for table, cols in model_needs(trace).items():  # the step model and the budget read these for every run
-        needs.setdefault(table, []).extend(c for c in cols if c not in needs.get(table, []))
+    from nsys_rules.model.selfcheck import check_needs
+
+    for table, cols in [*model_needs(trace).items(), *check_needs(trace).items()]:  # read for every run: the step
+        needs.setdefault(table, []).extend(c for c in cols if c not in needs.get(table, []))  # model, budget, checks
     windows = TraceWindows(trace, settings)
     if trace.meter is not None:  # given when the trace was opened (open_trace), from settings.max_memory
         trace.meter.plan(trace.export, needs)  # exit 3 before a read that cannot fit
@@ -104,6 +106,7 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         _LIVE.partial = None
     for (rule, _), outcome in zip(runnable, outcomes, strict=True):
         _add_outcome(result, rule, outcome, settings)
+    validity = _judge_validity(trace, steady, result, rules)  # findings on lost records abstain before ranking
     judged = steady.duration_ns(_capture_span(trace)) if budget is None else 0
     replayed = step_replay(trace, steps, budget)
     result.findings = in_sequence(with_replayed_savings(result.findings, replayed), replayed)
@@ -137,7 +140,26 @@ def analyze_trace(trace: Trace, rules: list[type[Rule]], settings: Settings,
         result.info.budget_reason = (model.reason if model is not None and model.reason else
                                      "the steady steps ran no GPU work")
     result.info.damage = list(dict.fromkeys(trace.damage))
+    result.info.validity = validity.to_json() if validity is not None else None
     return result
+
+
+def _judge_validity(trace: Trace, steady: Window, result: TraceResult, rules: list[type[Rule]]) -> Any:
+    """The trace's validity verdict (nsys_rules.model.validity), applied to the rules' findings; None when the
+    check itself failed (an error entry, the findings untouched)."""
+    from nsys_rules.model.validity import apply, judge
+
+    try:
+        validity = judge(trace, steady)
+    except Exception as exc:  # noqa: BLE001 - a failed check must not hide the findings
+        result.errors.append(RunError(f"{type(exc).__name__}: {exc}", rule="validity", trace=trace.label,
+                                      traceback="".join(traceback.format_exception(exc))[-4000:]))
+        return None
+    by_nvtx = steady.model is not None and steady.model.source == "nvtx"  # steps cut by NVTX ranges
+    tables = {r.name: frozenset((*r.requires, *r.optional, *(("nvtx",) if by_nvtx and r.window == "steady" else ())))
+              for r in rules}
+    result.findings = apply(result.findings, validity, tables, frozenset(r.name for r in rules if r.window == "full"))
+    return validity
 
 
 def _add_outcome(result: TraceResult, rule: type[Rule], outcome: RuleOutcome, settings: Settings) -> None:

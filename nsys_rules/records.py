@@ -98,6 +98,8 @@ class TraceInfo:
     baseline: dict[str, Any] | None = None
     #: Why the trace is a debug build, when the debug-build error fired: every number describes the debug build.
     debug_build: str | None = None
+    #: Whether the trace can be trusted (``nsys_rules.model.validity``): verdict, reasons, checks (since 1.5).
+    validity: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``traces[]`` entry."""
@@ -115,4 +117,6 @@ class TraceInfo:
             out["baseline"] = self.baseline
         if self.debug_build is not None:
             out["debug_build"] = self.debug_build
+        if self.validity is not None:
+            out["validity"] = self.validity
         return out

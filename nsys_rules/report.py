@@ -15,7 +15,7 @@ from nsys_rules.findings import Finding, Severity, rank_key
 from nsys_rules.records import Capped, RunError, Skipped, TraceInfo
 from nsys_rules.registry import Registry
 
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 
 
 @dataclass

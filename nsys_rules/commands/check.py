@@ -69,6 +69,9 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--what-if", action="append", metavar="RULES",
                    help="replay the median step with these rules' fixes (comma-separated, e.g. launch-bound,sync-stall) "
                         "and show its budget before and after")
+    p.add_argument("--require-trusted", action="store_true",
+                   help="exit 3 when a trace's validity verdict is untrustworthy (records the findings rest on were "
+                        "lost), after the report; for CI")
     p.add_argument("--no-gpu-metrics", action="store_true",
                    help="leave the trace's GPU metrics samples unread (the budget then carries no measured activity)")
     add_filter_flags(p)
@@ -140,7 +143,13 @@ def _run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     for line in failure_lines(report):
         sys.stderr.write(line + "\n")
-    return int(report.exit_code)
+    if getattr(args, "announce_validity", False):  # profile: what it just captured, judged before the findings
+        for line in validity_lines(report):
+            sys.stderr.write(line + "\n")
+    untrusted = untrusted_lines(report) if getattr(args, "require_trusted", False) else []
+    for line in untrusted:
+        sys.stderr.write(line + "\n")
+    return int(ExitCode.BAD_INPUT) if untrusted else int(report.exit_code)
 
 
 def build_report(args: argparse.Namespace, registry: Registry, settings: Settings) -> Report:
@@ -179,6 +188,32 @@ def build_report(args: argparse.Namespace, registry: Registry, settings: Setting
                          "`nsys profile --trace=cuda` and check that the program uses the GPU")
     finish(args, report, registry, baseline)
     return report
+
+
+def validity_lines(report: Report) -> list[str]:
+    """Per trace: its validity verdict, and for each reason worse than a note what it touches and its fix."""
+    out = []
+    for result in report.results:
+        validity = result.info.validity or {}
+        verdict = validity.get("verdict")
+        if verdict is None:
+            continue
+        out.append(f"nsys-rules: capture {clip_value(result.info.path, 200)}: {verdict}")
+        out += [f"nsys-rules:   {r['level']}: {clip_value(r['message'], 300)}; fix: {clip_value(r['fix'], 300)}"
+                for r in validity.get("reasons", [])]
+    return out
+
+
+def untrusted_lines(report: Report) -> list[str]:
+    """One line per trace whose validity verdict is untrustworthy (``--require-trusted`` then exits 3)."""
+    out = []
+    for result in report.results:
+        validity = result.info.validity or {}
+        if validity.get("verdict") == "untrustworthy":
+            why = "; ".join(r["message"] for r in validity.get("reasons", []) if r.get("level") == "untrustworthy")
+            out.append(f"nsys-rules: {clip_value(result.info.path, 200)} is untrustworthy (--require-trusted): "
+                       f"{clip_value(why, 400)}")
+    return out
 
 
 def _write_known(args: argparse.Namespace, registry: Registry, error: RunError) -> None:

@@ -36,11 +36,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        "fix, check nsys's importer and the GPU. Exit 0 when profiling can work, 3 otherwise.")
     p.add_argument("--nsys", metavar="PATH", help="the nsys binary to check (default: $NSYS_RULES_NSYS, PATH, then "
                    "the standard install places)")
+    p.add_argument("--trace", metavar="FILE", help="also check a capture made here: nsys's own diagnostics in it "
+                   "and the trace checked against itself, each reason with its fix (exit 3 when untrustworthy)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     items = diagnose(locate_nsys(args.nsys))
+    if getattr(args, "trace", None):
+        items += capture_items(Path(args.trace))
     sys.stdout.write(terminal_safe(render(items)))
     sys.stdout.flush()
     return int(ExitCode.BAD_INPUT if any(i.level == "FAIL" for i in items) else ExitCode.OK)
@@ -133,6 +137,25 @@ def gpu_items() -> list[Item]:
             index, name, driver, memory = fields
             items.append(Item("ok", f"GPU {index}", f"{name}, driver {driver}, {memory} MiB"))
     return items or [Item("FAIL", "GPU", "nvidia-smi lists no GPU")]
+
+
+def capture_items(path: Path) -> list[Item]:
+    """A capture's validity (nsys_rules.model.validity) as doctor lines: the verdict, each reason with its fix
+    (an untrustworthy one FAILs), the notes as info."""
+    from nsys_rules.inputs import open_trace
+    from nsys_rules.model.validity import judge
+    from nsys_rules.model.windows import SteadyOptions, steady_state_window
+
+    trace = open_trace(path)
+    try:
+        validity = judge(trace, steady_state_window(trace, SteadyOptions(())))
+    finally:
+        trace.close()
+    level = {"trusted": "ok", "caveats": "warn", "untrustworthy": "FAIL"}[validity.verdict]
+    items = [Item(level, "capture", f"{path}: {validity.verdict}")]
+    items += [Item("FAIL" if r.level == "untrustworthy" else "warn", "capture", r.message, r.fix)
+              for r in validity.reasons]
+    return items + [Item("info", "capture", r.message, r.fix) for r in validity.notes]
 
 
 def render(items: list[Item]) -> str:

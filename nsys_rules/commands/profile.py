@@ -264,7 +264,8 @@ def _no_trace(returncode: int, lines: list[str], output: str, raw: list[Path]) -
 
 
 def _with_traces(args: argparse.Namespace, paths: list[Path]) -> argparse.Namespace:
-    return argparse.Namespace(**{**vars(args), "traces": [str(p) for p in paths]})
+    # The capture just made is judged first: its validity verdict and each reason's fix go to stderr.
+    return argparse.Namespace(**{**vars(args), "traces": [str(p) for p in paths], "announce_validity": True})
 
 
 def _run_streaming(cmd: list[str], timeout: float | None = None) -> tuple[int, list[str]]:

@@ -22,7 +22,8 @@ from nsys_rules.units import human_ns, plain_number
 from nsys_rules.formatters.measured import measured_view, pct_text
 from nsys_rules.formatters.html_charts import CLASS_COLORS, classes_section, distributions_section, timeline_section
 from nsys_rules.formatters.layout import (NO_CUDA, Answer, Entry, answer, budget_view, debug_build_line, draws_profile,
-                                          explains_line, gpu_names, ms, savings_note, savings_share, savings_text)
+                                          explains_line, gpu_names, ms, savings_note, savings_share, savings_text,
+                                          validity_line)
 from nsys_rules.formatters.html_replay import replay_section
 from nsys_rules.formatters.sections import job_summary_lines
 
@@ -105,6 +106,9 @@ def _trace_section(result: TraceResult, report: Report, many: bool) -> str:
     debug = debug_build_line(info)
     if debug:
         out.append(f"<p class='sub'>⚠ {html_safe(debug)}</p>")
+    trust = validity_line(info)
+    if trust:
+        out.append(f"<p class='sub'>⚠ {html_safe(trust)}</p>")
     if not result.has_cuda:
         return "".join(out) + f"<section><p class='empty'>{html_safe(NO_CUDA)}</p></section>"
     out.append(_budget_section(info))

@@ -49,6 +49,22 @@ def debug_build_line(info: TraceInfo) -> str | None:
             "tunes them waits for the release build; re-capture it first (see debug-build)")
 
 
+def validity_line(info: TraceInfo) -> str | None:
+    """The one line every human format shows above a trace's findings when the trace is not trusted
+    (``traces[].validity``, nsys_rules.model.validity), or None."""
+    validity = info.validity
+    if not validity or validity.get("verdict", "trusted") == "trusted":
+        return None
+    reasons = validity.get("reasons") or []
+    first = reasons[0]["message"] if reasons else ""
+    more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+    changed = [f"{len(validity[k])} finding(s) {word}" for k, word in (("abstained", "abstained"),
+                                                                          ("doubtful", "rest on it"))
+               if validity.get(k)]
+    tail = f"; {', '.join(changed)}" if changed else ""
+    return f"trace {validity['verdict']}: {first}{more}{tail} (JSON traces[].validity)"
+
+
 def terminal_width() -> int | None:
     """Columns to lay out for: ``COLUMNS`` when set, else the terminal's, else None (not a terminal)."""
     env = os.environ.get("COLUMNS", "").strip()

@@ -23,7 +23,7 @@ from nsys_rules.textsafe import markdown_code, markdown_safe
 from nsys_rules.units import human_ns
 from nsys_rules.formatters.measured import measured_view, pct_text
 from nsys_rules.formatters.layout import (NO_CUDA, Entry, answer, budget_view, debug_build_line, draws_profile, explains_line,
-                                          gpu_names, ms, savings_note, savings_share, savings_text, shorten)
+                                          gpu_names, ms, savings_note, savings_share, savings_text, shorten, validity_line)
 
 #: Findings listed in full; the rest are counted.
 TOP_FINDINGS = 10
@@ -94,6 +94,9 @@ def _trace_block(result: TraceResult) -> list[str]:
     debug = debug_build_line(info)
     if debug:
         out += [f"⚠ {cell(debug, 600)}", ""]
+    trust = validity_line(info)
+    if trust:
+        out += [f"⚠ {cell(trust, 600)}", ""]
     if not result.has_cuda:
         return out + [cell(NO_CUDA, 400), ""]
     steady = info.window.get("steady", {}).get("source")

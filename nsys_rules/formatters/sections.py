@@ -15,7 +15,7 @@ from nsys_rules.report import Report
 from nsys_rules.textsafe import terminal_safe
 from nsys_rules.units import human_ns
 from nsys_rules.formatters.layout import (NO_CUDA, Answer, budget_lines, debug_build_line, gpu_names, one_line, shorten,
-                                          skipped_lines)
+                                          skipped_lines, validity_line)
 from nsys_rules.formatters.measured import measured_lines
 
 
@@ -35,6 +35,9 @@ def header_lines(report: Report, width: int) -> list[str]:
         debug = debug_build_line(info)
         if debug:
             lines.append(one_line(debug))
+        trust = validity_line(info)
+        if trust:
+            lines.append(one_line(trust))
         if not result.has_cuda:
             lines.append(NO_CUDA)
             continue

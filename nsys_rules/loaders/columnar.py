@@ -20,6 +20,7 @@ import numpy as np
 from nsys_rules.loaders import damage as damage_fix
 from nsys_rules.loaders.columns import ONE_VALUE_ROWS, all_equal, int16_if_fits, isnull, one_value
 from nsys_rules.loaders.export import DEVICE_COLUMNS, MAX_DEVICE_ID, NULL_INT, ReadMeter
+from nsys_rules.loaders.row_order import ORDER_COLUMN, put_in_start_order
 from nsys_rules.loaders.strings import StringLookups
 from nsys_rules.loaders.tables import Column, Table
 from nsys_rules.loaders.taking import NOTHING, Taking
@@ -138,7 +139,10 @@ class ColumnarExport(StringLookups, ABC):
         import pandas as pd
 
         source = self.source_of(table)
-        wanted = [table.column(c) for c in dict.fromkeys(columns)]
+        columns = list(dict.fromkeys(columns))
+        if ORDER_COLUMN in table.column_names and ORDER_COLUMN not in columns:
+            columns.append(ORDER_COLUMN)  # every read of a table puts its rows in the same (start) order
+        wanted = [table.column(c) for c in columns]
         if source is None:
             return _empty_frame(wanted)
         present = self.columns_of(source)
@@ -185,6 +189,9 @@ class ColumnarExport(StringLookups, ABC):
                 data[col.name] = one_value(data[col.name])
             if col.name in SHORT_COLUMNS:
                 data[col.name] = int16_if_fits(data[col.name])
+        del raw  # the raw columns freed before the sort below (``data`` holds what is kept)
+        kept = None
+        put_in_start_order(data)  # column by column, each source freed as its sorted copy is made
         frame = pd.DataFrame(data, copy=False)
         frame = damage_fix.drop_invalid_required(table.name, frame, [c.name for c in wanted if c.required],
                                                  NULL_INT, self.damage)

@@ -277,9 +277,21 @@ def _kernel_symbols(trace: Trace) -> np.ndarray:
             out = np.take(symbols, np.asarray(rows), mode="clip")
             out[~kernels] = -1
         del symbols
+        if KERNEL not in built_gpu_ops(trace)[1]:  # kernel rows not in start order: number them as met
+            out = _first_seen_codes(out)
     else:
         out = np.full(len(ops), -1, np.int32)
     out.flags.writeable = False
+    return out
+
+
+def _first_seen_codes(codes: np.ndarray) -> np.ndarray:
+    """``codes`` renumbered by first appearance in operation order (-1 kept). Codes come numbered in the kernel
+    table's row order; when that is not start order (nsys 2025.6 on may export rows in any order), the numbers
+    would follow the file, and the detectors that break ties by symbol with them."""
+    out = np.full(len(codes), -1, codes.dtype)
+    known = codes >= 0
+    out[known] = pd.factorize(codes[known])[0]
     return out
 
 

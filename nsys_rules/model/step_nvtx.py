@@ -60,6 +60,9 @@ def nvtx_steps(trace: Trace, ops: GpuOps, bound: Bound) -> Found | str:
     ranges = nvtx.loc[keep, ["start", "end", "name", "pid"]]
     if ranges.empty:
         return "no NVTX ranges inside the capture range"
+    # In time order (nsys 2025.6 on may store rows in any order): candidates and the ranges passed over are then
+    # met, listed and tie-broken the same way whatever the export's row order.
+    ranges = ranges.sort_values(["start", "end", "pid"], kind="stable")
     ranges = ranges.assign(step_name=step_names(ranges))
     launches = _sorted_launches(ops)
     candidates: dict[str, tuple[np.ndarray, int]] = {}

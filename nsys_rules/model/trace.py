@@ -226,8 +226,8 @@ def _read_gpus(export: Export) -> dict[int, GpuInfo]:
     cols = export.columns_of("TARGET_INFO_GPU")
     id_col = "id" if "id" in cols else ("deviceId" if "deviceId" in cols else None)
     if id_col is not None:
-        for row in export.rows("TARGET_INFO_GPU", [id_col, "name", "smCount", "memoryBandwidth", "clockRate",
-                                                   "totalMemory"]):
+        for row in _by_id(export.rows("TARGET_INFO_GPU", [id_col, "name", "smCount", "memoryBandwidth", "clockRate",
+                                                           "totalMemory"])):
             gid = _int_or_none(row[0])
             if gid is not None:
                 gpus[gid] = _gpu(export, "TARGET_INFO_GPU", gid, row)
@@ -238,12 +238,19 @@ def _read_gpus(export: Export) -> dict[int, GpuInfo]:
                     gpus[key] = dataclasses.replace(gpus[key], compute_capability=(major, minor))
     if not gpus and "deviceId" in export.columns_of("TARGET_INFO_CUDA_GPU"):
         # 2020-2021 exports: the GPU table had other names and bandwidth in bytes/s.
-        for row in export.rows("TARGET_INFO_CUDA_GPU", ["deviceId", "name", "numMultiprocessors",
-                                                        "globalMemoryBandwidth", "coreClockRate", "globalMemorySize"]):
+        for row in _by_id(export.rows("TARGET_INFO_CUDA_GPU", ["deviceId", "name", "numMultiprocessors",
+                                                                "globalMemoryBandwidth", "coreClockRate",
+                                                                "globalMemorySize"])):
             gid = _int_or_none(row[0])
             if gid is not None:
                 gpus[gid] = _gpu(export, "TARGET_INFO_CUDA_GPU", gid, row)
     return gpus
+
+
+def _by_id(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """GPU rows in device order (stable): exports from nsys 2025.6 on may store them in any order, and the damage
+    notes they raise must not follow it."""
+    return sorted(rows, key=lambda row: (_int_or_none(row[0]) is None, _int_or_none(row[0]) or 0))
 
 
 def _gpu(export: Export, table: str, gid: int, row: tuple[object, ...]) -> GpuInfo:
@@ -296,7 +303,8 @@ def _read_capture(export: Export) -> CaptureInfo:
     command = tuple([options["PROCESS_0:COMMAND"]] if options.get("PROCESS_0:COMMAND") else []) + tuple(
         args[i] for i in sorted(args))
     mode = options.get("PROCESS_0:CUDA_GRAPH_TRACE_OPTIONS:MODE") or None
-    return CaptureInfo(mode, tuple(traced), command, options.get("PROCESS_0:WORKING_DIR"), env, options)
+    # Sorted: exports from nsys 2025.6 on may store the rows in any order, and the report must not follow it.
+    return CaptureInfo(mode, tuple(sorted(traced)), command, options.get("PROCESS_0:WORKING_DIR"), env, options)
 
 
 def _read_export_info(export: Export) -> ExportInfo:

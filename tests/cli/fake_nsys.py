@@ -73,9 +73,10 @@ def write_export(path: str, command: list[str], graph_mode: str, metrics_hz: int
         b.kernel("rmsnorm_kernel", start + 20_000, 30_000)
         b.kernel("gemv_bf16_kernel", start + 60_000, 900_000, grid=(132, 1, 1))
         # A graph replay: node mode records its kernel, graph mode only the replay as a whole.
-        b.graph_launch(start + 1_000_000, 40_000, launch_at=start + 5_000, traced_as_graph=graph_mode == "Graph")
-        if graph_mode == "Node":
-            b.kernel("silu_kernel", start + 1_000_000, 40_000, api=None, graph_node_id=1)
+        replay = b.graph_launch(start + 1_000_000, 40_000, launch_at=start + 5_000,
+                                traced_as_graph=graph_mode == "Graph")
+        if graph_mode == "Node":  # the node's kernel carries its graph launch's correlationId, as nsys writes it
+            b.kernel("silu_kernel", start + 1_000_000, 40_000, correlation_id=replay, graph_node_id=1)
     if metrics_hz:
         b.sample_gpu_metrics({"gemv_bf16_kernel": {"dram_read": 80, "sm_issue": 10, "tensor_active": 1},
                               "rmsnorm_kernel": {"dram_read": 20, "sm_issue": 30}},

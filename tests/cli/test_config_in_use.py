@@ -26,7 +26,7 @@ def test_a_parent_folders_config_is_named_in_the_json_and_with_v(tmp_path, monke
     monkeypatch.chdir(work)
     run = run_cli_inprocess("check", "--no-plugins", "--format", "json", E)
     data = validate_report(run.stdout)
-    assert data["schema_version"] == "1.4"
+    assert data["schema_version"] == "1.5"
     assert data["tool"]["config"] == str(config)
     assert run.code == 1 and data["summary"]["exit_code"] == 1 and _exit_without_the_file(tmp_path) == 0
     loud = run_cli_inprocess("check", "--no-plugins", "--format", "json", "-v", E)

@@ -264,7 +264,7 @@ while True:
     proc, seconds = run_hostile(tmp_path, body, "--format", "json", "--fail-on", "never", str(trace))
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = validate_report(proc.stdout)
-    assert report["schema_version"] == "1.4"
+    assert report["schema_version"] == "1.5"
     assert sum(f["rule"] == "hostile" for f in report["findings"]) == 1000
     assert report["capped"] == [{"rule": "hostile", "trace": str(trace), "kept": 1000, "dropped": None}]
     assert seconds < 30

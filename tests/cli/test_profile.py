@@ -253,6 +253,9 @@ def test_profile_captures_then_checks_the_export(fake, capsys):
     [graph] = [f for f in report["findings"] if f["rule"] == "graph-trace-hidden"]
     assert graph["severity"] == "info"
     assert "<html" in (fake.work / "report.html").read_text()
+    # The capture just made is judged before its findings (issue 38): its verdict is said on stderr.
+    assert trace["validity"]["verdict"] == "trusted"
+    assert f"nsys-rules: capture target/profiling/{PY_NAME}.sqlite: trusted" in err
 
 
 PYTHON_FLAGS = ["--sample=process-tree", "--python-sampling=true", "--python-backtrace=cuda",

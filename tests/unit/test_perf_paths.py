@@ -84,10 +84,9 @@ def _trace(tmp_path, shuffled: bool):
         import sqlite3
 
         db = sqlite3.connect(path)
-        db.execute("CREATE TABLE r2 AS SELECT * FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY correlationId DESC")
-        db.execute("DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME")
-        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT * FROM r2")
-        db.execute("DROP TABLE r2")
+        # Rows are read in start order whatever order the file stores them in: the correlation ids fall instead.
+        for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL"):
+            db.execute(f"UPDATE {table} SET correlationId = 1000000 - correlationId")
         db.commit()
         db.close()
     return open_trace(path)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from nsys_rules.errors import ExitCode, InputError, PluginError, UsageError
 from nsys_rules.loaders import EXPORT_FORMATS, readahead
-from nsys_rules.textsafe import TERMINAL_FORMATS, clip_value, terminal_safe
+from nsys_rules.textsafe import ci_log_safe, clip_value, output_safe
 from nsys_rules.commands.common import (FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for,
                                         whole_number_arg)
 from nsys_rules.commands.outputs import add_output_flags, finish, prepare
@@ -162,8 +162,7 @@ def _run(args: argparse.Namespace) -> int:
     text = call_plugin(registry.formatters[args.format], f"the {args.format!r} format", report)
     if not isinstance(text, str):
         raise PluginError(f"the {args.format!r} format returned {type(text).__name__}, not text")
-    if args.format in TERMINAL_FORMATS:
-        text = terminal_safe(text)  # names from the file must not drive the terminal
+    text = output_safe(text, args.format)  # names from the file must not drive the terminal or the CI log
     # Written in one call so that output is complete or absent.
     sys.stdout.write(text)
     sys.stdout.flush()
@@ -182,8 +181,7 @@ def _write_known(args: argparse.Namespace, registry: Registry, error: RunError) 
     report = report_so_far(error)
     report.verbose = bool(getattr(args, "verbose", False))
     text = str(registry.formatters[args.format](report))  # a plugin's format may return anything
-    if args.format in TERMINAL_FORMATS:
-        text = terminal_safe(text)
+    text = output_safe(text, args.format)
     _write_fd(real_stdout_fd(), text)
     _write_fd(2, "".join(line + "\n" for line in failure_lines(report)))
 
@@ -204,5 +202,6 @@ def failure_lines(report: Report) -> list[str]:
         who = (f"rule {rule}" + (f" (plugin {plugin_of[rule]})" if plugin_of.get(rule) else "") if rule
                else f"plugin {e.plugin}" if e.plugin else "trace")
         where = f" on {e.trace}" if e.trace else ""
-        lines.append(f"nsys-rules: {clip_value(who, 120)} failed{clip_value(where, 200)}: {clip_value(e.error, 300)}")
+        lines.append(ci_log_safe(f"nsys-rules: {clip_value(who, 120)} failed{clip_value(where, 200)}: "
+                                 f"{clip_value(e.error, 300)}"))
     return lines

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -14,11 +13,12 @@ from tabulate import tabulate
 from nsys_rules.analysis.shift import Shift
 from nsys_rules.diff import DEFAULT_GATE_PCT, DEFAULT_HOST_SPREAD_PCT, Change, DiffResult, Run, compare, run_of
 from nsys_rules.errors import ExitCode, UsageError
+from nsys_rules.formatters.json_out import json_text
 from nsys_rules.formatters.layout import FILE_WIDTH, fit, one_line, shorten, terminal_width
 from nsys_rules.formatters.markdown import cell, code_cell
 from nsys_rules.formatters.short_names import distinct_names
 from nsys_rules.inputs import open_trace
-from nsys_rules.textsafe import terminal_safe
+from nsys_rules.textsafe import output_safe
 from nsys_rules.units import human_ns, plain_number
 from nsys_rules.model.windows import SteadyOptions
 from nsys_rules.commands.common import add_plugin_flags, number_arg, registry_for, settings_for, whole_number_arg
@@ -87,13 +87,12 @@ def run(args: argparse.Namespace) -> int:
                 trace.close()
     result = compare(sides[0], sides[1], args.gate, force=args.force, host_spread_pct=args.host_spread)
     if args.format == "json":
-        text = json.dumps(result.to_json(args.top), indent=2) + "\n"
+        text = json_text(result.to_json(args.top))
     elif args.format == "markdown":
         text = render_markdown(result, args.top)
     else:
         text = render_table(result, args.top, terminal_width() or FILE_WIDTH)
-    if args.format != "json":
-        text = terminal_safe(text)  # names from the files must not drive the terminal (json escapes itself)
+    text = output_safe(text, args.format)  # names from the files must not drive the terminal or the CI log
     sys.stdout.write(text)
     sys.stdout.flush()
     return int(ExitCode.FINDINGS if result.regressed else ExitCode.OK)

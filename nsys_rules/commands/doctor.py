@@ -23,7 +23,7 @@ from nsys_rules.nsys_locate import (INSTALL_HINT, NsysLocation, ignored_note, im
 from nsys_rules import nsys_status
 from nsys_rules.nsys_status import (METRICS_HELP, TOPIC, GpuMetricsVerdict, Item, admin_only_counters, explain_status,
                                     gpu_metrics_verdict, parse_gpu_metrics_devices)
-from nsys_rules.textsafe import terminal_safe
+from nsys_rules.textsafe import output_safe
 
 #: Where nvidia-smi lives when it is not on PATH (driver installs, container runtimes).
 NVIDIA_SMI_PLACES = ("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi")
@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     items = diagnose(locate_nsys(args.nsys))
-    sys.stdout.write(terminal_safe(render(items)))
+    sys.stdout.write(output_safe(render(items), "table"))
     sys.stdout.flush()
     return int(ExitCode.BAD_INPUT if any(i.level == "FAIL" for i in items) else ExitCode.OK)
 

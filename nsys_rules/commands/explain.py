@@ -11,6 +11,7 @@ from nsys_rules.docs import rule_markdown, write_rule_docs
 from nsys_rules.errors import UsageError
 from nsys_rules.outpaths import guard_output_folder
 from nsys_rules.commands.common import add_plugin_flags, registry_for
+from nsys_rules.textsafe import output_safe
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,5 +37,6 @@ def run(args: argparse.Namespace) -> int:
         for path in write_rule_docs(rules, registry.rule_plugin, Path(args.output)):
             sys.stdout.write(f"{path}\n")
     else:
-        sys.stdout.write("\n".join(rule_markdown(rule, registry.rule_plugin[name]) for name, rule in rules.items()))
+        text = "\n".join(rule_markdown(rule, registry.rule_plugin[name]) for name, rule in rules.items())
+        sys.stdout.write(output_safe(text, "markdown"))  # a plugin's docstring printed to a terminal or CI log
     return 4 if registry.errors else 0

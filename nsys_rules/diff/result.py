@@ -22,6 +22,7 @@ Traces that are not runs of one program and step (:mod:`.same`) are refused (exi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -232,8 +233,8 @@ class DiffResult:
                              "exit_code": 1 if self.regressed else 0, "line": self.line},
                 "method": METHOD, "runs": {"base": self.runs[0], "new": self.runs[1]},
                 "change": totals, "base": self.base, "new": self.new, "gate_pct": self.gate_pct,
-                "step_time_change_pct": round(self.step_change_pct, 2),
-                "gpu_time_change_pct": round(self.gpu_change_pct, 2), "regressed": self.regressed,
+                "step_time_change_pct": _finite(self.step_change_pct),
+                "gpu_time_change_pct": _finite(self.gpu_change_pct), "regressed": self.regressed,
                 "verdict": self.verdict, "parts": [c.to_json() for c in self.parts],
                 "classes": [c.to_json() for c in self.classes],
                 "movers": [c.to_json() for c in self.movers[:top]], "kernels": [c.to_json() for c in self.kernels],
@@ -334,6 +335,11 @@ def _count(value: float) -> str:
 
 def _pct(before: float, after: float) -> float:
     return 100.0 * (after - before) / before if before else (0.0 if not after else float("inf"))
+
+
+def _finite(pct: float) -> float | None:
+    """A change in percent for JSON: None where BASE had none of it (from zero, no percent; JSON has no Infinity)."""
+    return round(pct, 2) if math.isfinite(pct) else None
 
 
 def _signed(value: float | None) -> str:

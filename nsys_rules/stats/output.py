@@ -7,7 +7,7 @@ import io
 import json
 from typing import Any
 
-from nsys_rules.textsafe import csv_cell, terminal_safe
+from nsys_rules.textsafe import csv_cell, json_safe, terminal_safe
 from nsys_rules.stats.common import StatsResult
 
 FORMATS = ("table", "csv", "json")
@@ -44,7 +44,8 @@ TABLE_NAME_WIDTH = 100
 def render(result: StatsResult, fmt: str) -> str:
     """The report as text in ``fmt``; an empty report is ``[]`` in json and nothing elsewhere."""
     if fmt == "json":
-        return json.dumps(result.rows, indent=2, ensure_ascii=False) + "\n"
+        # Strict JSON: a NaN statistic is null, a lone surrogate (a name's non-UTF-8 byte) its \xHH escape.
+        return json.dumps(json_safe(result.rows), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     if fmt == "csv":
         return _csv(result)
     return _table(result)

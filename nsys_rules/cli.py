@@ -178,7 +178,10 @@ def _run(argv: Sequence[str] | None, own_process: bool = False) -> int:
         args.own_process = own_process
         # The command (its imports and the analysis) without the cyclic collector. Inside this try, so that a
         # Ctrl-C landing while the collector is put back is the one "interrupted" line like any other.
-        with collector_paused():
+        from nsys_rules.containment import report_output
+
+        # stdout is the report's alone: plugin code's prints, at import too, go to stderr (containment).
+        with collector_paused(), report_output(own_process):
             return int(args.run(args))
     except NsysRulesError as exc:
         if debug:

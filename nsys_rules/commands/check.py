@@ -18,6 +18,7 @@ from nsys_rules.textsafe import ci_log_safe, clip_value, output_safe
 from nsys_rules.commands.common import (FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for,
                                         whole_number_arg)
 from nsys_rules.commands.outputs import add_output_flags, finish, prepare
+from nsys_rules.containment import report_stream
 
 if TYPE_CHECKING:
     from nsys_rules.records import RunError
@@ -130,6 +131,8 @@ def _run(args: argparse.Namespace) -> int:
     from nsys_rules.inputs import expand_inputs, open_trace
     from nsys_rules.isolation import call_plugin
     from nsys_rules.parallel import default_jobs, run_many
+    # Bound here, before any plugin loads: a plugin that patches Report.exit_code cannot change the exit code.
+    from nsys_rules.report import exit_code_of
 
     registry, settings = check_setup(args)
     if args.dask is not None and not args.dask.strip():
@@ -151,7 +154,7 @@ def _run(args: argparse.Namespace) -> int:
         report = run_check(paths, registry, settings,
                            lambda p: open_trace(p, registry.loaders, settings.export_format, settings.max_memory))
     report.verbose = bool(getattr(args, "verbose", False))
-    if report.exit_code == ExitCode.BAD_INPUT:
+    if exit_code_of(report) == ExitCode.BAD_INPUT:
         # No trace recorded any CUDA activity: nothing at all was judged. Exit 3 is one line, as for
         # an unreadable input (a mixed run reports such a trace in its own line instead).
         names = ", ".join(clip_value(os.path.basename(r.info.path), 120) for r in report.results[:5])
@@ -164,11 +167,11 @@ def _run(args: argparse.Namespace) -> int:
         raise PluginError(f"the {args.format!r} format returned {type(text).__name__}, not text")
     text = output_safe(text, args.format)  # names from the file must not drive the terminal or the CI log
     # Written in one call so that output is complete or absent.
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    report_stream().write(text)
+    report_stream().flush()
     for line in failure_lines(report):
         sys.stderr.write(line + "\n")
-    return int(report.exit_code)
+    return int(exit_code_of(report))
 
 
 def _write_known(args: argparse.Namespace, registry: Registry, error: RunError) -> None:

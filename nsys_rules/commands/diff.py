@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from nsys_rules.textsafe import output_safe
 from nsys_rules.units import human_ns, plain_number
 from nsys_rules.model.windows import SteadyOptions
 from nsys_rules.commands.common import add_plugin_flags, number_arg, registry_for, settings_for, whole_number_arg
+from nsys_rules.containment import report_stream
 
 FORMATS = ("table", "json", "markdown")
 
@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         text = render_table(result, args.top, terminal_width() or FILE_WIDTH)
     text = output_safe(text, args.format)  # names from the files must not drive the terminal or the CI log
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    report_stream().write(text)
+    report_stream().flush()
     return int(ExitCode.FINDINGS if result.regressed else ExitCode.OK)
 
 

@@ -31,6 +31,7 @@ from nsys_rules.commands.common import whole_number_arg
 from nsys_rules.commands import check
 from nsys_rules.commands.outputs import prepare
 from nsys_rules.outpaths import guard_outputs, write_atomic
+from nsys_rules.containment import report_stream
 
 #: How many of the program's last output lines a failure shows.
 TAIL_LINES = 12
@@ -95,10 +96,10 @@ def run(args: argparse.Namespace) -> int:
     if args.command_file:
         _write_command_file(Path(args.command_file), options, dry_run=args.dry_run)
     if args.dry_run:
-        sys.stdout.write(shell_join(nsys_cmd) + "\n")
+        report_stream().write(shell_join(nsys_cmd) + "\n")
         if options.python:  # the export that keeps the Python frames, run after the capture
-            sys.stdout.write(shell_join(capture.export_command(nsys_cmd[0], f"{options.output}.nsys-rep")) + "\n")
-        sys.stdout.flush()
+            report_stream().write(shell_join(capture.export_command(nsys_cmd[0], f"{options.output}.nsys-rep")) + "\n")
+        report_stream().flush()
     stop = _report_problems(problems, verdict=args.dry_run)
     if args.dry_run or stop:
         return int(stop or ExitCode.OK)

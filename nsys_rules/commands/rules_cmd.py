@@ -10,6 +10,7 @@ from tabulate import tabulate
 
 from nsys_rules.commands.common import add_plugin_flags, registry_for
 from nsys_rules.textsafe import json_safe, output_safe, terminal_safe
+from nsys_rules.containment import report_stream
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,10 +26,10 @@ def run(args: argparse.Namespace) -> int:
              "plugin": registry.rule_plugin[name], "aliases": list(cls.aliases), "requires": list(cls.requires)}
             for name, cls in registry.rules.items()]
     if args.format == "json":
-        sys.stdout.write(output_safe(json.dumps(json_safe(rows), indent=2, allow_nan=False) + "\n", "json"))
+        report_stream().write(output_safe(json.dumps(json_safe(rows), indent=2, allow_nan=False) + "\n", "json"))
     else:
         # Plugin text (titles, names) printed to a terminal or a CI log.
-        sys.stdout.write(output_safe(tabulate([[r["name"], r["severity"], r["plugin"], r["title"]] for r in rows],
+        report_stream().write(output_safe(tabulate([[r["name"], r["severity"], r["plugin"], r["title"]] for r in rows],
                                               headers=["rule", "severity", "plugin", "title"]) + "\n", "table"))
         for e in registry.errors:
             sys.stderr.write(output_safe(terminal_safe(f"plugin error: {e.plugin}: {e.error}", newlines=False) + "\n", "table"))

@@ -202,7 +202,8 @@ def markdown_safe(text: str) -> str:
 
 
 # -- csv, html, sarif -----------------------------------------------------------------------
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# The fullwidth forms too: spreadsheets with an East Asian input method read ＝SUM(...) as a formula.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 
 
 def csv_cell(value: Any) -> Any:

@@ -123,7 +123,20 @@ def check_setup(args: argparse.Namespace) -> tuple[Registry, Settings]:
         note = ignored_note(locate_nsys(getattr(args, "nsys", None)))  # nsys exports a .nsys-rep; profile captures
         if note:
             sys.stderr.write(f"nsys-rules: {clip_value(note, 400)}\n")
+    elif settings.source and not getattr(args, "config", None) and _from_a_parent_folder(settings.source):
+        # A config file found above the working folder (a checkout's, a home folder's) sets fail-on, select or
+        # thresholds this run never named: said every time, not only under -v.
+        sys.stderr.write(f"nsys-rules: config file: {clip_value(settings.source, 300)} (found in a parent folder; "
+                         "it sets this run's fail-on, selection and options)\n")
     return registry, settings
+
+
+def _from_a_parent_folder(source: str) -> bool:
+    """Whether the config file ``source`` lies above the working folder rather than in it."""
+    try:
+        return Path(source).resolve().parent != Path.cwd().resolve()
+    except (OSError, RuntimeError):
+        return False
 
 
 def _run(args: argparse.Namespace) -> int:

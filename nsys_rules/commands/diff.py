@@ -52,7 +52,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--force", action="store_true",
                    help="compare traces that do not look like runs of one program and step")
     p.add_argument("--top", type=whole_number_arg, default=10, metavar="N", help="movers to list (default 10)")
-    p.add_argument("--config", metavar="FILE", help="config file (steady-ranges is used)")
+    p.add_argument("--config", metavar="FILE", help="config file (steady-ranges and max-memory are used)")
+    p.add_argument("--max-memory", metavar="SIZE",
+                   help="stop (exit 3) before reading a trace that would not fit in SIZE (512M, 8G), as check does "
+                        "(default: the config's max-memory, else 80 %% of the free memory)")
     add_plugin_flags(p)
     p.set_defaults(run=run)
 

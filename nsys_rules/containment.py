@@ -35,7 +35,7 @@ from typing import Any, Iterator, TextIO
 
 from nsys_rules.deadline import installed
 
-__all__ = ["Contained", "RuleStdout", "contained", "end_forked_child", "real_stdout_fd", "report_output",
+__all__ = ["Contained", "RuleStdout", "contained", "end_forked_child", "kept_cwd", "real_stdout_fd", "report_output",
            "report_stream", "routed_stdout", "signal_handlers_kept"]
 
 
@@ -307,6 +307,16 @@ def _watch_sigint(seen: Contained) -> Any:
     except (ValueError, OSError):
         return None
     return previous
+
+
+@contextmanager
+def kept_cwd() -> Iterator[None]:
+    """The working folder put back after the body, whatever it changed it to (a worker's task)."""
+    cwd = _open_cwd()
+    try:
+        yield
+    finally:
+        _restore_cwd(cwd)
 
 
 def _open_cwd() -> int | str | None:

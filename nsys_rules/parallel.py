@@ -80,7 +80,19 @@ def _registry(autoload: bool) -> Registry:
 
 
 def analyze_job(job: Job) -> JobResult:
-    """Open ``job.path``, run the selected rules, profile its kernels, close it (runs in a worker)."""
+    """Open ``job.path``, run the selected rules, profile its kernels, close it (runs in a worker).
+
+    The worker's working folder is put back afterwards: under ``--dask local`` the rules run in a worker
+    thread, where the rule boundary does not guard process state, and a rule's ``os.chdir`` would send the
+    worker's next trace (a relative path) elsewhere.
+    """
+    from nsys_rules.containment import kept_cwd
+
+    with kept_cwd():
+        return _analyze_job(job)
+
+
+def _analyze_job(job: Job) -> JobResult:
     from nsys_rules.inputs import open_trace
     from nsys_rules.job_run import collect
 

@@ -112,3 +112,52 @@ def test_a_config_file_above_the_working_folder_is_named(tmp_path, monkeypatch):
 def test_csv_formula_prefixes_fullwidth_too(cell):
     assert csv_cell(cell) == "'" + cell
     assert csv_cell("plain") == "plain"
+
+
+def test_a_rule_changing_the_folder_in_a_dask_worker_thread_is_put_back(tmp_path, monkeypatch):
+    """--dask local runs rules in a worker thread, where the rule boundary leaves process state alone: a rule's
+    os.chdir sent the worker's next trace (a relative path) elsewhere. The task puts the folder back."""
+    import os
+    import threading
+    from dataclasses import dataclass
+
+    from nsys_rules import parallel
+    from nsys_rules.hooks import hookimpl
+    from nsys_rules.plugin_manager import build_registry
+    from nsys_rules.rule import Rule
+    from nsys_rules.settings import Settings
+
+    @dataclass(frozen=True)
+    class WandererOptions:
+        """No options."""
+
+    class Wanderer(Rule):
+        """Changes the working folder."""
+
+        name = "wanderer"
+        title = "changes the working folder"
+        requires = ("kernels",)
+        Options = WandererOptions
+
+        def check(self, ctx):  # type: ignore[no-untyped-def]
+            os.chdir("/")
+            yield ctx.finding("moved", "nothing")
+
+    class Plugin:
+        @staticmethod
+        @hookimpl
+        def register_rules():  # type: ignore[no-untyped-def]
+            return [Wanderer]
+
+    monkeypatch.setattr(parallel, "_REGISTRIES", {True: build_registry(autoload=False, extra=(("wander", Plugin),))})
+    _steps(tmp_path / "a.sqlite")
+    _steps(tmp_path / "b.sqlite")
+    monkeypatch.chdir(tmp_path)
+    results = []
+    worker = threading.Thread(target=lambda: results.extend(
+        parallel.analyze_job(parallel.Job(name, Settings())) for name in ("a.sqlite", "b.sqlite")))
+    worker.start()
+    worker.join(120)
+    assert [r.error for r in results] == [None, None]  # the second relative path still opened
+    assert Path.cwd() == tmp_path
+    assert all("wanderer" in {f.rule for f in r.result.findings} for r in results)

@@ -5,7 +5,8 @@
   inconclusive pair becomes a confident verdict. A run is known by what it measured (:func:`capture_key`: every
   steady step's time and GPU time, to the nanosecond), which no two captures share and every export format of
   one capture does. Within a side a repeat is counted once, with a note; BASE and NEW holding the same run
-  is refused (a run compared with itself says nothing).
+  is compared with a note saying it measures nothing, so that a CI job given one artifact twice does not
+  read its verdict as a measurement.
 * **Damage** ``check`` reports (rows dropped: NULL or impossible times, ends before starts, non-numeric values)
   changes what a side measured: a new trace whose slow kernels have NULL ends looks faster. Such a run voids
   the verdict: refused (exit 3) unless ``--force``, which compares what is left with the verdict
@@ -21,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from nsys_rules.diff.sides import Run
-from nsys_rules.errors import InputError, UsageError
+from nsys_rules.errors import InputError
 from nsys_rules.textsafe import clip_value
 
 #: Damage lines that change what a run measured: rows of timed work dropped or read as unknown.
@@ -40,7 +41,7 @@ def capture_key(series: dict[str, np.ndarray]) -> str:
 
 
 def distinct_runs(base: Sequence[Run], new: Sequence[Run]) -> tuple[list[Run], list[Run], list[str]]:
-    """(BASE runs, NEW runs, notes): each capture once per side; :class:`UsageError` when both sides hold one."""
+    """(BASE runs, NEW runs, notes): each capture once per side; a capture on both sides noted."""
     sides: list[list[Run]] = [[], []]
     notes: list[str] = []
     seen: dict[str, tuple[str, str]] = {}
@@ -50,13 +51,14 @@ def distinct_runs(base: Sequence[Run], new: Sequence[Run]) -> tuple[list[Run], l
             path = clip_value(run.summary.get("path", "?"), 200)
             if key in seen:
                 side, first = seen[key]
-                if side != label:
-                    raise UsageError(f"diff compares different runs, and {label} {path} is the same run as {side} "
-                                     f"{first} (the same steps to the nanosecond: one file, a link or a copy, or "
-                                     "one capture in two export formats)")
-                notes.append(f"{label} {path} is the same run as {first} (one capture given twice): counted once")
-                continue
-            seen[key] = (label, path)
+                if side == label:
+                    notes.append(f"{label} {path} is the same run as {first} (one capture given twice): counted once")
+                    continue
+                notes.append(f"{label} {path} is the same run as {side} {first} (the same steps to the nanosecond: "
+                             "one file, a link or a copy, or one capture in two export formats): a run compared "
+                             "with itself measures nothing")
+            else:
+                seen[key] = (label, path)
             kept.append(run)
     return sides[0], sides[1], notes
 

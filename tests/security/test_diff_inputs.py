@@ -86,10 +86,11 @@ def test_two_different_runs_are_two(runs):
 
 
 @pytest.mark.parametrize("twin", ["a", "link", "parquet"])
-def test_the_same_run_on_both_sides_is_refused(runs, twin):
-    """A run compared with itself says nothing: exit 2 and one line, not "no change"."""
-    code, data, err = _diff(str(runs["a"]), str(runs[twin]))
-    assert code == 2 and data == {} and err.count("\n") == 1 and "is the same run as BASE" in err
+def test_the_same_run_on_both_sides_says_so(runs, twin):
+    """A run compared with itself: a zero change, and a note says it measures nothing."""
+    code, data, _ = _diff(str(runs["a"]), str(runs[twin]))
+    assert code == 0 and data["change"]["step"]["estimate_ns"] == 0 and data["decision"]["gate"] == "pass"
+    assert any("is the same run as BASE" in n and "measures nothing" in n for n in data["notes"]), data["notes"]
 
 
 def test_damaged_new_is_refused_without_force(runs):

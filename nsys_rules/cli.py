@@ -178,10 +178,14 @@ def _run(argv: Sequence[str] | None, own_process: bool = False) -> int:
         args.own_process = own_process
         # The command (its imports and the analysis) without the cyclic collector. Inside this try, so that a
         # Ctrl-C landing while the collector is put back is the one "interrupted" line like any other.
+        import contextlib
+
         from nsys_rules.containment import report_output
 
-        # stdout is the report's alone: plugin code's prints, at import too, go to stderr (containment).
-        with collector_paused(), report_output(own_process):
+        # stdout is the report's alone: plugin code's prints, at import too, go to stderr (containment). The MCP
+        # server's stdout is its protocol channel, which it guards itself (its worker points fd 1 at stderr).
+        held = contextlib.nullcontext() if getattr(args, "command", None) == "mcp" else report_output(own_process)
+        with collector_paused(), held:
             return int(args.run(args))
     except NsysRulesError as exc:
         if debug:

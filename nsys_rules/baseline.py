@@ -27,6 +27,7 @@ from nsys_rules.report import Report
 from nsys_rules.units import human_ns
 from nsys_rules.errors import UsageError
 from nsys_rules.outpaths import write_atomic
+from nsys_rules.textsafe import json_safe
 from nsys_rules.userfiles import read_user_file
 
 BASELINE_FORMAT = "nsys-rules-baseline"
@@ -59,7 +60,7 @@ def baseline_document(report: Report) -> dict[str, Any]:
 
 def write_baseline(report: Report, path: Path) -> None:
     """Write the baseline of ``report`` to ``path`` (whole file or nothing)."""
-    write_atomic(path, json.dumps(baseline_document(report), indent=2) + "\n", "baseline")
+    write_atomic(path, json.dumps(json_safe(baseline_document(report)), indent=2, allow_nan=False) + "\n", "baseline")
 
 
 def read_baseline(path: Path) -> dict[str, int | None]:

@@ -178,12 +178,22 @@ def _run(argv: Sequence[str] | None, own_process: bool = False) -> int:
         args.own_process = own_process
         # The command (its imports and the analysis) without the cyclic collector. Inside this try, so that a
         # Ctrl-C landing while the collector is put back is the one "interrupted" line like any other.
-        with collector_paused():
+        import contextlib
+
+        from nsys_rules.containment import report_output
+
+        # stdout is the report's alone: plugin code's prints, at import too, go to stderr (containment). The MCP
+        # server's stdout is its protocol channel, which it guards itself (its worker points fd 1 at stderr).
+        held = contextlib.nullcontext() if getattr(args, "command", None) == "mcp" else report_output(own_process)
+        with collector_paused(), held:
             return int(args.run(args))
     except NsysRulesError as exc:
         if debug:
             traceback.print_exc()
-        sys.stderr.write(_fit_error(f"nsys-rules: {one_line(str(exc))}") + "\n")
+        from nsys_rules.textsafe import ci_log_safe
+
+        # A file name or a name from the trace in the line: no CI workflow command out of it.
+        sys.stderr.write(ci_log_safe(_fit_error(f"nsys-rules: {one_line(str(exc))}")) + "\n")
         return int(exc.exit_code)
     except MemoryError:
         sys.stderr.write("nsys-rules: out of memory; narrow the run with --filter-time or --select\n")
@@ -227,8 +237,10 @@ def _internal_error(exc: BaseException, debug: bool) -> int:
     """A bug: one line (the traceback too with ``--debug``), exit 4."""
     if debug:
         traceback.print_exc()
-    sys.stderr.write(f"nsys-rules: internal error: {type(exc).__name__}: {one_line(str(exc))} "
-                     "(rerun with --debug and report it)\n")
+    from nsys_rules.textsafe import ci_log_safe
+
+    sys.stderr.write(ci_log_safe(f"nsys-rules: internal error: {type(exc).__name__}: {one_line(str(exc))} "
+                                 "(rerun with --debug and report it)") + "\n")
     return int(ExitCode.INCOMPLETE)
 
 

@@ -35,7 +35,101 @@ from typing import Any, Iterator, TextIO
 
 from nsys_rules.deadline import installed
 
-__all__ = ["Contained", "RuleStdout", "contained", "real_stdout_fd", "routed_stdout"]
+__all__ = ["Contained", "RuleStdout", "contained", "end_forked_child", "kept_cwd", "real_stdout_fd", "report_output",
+           "report_stream", "routed_stdout", "signal_handlers_kept"]
+
+
+# -- the report's own stdout ------------------------------------------------------------------
+#: Where a command writes its report while :func:`report_output` holds stdout (None otherwise: ``sys.stdout``).
+_report: Any = None
+#: The report's descriptor while the console script runs with fd 1 on stderr (None otherwise).
+_report_fd: int | None = None
+
+
+def report_stream() -> Any:
+    """The stream a command writes its report to: stdout as it was when the command started, whatever plugin
+    code has done to ``sys.stdout`` and fd 1 since (:func:`report_output`)."""
+    return _report if _report is not None else sys.stdout
+
+
+@contextmanager
+def report_output(own_process: bool) -> Iterator[None]:
+    """Hold stdout for the report while a command runs (its plugins' imports, hooks, rules and formats).
+
+    ``sys.stdout`` is stderr for the command's duration, so ``print()`` from any plugin code, at import, in a
+    hook, from a thread it leaves running, goes to stderr. In the console script's own process (``own_process``)
+    fd 1 is pointed at stderr too, for good: a plugin's ``os.write(1, ...)``, C ``printf``, ``sys.__stdout__``,
+    a child process and its ``atexit`` handlers all reach stderr, and the report goes to a duplicate of the
+    original fd 1 that only :func:`report_stream` writes. A library caller's descriptors are left alone.
+    """
+    global _report, _report_fd
+    saved, saved_report, saved_fd = sys.stdout, _report, _report_fd
+    opened = None
+    if own_process and saved is not None and _report_fd is None:
+        try:
+            saved.flush()
+            fd = os.dup(1)
+            os.dup2(2, 1)
+        except (OSError, ValueError):
+            fd = None  # fd 1 or 2 closed: nothing to protect, or nowhere to send it
+        if fd is not None:
+            _report_fd = fd
+            opened = _report = open(fd, "w", encoding=getattr(saved, "encoding", None) or "utf-8",  # noqa: SIM115
+                                    errors=getattr(saved, "errors", None) or "strict", closefd=True)
+    if opened is None:
+        _report = saved
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        if sys.stdout is sys.stderr:
+            sys.stdout = saved
+        _report, _report_fd = saved_report, saved_fd
+        if opened is not None:
+            try:
+                opened.close()  # the report is whole: the reader sees its end; an atexit print cannot add to it
+            except (OSError, ValueError):
+                pass
+
+
+def report_isatty() -> bool:
+    """Whether the report is read on a terminal (the layout's width follows it)."""
+    try:
+        stream = report_stream()
+        return stream is not None and stream.isatty()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def end_forked_child(pid: int) -> None:
+    """Plugin code that started in process ``pid`` forked, and its child came back into ours: end that child
+    at once (``os._exit``), before it writes a second report or runs the rest of the analysis twice."""
+    if os.getpid() != pid:
+        os._exit(0)
+
+
+@contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """Put back every signal handler plugin code changed (``SIG_IGN`` on SIGTERM/SIGINT would make the run
+    deaf to its stop): the handlers of the main thread as they were before the body."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {}
+    for sig in signal.valid_signals():
+        try:
+            before[sig] = signal.getsignal(sig)
+        except (ValueError, OSError):
+            continue
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            try:
+                if handler is not None and signal.getsignal(sig) is not handler:
+                    signal.signal(sig, handler)
+            except (ValueError, OSError, TypeError):
+                pass
 
 
 class RuleStdout:
@@ -101,7 +195,10 @@ _saved_stdout_fd: int | None = None
 
 
 def real_stdout_fd() -> int:
-    """The descriptor the report goes to: fd 1, or its saved duplicate while a rule runs with fd 1 on stderr."""
+    """The descriptor the report goes to: the report's own (:func:`report_output`), else fd 1, or its saved
+    duplicate while a rule runs with fd 1 on stderr."""
+    if _report_fd is not None:
+        return _report_fd
     return _saved_stdout_fd if _saved_stdout_fd is not None else 1
 
 
@@ -210,6 +307,16 @@ def _watch_sigint(seen: Contained) -> Any:
     except (ValueError, OSError):
         return None
     return previous
+
+
+@contextmanager
+def kept_cwd() -> Iterator[None]:
+    """The working folder put back after the body, whatever it changed it to (a worker's task)."""
+    cwd = _open_cwd()
+    try:
+        yield
+    finally:
+        _restore_cwd(cwd)
 
 
 def _open_cwd() -> int | str | None:

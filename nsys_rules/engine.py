@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from nsys_rules.textsafe import unicode_safe
 from nsys_rules.model.budget import Budget, step_budget
 from nsys_rules.model.commands import debug_build
 from nsys_rules.model.steps import StepModel, model_needs, restrict
@@ -232,7 +233,8 @@ def _add_profile(trace: Trace, result: TraceResult, windows: "TraceWindows") -> 
     """Attach the steady-state profile (only markdown/HTML ask for it: it reads every GPU row)."""
     from nsys_rules.model.overview import build_profile
 
-    flagged = [f.location.kernel for f in sorted(result.findings, key=rank_key) if f.location.kernel]
+    # A plugin's kernel name may hold lone surrogates, which no trace name does (Arrow refuses them): escaped.
+    flagged = [unicode_safe(f.location.kernel) for f in sorted(result.findings, key=rank_key) if f.location.kernel]
     try:
         result.profile = build_profile(trace, windows.get("steady"), flagged)
     except Exception as exc:  # noqa: BLE001 - a failed profile must not hide the findings

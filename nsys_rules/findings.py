@@ -176,7 +176,8 @@ class Finding:
         loc = self.location
         parts = [self.rule, loc.kernel or "", loc.api or "", "/".join(loc.nvtx or ()),
                  "" if loc.device is None else str(loc.device), self.key]
-        return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
+        # surrogatepass: a name from a non-UTF-8 file name (lone surrogates) still hashes; UTF-8 text as before.
+        return hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
     def to_json(self) -> dict[str, Any]:
         """The finding as it appears in the JSON envelope."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -42,7 +43,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from nsys_rules.containment import Contained, contained
+from nsys_rules.containment import Contained, contained, end_forked_child, signal_handlers_kept
 from nsys_rules.deadline import watch
 from nsys_rules.settings import DEFAULT_MAX_FINDINGS, DEFAULT_RULE_TIMEOUT
 from nsys_rules.units import plain_number
@@ -90,8 +91,12 @@ def run_rule(rule: type[Rule] | type[JobRule], context: Callable[[], RuleContext
             "known" if timeout is not None else "")
     try:
         ctx = context()
-        with contained() as seen, watch(timeout, RunError(hard, rule=rule.name, trace=label)):
-            produced, dropped = limited(lambda: _collect(ctx, max_findings), timeout)
+        pid = os.getpid()
+        with contained() as seen, signal_handlers_kept(), watch(timeout, RunError(hard, rule=rule.name, trace=label)):
+            try:
+                produced, dropped = limited(lambda: _collect(ctx, max_findings), timeout)
+            finally:
+                end_forked_child(pid)  # the rule forked and its child came back: it must not report twice
         if seen.interrupted:
             raise KeyboardInterrupt  # the user's Ctrl-C, even when the rule swallowed it
     except KeyboardInterrupt as exc:
@@ -108,10 +113,10 @@ def run_rule(rule: type[Rule] | type[JobRule], context: Callable[[], RuleContext
         error(f"did not finish within {plain_number(timeout or 0, 6)} s and was stopped (raise the limit with --rule-timeout)")
         return outcome
     except SystemExit as exc:
-        error(f"called sys.exit({exc.code!r}); a rule must return its findings, not end the run", exc)
+        error(f"called sys.exit({safe_repr(exc.code)}); a rule must return its findings, not end the run", exc)
         return outcome
-    except Exception as exc:  # noqa: BLE001 - one rule failing must not hide the others
-        error(f"{type(exc).__name__}: {clip_value(exc, 500)}", exc)
+    except BaseException as exc:  # noqa: BLE001 - one rule failing (CancelledError, GeneratorExit, its own) hides no other
+        error(f"{type(exc).__name__}: {safe_text(exc, 500)}", exc)
         return outcome
     finally:
         if seen is not None and seen.stray:
@@ -162,14 +167,35 @@ def _note_stray(rule: str, label: str, threads: list[threading.Thread]) -> None:
 def call_plugin(function: Callable[..., Any], what: str, *args: Any) -> Any:
     """``function(*args)`` for plugin code the run needs (a formatter): its failure, ``sys.exit()``
     included, is :class:`PluginError` (one line, exit 4) naming ``what``."""
+    pid = os.getpid()
     try:
-        return function(*args)
-    except (UsageError, InputError, PluginError):
+        with signal_handlers_kept():
+            try:
+                return function(*args)
+            finally:
+                end_forked_child(pid)
+    except (UsageError, InputError, PluginError, KeyboardInterrupt):
         raise
     except SystemExit as exc:
-        raise PluginError(f"{what} called sys.exit({exc.code!r})") from None
-    except Exception as exc:  # noqa: BLE001 - plugin code: say whose, one line
-        raise PluginError(f"{what} failed: {type(exc).__name__}: {clip_value(exc, 300)}") from exc
+        raise PluginError(f"{what} called sys.exit({safe_repr(exc.code)})") from None
+    except BaseException as exc:  # noqa: BLE001 - plugin code: say whose, one line
+        raise PluginError(f"{what} failed: {type(exc).__name__}: {safe_text(exc, 300)}") from exc
+
+
+def safe_text(value: object, limit: int) -> str:
+    """``value`` as one clipped line (:func:`clip_value`), even when its ``__str__`` raises (plugin objects)."""
+    try:
+        return clip_value(value, limit)
+    except BaseException:  # noqa: BLE001 - a plugin's __str__ may raise anything
+        return f"<{type(value).__name__} that cannot be shown>"
+
+
+def safe_repr(value: object) -> str:
+    """``repr(value)`` as one clipped line, even when its ``__repr__`` raises."""
+    try:
+        return clip_value(repr(value), 120)
+    except BaseException:  # noqa: BLE001 - a plugin's __repr__ may raise anything
+        return f"<{type(value).__name__}>"
 
 
 # -- the time limit -------------------------------------------------------------------------
@@ -233,30 +259,56 @@ def finding_problem(item: Any, rule_name: str) -> str | None:
         if not isinstance(getattr(item, name), str):
             return f"{name} is a {type(getattr(item, name)).__name__}, not text"
     savings = item.estimated_savings_ns
-    if savings is not None and (isinstance(savings, bool) or not isinstance(savings, (int, float))
-                                or not math.isfinite(savings) or savings < 0):
-        return f"estimated_savings_ns {savings!r} is not a finite number >= 0"
+    if savings is not None and not (_number(savings) and 0 <= savings <= MAX_SAVINGS_NS):
+        return f"estimated_savings_ns {safe_text(savings, 60)} is not a finite number from 0 to 2**63 - 1"
+    if item.savings_range is not None:
+        low_high = item.savings_range
+        if not (isinstance(low_high, (tuple, list)) and len(low_high) == 2
+                and all(_number(v) and 0 <= v <= MAX_SAVINGS_NS for v in low_high)):
+            return f"savings_range {safe_text(low_high, 60)} is not two numbers from 0 to 2**63 - 1"
     if not hasattr(item.metrics, "items"):
         return f"metrics is a {type(item.metrics).__name__}, not a mapping"
     for key, value in item.metrics.items():
         if not isinstance(key, str) or not isinstance(value, Metric) or isinstance(value.value, bool) \
                 or not isinstance(value.value, (int, float)) or not isinstance(value.unit, str):
             return f"metric {clip_value(key, 60)!r} is not a Metric(number, unit)"
+        if isinstance(value.value, int) and not _number(value.value):
+            return f"metric {clip_value(key, 60)!r} is an int beyond what a float holds (no format can show it)"
     if not isinstance(item.location, Location):
         return f"location is a {type(item.location).__name__}, not a Location"
     try:
         json.dumps(item.location.to_json())
         rank_key(item)
-    except (TypeError, ValueError, OverflowError, AttributeError) as exc:
-        return f"location does not serialize ({type(exc).__name__}: {clip_value(exc, 120)})"
+        item.fingerprint  # noqa: B018 - a subclass's property may raise: read it once here
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - plugin objects: whatever their properties raise
+        return f"location does not serialize ({type(exc).__name__}: {safe_text(exc, 120)})"
     return None
 
 
+#: The largest saving a finding may claim (int64 nanoseconds: 292 years); beyond it no format can show it.
+MAX_SAVINGS_NS = 2**63 - 1
+
+
+def _number(value: Any) -> bool:
+    """A real number (not a bool) that a float holds, finite: what every format can print."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past 1.8e308
+        return False
+
+
 def _normalized(finding: Finding) -> Finding:
-    """Savings as an int (a float from a plugin would print as 1234.0 in the JSON)."""
+    """The finding as a plain :class:`Finding` (a plugin's subclass may override what the formats read:
+    ``fingerprint``, ``to_json``), savings as an int (a float from a plugin would print as 1234.0 in the JSON)."""
+    from dataclasses import fields, replace
+
+    if type(finding) is not Finding:
+        finding = Finding(**{f.name: getattr(finding, f.name) for f in fields(Finding)})
     savings = finding.estimated_savings_ns
     if savings is None or isinstance(savings, int):
         return finding
-    from dataclasses import replace
-
     return replace(finding, estimated_savings_ns=int(savings))

@@ -19,6 +19,7 @@ crash or Ctrl-C leaves the old file in place (the temporary one is removed).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 import tempfile
@@ -26,15 +27,13 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from nsys_rules.errors import UsageError
-from nsys_rules.textsafe import clip_value
+from nsys_rules.textsafe import STREAM_ERRORS, clip_value
 
 #: Suffixes of nsys reports and of files inside parquetdir/arrowdir exports.
 _REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 _EXPORT_FOLDER_SUFFIXES = (".parquetdir", ".arrowdir")
 _EXPORT_MARKERS = ("StringIds.parquet", "StringIds.arrow")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-#: Largest existing file :func:`append_atomic` copies forward (GitHub caps a job summary at 1 MiB).
-APPEND_LIMIT = 16 * 1024**2
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -132,7 +131,8 @@ def write_atomic(path: Path, text: str, what: str) -> None:
     except OSError as exc:
         raise UsageError(f"cannot write {what} {clip_value(path, 200)}: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        # Text a file name's odd byte reached (a lone surrogate) is written as its \xHH escape, not refused.
+        with os.fdopen(fd, "w", encoding="utf-8", errors=STREAM_ERRORS) as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
@@ -149,15 +149,30 @@ def write_atomic(path: Path, text: str, what: str) -> None:
 
 
 def append_atomic(path: Path, text: str, what: str) -> None:
-    """Append ``text`` to the regular file ``path`` (created when absent), whole or not at all."""
+    """Append ``text`` to the regular file ``path`` (created when absent) in one locked ``O_APPEND`` write.
+
+    Runs side by side (a matrix job's steps, ``xargs -P``) append to one ``$GITHUB_STEP_SUMMARY``: each
+    section lands whole at the end, none is lost (a read, then a rename of old + new, kept only the last
+    writer's copy). The file's other text is never read or rewritten. :class:`UsageError` (exit 2) with one
+    line when the file cannot take it.
+    """
     path = Path(path)
-    old = ""
+    data = text.encode("utf-8", STREAM_ERRORS)  # a file name's odd byte is written as its \xHH escape
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        if path.stat().st_size > APPEND_LIMIT:
-            raise UsageError(f"cannot append to {what} {clip_value(path, 200)}: it holds over {APPEND_LIMIT >> 20} MB")
-        old = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        pass
+        fd = os.open(path, flags, 0o666)
     except OSError as exc:
         raise UsageError(f"cannot append to {what} {clip_value(path, 200)}: {exc.strerror or exc}") from None
-    write_atomic(path, old + text, what)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UsageError(f"cannot append to {what} {clip_value(path, 200)}: not a regular file")
+        # The lock keeps sections whole even where a write comes back short (a signal, a full disk: the rest
+        # follows before another run's section); the one O_APPEND write is whole on its own on a local disk.
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise UsageError(f"cannot append to {what} {clip_value(path, 200)}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)  # closing drops the lock

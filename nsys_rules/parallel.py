@@ -15,6 +15,7 @@ per trace with the trace where it is slowest: where one rank loses time to the o
 from __future__ import annotations
 
 import concurrent.futures as cf
+from concurrent.futures.process import BrokenProcessPool
 import dataclasses
 import gc
 import multiprocessing
@@ -79,7 +80,19 @@ def _registry(autoload: bool) -> Registry:
 
 
 def analyze_job(job: Job) -> JobResult:
-    """Open ``job.path``, run the selected rules, profile its kernels, close it (runs in a worker)."""
+    """Open ``job.path``, run the selected rules, profile its kernels, close it (runs in a worker).
+
+    The worker's working folder is put back afterwards: under ``--dask local`` the rules run in a worker
+    thread, where the rule boundary does not guard process state, and a rule's ``os.chdir`` would send the
+    worker's next trace (a relative path) elsewhere.
+    """
+    from nsys_rules.containment import kept_cwd
+
+    with kept_cwd():
+        return _analyze_job(job)
+
+
+def _analyze_job(job: Job) -> JobResult:
     from nsys_rules.inputs import open_trace
     from nsys_rules.job_run import collect
 
@@ -168,15 +181,45 @@ def _ignore_interrupt() -> None:
 
 
 def _run_pool(jobs: list[Job], workers: int, on_done: Callable[[JobResult], None]) -> list[JobResult]:
+    """Every job in a pool of ``workers`` processes; a worker that dies loses only its own trace.
+
+    A worker killed (SIGKILL, the OOM killer, a segfault in an extension) breaks the whole pool: every trace
+    not finished by then fails with it. Those traces run again, each alone in a one-worker pool, so the one
+    that kills its worker is reported failed (exit 4) and the others complete. When only one trace was
+    unfinished it is the one that died, and is not run again.
+    """
     results: dict[int, JobResult] = {}
+    broken = _pool_round(jobs, list(range(len(jobs))), workers, results, on_done)
+    for i in broken if len(broken) > 1 else []:
+        if _pool_round(jobs, [i], 1, results, on_done):
+            _worker_died(jobs, i, results, on_done)
+    if len(broken) == 1:
+        _worker_died(jobs, broken[0], results, on_done)
+    return [results[i] for i in range(len(jobs))]
+
+
+def _worker_died(jobs: list[Job], i: int, results: dict[int, JobResult], on_done: Callable[[JobResult], None]) -> None:
+    results[i] = JobResult(jobs[i].path, error=f"{jobs[i].path}: its worker process died (killed by a signal, out of "
+                           "memory or crashed) while it analyzed this trace; the other traces are reported",
+                           exit_code=int(ExitCode.INCOMPLETE))
+    on_done(results[i])
+
+
+def _pool_round(jobs: list[Job], indices: list[int], workers: int, results: dict[int, JobResult],
+                on_done: Callable[[JobResult], None]) -> list[int]:
+    """``jobs[indices]`` in one pool, into ``results``; the indices left unfinished because the pool broke."""
+    broken: list[int] = []
     pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context(), initializer=_ignore_interrupt)
     try:
-        futures = {pool.submit(analyze_job, job): i for i, job in enumerate(jobs)}
+        futures = {pool.submit(analyze_job, jobs[i]): i for i in indices}
         for future in cf.as_completed(futures):
             i = futures[future]
             try:
                 results[i] = future.result()
-            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a dead worker (killed, out of memory) is one trace's error
+            except BrokenProcessPool:
+                broken.append(i)  # this trace's worker, or another one, died: which one is found alone
+                continue
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a worker's failure is one trace's error
                 results[i] = JobResult(jobs[i].path, error=f"{jobs[i].path}: worker failed ({type(exc).__name__}: {exc})",
                                        exit_code=int(ExitCode.INCOMPLETE))
             on_done(results[i])
@@ -187,7 +230,7 @@ def _run_pool(jobs: list[Job], workers: int, on_done: Callable[[JobResult], None
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
-    return [results[i] for i in range(len(jobs))]
+    return sorted(broken)
 
 
 def _run_dask(jobs: list[Job], address: str, workers: int, on_done: Callable[[JobResult], None],

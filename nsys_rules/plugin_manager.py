@@ -16,14 +16,16 @@ import importlib
 import importlib.metadata as metadata
 import os
 import re
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pluggy
 
 from nsys_rules.units import plain_number
 from nsys_rules import hooks
 from nsys_rules.settings import DEFAULT_RULE_TIMEOUT
-from nsys_rules.isolation import RuleTimeout, limited
+from nsys_rules.containment import contained, end_forked_child, signal_handlers_kept
+from nsys_rules.errors import PluginError
+from nsys_rules.isolation import RuleTimeout, limited, safe_repr, safe_text
 from nsys_rules.records import RunError
 from nsys_rules.registry import BUILTIN, Registry
 from nsys_rules.rule import Rule
@@ -45,8 +47,15 @@ def autoload_disabled() -> bool:
     return os.environ.get(AUTOLOAD_ENV, "") not in ("", "0")
 
 
-def build_registry(autoload: bool = True, extra: tuple[tuple[str, object], ...] = ()) -> Registry:
-    """Build the registry: the built-in pack, ``extra`` (name, plugin) pairs, then entry points."""
+def build_registry(autoload: bool = True, extra: tuple[tuple[str, object], ...] = (),
+                   timeout: float | None = None) -> Registry:
+    """Build the registry: the built-in pack, ``extra`` (name, plugin) pairs, then entry points.
+
+    Each plugin's import and hooks run as plugin code (:func:`plugin_code`) within ``timeout`` seconds
+    (``--rule-timeout``; None: the default limit).
+    """
+    global _timeout
+    _timeout = DEFAULT_RULE_TIMEOUT if timeout is None else timeout
     pm = pluggy.PluginManager(hooks.PROJECT)
     pm.add_hookspecs(hooks)
     registry = Registry()
@@ -59,9 +68,9 @@ def build_registry(autoload: bool = True, extra: tuple[tuple[str, object], ...] 
     if autoload and not autoload_disabled():
         for ep in sorted(_entry_points(), key=lambda e: e.name):
             try:
-                plugin = limited(ep.load, DEFAULT_RULE_TIMEOUT)
+                plugin = plugin_code(ep.load, _timeout)
                 pm.register(plugin, name=ep.name)
-            except (Exception, SystemExit, RuleTimeout) as exc:  # noqa: BLE001 - a broken plugin must not stop the others
+            except BaseException as exc:  # noqa: BLE001 - a broken plugin must not stop the others
                 registry.errors.append(RunError(f"failed to load: {failure(exc)}", plugin=ep.name))
                 continue
             registry.plugins.append({"name": ep.name, "version": _dist_version(ep)})
@@ -132,8 +141,8 @@ def _call(impl: Any, registry: Registry, kind: type | tuple[type, ...]) -> Any:
     """Call one hook implementation; its failure or a return value of the wrong kind is the plugin's error."""
     name = getattr(impl.function, "__name__", "hook")
     try:
-        value = limited(impl.function, DEFAULT_RULE_TIMEOUT)
-    except (Exception, SystemExit, RuleTimeout) as exc:  # noqa: BLE001 - isolate the plugin
+        value = plugin_code(impl.function, _timeout)
+    except BaseException as exc:  # noqa: BLE001 - isolate the plugin (a real Ctrl-C is re-raised inside)
         registry.errors.append(RunError(f"{name} failed: {failure(exc)}", plugin=impl.plugin_name))
         return None
     if value is not None and not isinstance(value, kind):
@@ -144,21 +153,52 @@ def _call(impl: Any, registry: Registry, kind: type | tuple[type, ...]) -> Any:
     return value
 
 
+#: The time limit of plugin imports and hooks in the registry being built (``--rule-timeout``).
+_timeout: float = DEFAULT_RULE_TIMEOUT
+
+
+def plugin_code(call: Callable[[], Any], timeout: float | None) -> Any:
+    """``call()``, plugin code the run does not control (an import, a hook), within ``timeout`` seconds.
+
+    Its output goes to stderr, and the process state it changes is put back (:func:`contained`: streams, fd 1,
+    cwd, umask, signal mask; :func:`signal_handlers_kept`: every signal handler). A child it forked that
+    comes back here is ended. Whatever it raises is raised, for the caller to record as the plugin's error;
+    a ``KeyboardInterrupt`` it raised without a Ctrl-C is a :class:`PluginError`, a real Ctrl-C still the user's.
+    """
+    pid = os.getpid()
+    with contained() as seen, signal_handlers_kept():
+        try:
+            value = limited(call, timeout)
+        except KeyboardInterrupt:
+            if seen.interrupted:
+                raise
+            raise PluginError("raised KeyboardInterrupt without a Ctrl-C") from None
+        finally:
+            end_forked_child(pid)
+    if seen.interrupted:
+        raise KeyboardInterrupt  # the user's Ctrl-C, even when the plugin swallowed it
+    return value
+
+
 def failure(exc: BaseException) -> str:
     """One line saying what plugin code did: raised, called sys.exit(), or ran out of time."""
     if isinstance(exc, SystemExit):
-        return f"called sys.exit({exc.code!r})"
+        return f"called sys.exit({safe_repr(exc.code)})"
     if isinstance(exc, RuleTimeout):
-        return f"did not return within {plain_number(DEFAULT_RULE_TIMEOUT, 6)} s"
-    return f"{type(exc).__name__}: {clip_value(exc, 300)}"
+        return f"did not return within {plain_number(_timeout, 6)} s"
+    if isinstance(exc, PluginError):
+        return safe_text(exc, 300)
+    return f"{type(exc).__name__}: {safe_text(exc, 300)}"
 
 
 def validate_rule(rule: object, scope: str = "trace") -> str | None:
     """Why ``rule`` cannot be registered (by the hook for ``scope`` rules), or None when it can."""
     try:
         return _rule_problem(rule, scope)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a class attribute that blows up when read
-        return f"{clip_value(rule, 80)}: cannot be checked ({failure(exc)})"
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a class attribute that blows up when read
+        return f"{safe_text(rule, 80)}: cannot be checked ({failure(exc)})"
 
 
 def _rule_problem(rule: object, scope: str) -> str | None:
@@ -202,7 +242,9 @@ def _rule_problem(rule: object, scope: str) -> str | None:
                     f"(known: {list(known)})")
     try:
         dataclasses.asdict(rule.Options())
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the plugin's defaults, not the user's settings
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the plugin's defaults, not the user's settings
         return f"rule {rule.name}: its default Options cannot be built ({failure(exc)})"
     if not callable(getattr(rule, "check", None)) or rule.check is Rule.check:
         return f"rule {rule.name}: has no check() method"

@@ -6,8 +6,22 @@ Each record has ``to_json()``, the object the JSON envelope holds (``skipped[]``
 
 from __future__ import annotations
 
+import base64
+import os
 from dataclasses import dataclass, field
 from typing import Any
+
+
+def path_bytes(path: str) -> str | None:
+    """The base64 of ``path``'s bytes when they are not UTF-8 (Python holds such a byte as a lone surrogate,
+    which JSON text shows as ``\\xHH``: the exact file name is this field); None for a UTF-8 path."""
+    if path.isascii():
+        return None
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return base64.b64encode(os.fsencode(path)).decode("ascii")
+    return None
 
 
 @dataclass(frozen=True)
@@ -105,6 +119,9 @@ class TraceInfo:
         """The ``traces[]`` entry."""
         out: dict[str, Any] = {"path": self.path, "nsys_version": self.nsys_version,
                                "export_schema_version": self.export_schema_version}
+        raw = path_bytes(self.path)
+        if raw is not None:
+            out["path_bytes"] = raw  # the path is not UTF-8: its text shows each odd byte as \xHH
         if self.nsys_version_inferred:
             out["nsys_version_inferred"] = self.nsys_version_inferred
         out.update({"gpus": self.gpus, "capture": self.capture, "tables": self.tables, "window": self.window,

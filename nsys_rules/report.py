@@ -80,26 +80,44 @@ class Report:
 
     @property
     def exit_code(self) -> ExitCode:
-        """4 when anything failed; 3 when no trace recorded CUDA activity (nothing could be judged);
-        else 1 when a finding reaches ``fail_on``, else 0."""
-        if self.all_errors:
-            return ExitCode.INCOMPLETE
-        if self.results and not any(r.has_cuda for r in self.results) and not self.findings:
-            return ExitCode.BAD_INPUT  # no trace recorded any CUDA activity: nothing at all could be judged
-        if self.fail_on != "never":
-            floor = Severity(self.fail_on).rank
-            if any(f.severity.rank >= floor for f in self.findings):
-                return ExitCode.FINDINGS
-        return ExitCode.OK
+        """The run's exit code (:func:`exit_code_of`)."""
+        return exit_code_of(self)
 
     def summary(self) -> dict[str, Any]:
-        """Counts by severity and the exit code."""
+        """Counts by severity and the exit code (:func:`exit_code_of`, bound when this module loaded)."""
         counts = {s.value: 0 for s in Severity}
         for f in self.findings:
             counts[f.severity.value] += 1
         return {"findings": sum(counts.values()), "by_severity": counts,
                 "skipped": len(self.all_skipped), "errors": len(self.all_errors),
-                "exit_code": int(self.exit_code)}
+                "exit_code": int(_EXIT_CODE(self))}
+
+
+def exit_code_of(report: Report) -> ExitCode:
+    """4 when anything failed; 3 when no trace recorded CUDA activity (nothing could be judged);
+    else 1 when a finding reaches ``fail_on``, else 0.
+
+    Read from the report's fields, not its properties: the commands and :meth:`Report.summary` bind this
+    function when they load, before any plugin, so a plugin that patches ``Report.exit_code`` (or this
+    module's name) changes neither the process's exit code nor the one the report states.
+    """
+    job = report.job
+    errors = [*report.errors, *(e for r in report.results for e in r.errors), *(job.errors if job else [])]
+    if errors:
+        return ExitCode.INCOMPLETE
+    findings = [*(f for r in report.results for f in r.findings), *(job.findings if job else [])]
+    used_cuda = any(r.info.tables.get(t) for r in report.results for t in CUDA_TABLES)
+    if report.results and not used_cuda and not findings:
+        return ExitCode.BAD_INPUT  # no trace recorded any CUDA activity: nothing at all could be judged
+    if report.fail_on != "never":
+        floor = Severity(report.fail_on).rank
+        if any(f.severity.rank >= floor for f in findings):
+            return ExitCode.FINDINGS
+    return ExitCode.OK
+
+
+#: :func:`exit_code_of` as this module defined it (what :meth:`Report.summary` calls).
+_EXIT_CODE = exit_code_of
 
 
 def tool_info(report: Report) -> dict[str, Any]:

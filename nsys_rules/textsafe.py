@@ -18,14 +18,20 @@ and every place that puts such text into an output goes through it:
   CR first) is prefixed with ``'``.
 * :func:`html_safe`: ``html.escape`` plus the invisible characters of :func:`terminal_safe`.
 * :func:`sarif_text`: SARIF message text reads ``[text](target)`` as a link; brackets are escaped.
+* :func:`ci_log_safe` / :func:`json_log_safe`: a CI runner reads its log for commands (GitHub Actions runs a
+  line that starts with ``::``, after its leading whitespace, and ``##[command]`` anywhere in a line), and
+  every output may land in a CI log: a command a trace chose is shown escaped, never run.
+* :func:`json_safe`: JSON a strict parser accepts: no NaN or infinity (``null``), no lone surrogate (shown
+  as its escape, as on a terminal: a file name's byte ``\xff``).
 
-JSON needs none of this (the encoder escapes), and keeps the exact names.
+JSON keeps the exact names otherwise (the encoder escapes the rest).
 """
 
 from __future__ import annotations
 
 import codecs
 import html
+import math
 import re
 import shlex
 from typing import Any, Iterable
@@ -42,6 +48,8 @@ _CONTROL_ALL = re.compile(f"[\x00-\x1f{_INVISIBLE}]")
 
 #: Formats whose text is meant for a terminal or a text log.
 TERMINAL_FORMATS = frozenset({"table", "compact", "markdown"})
+#: Formats whose text is JSON (``json_log_safe`` keeps it JSON).
+JSON_FORMATS = frozenset({"json", "sarif"})
 
 #: Longest value quoted in an error line (a 100 kB --filter-nvtx name must not become a 100 kB line).
 MESSAGE_VALUE_LIMIT = 120
@@ -194,7 +202,8 @@ def markdown_safe(text: str) -> str:
 
 
 # -- csv, html, sarif -----------------------------------------------------------------------
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# The fullwidth forms too: spreadsheets with an East Asian input method read ＝SUM(...) as a formula.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 
 
 def csv_cell(value: Any) -> Any:
@@ -213,3 +222,67 @@ def html_safe(text: object) -> str:
 def sarif_text(text: str) -> str:
     """Plain SARIF message text: ``\\``, ``[`` and ``]`` escaped so no embedded link is formed."""
     return re.sub(r"([\\\[\]])", r"\\\1", text)
+
+
+# -- CI logs ----------------------------------------------------------------------------------
+# A GitHub Actions workflow command: "::" first on a line once the runner trims the line's leading
+# whitespace (.NET's, and the invisible characters a terminal shows as nothing), after any of the
+# line breaks a log reader splits on.
+_LINE_COMMAND = re.compile("(?:^|(?<=[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]))([\\s\u200b-\u200d\u2060\ufeff]*)::")
+# The older form, "##[command]data", which the runner still reads anywhere in a line.
+_LEGACY_COMMAND = "##["
+
+
+def ci_log_safe(text: str) -> str:
+    """``text`` (a whole rendered output, any text format) with every CI workflow command shown, not run.
+
+    A line that starts with ``::`` gets a backslash first (``\\::error``: Markdown renders the escaped
+    colon as a colon), and ``##[`` becomes ``#\\#[``. Apply after the output is laid out: wrapping can
+    put any name first on a line.
+    """
+    if "::" in text:
+        text = _LINE_COMMAND.sub(r"\1\\::", text)
+    return text.replace(_LEGACY_COMMAND, "#\\#[") if _LEGACY_COMMAND in text else text
+
+
+def output_safe(text: str, fmt: str) -> str:
+    """A whole output in format ``fmt`` made safe for the terminal or CI log it is printed to: JSON formats
+    keep their exact text (:func:`json_log_safe`); terminal formats show control characters as escapes
+    (:func:`terminal_safe`); every text format has its CI commands shown, not run (:func:`ci_log_safe`)."""
+    if fmt in JSON_FORMATS:
+        return json_log_safe(text)
+    return ci_log_safe(terminal_safe(text) if fmt in TERMINAL_FORMATS else text)
+
+
+def json_log_safe(text: str) -> str:
+    """Indented JSON text with ``##[`` written ``#\\u0023[`` (the same string to a parser, no command to a
+    CI runner). Its lines start with indentation and a quote or a bracket, never with a value's text."""
+    return text.replace(_LEGACY_COMMAND, "#\\u0023[") if _LEGACY_COMMAND in text else text
+
+
+# -- strict JSON ------------------------------------------------------------------------------
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def unicode_safe(text: str) -> str:
+    """``text`` with each lone surrogate shown as its escape (``\\xff`` for a file name's byte held by
+    ``surrogateescape``, ``\\ud800`` else): valid Unicode that every encoder and strict parser takes."""
+    if text.isascii() or not _SURROGATE.search(text):
+        return text
+    return _SURROGATE.sub(lambda m: _escape_char(m.group()), text)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` ready for a strict JSON parser: NaN and infinite floats as None, every string and key
+    through :func:`unicode_safe`, numpy scalars as Python numbers, tuples as lists."""
+    if isinstance(value, str):
+        return unicode_safe(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {unicode_safe(k) if isinstance(k, str) else k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        return json_safe(value.item())
+    return value

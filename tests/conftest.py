@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -61,6 +60,8 @@ def validate_report(text: str) -> dict:
     """Parse a ``check --format json`` output and validate it against ``nsys-rules schema``."""
     from nsys_rules.formatters.json_out import report_schema
 
-    data = json.loads(text)
+    from tests.security.ci_safety import strict_loads
+
+    data = strict_loads(text)  # as a strict parser reads it: no NaN/Infinity, no lone surrogate
     jsonschema.validate(data, report_schema())
     return data

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 
 from nsys_rules.errors import ExitCode, InputError, PluginError, UsageError
 from nsys_rules.loaders import EXPORT_FORMATS, readahead
-from nsys_rules.textsafe import TERMINAL_FORMATS, clip_value, terminal_safe
+from nsys_rules.textsafe import ci_log_safe, clip_value, output_safe
 from nsys_rules.commands.common import (FAIL_CHOICES, add_filter_flags, add_plugin_flags, registry_for, settings_for,
                                         whole_number_arg)
 from nsys_rules.commands.outputs import add_output_flags, finish, prepare
+from nsys_rules.containment import report_stream
 
 if TYPE_CHECKING:
     from nsys_rules.records import RunError
@@ -125,22 +126,36 @@ def check_setup(args: argparse.Namespace) -> tuple[Registry, Settings]:
         note = ignored_note(locate_nsys(getattr(args, "nsys", None)))  # nsys exports a .nsys-rep; profile captures
         if note:
             sys.stderr.write(f"nsys-rules: {clip_value(note, 400)}\n")
+    elif settings.source and not getattr(args, "config", None) and _from_a_parent_folder(settings.source):
+        # A config file found above the working folder (a checkout's, a home folder's) sets fail-on, select or
+        # thresholds this run never named: said every time, not only under -v.
+        sys.stderr.write(f"nsys-rules: config file: {clip_value(settings.source, 300)} (found in a parent folder; "
+                         "it sets this run's fail-on, selection and options)\n")
     return registry, settings
+
+
+def _from_a_parent_folder(source: str) -> bool:
+    """Whether the config file ``source`` lies above the working folder rather than in it."""
+    try:
+        return Path(source).resolve().parent != Path.cwd().resolve()
+    except (OSError, RuntimeError):
+        return False
 
 
 def _run(args: argparse.Namespace) -> int:
     from nsys_rules.isolation import call_plugin
+    # Bound here, before any plugin loads: a plugin that patches Report.exit_code cannot change the exit code.
+    from nsys_rules.report import exit_code_of
 
     registry, settings = check_setup(args)
     report = build_report(args, registry, settings)
     text = call_plugin(registry.formatters[args.format], f"the {args.format!r} format", report)
     if not isinstance(text, str):
         raise PluginError(f"the {args.format!r} format returned {type(text).__name__}, not text")
-    if args.format in TERMINAL_FORMATS:
-        text = terminal_safe(text)  # names from the file must not drive the terminal
+    text = output_safe(text, args.format)  # names from the file must not drive the terminal or the CI log
     # Written in one call so that output is complete or absent.
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    report_stream().write(text)
+    report_stream().flush()
     for line in failure_lines(report):
         sys.stderr.write(line + "\n")
     if getattr(args, "announce_validity", False):  # profile: what it just captured, judged before the findings
@@ -149,7 +164,7 @@ def _run(args: argparse.Namespace) -> int:
     untrusted = untrusted_lines(report) if getattr(args, "require_trusted", False) else []
     for line in untrusted:
         sys.stderr.write(line + "\n")
-    return int(ExitCode.BAD_INPUT) if untrusted else int(report.exit_code)
+    return int(ExitCode.BAD_INPUT) if untrusted else int(exit_code_of(report))
 
 
 def build_report(args: argparse.Namespace, registry: Registry, settings: Settings) -> Report:
@@ -159,6 +174,7 @@ def build_report(args: argparse.Namespace, registry: Registry, settings: Setting
     from nsys_rules.engine import run_check
     from nsys_rules.inputs import expand_inputs, open_trace
     from nsys_rules.parallel import default_jobs, run_many
+    from nsys_rules.report import exit_code_of
 
     if args.dask is not None and not args.dask.strip():
         raise UsageError("--dask needs a scheduler address (tcp://host:8786) or 'local'")
@@ -179,7 +195,7 @@ def build_report(args: argparse.Namespace, registry: Registry, settings: Setting
         report = run_check(paths, registry, settings,
                            lambda p: open_trace(p, registry.loaders, settings.export_format, settings.max_memory))
     report.verbose = bool(getattr(args, "verbose", False))
-    if report.exit_code == ExitCode.BAD_INPUT:
+    if exit_code_of(report) == ExitCode.BAD_INPUT:
         # No trace recorded any CUDA activity: nothing at all was judged. Exit 3 is one line, as for
         # an unreadable input (a mixed run reports such a trace in its own line instead).
         names = ", ".join(clip_value(os.path.basename(r.info.path), 120) for r in report.results[:5])
@@ -226,8 +242,7 @@ def _write_known(args: argparse.Namespace, registry: Registry, error: RunError) 
     report = report_so_far(error)
     report.verbose = bool(getattr(args, "verbose", False))
     text = str(registry.formatters[args.format](report))  # a plugin's format may return anything
-    if args.format in TERMINAL_FORMATS:
-        text = terminal_safe(text)
+    text = output_safe(text, args.format)
     _write_fd(real_stdout_fd(), text)
     _write_fd(2, "".join(line + "\n" for line in failure_lines(report)))
 
@@ -248,5 +263,6 @@ def failure_lines(report: Report) -> list[str]:
         who = (f"rule {rule}" + (f" (plugin {plugin_of[rule]})" if plugin_of.get(rule) else "") if rule
                else f"plugin {e.plugin}" if e.plugin else "trace")
         where = f" on {e.trace}" if e.trace else ""
-        lines.append(f"nsys-rules: {clip_value(who, 120)} failed{clip_value(where, 200)}: {clip_value(e.error, 300)}")
+        lines.append(ci_log_safe(f"nsys-rules: {clip_value(who, 120)} failed{clip_value(where, 200)}: "
+                                 f"{clip_value(e.error, 300)}"))
     return lines

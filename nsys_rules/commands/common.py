@@ -40,7 +40,12 @@ def registry_for(args: argparse.Namespace) -> Registry:
     """The plugin registry for this invocation."""
     from nsys_rules.plugin_manager import build_registry  # the rules and pandas: only once a command runs
 
-    return build_registry(autoload=not getattr(args, "no_plugins", False))
+    timeout = getattr(args, "rule_timeout", None)
+    if timeout is not None:
+        from nsys_rules.config import parse_seconds
+
+        timeout = parse_seconds(timeout)  # plugin imports and hooks are bounded by --rule-timeout as rules are
+    return build_registry(autoload=not getattr(args, "no_plugins", False), timeout=timeout)
 
 
 def settings_for(args: argparse.Namespace, registry: Registry) -> Settings:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +12,16 @@ from nsys_rules.analysis.shift import Shift
 from nsys_rules.diff import DEFAULT_GATE_PCT, DEFAULT_HOST_SPREAD_PCT, Change, DiffResult, Run, compare, run_of
 from nsys_rules.errors import ExitCode, UsageError
 from nsys_rules.formatters.fitted import fitted_table
+from nsys_rules.formatters.json_out import json_text
 from nsys_rules.formatters.layout import COMPACT_FILE_WIDTH, FILE_WIDTH, fit, one_line, output_width
 from nsys_rules.formatters.markdown import cell, code_cell
 from nsys_rules.formatters.short_names import distinct_names
 from nsys_rules.inputs import open_trace
-from nsys_rules.textsafe import terminal_safe
+from nsys_rules.textsafe import output_safe
 from nsys_rules.units import human_ns, plain_number
 from nsys_rules.model.windows import SteadyOptions
 from nsys_rules.commands.common import add_plugin_flags, number_arg, registry_for, settings_for, whole_number_arg
+from nsys_rules.containment import report_stream
 
 FORMATS = ("table", "compact", "json", "markdown")
 
@@ -53,7 +53,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--force", action="store_true",
                    help="compare traces that do not look like runs of one program and step")
     p.add_argument("--top", type=whole_number_arg, default=10, metavar="N", help="movers to list (default 10)")
-    p.add_argument("--config", metavar="FILE", help="config file (steady-ranges is used)")
+    p.add_argument("--config", metavar="FILE", help="config file (steady-ranges and max-memory are used)")
+    p.add_argument("--max-memory", metavar="SIZE",
+                   help="stop (exit 3) before reading a trace that would not fit in SIZE (512M, 8G), as check does "
+                        "(default: the config's max-memory, else 80 %% of the free memory)")
     add_plugin_flags(p)
     p.set_defaults(run=run)
 
@@ -88,17 +91,16 @@ def run(args: argparse.Namespace) -> int:
                 trace.close()
     result = compare(sides[0], sides[1], args.gate, force=args.force, host_spread_pct=args.host_spread)
     if args.format == "json":
-        text = json.dumps(result.to_json(args.top), indent=2) + "\n"
+        text = json_text(result.to_json(args.top))
     elif args.format == "markdown":
         text = render_markdown(result, args.top)
     else:
         width = output_width()
         # compact, as check takes it (issue 42: refused): the same table, laid out no wider than the compact layout.
         text = render_table(result, args.top, min(width, COMPACT_FILE_WIDTH) if args.format == "compact" else width)
-    if args.format != "json":
-        text = terminal_safe(text)  # names from the files must not drive the terminal (json escapes itself)
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    text = output_safe(text, args.format)  # names from the files must not drive the terminal or the CI log
+    report_stream().write(text)
+    report_stream().flush()
     return int(ExitCode.FINDINGS if result.regressed else ExitCode.OK)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -23,7 +22,8 @@ from nsys_rules.nsys_locate import (INSTALL_HINT, NsysLocation, ignored_note, im
 from nsys_rules import nsys_status
 from nsys_rules.nsys_status import (METRICS_HELP, TOPIC, GpuMetricsVerdict, Item, admin_only_counters, explain_status,
                                     gpu_metrics_verdict, parse_gpu_metrics_devices)
-from nsys_rules.textsafe import terminal_safe
+from nsys_rules.textsafe import output_safe
+from nsys_rules.containment import report_stream
 
 #: Where nvidia-smi lives when it is not on PATH (driver installs, container runtimes).
 NVIDIA_SMI_PLACES = ("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi")
@@ -45,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
     items = diagnose(locate_nsys(args.nsys))
     if getattr(args, "trace", None):
         items += capture_items(Path(args.trace))
-    sys.stdout.write(terminal_safe(render(items)))
-    sys.stdout.flush()
+    report_stream().write(output_safe(render(items), "table"))
+    report_stream().flush()
     return int(ExitCode.BAD_INPUT if any(i.level == "FAIL" for i in items) else ExitCode.OK)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from nsys_rules.settings import resolve_rule_name
@@ -11,6 +10,8 @@ from nsys_rules.docs import rule_markdown, write_rule_docs
 from nsys_rules.errors import UsageError
 from nsys_rules.outpaths import guard_output_folder
 from nsys_rules.commands.common import add_plugin_flags, registry_for
+from nsys_rules.textsafe import output_safe
+from nsys_rules.containment import report_stream
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         guard_output_folder("--output", Path(args.output))  # never a file (a trace, a config), never an export
         for path in write_rule_docs(rules, registry.rule_plugin, Path(args.output)):
-            sys.stdout.write(f"{path}\n")
+            report_stream().write(f"{path}\n")
     else:
-        sys.stdout.write("\n".join(rule_markdown(rule, registry.rule_plugin[name]) for name, rule in rules.items()))
+        text = "\n".join(rule_markdown(rule, registry.rule_plugin[name]) for name, rule in rules.items())
+        report_stream().write(output_safe(text, "markdown"))  # a plugin's docstring printed to a terminal or CI log
     return 4 if registry.errors else 0

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from nsys_rules.errors import UsageError
 from nsys_rules.outpaths import append_atomic, guard_outputs, write_atomic
+from nsys_rules.textsafe import output_safe
 
 if TYPE_CHECKING:  # imported when a command runs: parsing the flags needs none of them
     from nsys_rules.settings import Settings
@@ -89,7 +90,9 @@ def finish(args: argparse.Namespace, report: Report, registry: Registry, baselin
         _wrote("the HTML report", args.html)
     summary = _summary_path(args)
     if summary:
-        append_atomic(Path(summary), _render(registry, "markdown", report) + "\n", "$GITHUB_STEP_SUMMARY")
+        # Markdown as the markdown format prints it: escapes shown, workflow commands not run.
+        append_atomic(Path(summary), output_safe(_render(registry, "markdown", report), "markdown") + "\n",
+                      "$GITHUB_STEP_SUMMARY")
         _wrote("the markdown summary (appended)", f"{summary} ($GITHUB_STEP_SUMMARY)")
     elif getattr(args, "github_summary", False):
         # Outside GitHub Actions the flag has nowhere to write: say so rather than end silently (issue 42).

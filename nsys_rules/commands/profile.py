@@ -12,6 +12,7 @@ the profiled program failed (the partial trace, if nsys wrote one, is still chec
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import subprocess
@@ -26,11 +27,12 @@ from nsys_rules.options import effective_options, select_rules
 from nsys_rules.errors import ExitCode, InputError, UsageError
 from nsys_rules.nsys_locate import NsysLocation, importer_problem, locate_nsys, missing_parts, off_path_note
 from nsys_rules.nsys_run import export_time_limit
-from nsys_rules.textsafe import shell_join, shell_word, terminal_safe
+from nsys_rules.textsafe import clip_value, shell_join, shell_word, terminal_safe
 from nsys_rules.commands.common import whole_number_arg
 from nsys_rules.commands import check
 from nsys_rules.commands.outputs import prepare
 from nsys_rules.outpaths import guard_outputs, write_atomic
+from nsys_rules.containment import report_stream
 
 #: How many of the program's last output lines a failure shows.
 TAIL_LINES = 12
@@ -85,7 +87,14 @@ def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else list(args.command)
     if not command:
         raise UsageError("profile needs the program to run after `--`, e.g. nsys-rules profile -- python bench.py")
+    if command[0].startswith("-"):
+        # nsys reads every leading word that starts with '-' as its own option: the program would never run.
+        raise UsageError(f"the program to profile, {clip_value(command[0], 60)!r}, starts with '-': nsys would read "
+                         "it as its own option; pass nsys flags with --nsys-arg, and a program named like an option "
+                         "as ./NAME")
     options = _options(args, command)
+    if not args.dry_run:
+        options = _fresh_output(args, options)
     config = _validate_check_options(args)
     if args.command_file:
         _guard_command_file(args, options, config)
@@ -95,15 +104,48 @@ def run(args: argparse.Namespace) -> int:
     if args.command_file:
         _write_command_file(Path(args.command_file), options, dry_run=args.dry_run)
     if args.dry_run:
-        sys.stdout.write(shell_join(nsys_cmd) + "\n")
+        report_stream().write(shell_join(nsys_cmd) + "\n")
         if options.python:  # the export that keeps the Python frames, run after the capture
-            sys.stdout.write(shell_join(capture.export_command(nsys_cmd[0], f"{options.output}.nsys-rep")) + "\n")
-        sys.stdout.flush()
+            report_stream().write(shell_join(capture.export_command(nsys_cmd[0], f"{options.output}.nsys-rep")) + "\n")
+        report_stream().flush()
     stop = _report_problems(problems, verdict=args.dry_run)
     if args.dry_run or stop:
         return int(stop or ExitCode.OK)
     _say(f"running: {shell_join(nsys_cmd)}")
     return _capture_and_check(args, nsys_cmd, options)
+
+
+#: What nsys writes for a report name: a report that exists under one of these is never replaced.
+_WRITTEN = (".nsys-rep", ".sqlite", ".qdstrm")
+
+
+def _fresh_output(args: argparse.Namespace, options: CaptureOptions) -> CaptureOptions:
+    """A report name nothing exists under yet: nsys runs with --force-overwrite, and a capture that writes no
+    export must not have an older one of its name checked in its place.
+
+    ``-o NAME`` that exists is refused (exit 2); the default name gets the first free ``NAME-2``, ``NAME-3``...
+    A name with nsys's ``%`` patterns (one report per rank or host) is left as it is: its files are told
+    apart by their times (:func:`~nsys_rules.capture.written_files`).
+    """
+    output = options.output
+    if "%" in output:
+        return options
+
+    def taken(name: str) -> str | None:
+        return next((name + s for s in _WRITTEN if os.path.lexists(name + s)), None)
+
+    found = taken(output)
+    if found is None:
+        return options
+    if args.output:
+        raise UsageError(f"-o {clip_value(output, 200)}: {clip_value(found, 200)} exists, and the capture would replace "
+                         "it; choose another name or remove it first")
+    for n in range(2, 10_000):
+        candidate = f"{output}-{n}"
+        if taken(candidate) is None:
+            _say(f"{terminal_safe(found, newlines=False)} exists: this capture is {terminal_safe(candidate, newlines=False)}")
+            return dataclasses.replace(options, output=candidate)
+    raise UsageError(f"{clip_value(output, 200)}-2 to -9999 all exist; choose a name with -o")
 
 
 def _options(args: argparse.Namespace, command: list[str]) -> CaptureOptions:
@@ -197,10 +239,11 @@ def _write_command_file(path: Path, options: CaptureOptions, dry_run: bool = Fal
     # symlink at ``path`` is replaced, never written through to its target.
     write_atomic(path, capture.command_file_text(options), "the command file")
     reuse = f"nsys profile --command-file={shell_word(str(path))} -o {shell_word(options.output)} CMD"
+    shown = terminal_safe(str(path), newlines=False)  # a newline in the name must not print a second line
     if dry_run:
-        _say(f"--dry-run: nothing run; the one file written is the command file {path} (reuse: {reuse})")
+        _say(f"--dry-run: nothing run; the one file written is the command file {shown} (reuse: {reuse})")
     else:
-        _say(f"nsys flags written to {path}; reuse: {reuse}")
+        _say(f"nsys flags written to {shown}; reuse: {reuse}")
 
 
 def _capture_and_check(args: argparse.Namespace, nsys_cmd: list[str], options: CaptureOptions) -> int:

@@ -9,6 +9,8 @@ import sys
 from tabulate import tabulate
 
 from nsys_rules.commands.common import add_plugin_flags, registry_for
+from nsys_rules.textsafe import json_safe, output_safe, terminal_safe
+from nsys_rules.containment import report_stream
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,10 +26,11 @@ def run(args: argparse.Namespace) -> int:
              "plugin": registry.rule_plugin[name], "aliases": list(cls.aliases), "requires": list(cls.requires)}
             for name, cls in registry.rules.items()]
     if args.format == "json":
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        report_stream().write(output_safe(json.dumps(json_safe(rows), indent=2, allow_nan=False) + "\n", "json"))
     else:
-        sys.stdout.write(tabulate([[r["name"], r["severity"], r["plugin"], r["title"]] for r in rows],
-                                  headers=["rule", "severity", "plugin", "title"]) + "\n")
+        # Plugin text (titles, names) printed to a terminal or a CI log.
+        report_stream().write(output_safe(tabulate([[r["name"], r["severity"], r["plugin"], r["title"]] for r in rows],
+                                              headers=["rule", "severity", "plugin", "title"]) + "\n", "table"))
         for e in registry.errors:
-            sys.stderr.write(f"plugin error: {e.plugin}: {e.error}\n")
+            sys.stderr.write(output_safe(terminal_safe(f"plugin error: {e.plugin}: {e.error}", newlines=False) + "\n", "table"))
     return 4 if registry.errors else 0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from nsys_rules.formatters.json_out import report_schema
+from nsys_rules.containment import report_stream
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "diff", False):
         from nsys_rules.diff import diff_schema
 
-        sys.stdout.write(json.dumps(diff_schema(), indent=2) + "\n")
+        report_stream().write(json.dumps(diff_schema(), indent=2) + "\n")
         return 0
-    sys.stdout.write(json.dumps(report_schema(), indent=2) + "\n")
+    report_stream().write(json.dumps(report_schema(), indent=2) + "\n")
     return 0

@@ -24,8 +24,9 @@ from nsys_rules.outpaths import guard_outputs, write_atomic
 from nsys_rules.stats import REPORTS, TITLES, parse_reports
 from nsys_rules.stats.filters import stats_window
 from nsys_rules.stats.output import EXTENSIONS, FORMATS, TIME_UNITS, in_time_unit, render
-from nsys_rules.textsafe import terminal_safe
+from nsys_rules.textsafe import output_safe, terminal_safe
 from nsys_rules.commands.common import add_filter_flags, filter_value
+from nsys_rules.containment import report_stream
 from nsys_rules.formatters.layout import fit, output_width
 
 
@@ -103,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     text = "".join(texts)
     # The table is for a terminal: names from the file must not drive it (csv/json stay exact).
-    sys.stdout.write(terminal_safe(text) if fmt == "table" else text)
-    sys.stdout.flush()
+    report_stream().write(output_safe(text, fmt))
+    report_stream().flush()
     return 0
 
 

@@ -22,12 +22,14 @@ Traces that are not runs of one program and step (:mod:`.same`) are refused (exi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 
 from nsys_rules.analysis.shift import Shift, verdict
 from nsys_rules.diff.pooled import LEVEL, TOTAL_SERIES, mean_rows, merged, merged_labels, shifts
+from nsys_rules.diff.inputs import damage_notes, distinct_runs
 from nsys_rules.diff.same import facts, mismatches
 from nsys_rules.diff.promises import promises_kept
 from nsys_rules.diff.sides import Run
@@ -126,6 +128,8 @@ class DiffResult:
     forced: list[str] = field(default_factory=list)
     #: BASE's promised savings for the causes NEW no longer has, against the measured change (:mod:`.promises`).
     promises: list[dict[str, Any]] = field(default_factory=list)
+    #: A run lost measured rows (damage, compared under --force): every verdict is ``inconclusive``, no gate fails.
+    void: bool = False
 
     @property
     def margin_pct(self) -> float:
@@ -144,7 +148,7 @@ class DiffResult:
 
     def said(self, name: str) -> str:
         """The verdict on one of the totals (``step``, ``gpu``, ``idle``, ``host``)."""
-        return verdict(self.totals[name], self.margin_pct)
+        return "inconclusive" if self.void else verdict(self.totals[name], self.margin_pct)
 
     @property
     def step_verdict(self) -> str:
@@ -155,7 +159,7 @@ class DiffResult:
     def regressed(self) -> bool:
         """True only for a confident regression past the gate: the median step's whole interval lies above it."""
         low = self.totals["step"].low_pct
-        return low is not None and low > self.gate_pct
+        return not self.void and low is not None and low > self.gate_pct
 
     @property
     def gpu_label(self) -> str:
@@ -232,8 +236,8 @@ class DiffResult:
                              "exit_code": 1 if self.regressed else 0, "line": self.line},
                 "method": METHOD, "runs": {"base": self.runs[0], "new": self.runs[1]},
                 "change": totals, "base": self.base, "new": self.new, "gate_pct": self.gate_pct,
-                "step_time_change_pct": round(self.step_change_pct, 2),
-                "gpu_time_change_pct": round(self.gpu_change_pct, 2), "regressed": self.regressed,
+                "step_time_change_pct": _finite(self.step_change_pct),
+                "gpu_time_change_pct": _finite(self.gpu_change_pct), "regressed": self.regressed,
                 "verdict": self.verdict, "parts": [c.to_json() for c in self.parts],
                 "classes": [c.to_json() for c in self.classes],
                 "movers": [c.to_json() for c in self.movers[:top]], "kernels": [c.to_json() for c in self.kernels],
@@ -260,12 +264,14 @@ def compare(base: Run | Sequence[Run], new: Run | Sequence[Run], gate_pct: float
                 raise UsageError(f"diff compares time per step, and {label} {s['path']} has no steps to compare: "
                                  f"{s['reason']}; mark the loop's steps with an NVTX range (or see `nsys-rules check` "
                                  "on it for the step model)")
+    base_runs, new_runs, repeats = distinct_runs(base_runs, new_runs)  # one capture given twice counts once
+    damaged, void = damage_notes(base_runs, new_runs, force)  # damage a check reports voids the verdict
     forced = _sameness(base_runs, new_runs, force)
     bs, ns_ = merged(base_runs), merged(new_runs)
     totals, rows = shifts(base_runs, new_runs, host_spread_pct)
     result = DiffResult(bs, ns_, [], [], [], gate_pct, totals=totals, runs=(len(base_runs), len(new_runs)),
                         host_spread_pct=host_spread_pct,
-                        graph_replays=any(r.graph_replays for r in (*base_runs, *new_runs)), forced=forced)
+                        graph_replays=any(r.graph_replays for r in (*base_runs, *new_runs)), forced=forced, void=void)
     # A row's verdict is on what it did to the step: within +-margin of BASE's median step is no change.
     margin = (result.margin_pct, totals["step"].base)
     labels = {**merged_labels(new_runs), **merged_labels(base_runs)}
@@ -274,7 +280,7 @@ def compare(base: Run | Sequence[Run], new: Run | Sequence[Run], gate_pct: float
                            "class", rows, margin)
     result.kernels = _rows(mean_rows(base_runs, "kernels", "name"), mean_rows(new_runs, "kernels", "name"),
                            "kernel", rows, margin)
-    notes = [f"--force: {text}" for text in forced]
+    notes = [f"--force: {text}" for text in forced] + repeats + damaged
     for label, runs in (("BASE", base_runs), ("NEW", new_runs)):
         if not all(r.summary["has_kernels"] for r in runs):
             notes.append(f"{label} has no per-kernel rows for its CUDA graphs (graph-level capture): graph replays "
@@ -334,6 +340,11 @@ def _count(value: float) -> str:
 
 def _pct(before: float, after: float) -> float:
     return 100.0 * (after - before) / before if before else (0.0 if not after else float("inf"))
+
+
+def _finite(pct: float) -> float | None:
+    """A change in percent for JSON: None where BASE had none of it (from zero, no percent; JSON has no Infinity)."""
+    return round(pct, 2) if math.isfinite(pct) else None
 
 
 def _signed(value: float | None) -> str:

@@ -46,6 +46,10 @@ class Run:
     graph_replays: bool = False
     #: What the run's replay promises per cause (:func:`~nsys_rules.diff.promises.run_promises`).
     promises: dict[str, Any] = field(default_factory=dict)
+    #: The loader's damage notes of the trace (``check``'s ``traces[].damage``), as the steps were read.
+    damage: list[str] = field(default_factory=list)
+    #: What identifies the capture (:func:`~nsys_rules.diff.inputs.capture_key`); empty: computed from ``series``.
+    capture: str = ""
 
 
 def side_summary(trace: Trace, steady: SteadyOptions | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -102,7 +106,7 @@ def run_of(trace: Trace, steady: SteadyOptions | None = None) -> Run:
     if len(window.steps) == budget.steps:
         series.update({name: values[full] for name, values in by_step.items()})
     promises = run_promises(step_replay(trace, model, budget))
-    return Run(summary, profile, series, command, graph_replays, promises)
+    return Run(summary, profile, series, command, graph_replays, promises, damage=list(dict.fromkeys(trace.damage)))
 
 
 def _gpu_rows(trace: Trace, window: Window) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

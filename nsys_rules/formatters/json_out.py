@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
 from nsys_rules.report import SCHEMA_VERSION, Report, tool_info
+from nsys_rules.textsafe import json_safe, unicode_safe
 
 
 def envelope(report: Report) -> dict[str, Any]:
@@ -39,29 +39,19 @@ def format_json(report: Report) -> str:
 
 
 def json_text(value: Any) -> str:
-    """``value`` as indented JSON text: NaN and infinity as null (:func:`finite`), numpy scalars as numbers, sets
-    and tuples as lists, anything else as its ``str``; the JSON and SARIF outputs both write this way."""
-    return json.dumps(finite(value), indent=2, default=_plain, allow_nan=False) + "\n"
-
-
-def finite(value: Any) -> Any:
-    """``value`` with every NaN or infinite float replaced by None: JSON has neither, so the output stays valid
-    whatever a plugin rule's options or a metric hold."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    return value
+    """``value`` as indented JSON a strict parser accepts (:func:`~nsys_rules.textsafe.json_safe`: NaN and
+    infinity as null, lone surrogates as escapes), numpy scalars as numbers, sets and tuples as lists, anything
+    else as its ``str``; the JSON and SARIF outputs both write this way."""
+    return json.dumps(json_safe(value), indent=2, default=_plain, allow_nan=False) + "\n"
 
 
 def _plain(value: Any) -> Any:
+    # What json_safe left: an object the encoder does not know, made plain and made safe again.
     if hasattr(value, "item"):
-        return value.item()
-    if isinstance(value, (set, tuple)):
-        return list(value)
-    return str(value)
+        return json_safe(value.item())
+    if isinstance(value, (set, frozenset, tuple)):
+        return json_safe(list(value))
+    return unicode_safe(str(value))
 
 
 @lru_cache(maxsize=1)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, TypeVar
@@ -70,11 +68,13 @@ def terminal_width() -> int | None:
     env = os.environ.get("COLUMNS", "").strip()
     if env.isdigit() and int(env) > 0:
         return max(MIN_WIDTH, int(env))
-    stream = sys.__stdout__
+    from nsys_rules.containment import report_stream
+
+    stream = report_stream()  # the report's own stdout: fd 1 is stderr while plugin code may run
     try:
         if stream is not None and stream.isatty():
-            return max(MIN_WIDTH, shutil.get_terminal_size().columns)
-    except (OSError, ValueError):
+            return max(MIN_WIDTH, os.get_terminal_size(stream.fileno()).columns)
+    except (OSError, ValueError, AttributeError):
         pass
     return None
 

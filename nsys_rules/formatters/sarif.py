@@ -15,6 +15,7 @@ finite are left out (JSON has no NaN or Infinity).
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote
@@ -46,7 +47,8 @@ def artifact_uri(path: str) -> str:
     p = Path(path)
     if p.is_absolute():
         return p.as_uri()
-    return quote(PurePosixPath(*p.parts).as_posix() if p.parts else path, safe="/")
+    # Percent-encoded from the path's bytes: a non-UTF-8 byte (held as a lone surrogate) is %FF, as a URI carries it.
+    return quote(os.fsencode(PurePosixPath(*p.parts).as_posix() if p.parts else path), safe="/")
 
 
 def _artifact_location(path: str) -> dict[str, Any]:

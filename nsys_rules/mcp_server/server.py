@@ -26,6 +26,7 @@ from nsys_rules.errors import ExitCode
 from nsys_rules.mcp_server.schemas import DESCRIPTIONS, tool_schemas
 from nsys_rules.mcp_server.work import ServerConfig
 from nsys_rules.mcp_server.worker import MEANINGS, ToolFailure, WorkerHandle
+from nsys_rules.textsafe import json_safe
 
 #: The largest result one call returns (JSON bytes): past it the call is an error asking for a smaller page.
 MAX_RESULT_BYTES = 4_000_000
@@ -67,6 +68,7 @@ def _input_problem(name: str, arguments: dict[str, Any]) -> str | None:
 
 
 def _result(structured: dict[str, Any]) -> types.CallToolResult:
+    structured = json_safe(structured)  # what a strict client parses: no NaN, no lone surrogate
     text = json.dumps(structured, indent=1, allow_nan=False)
     if len(text.encode()) > MAX_RESULT_BYTES:
         raise ToolFailure(ExitCode.BAD_INPUT, f"the result is {len(text):,} characters, more than the "

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from nsys_rules.formatters.fitted import fitted_table
-from nsys_rules.textsafe import csv_cell, terminal_safe
+from nsys_rules.textsafe import csv_cell, json_safe, terminal_safe
 from nsys_rules.stats.common import StatsResult
 
 FORMATS = ("table", "csv", "json")
@@ -50,7 +50,8 @@ def render(result: StatsResult, fmt: str, width: int | None = None) -> str:
     not fit, each row is a block (its name, then ``column value`` pairs), so no line passes ``width``.
     """
     if fmt == "json":
-        return json.dumps(result.rows, indent=2, ensure_ascii=False) + "\n"
+        # Strict JSON: a NaN statistic is null, a lone surrogate (a name's non-UTF-8 byte) its \xHH escape.
+        return json.dumps(json_safe(result.rows), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     if fmt == "csv":
         return _csv(result)
     text = _table(result)

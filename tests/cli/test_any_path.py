@@ -9,6 +9,7 @@ are those of the same export under a plain path, and every output shows the byte
 from __future__ import annotations
 
 import json
+import base64
 import os
 import shutil
 import subprocess
@@ -79,7 +80,9 @@ def test_check_reads_every_format_under_a_non_utf8_folder(exports, kind, capsys)
     rc_plain = main(["check", "--format", "json", str(exports[f"plain-{kind}"])])
     plain = validate_report(capsys.readouterr().out)
     assert rc == rc_plain == 0
-    assert bad["traces"][0]["path"] == str(exports[kind])  # JSON keeps the path as given (escaped by JSON)
+    # Strict JSON has no lone surrogate: the path shows the byte as \xff, and path_bytes keeps it exactly.
+    assert bad["traces"][0]["path"] == terminal_safe(str(exports[kind]))
+    assert base64.b64decode(bad["traces"][0]["path_bytes"]) == os.fsencode(exports[kind])
     assert _findings(bad) == _findings(plain) and len(bad["findings"]) >= 2
     assert bad["summary"] == plain["summary"]
 

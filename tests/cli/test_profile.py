@@ -334,11 +334,11 @@ def test_program_failing_before_anything_was_recorded(fake, capsys, monkeypatch)
 
 def test_recording_that_never_became_a_report_exits_3_and_points_at_doctor(fake, capsys, monkeypatch):
     monkeypatch.setenv("FAKE_NSYS_NO_EXPORT", "qdstrm")
-    for program in ("pass", "raise SystemExit(2)"):  # the importer's failure wins either way
-        rc = main(["profile", "--", PY, "-c", program])
+    for name, program in ((PY_NAME, "pass"), (f"{PY_NAME}-2", "raise SystemExit(2)")):  # the importer's failure wins
+        rc = main(["profile", "--", PY, "-c", program])  # the second run: the first's .qdstrm exists, a fresh name
         out, err = capsys.readouterr()
         assert rc == 3 and out == ""
-        assert f"nsys recorded target/profiling/{PY_NAME}.qdstrm but could not turn it into a report" in err
+        assert f"nsys recorded target/profiling/{name}.qdstrm but could not turn it into a report" in err
         assert "  | Importer error status: Importation failed." in err
         assert "run `nsys-rules doctor` to see what this nsys lacks" in err
 

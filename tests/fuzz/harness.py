@@ -10,7 +10,6 @@ import contextlib
 import functools
 import hashlib
 import io
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,13 +37,11 @@ def run_cli_inprocess(*args: str) -> CliRun:
     return CliRun(int(code), out.getvalue(), err.getvalue())
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"JSON holds {name}, which is not JSON")
-
-
 def strict_json(text: str) -> dict:
-    """Parse ``text`` as standard JSON (NaN and Infinity rejected)."""
-    return json.loads(text, parse_constant=_reject_constant)
+    """Parse ``text`` as standard JSON, as a strict parser does (NaN, Infinity and lone surrogates rejected)."""
+    from tests.security.ci_safety import strict_loads
+
+    return strict_loads(text)
 
 
 def check_run(run: CliRun, *, json_output: bool = True) -> dict | None:

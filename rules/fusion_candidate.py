@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 import numpy as np
-import pandas as pd
 
 from nsys_rules.api import (LABELS, Finding, Location, MissingData, Renamed, Rule, RuleContext, Severity, fusion_advice,
                             metric, pct)
@@ -54,12 +53,13 @@ class SmallKernels:
 
 def small_kernels(ctx: RuleContext, device: int | None) -> SmallKernels | None:
     """The window's elementwise and reduction kernels on ``device`` (None: every GPU), or None without a kernel
-    table."""
+    table.
+
+    Works on the frame's own columns (views) and on arrays as long as the small kernels only: a copy of the
+    kernel rows was the 1M-kernel check's memory peak."""
     if not ctx.trace.has("kernels"):
         return None
     kernels = ctx.frame("kernels", ["start", "end", "name", "device_id", "stream_id"])
-    if device is not None:
-        kernels = kernels[kernels["device_id"].to_numpy() == device]
     if kernels.empty:
         return None
     names = kernels["name"]
@@ -67,36 +67,56 @@ def small_kernels(ctx: RuleContext, device: int | None) -> SmallKernels | None:
     small = np.isin(np.asarray(CLASSES, dtype=object)[classes], _SMALL)  # per category, + trailing "other"
     codes = names.cat.codes.to_numpy()
     rows = small[codes]
+    devices, streams = kernels["device_id"].to_numpy(), kernels["stream_id"].to_numpy()
+    if device is not None:
+        rows &= devices == device
     if not rows.any():
-        return SmallKernels(0, 0.0, 0, 0, 0)
-    used = np.unique(codes[rows])
+        return SmallKernels(0, 0.0, 0, 0, 0) if len(kernels) else None
+    at = np.flatnonzero(rows)
+    durations = kernels["end"].to_numpy()[at] - kernels["start"].to_numpy()[at]
+    used, small_codes = np.unique(codes[at], return_inverse=True)
+    time_by = np.bincount(small_codes, weights=durations)
     generated = np.array([bool(_GENERATED.search(str(names.cat.categories[c]))) for c in used])
-    all_durations = (kernels["end"] - kernels["start"]).to_numpy(np.int64)
-    durations = all_durations[rows]
-    time_by = pd.Series(durations).groupby(codes[rows]).sum()
-    total = float(time_by.sum()) or 1.0
-    fusible, chains = _chain_excess(kernels["stream_id"].to_numpy(), kernels["start"].to_numpy(), rows, all_durations)
-    return SmallKernels(int(rows.sum()), float(time_by.reindex(used[generated]).sum()) / total, int(durations.sum()),
-                        fusible, chains)
+    # A chain never spans two steps: fusion joins the kernels of one iteration, not the last of one and the first
+    # of the next (on a stream that runs nothing else they are adjacent).
+    step_starts = ctx.steps.gpu[:, 0] if ctx.steps is not None and len(ctx.steps.gpu) else np.zeros(0, np.int64)
+    step_of = np.searchsorted(np.maximum.accumulate(step_starts) if len(step_starts) else step_starts,
+                              kernels["start"].to_numpy()[at], side="right")
+    fusible, chains = _chain_excess(at, durations, devices, streams, step_of)
+    return SmallKernels(len(at), float(time_by[generated].sum()) / (float(time_by.sum()) or 1.0),
+                        int(durations.sum()), fusible, chains)
 
 
-def _chain_excess(stream: np.ndarray, start: np.ndarray, small: np.ndarray, durations: np.ndarray) -> tuple[int, int]:
-    """Over runs of at least two adjacent small kernels on one stream (in start order): the time beyond each
-    run's longest kernel, and the number of runs."""
-    order = np.lexsort((start, stream))
-    s, d, st = small[order], durations[order], stream[order]
-    # A run breaks at a kernel of another class or at a stream change.
-    new_run = np.ones(len(s), bool)
-    new_run[1:] = (~s[:-1]) | (st[1:] != st[:-1])
-    run_id = np.cumsum(new_run) - 1
-    keep = s
-    if not keep.any():
-        return 0, 0
-    ids, d_small = run_id[keep], d[keep]
-    sums = np.bincount(ids, weights=d_small)
-    counts = np.bincount(ids)
-    longest = np.zeros(len(sums))
-    np.maximum.at(longest, ids, d_small)
+def _chain_excess(at: np.ndarray, durations: np.ndarray, devices: np.ndarray, streams: np.ndarray,
+                  step_of: np.ndarray) -> tuple[int, int]:
+    """Over runs of at least two adjacent small kernels on one stream: the time beyond each run's longest kernel,
+    and the number of runs. ``at``: the small kernels' rows (in the frame's start order), ``durations`` and
+    ``step_of`` (the step each starts in) theirs.
+
+    Kernels of one stream are adjacent when no other kernel of that stream runs between them; where every kernel
+    runs on one stream of one GPU that is adjacency in the frame, else rows are renumbered per stream first.
+    """
+    position = at
+    if len(streams) and (np.any(streams != streams[0]) or np.any(devices != devices[0])):
+        # Each row's place among its own stream's kernels (a stable sort keeps the start order inside a stream).
+        key = devices.astype(np.int64) * (1 << 32) + streams.astype(np.int64)
+        order = np.argsort(key, kind="stable")
+        place = np.empty(len(order), np.int64)
+        place[order] = np.arange(len(order))
+        position, key = place[at], key[at]
+        by_place = np.argsort(position)
+        at_sorted, durations, key = position[by_place], durations[by_place], key[by_place]
+        step_of = step_of[by_place]
+        new_run = np.ones(len(at_sorted), bool)
+        new_run[1:] = (np.diff(at_sorted) != 1) | (key[1:] != key[:-1])
+    else:
+        new_run = np.ones(len(position), bool)
+        new_run[1:] = np.diff(position) != 1
+    new_run[1:] |= step_of[1:] != step_of[:-1]
+    starts = np.flatnonzero(new_run)
+    counts = np.diff(np.append(starts, len(new_run)))
+    sums = np.add.reduceat(durations, starts)
+    longest = np.maximum.reduceat(durations, starts)
     multi = counts >= 2
     return int((sums[multi] - longest[multi]).sum()), int(multi.sum())
 

@@ -86,6 +86,23 @@ def test_elementwise_kernels_with_a_gemm_between_each_are_no_chain(tmp_path):
     assert run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite")) == []
 
 
+def test_a_chain_is_adjacent_on_its_own_stream_whatever_runs_on_another(tmp_path):
+    # Two streams: stream 7 runs three 60 us elementwise kernels back to back while stream 9's short GEMM kernels
+    # start between them in time. On stream 7 they are one chain: fused, 120 of its 180 us per step go.
+    b = TraceBuilder()
+    for i in range(6):
+        s = T0 + i * 1_000_000
+        b.nvtx("decode_step", s, s + 990_000)
+        for j in range(3):
+            b.kernel("vectorized_elementwise_kernel", start=s + 10_000 + j * 60_000, duration=60_000,
+                     launch_at=s + 1_000 + j, stream=7)
+            b.kernel("cutlass_80_tensorop_gemm_kernel", start=s + 40_000 + j * 60_000, duration=2_000,
+                     launch_at=s + 1_500 + j, stream=9)
+    [f] = run_rule("fusion-candidate", b.write(tmp_path / "t.sqlite"))
+    m = values(f)
+    assert m["chains"] == 6 and m["fusible_share"] == pytest.approx(100 * 120 / 180)
+
+
 def test_a_small_elementwise_share_beside_gemvs_is_not(tmp_path):
     b = TraceBuilder()
     for i in range(6):

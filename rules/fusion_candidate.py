@@ -71,17 +71,18 @@ def small_kernels(ctx: RuleContext, device: int | None) -> SmallKernels | None:
     if device is not None:
         rows &= devices == device
     if not rows.any():
-        return SmallKernels(0, 0.0, 0, 0, 0) if len(kernels) else None
+        return SmallKernels(0, 0.0, 0, 0, 0)
     at = np.flatnonzero(rows)
-    durations = kernels["end"].to_numpy()[at] - kernels["start"].to_numpy()[at]
+    starts = kernels["start"].to_numpy()[at]
+    durations = kernels["end"].to_numpy()[at] - starts
     used, small_codes = np.unique(codes[at], return_inverse=True)
     time_by = np.bincount(small_codes, weights=durations)
     generated = np.array([bool(_GENERATED.search(str(names.cat.categories[c]))) for c in used])
     # A chain never spans two steps: fusion joins the kernels of one iteration, not the last of one and the first
     # of the next (on a stream that runs nothing else they are adjacent).
     step_starts = ctx.steps.gpu[:, 0] if ctx.steps is not None and len(ctx.steps.gpu) else np.zeros(0, np.int64)
-    step_of = np.searchsorted(np.maximum.accumulate(step_starts) if len(step_starts) else step_starts,
-                              kernels["start"].to_numpy()[at], side="right")
+    step_of = np.searchsorted(np.maximum.accumulate(step_starts) if len(step_starts) else step_starts, starts,
+                              side="right")
     fusible, chains = _chain_excess(at, durations, devices, streams, step_of)
     return SmallKernels(len(at), float(time_by[generated].sum()) / (float(time_by.sum()) or 1.0),
                         int(durations.sum()), fusible, chains)
